@@ -1,0 +1,62 @@
+package link
+
+import (
+	"net/netip"
+)
+
+// MaxIPHeader is the size of the largest IP header a link reports (IPv6, no extensions).
+const MaxIPHeader = 40
+
+// Packet is one datagram in a caller-owned batch. On read, the link fills Buf[:N]
+// with the UDP payload (BTH through ICRC) and the address fields; on write, the
+// caller sets Buf[:N] and the addresses. Buf is never retained by the link after
+// the call returns.
+type Packet struct {
+	// Buf holds the UDP payload. Readers size it (cap) for the largest datagram.
+	Buf []byte
+	// N is the number of valid bytes in Buf.
+	N int
+	// Src is the sender's IP address and UDP port. On write the link ignores it
+	// (the socket's address is used) unless the link can set it.
+	Src netip.AddrPort
+	// Dst is the destination IP address and UDP port. On read it is the local
+	// address the datagram arrived on (as far as the link knows it).
+	Dst netip.AddrPort
+	// IPHdr[:IPHdrLen] is the IP header exactly as received, when the link can
+	// see it (IPHdrLen > 0); the ICRC can then be checked in full. UDP sockets
+	// cannot, so IPHdrLen is 0 there. Ignored on write.
+	IPHdr    [MaxIPHeader]byte
+	IPHdrLen int
+	// TOS is the IPv4 TOS / IPv6 traffic class to send with (write), or that
+	// arrived (read, when known).
+	TOS uint8
+	// TTL is the IPv4 TTL / IPv6 hop limit to send with (0: the link's default).
+	TTL uint8
+}
+
+// Bytes returns Buf[:N].
+func (p *Packet) Bytes() []byte { return p.Buf[:p.N] }
+
+// Endpoint moves batches of RoCEv2 datagrams (UDP payloads) in and out of a device.
+// ReadBatch and WriteBatch may be called concurrently with each other, but each
+// only from one goroutine at a time. After Close both return an error wrapping
+// net.ErrClosed.
+type Endpoint interface {
+	// ReadBatch blocks until at least one datagram is available, fills
+	// pkts[0:n] and returns n. Buffers must have cap >= MaxDatagram.
+	ReadBatch(pkts []Packet) (n int, err error)
+	// WriteBatch sends pkts in order and returns how many were sent; on a
+	// short count err says why. Each packet's last 4 bytes are its ICRC: the
+	// link computes and writes them for the IP header the packet will really
+	// carry (only the link knows e.g. the IPv4 ID its kernel writes), so
+	// callers leave them as placeholders. Dst must be set; Src is ignored.
+	WriteBatch(pkts []Packet) (n int, err error)
+	// LocalAddr is the IP address and UDP port the endpoint receives on.
+	LocalAddr() netip.AddrPort
+	// MTU is the IP MTU of the underlying network (e.g. 1500, 65536 on loopback).
+	MTU() int
+	// BatchSize is the largest batch the endpoint handles per call.
+	BatchSize() int
+	// Close releases the endpoint; blocked reads return net.ErrClosed.
+	Close() error
+}

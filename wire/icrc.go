@@ -1,0 +1,231 @@
+package wire
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"net/netip"
+)
+
+// The ICRC (roce-wire §4) is CRC-32 (IEEE, as Ethernet) over eight 0xFF bytes
+// (the masked LRH), the IP header, the UDP header and the packet from the BTH
+// through the pad, with the variant fields masked to all-ones: IPv4 TOS, TTL
+// and header checksum; IPv6 traffic class, flow label and hop limit; the UDP
+// checksum; BTH byte 4 (FECN, BECN, reserved). It is sent little-endian.
+
+var (
+	ff8       = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
+	crcAfterL = crc32.Update(0, crc32.IEEETable, ff8[:])
+)
+
+// icrcTail continues crc over pkt (BTH through pad) with BTH byte 4 masked.
+func icrcTail(crc uint32, pkt []byte) uint32 {
+	if len(pkt) < 5 {
+		return crc32.Update(crc, crc32.IEEETable, pkt)
+	}
+	crc = crc32.Update(crc, crc32.IEEETable, pkt[:4])
+	crc = crc32.Update(crc, crc32.IEEETable, ff8[:1])
+	return crc32.Update(crc, crc32.IEEETable, pkt[5:])
+}
+
+// ICRC computes the ICRC of a RoCEv2 packet from its IP header as on the wire
+// (a 20-byte IPv4 header without options, or a 40-byte IPv6 header), its UDP
+// header (8 bytes) and pkt, the UDP payload without the trailing 4 ICRC bytes.
+// It does not modify its inputs and does not allocate.
+func ICRC(ipHdr, udpHdr, pkt []byte) uint32 {
+	var h [MaxIPHeaderLen + 8]byte
+	n := copy(h[:], ipHdr)
+	if n == 40 {
+		h[0] |= 0x0F // traffic class (low nibble of byte 0, high nibble of byte 1) and flow label
+		h[1], h[2], h[3] = 0xFF, 0xFF, 0xFF
+		h[7] = 0xFF // hop limit
+	} else if n >= 20 {
+		h[1] = 0xFF               // TOS
+		h[8] = 0xFF               // TTL
+		h[10], h[11] = 0xFF, 0xFF // header checksum
+	}
+	copy(h[n:], udpHdr[:8])
+	h[n+6], h[n+7] = 0xFF, 0xFF // UDP checksum
+	crc := crc32.Update(crcAfterL, crc32.IEEETable, h[:n+8])
+	return icrcTail(crc, pkt)
+}
+
+// MaxIPHeaderLen is the longest IP header the ICRC code handles (IPv6).
+const MaxIPHeaderLen = 40
+
+// icrcMaskedV4 returns the CRC state after the masked IPv4+UDP headers.
+func icrcMaskedV4(src, dst [4]byte, id uint16, df bool, sport, dport uint16, pktLen int) uint32 {
+	var h [28]byte
+	total := 20 + 8 + pktLen + ICRCLen
+	h[0] = 0x45
+	h[1] = 0xFF
+	binary.BigEndian.PutUint16(h[2:], uint16(total))
+	binary.BigEndian.PutUint16(h[4:], id)
+	if df {
+		h[6] = 0x40
+	}
+	h[8] = 0xFF
+	h[9] = 17
+	h[10], h[11] = 0xFF, 0xFF
+	copy(h[12:], src[:])
+	copy(h[16:], dst[:])
+	binary.BigEndian.PutUint16(h[20:], sport)
+	binary.BigEndian.PutUint16(h[22:], dport)
+	binary.BigEndian.PutUint16(h[24:], uint16(8+pktLen+ICRCLen))
+	h[26], h[27] = 0xFF, 0xFF
+	return crc32.Update(crcAfterL, crc32.IEEETable, h[:])
+}
+
+// ICRCIPv4 computes the ICRC for pkt (BTH through pad) sent in an IPv4
+// datagram (20-byte header) with the given addresses, Identification and DF
+// flag (TOS and TTL are masked, so they do not matter).
+func ICRCIPv4(src, dst [4]byte, id uint16, df bool, sport, dport uint16, pkt []byte) uint32 {
+	return icrcTail(icrcMaskedV4(src, dst, id, df, sport, dport, len(pkt)), pkt)
+}
+
+// ICRCIPv6 computes the ICRC for pkt (BTH through pad) sent in an IPv6
+// datagram (40-byte header, no extension headers).
+func ICRCIPv6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
+	var h [48]byte
+	h[0], h[1], h[2], h[3] = 0x6F, 0xFF, 0xFF, 0xFF
+	binary.BigEndian.PutUint16(h[4:], uint16(8+len(pkt)+ICRCLen))
+	h[6] = 17
+	h[7] = 0xFF
+	copy(h[8:], src[:])
+	copy(h[24:], dst[:])
+	binary.BigEndian.PutUint16(h[40:], sport)
+	binary.BigEndian.PutUint16(h[42:], dport)
+	binary.BigEndian.PutUint16(h[44:], uint16(8+len(pkt)+ICRCLen))
+	h[46], h[47] = 0xFF, 0xFF
+	return icrcTail(crc32.Update(crcAfterL, crc32.IEEETable, h[:]), pkt)
+}
+
+// ICRCFor computes the ICRC for pkt (BTH through pad) between two UDP
+// endpoints: IPv4 (including IPv4-mapped IPv6 addresses) with the given
+// Identification and DF set, as Linux sends RoCE; otherwise IPv6.
+func ICRCFor(src, dst netip.AddrPort, ipv4ID uint16, pkt []byte) uint32 {
+	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
+	if sa.Is4() {
+		return ICRCIPv4(sa.As4(), da.As4(), ipv4ID, true, src.Port(), dst.Port(), pkt)
+	}
+	return ICRCIPv6(sa.As16(), da.As16(), src.Port(), dst.Port(), pkt)
+}
+
+// PutICRC stores v in the last 4 bytes of b (a whole UDP payload), little-endian.
+func PutICRC(b []byte, v uint32) { binary.LittleEndian.PutUint32(b[len(b)-ICRCLen:], v) }
+
+// GetICRC returns the ICRC stored in the last 4 bytes of b.
+func GetICRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b[len(b)-ICRCLen:]) }
+
+// FillICRC computes and stores the ICRC of b (a whole UDP payload, ICRC last)
+// for a datagram from src to dst with the given IPv4 Identification.
+func FillICRC(b []byte, src, dst netip.AddrPort, ipv4ID uint16) {
+	PutICRC(b, ICRCFor(src, dst, ipv4ID, b[:len(b)-ICRCLen]))
+}
+
+// VerifyICRC checks b (a whole UDP payload) against the IP header it arrived
+// in (ipHdr as on the wire) and its UDP ports: the full check.
+func VerifyICRC(ipHdr []byte, sport, dport uint16, b []byte) bool {
+	if len(b) < ICRCLen {
+		return false
+	}
+	var udp [8]byte
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(b)))
+	return ICRC(ipHdr, udp[:], b[:len(b)-ICRCLen]) == GetICRC(b)
+}
+
+// VerifyICRCAddrs checks b (a whole UDP payload) when only the addresses are
+// known, as on a UDP socket. For IPv6 the header is fully determined (its
+// variant fields are masked) and the check is complete. For IPv4 the 16-bit
+// Identification is covered by the ICRC but unseen, so it is solved for: the
+// CRC is linear, and the packet is accepted only if some ID (with DF set, or
+// else clear) makes the ICRC match; a corrupted packet still fails with
+// probability 1-2^-16. It returns the ID that matched (IPv4).
+func VerifyICRCAddrs(src, dst netip.AddrPort, b []byte) (id uint16, ok bool) {
+	if len(b) < ICRCLen {
+		return 0, false
+	}
+	pkt, rx := b[:len(b)-ICRCLen], GetICRC(b)
+	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
+	if !sa.Is4() {
+		return 0, ICRCIPv6(sa.As16(), da.As16(), src.Port(), dst.Port(), pkt) == rx
+	}
+	for _, df := range [2]bool{true, false} {
+		c0 := ICRCIPv4(sa.As4(), da.As4(), 0, df, src.Port(), dst.Port(), pkt)
+		// Bytes of CRC input after the ID field: rest of the IPv4 header (14),
+		// UDP header (8) and the packet.
+		if id, ok := solveID(c0^rx, 14+8+len(pkt)); ok {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// SolveIPv4ID returns the IPv4 Identification that turns an ICRC computed
+// with ID 0 (c0) into the received one (rx), for a packet pkt (BTH through
+// pad); ok is false when no ID fits.
+func SolveIPv4ID(c0, rx uint32, pktLen int) (id uint16, ok bool) {
+	return solveID(c0^rx, 14+8+pktLen)
+}
+
+// CRC linearity: changing the 2 ID bytes from 0 to x changes the final CRC by
+// F^z(s(x)), where s(x) is the register after feeding x's two bytes from a
+// zero register and F is one step over a zero byte (a linear, invertible map
+// of the 32-bit register), z the number of bytes after the ID. So given the
+// difference d, undo z zero-byte steps, then invert the two table steps.
+
+var (
+	crcTab    = crc32.IEEETable
+	crcTopInv [256]uint8     // index i of crcTab by its top byte (a permutation)
+	unshift   [16][32]uint32 // unshift[k] = matrix of F^-(2^k)
+)
+
+func init() {
+	for i := 0; i < 256; i++ {
+		crcTopInv[crcTab[i]>>24] = uint8(i)
+	}
+	// One inverse zero-byte step: r' = tab[r&0xFF] ^ r>>8, so i = r&0xFF is
+	// found from the top byte of r', then r = (r' ^ tab[i])<<8 | i.
+	for k := 0; k < 32; k++ {
+		r := uint32(1) << k
+		i := crcTopInv[r>>24]
+		unshift[0][k] = (r^crcTab[i])<<8 | uint32(i)
+	}
+	for j := 1; j < 16; j++ {
+		for k := 0; k < 32; k++ {
+			unshift[j][k] = matVec(&unshift[j-1], unshift[j-1][k])
+		}
+	}
+}
+
+func matVec(m *[32]uint32, v uint32) uint32 {
+	var r uint32
+	for i := 0; v != 0; i, v = i+1, v>>1 {
+		if v&1 != 0 {
+			r ^= m[i]
+		}
+	}
+	return r
+}
+
+func solveID(d uint32, z int) (uint16, bool) {
+	if z < 0 || z >= 1<<16 {
+		return 0, false
+	}
+	for j := 0; z != 0; j, z = j+1, z>>1 {
+		if z&1 != 0 {
+			d = matVec(&unshift[j], d)
+		}
+	}
+	// d = s(x): r1 = tab[hi]; d = tab[(r1^lo)&0xFF] ^ r1>>8.
+	i := uint32(crcTopInv[d>>24])
+	r1hi := d ^ crcTab[i] // = r1>>8
+	hi := uint32(crcTopInv[byte(r1hi>>16)])
+	r1 := crcTab[hi]
+	if r1>>8 != r1hi {
+		return 0, false
+	}
+	lo := (i ^ r1) & 0xFF
+	return uint16(hi<<8 | lo), true
+}
