@@ -22,9 +22,20 @@ func icrcTail(crc uint32, pkt []byte) uint32 {
 	if len(pkt) < 5 {
 		return crc32.Update(crc, crc32.IEEETable, pkt)
 	}
-	crc = crc32.Update(crc, crc32.IEEETable, pkt[:4])
-	crc = crc32.Update(crc, crc32.IEEETable, ff8[:1])
-	return crc32.Update(crc, crc32.IEEETable, pkt[5:])
+	var b4 [5]byte
+	copy(b4[:4], pkt)
+	b4[4] = 0xFF
+	return crc32.Update(crcSmall(crc, b4[:]), crc32.IEEETable, pkt[5:])
+}
+
+// crcSmall continues a CRC-32 (IEEE) over a few header bytes with a plain
+// table loop; unlike crc32.Update it lets stack buffers stay on the stack.
+func crcSmall(crc uint32, b []byte) uint32 {
+	crc = ^crc
+	for _, v := range b {
+		crc = crcTab[byte(crc)^v] ^ crc>>8
+	}
+	return ^crc
 }
 
 // ICRC computes the ICRC of a RoCEv2 packet from its IP header as on the wire
@@ -45,8 +56,7 @@ func ICRC(ipHdr, udpHdr, pkt []byte) uint32 {
 	}
 	copy(h[n:], udpHdr[:8])
 	h[n+6], h[n+7] = 0xFF, 0xFF // UDP checksum
-	crc := crc32.Update(crcAfterL, crc32.IEEETable, h[:n+8])
-	return icrcTail(crc, pkt)
+	return icrcTail(crcSmall(crcAfterL, h[:n+8]), pkt)
 }
 
 // MaxIPHeaderLen is the longest IP header the ICRC code handles (IPv6).
@@ -72,7 +82,7 @@ func icrcMaskedV4(src, dst [4]byte, id uint16, df bool, sport, dport uint16, pkt
 	binary.BigEndian.PutUint16(h[22:], dport)
 	binary.BigEndian.PutUint16(h[24:], uint16(8+pktLen+ICRCLen))
 	h[26], h[27] = 0xFF, 0xFF
-	return crc32.Update(crcAfterL, crc32.IEEETable, h[:])
+	return crcSmall(crcAfterL, h[:])
 }
 
 // ICRCIPv4 computes the ICRC for pkt (BTH through pad) sent in an IPv4
@@ -96,7 +106,7 @@ func ICRCIPv6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
 	binary.BigEndian.PutUint16(h[42:], dport)
 	binary.BigEndian.PutUint16(h[44:], uint16(8+len(pkt)+ICRCLen))
 	h[46], h[47] = 0xFF, 0xFF
-	return icrcTail(crc32.Update(crcAfterL, crc32.IEEETable, h[:]), pkt)
+	return icrcTail(crcSmall(crcAfterL, h[:]), pkt)
 }
 
 // ICRCFor computes the ICRC for pkt (BTH through pad) between two UDP
