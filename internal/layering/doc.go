@@ -1,0 +1,3 @@
+// Package layering holds only a test: it keeps softroce's imports pointing
+// one way (wire → link → engine → verbs → cm → cmd), with dada free of RDMA.
+package layering

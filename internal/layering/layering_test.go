@@ -1,0 +1,75 @@
+package layering
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/softroce/softroce"
+
+// forbidden lists, per package prefix, the project packages it must not import
+// (directly or indirectly).
+var forbidden = map[string][]string{
+	"wire":            {"link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "cmd"},
+	"link":            {"internal/engine", "verbs", "cm", "mem", "dada", "capture", "cmd"},
+	"mem":             {"link", "internal/engine", "verbs", "cm", "dada", "capture", "cmd"},
+	"dada":            {"wire", "link", "internal/engine", "verbs", "cm", "mem", "capture", "cmd"},
+	"internal/sysv":   {"wire", "link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "cmd"},
+	"internal/engine": {"verbs", "cm", "dada", "cmd"},
+	"verbs":           {"cm", "dada", "cmd"},
+	"cm":              {"dada", "cmd"},
+	"capture":         {"internal/engine", "verbs", "cm", "dada", "cmd"},
+}
+
+// stdlibOnly packages may import nothing outside the standard library.
+var stdlibOnly = []string{"wire"}
+
+func TestImportDirection(t *testing.T) {
+	out, err := exec.Command("go", "list", "-e", "-deps", "-json=ImportPath,Deps,Standard", mod+"/...").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Deps       []string
+			Standard   bool
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		rel, ok := strings.CutPrefix(p.ImportPath, mod+"/")
+		if !ok {
+			continue
+		}
+		for prefix, bad := range forbidden {
+			if rel != prefix && !strings.HasPrefix(rel, prefix+"/") {
+				continue
+			}
+			for _, d := range p.Deps {
+				drel, ok := strings.CutPrefix(d, mod+"/")
+				if !ok {
+					continue
+				}
+				for _, b := range bad {
+					if drel == b || strings.HasPrefix(drel, b+"/") {
+						t.Errorf("%s imports %s (layering: %s must not depend on %s)", rel, drel, prefix, b)
+					}
+				}
+			}
+		}
+		for _, s := range stdlibOnly {
+			if rel != s {
+				continue
+			}
+			for _, d := range p.Deps {
+				if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
+					t.Errorf("%s must use only the standard library, imports %s", rel, d)
+				}
+			}
+		}
+	}
+}
