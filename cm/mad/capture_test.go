@@ -1,0 +1,79 @@
+package mad
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/gopacket/pcapgo"
+
+	"github.com/softroce/softroce/wire"
+)
+
+// roceFrame is one RoCEv2 packet from a capture.
+type roceFrame struct {
+	index    int
+	src, dst netip.Addr
+	udp      []byte // UDP payload: BTH .. ICRC
+	pkt      wire.Packet
+}
+
+// readRoCE returns the RoCEv2 packets (UDP 4791 over IPv4) of a pcap in
+// testdata, parsed with wire.Packet.Parse.
+func readRoCE(t testing.TB, name string) []roceFrame {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []roceFrame
+	for i := 0; ; i++ {
+		data, _, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s frame %d: %v", name, i, err)
+		}
+		if len(data) < 14+20+8 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
+			continue
+		}
+		ip := data[14:]
+		ihl := int(ip[0]&15) * 4
+		if ip[9] != 17 || len(ip) < ihl+8 {
+			continue
+		}
+		tot := int(binary.BigEndian.Uint16(ip[2:]))
+		udp := ip[ihl:tot]
+		if binary.BigEndian.Uint16(udp[2:]) != wire.UDPPort {
+			continue
+		}
+		fr := roceFrame{index: i, src: netip.AddrFrom4([4]byte(ip[12:16])), dst: netip.AddrFrom4([4]byte(ip[16:20])),
+			udp: udp[8:binary.BigEndian.Uint16(udp[4:])]}
+		if err := fr.pkt.Parse(fr.udp); err != nil {
+			t.Fatalf("%s frame %d: wire parse: %v", name, i, err)
+		}
+		out = append(out, fr)
+	}
+	return out
+}
+
+// cmMADs returns the CM MADs (UD SEND_ONLY to QP1) of a capture.
+func cmMADs(t testing.TB, name string) []roceFrame {
+	var out []roceFrame
+	for _, f := range readRoCE(t, name) {
+		if f.pkt.BTH.DestQP == 1 {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package oob
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/gopacket/pcapgo"
+
+	"github.com/softroce/softroce/wire"
+)
+
+var (
+	clientIP = netip.MustParseAddr("10.77.0.12")
+	serverIP = netip.MustParseAddr("10.77.0.11")
+)
+
+// turn is a run of TCP payload sent by one side before the other answers.
+type turn struct {
+	fromClient bool
+	data       []byte
+}
+
+// capture holds the TCP side channel and the RoCE packets of a pcap.
+type capture struct {
+	turns []turn
+	roce  []roceFrame
+}
+
+type roceFrame struct {
+	src netip.Addr
+	pkt wire.Packet
+}
+
+func readCapture(t testing.TB, name string) capture {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c capture
+	for {
+		data, _, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) < 34 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
+			continue
+		}
+		ip := data[14:]
+		ihl := int(ip[0]&15) * 4
+		l4 := ip[ihl:binary.BigEndian.Uint16(ip[2:])]
+		src := netip.AddrFrom4([4]byte(ip[12:16]))
+		switch ip[9] {
+		case 6: // TCP; the captures have no retransmissions or reordering
+			pl := l4[int(l4[12]>>4)*4:]
+			if len(pl) == 0 {
+				continue
+			}
+			fc := src == clientIP
+			if n := len(c.turns); n > 0 && c.turns[n-1].fromClient == fc {
+				c.turns[n-1].data = append(c.turns[n-1].data, pl...)
+			} else {
+				c.turns = append(c.turns, turn{fc, append([]byte(nil), pl...)})
+			}
+		case 17:
+			if binary.BigEndian.Uint16(l4[2:]) != wire.UDPPort {
+				continue
+			}
+			fr := roceFrame{src: src}
+			if err := fr.pkt.Parse(l4[8:]); err != nil {
+				t.Fatal(err)
+			}
+			c.roce = append(c.roce, fr)
+		}
+	}
+	return c
+}
+
+// firstPSN returns the PSN and destination QP of the first request packet
+// sent by src.
+func (c *capture) firstRequest(src netip.Addr) (qpn, psn uint32, ok bool) {
+	for _, f := range c.roce {
+		if f.src == src && f.pkt.Mask&wire.IsRequest != 0 {
+			return f.pkt.BTH.DestQP, f.pkt.BTH.PSN, true
+		}
+	}
+	return 0, 0, false
+}
+
+// stream returns everything one side sent, concatenated.
+func (c *capture) stream(fromClient bool) []byte {
+	var b []byte
+	for _, t := range c.turns {
+		if t.fromClient == fromClient {
+			b = append(b, t.data...)
+		}
+	}
+	return b
+}
