@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+)
+
+func init() {
+	register(&command{
+		name:    "link",
+		summary: "add, show and delete softroce links (like 'rdma link')",
+		run:     runLink,
+	})
+}
+
+const linkUsage = `usage: softroce link [show] [-j] [NAME]
+       softroce link add NAME [type rxe] netdev DEV [addr IP[:PORT]]
+       softroce link add NAME addr IP[:PORT]
+       softroce link delete NAME
+
+A link names a softroce device, as 'rdma link add rxe0 type rxe netdev eth0'
+does for the kernel's rxe. A netdev link uses the netdev's first IPv4
+address (else IPv6) and UDP port 4791; an addr link a fixed address.
+Every tool's -d flag takes a link name, a netdev or an IP address.
+Links are kept in $SOFTROCE_STATE, else $XDG_STATE_HOME/softroce/links.json,
+else ~/.local/state/softroce/links.json.
+`
+
+func runLink(args []string, stdout, stderr io.Writer) int {
+	jsonOut := false
+	var rest []string
+	for _, a := range args {
+		switch a {
+		case "-j", "--json", "-json":
+			jsonOut = true
+		case "-h", "--help", "-help", "help":
+			fmt.Fprint(stdout, linkUsage)
+			return 0
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if len(rest) == 0 {
+		return linkShow(nil, jsonOut, stdout, stderr)
+	}
+	switch rest[0] {
+	case "show", "list", "ls":
+		return linkShow(rest[1:], jsonOut, stdout, stderr)
+	case "add":
+		return linkAdd(rest[1:], stdout, stderr)
+	case "delete", "del", "remove", "rm":
+		return linkDelete(rest[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "softroce link: unknown subcommand %q (want show, add or delete)\n", rest[0])
+	fmt.Fprint(stderr, linkUsage)
+	return 2
+}
+
+// linkStatus is one line of 'link show'.
+type linkStatus struct {
+	Ifname    string `json:"ifname"`
+	Port      int    `json:"port"`
+	State     string `json:"state"`
+	PhysState string `json:"physical_state"`
+	Netdev    string `json:"netdev,omitempty"`
+	Addr      string `json:"addr,omitempty"`
+	Problem   string `json:"problem,omitempty"`
+}
+
+// linkStatusOf reports a link as rdma reports rxe ports: ACTIVE/LINK_UP when its
+// netdev is up with carrier and holds the address, DOWN/DISABLED otherwise.
+func linkStatusOf(l *linkEntry, host []hostIface) linkStatus {
+	s := linkStatus{Ifname: l.Name, Port: 1, State: "DOWN", PhysState: "DISABLED", Netdev: l.Netdev}
+	d, err := linkDevice(l, host)
+	if d.Addr.IsValid() {
+		s.Addr = d.Addr.String()
+	} else if l.Addr != "" {
+		s.Addr = l.addr().String()
+	}
+	if d.Netdev != "" {
+		s.Netdev = d.Netdev
+	}
+	if err != nil {
+		switch {
+		case l.Netdev != "" && ifaceByName(host, l.Netdev) == nil:
+			s.Problem = "netdev missing"
+		case l.Addr == "":
+			s.Problem = "no IP address"
+		case ifaceWithAddr(host, l.addr().Addr()) == nil:
+			s.Problem = "address not on this host"
+		default:
+			s.Problem = "address not on netdev " + l.Netdev
+		}
+		return s
+	}
+	ifc := ifaceByName(host, d.Netdev)
+	switch {
+	case ifc == nil:
+	case !ifc.Up:
+		s.Problem = "netdev " + ifc.Name + " is down"
+	case !ifc.Running && !ifc.Loopback:
+		s.State, s.PhysState = "DOWN", "POLLING"
+		s.Problem = "netdev " + ifc.Name + " has no carrier"
+	default:
+		s.State, s.PhysState = "ACTIVE", "LINK_UP"
+	}
+	return s
+}
+
+func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
+	if len(args) > 1 {
+		fmt.Fprint(stderr, linkUsage)
+		return 2
+	}
+	st, err := loadState()
+	if err != nil {
+		fmt.Fprintf(stderr, "softroce link: %v\n", err)
+		return 1
+	}
+	host, err := hostInterfaces()
+	if err != nil {
+		fmt.Fprintf(stderr, "softroce link: listing interfaces: %v\n", err)
+		return 1
+	}
+	links := st.Links
+	if len(args) == 1 {
+		i := slices.IndexFunc(links, func(l linkEntry) bool { return l.Name == args[0] })
+		if i < 0 {
+			fmt.Fprintf(stderr, "softroce link: no link %q (%s)\n", args[0], describeLinks(links))
+			return 1
+		}
+		links = links[i : i+1]
+	}
+	out := make([]linkStatus, len(links))
+	for i := range links {
+		out[i] = linkStatusOf(&links[i], host)
+	}
+	if jsonOut {
+		b, _ := json.Marshal(out)
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	for _, s := range out {
+		fmt.Fprintf(stdout, "link %s/%d state %s physical_state %s", s.Ifname, s.Port, s.State, s.PhysState)
+		if s.Netdev != "" {
+			fmt.Fprintf(stdout, " netdev %s", s.Netdev)
+		}
+		if s.Addr != "" {
+			fmt.Fprintf(stdout, " addr %s", s.Addr)
+		}
+		if s.Problem != "" {
+			fmt.Fprintf(stdout, " (%s)", s.Problem)
+		}
+		fmt.Fprintln(stdout)
+	}
+	return 0
+}
+
+func linkAdd(args []string, stdout, stderr io.Writer) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
+		return 1
+	}
+	if len(args) < 2 {
+		fmt.Fprint(stderr, linkUsage)
+		return 2
+	}
+	l := linkEntry{Name: args[0]}
+	if !validLinkName.MatchString(l.Name) {
+		return fail("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
+	}
+	kv := args[1:]
+	for len(kv) > 0 {
+		if len(kv) < 2 {
+			return fail("%q needs a value", kv[0])
+		}
+		k, v := kv[0], kv[1]
+		kv = kv[2:]
+		switch k {
+		case "type":
+			if v != "rxe" && v != "softroce" {
+				return fail("type %q is not supported: softroce links are RoCEv2 like rxe (use 'type rxe' or leave it out)", v)
+			}
+		case "netdev", "dev":
+			l.Netdev = v
+		case "addr", "address":
+			ap, err := parseDeviceAddr(v)
+			if err != nil {
+				return fail("%v", err)
+			}
+			if a := ap.Addr(); a.IsUnspecified() || a.IsMulticast() {
+				return fail("%s cannot be a device address: give a unicast address of this host", a)
+			}
+			l.Addr = ap.String()
+			if ap.Port() == 4791 {
+				l.Addr = ap.Addr().String()
+			}
+		default:
+			return fail("unknown keyword %q (want netdev, addr or type)", k)
+		}
+	}
+	if l.Netdev == "" && l.Addr == "" {
+		return fail("give 'netdev DEV' or 'addr IP[:PORT]'")
+	}
+	st, err := loadState()
+	if err != nil {
+		return fail("%v", err)
+	}
+	host, err := hostInterfaces()
+	if err != nil {
+		return fail("listing interfaces: %v", err)
+	}
+	for _, o := range st.Links {
+		if o.Name == l.Name {
+			return fail("link %s already exists (%s); delete it first", o.Name, o.target())
+		}
+	}
+	if l.Netdev != "" && ifaceByName(host, l.Netdev) == nil {
+		return fail("no netdev %q (netdevs: %s)", l.Netdev, describeNetdevs(host))
+	}
+	if l.Addr != "" {
+		a := l.addr().Addr()
+		ifc := ifaceWithAddr(host, a)
+		switch {
+		case ifc == nil && l.Netdev != "":
+			return fail("%s is not an address of netdev %s (addresses: %s)", a, l.Netdev, describeAddrs(host))
+		case ifc == nil:
+			fmt.Fprintf(stderr, "softroce link add: warning: %s is not an address of this host (addresses: %s); link %s stays DOWN until it is\n",
+				a, describeAddrs(host), l.Name)
+		case l.Netdev != "" && ifc.Name != l.Netdev:
+			return fail("%s is on %s, not on netdev %s", a, ifc.Name, l.Netdev)
+		}
+	} else if ifc := ifaceByName(host, l.Netdev); ifc != nil {
+		if _, ok := ifc.gid(); !ok {
+			fmt.Fprintf(stderr, "softroce link add: warning: netdev %s has no IP address yet; link %s stays DOWN until it has one\n", l.Netdev, l.Name)
+		}
+	}
+	// One link per netdev without an explicit address, and per address, as
+	// the kernel allows one rxe device per netdev.
+	nd, ndErr := linkDevice(&l, host)
+	for _, o := range st.Links {
+		if l.Addr == "" && o.Addr == "" && o.Netdev == l.Netdev {
+			return fail("netdev %s already has link %s", l.Netdev, o.Name)
+		}
+		if od, err := linkDevice(&o, host); err == nil && ndErr == nil && od.Addr == nd.Addr {
+			return fail("link %s already uses %s", o.Name, od.Addr)
+		}
+	}
+	st.Links = append(st.Links, l)
+	if err := st.save(); err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
+
+func linkDelete(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprint(stderr, linkUsage)
+		return 2
+	}
+	st, err := loadState()
+	if err != nil {
+		fmt.Fprintf(stderr, "softroce link delete: %v\n", err)
+		return 1
+	}
+	i := slices.IndexFunc(st.Links, func(l linkEntry) bool { return l.Name == args[0] })
+	if i < 0 {
+		fmt.Fprintf(stderr, "softroce link delete: no link %q (%s)\n", args[0], describeLinks(st.Links))
+		return 1
+	}
+	st.Links = slices.Delete(st.Links, i, i+1)
+	if err := st.save(); err != nil {
+		fmt.Fprintf(stderr, "softroce link delete: %v\n", err)
+		return 1
+	}
+	return 0
+}
