@@ -1,0 +1,27 @@
+//go:build !linux
+
+package mem
+
+import "unsafe"
+
+const sysSupported = false
+
+func sliceAt(p unsafe.Pointer, n int) []byte                  { return unsafe.Slice((*byte)(p), n) }
+func mmapAnon(n int, huge bool) ([]byte, error)               { return nil, ErrNotSupported }
+func munmap(b []byte) error                                   { return ErrNotSupported }
+func mlock(b []byte) error                                    { return ErrNotSupported }
+func munlock(b []byte) error                                  { return ErrNotSupported }
+func madviseHuge(b []byte)                                    {}
+func mmapFD(fd int, off int64, n int, w bool) ([]byte, error) { return nil, ErrNotSupported }
+func protNoneFixed(b []byte) error                            { return ErrNotSupported }
+func memfdCreate(name string, size int64) (int, error)        { return -1, ErrNotSupported }
+func dupFD(fd int) (int, error)                               { return -1, ErrNotSupported }
+func closeFD(fd int) error                                    { return ErrNotSupported }
+func fdInfo(fd int) (int64, bool, error)                      { return 0, false, ErrNotSupported }
+func shmByKey(key int) (int, error)                           { return -1, ErrNotSupported }
+func shmSize(id int) (uint64, error)                          { return 0, ErrNotSupported }
+func shmAttach(id int, write bool) ([]byte, error)            { return nil, ErrNotSupported }
+func shmDetach(b []byte) error                                { return ErrNotSupported }
+func shmCreate(key, size, perm int) (int, error)              { return -1, ErrNotSupported }
+func shmRemove(id int) error                                  { return ErrNotSupported }
+func hugePageSize() int                                       { return 2 << 20 }
