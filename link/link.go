@@ -4,6 +4,11 @@ import (
 	"net/netip"
 )
 
+// MaxDatagram is the largest UDP payload a link delivers (65535 minus the
+// IPv4 and UDP headers). RoCE packets are far smaller (at most 4096 bytes of
+// payload plus headers), so buffers of MTU()-28 bytes suffice in practice.
+const MaxDatagram = 65507
+
 // MaxIPHeader is the size of the largest IP header a link reports (IPv6, no extensions).
 const MaxIPHeader = 40
 
@@ -43,7 +48,9 @@ func (p *Packet) Bytes() []byte { return p.Buf[:p.N] }
 // net.ErrClosed.
 type Endpoint interface {
 	// ReadBatch blocks until at least one datagram is available, fills
-	// pkts[0:n] and returns n. Buffers must have cap >= MaxDatagram.
+	// pkts[0:n] and returns n. A datagram larger than its buffer is dropped,
+	// counted, and reported with N = 0; size buffers for MTU()-28 bytes (or
+	// MaxDatagram to be safe).
 	ReadBatch(pkts []Packet) (n int, err error)
 	// WriteBatch sends pkts in order and returns how many were sent; on a
 	// short count err says why. Each packet's last 4 bytes are its ICRC: the

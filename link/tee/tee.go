@@ -1,0 +1,120 @@
+package tee
+
+import (
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/softroce/softroce/link"
+)
+
+// Direction says whether a datagram was received or sent.
+type Direction uint8
+
+// Directions.
+const (
+	// In is a datagram read from the network (ReadBatch).
+	In Direction = iota
+	// Out is a datagram written to the network (WriteBatch).
+	Out
+)
+
+// String returns "in" or "out".
+func (d Direction) String() string {
+	if d == Out {
+		return "out"
+	}
+	return "in"
+}
+
+// Func receives one datagram. udpPayload is only valid during the call.
+type Func func(dir Direction, src, dst netip.AddrPort, udpPayload []byte)
+
+// Stats counts the datagrams the tee has passed to its callback.
+type Stats struct {
+	In, Out atomic.Uint64
+}
+
+// Endpoint is a link.Endpoint that reports its traffic to a Func. It is safe
+// to change the callback with SetFunc while traffic flows.
+type Endpoint struct {
+	inner link.Endpoint
+	fn    atomic.Pointer[Func]
+	local netip.AddrPort
+	stats Stats
+}
+
+var _ link.Endpoint = (*Endpoint)(nil)
+
+// New wraps ep. fn may be nil (nothing is reported until SetFunc).
+func New(ep link.Endpoint, fn Func) *Endpoint {
+	e := &Endpoint{inner: ep, local: ep.LocalAddr()}
+	e.SetFunc(fn)
+	return e
+}
+
+// SetFunc replaces the callback; nil stops reporting.
+func (e *Endpoint) SetFunc(fn Func) {
+	if fn == nil {
+		e.fn.Store(nil)
+		return
+	}
+	e.fn.Store(&fn)
+}
+
+// Inner returns the wrapped endpoint.
+func (e *Endpoint) Inner() link.Endpoint { return e.inner }
+
+// Stats returns the live counters of reported datagrams.
+func (e *Endpoint) Stats() *Stats { return &e.stats }
+
+// ReadBatch reads from the inner endpoint and reports each datagram read.
+// A datagram whose destination the link does not know is reported with the
+// endpoint's local address.
+func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
+	n, err := e.inner.ReadBatch(pkts)
+	if fp := e.fn.Load(); fp != nil && n > 0 {
+		fn := *fp
+		for i := range pkts[:n] {
+			p := &pkts[i]
+			dst := p.Dst
+			if !dst.IsValid() || dst.Addr().IsUnspecified() {
+				dst = e.local
+			}
+			fn(In, p.Src, dst, p.Buf[:p.N])
+		}
+		e.stats.In.Add(uint64(n))
+	}
+	return n, err
+}
+
+// WriteBatch writes to the inner endpoint and reports each datagram it
+// sent. The source reported is Packet.Src when it holds a specific address
+// (the engine sets the QP's UDP source port there), else the local address.
+func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
+	n, err := e.inner.WriteBatch(pkts)
+	if fp := e.fn.Load(); fp != nil && n > 0 {
+		fn := *fp
+		for i := range pkts[:n] {
+			p := &pkts[i]
+			src := p.Src
+			if !src.IsValid() || src.Addr().IsUnspecified() {
+				src = e.local
+			}
+			fn(Out, src, p.Dst, p.Buf[:p.N])
+		}
+		e.stats.Out.Add(uint64(n))
+	}
+	return n, err
+}
+
+// LocalAddr returns the inner endpoint's local address.
+func (e *Endpoint) LocalAddr() netip.AddrPort { return e.inner.LocalAddr() }
+
+// MTU returns the inner endpoint's MTU.
+func (e *Endpoint) MTU() int { return e.inner.MTU() }
+
+// BatchSize returns the inner endpoint's batch size.
+func (e *Endpoint) BatchSize() int { return e.inner.BatchSize() }
+
+// Close closes the inner endpoint.
+func (e *Endpoint) Close() error { return e.inner.Close() }

@@ -1,0 +1,167 @@
+package tee
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/pipe"
+)
+
+type seen struct {
+	Dir      Direction
+	Src, Dst netip.AddrPort
+	Data     string
+}
+
+func newPair(t *testing.T) (*pipe.Endpoint, *pipe.Endpoint) {
+	t.Helper()
+	a, b, err := pipe.New(pipe.Config{}, pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestTeeReportsBothDirections(t *testing.T) {
+	a, b := newPair(t)
+	var mu sync.Mutex
+	var got []seen
+	rec := func(dir Direction, src, dst netip.AddrPort, p []byte) {
+		mu.Lock()
+		// The last 4 bytes are the ICRC the link computed: keep the rest.
+		got = append(got, seen{dir, src, dst, string(p[:len(p)-4])})
+		mu.Unlock()
+	}
+	ta, tb := New(a, rec), New(b, rec)
+	srcPort := netip.AddrPortFrom(a.LocalAddr().Addr(), 0xC123)
+	out := []link.Packet{
+		{Buf: []byte("hello-icrc"), N: 10, Dst: b.LocalAddr()},
+		{Buf: []byte("world-icrc"), N: 10, Dst: b.LocalAddr(), Src: srcPort},
+	}
+	if n, err := ta.WriteBatch(out); n != 2 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	in := make([]link.Packet, 4)
+	for i := range in {
+		in[i].Buf = make([]byte, 2048)
+	}
+	total := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for total < 2 && time.Now().Before(deadline) {
+		n, err := tb.ReadBatch(in[total:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 4 {
+		t.Fatalf("got %d reports, want 4: %+v", len(got), got)
+	}
+	want := []seen{
+		{Out, a.LocalAddr(), b.LocalAddr(), "hello-"},
+		{Out, srcPort, b.LocalAddr(), "world-"},
+	}
+	if d := cmp.Diff(want, got[:2], cmp.Comparer(func(x, y netip.AddrPort) bool { return x == y })); d != "" {
+		t.Errorf("writes (-want +got):\n%s", d)
+	}
+	for _, s := range got[2:] {
+		if s.Dir != In || s.Dst != b.LocalAddr() || s.Src.Addr() != a.LocalAddr().Addr() {
+			t.Errorf("read report %+v: want In from %v to %v", s, a.LocalAddr().Addr(), b.LocalAddr())
+		}
+	}
+	if ta.Stats().Out.Load() != 2 || tb.Stats().In.Load() != 2 {
+		t.Errorf("stats out=%d in=%d, want 2 and 2", ta.Stats().Out.Load(), tb.Stats().In.Load())
+	}
+}
+
+func TestTeeSetFuncNil(t *testing.T) {
+	a, b := newPair(t)
+	calls := 0
+	ta := New(a, func(Direction, netip.AddrPort, netip.AddrPort, []byte) { calls++ })
+	ta.SetFunc(nil)
+	pk := []link.Packet{{Buf: []byte("xxxxxxxx"), N: 8, Dst: b.LocalAddr()}}
+	if _, err := ta.WriteBatch(pk); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 0 {
+		t.Fatalf("callback ran %d times after SetFunc(nil)", calls)
+	}
+	if ta.LocalAddr() != a.LocalAddr() || ta.MTU() != a.MTU() || ta.BatchSize() != a.BatchSize() || ta.Inner() != a {
+		t.Fatal("tee does not forward LocalAddr/MTU/BatchSize/Inner")
+	}
+}
+
+// nullEP is an endpoint that moves nothing, to measure the wrapper alone.
+type nullEP struct{}
+
+func (nullEP) ReadBatch(p []link.Packet) (int, error) {
+	p[0].N = 8
+	return 1, nil
+}
+func (nullEP) WriteBatch(p []link.Packet) (int, error) { return len(p), nil }
+func (nullEP) LocalAddr() netip.AddrPort               { return netip.MustParseAddrPort("127.0.0.1:4791") }
+func (nullEP) MTU() int                                { return 1500 }
+func (nullEP) BatchSize() int                          { return 8 }
+func (nullEP) Close() error                            { return nil }
+
+func TestTeeZeroAlloc(t *testing.T) {
+	pk := []link.Packet{{Buf: make([]byte, 64), N: 8, Dst: netip.MustParseAddrPort("127.0.0.2:4791")}}
+	var sink int
+	for _, fn := range []Func{nil, func(_ Direction, _, _ netip.AddrPort, p []byte) { sink += len(p) }} {
+		e := New(nullEP{}, fn)
+		allocs := testing.AllocsPerRun(200, func() {
+			e.WriteBatch(pk)
+			e.ReadBatch(pk)
+		})
+		if allocs != 0 {
+			t.Errorf("callback set=%v: %v allocations per batch, want 0", fn != nil, allocs)
+		}
+	}
+	_ = sink
+}
+
+func TestDirectionString(t *testing.T) {
+	if In.String() != "in" || Out.String() != "out" {
+		t.Fatal(In.String(), Out.String())
+	}
+}
+
+func TestCloseUnblocksRead(t *testing.T) {
+	a, _ := newPair(t)
+	e := New(a, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		pk := []link.Packet{{Buf: make([]byte, 2048)}}
+		_, err := e.ReadBatch(pk)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	e.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("read after close returned no error")
+		}
+	case <-ctx.Done():
+		t.Fatal("ReadBatch still blocked after Close")
+	}
+}
+
+func BenchmarkTeeWrite(b *testing.B) {
+	pk := []link.Packet{{Buf: make([]byte, 64), N: 8}}
+	e := New(nullEP{}, func(Direction, netip.AddrPort, netip.AddrPort, []byte) {})
+	b.ReportAllocs()
+	for b.Loop() {
+		e.WriteBatch(pk)
+	}
+}

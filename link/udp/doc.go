@@ -1,0 +1,55 @@
+// Package udp is the production link of softroce: RoCEv2 datagrams over a
+// real UDP socket (port 4791 by default), moved in batches with recvmmsg and
+// sendmmsg so that one system call carries up to BatchSize datagrams.
+//
+// The socket is deliberately left unconnected and has path-MTU discovery set
+// to "do" (IP_MTU_DISCOVER = IP_PMTUDISC_DO, IPv6 likewise). Linux then sends
+// every IPv4 datagram with DF set and Identification 0, and since the ICRC
+// covers the Identification, WriteBatch can compute each packet's ICRC for
+// the header it will really carry (see package wire and
+// ../shared/reference/roce-wire.md §4; TestRawCapture checks it on lo). A
+// connected socket, or the default PMTU setting, makes the kernel write
+// unpredictable IDs and kernel rdma_rxe would silently drop the packets.
+// As a consequence a datagram larger than the path MTU is refused with
+// EMSGSIZE instead of being fragmented: RoCE never relies on fragmentation.
+//
+// Bind a device to the IP address of its GID (for example 192.0.2.10:4791).
+// Several endpoints may share port 4791 on different addresses of one host
+// (127.0.0.1 and 127.0.0.2, say). An endpoint bound to a wildcard address
+// (0.0.0.0 or ::) learns each datagram's local address from IP_PKTINFO and,
+// when sending, uses Packet.Src as the source address if it is set, or else
+// the address the routing table picks for the destination (looked up once
+// per destination and cached); the ICRC is computed for that source.
+//
+// IPv6 link-local addresses work with zones: bind to fe80::1%eth0; a
+// link-local sender's Src carries the zone of the interface it came in on,
+// so replies to Src go out the right way; a link-local destination without
+// a zone uses the bound address's. Zone names are resolved (and cached) in
+// the network namespace of the calling thread.
+//
+// On read the link reports the IPv4 TOS / IPv6 traffic class (so ECN marks
+// are visible) but not the IP header itself: Packet.IPHdrLen is 0, and the
+// receiver checks the ICRC with wire.VerifyICRCAddrs. On write, Packet.TOS
+// and Packet.TTL, when not zero, are sent as per-datagram ancillary data.
+//
+// Segmentation offload is used when the kernel has it (probed at Open;
+// Config.NoGSO and Config.NoGRO turn it off). On send (UDP GSO), a run of
+// consecutive packets to one destination with equal sizes (the last may be
+// shorter) goes to the kernel as one buffer, gathered from the callers'
+// buffers without a copy, that the kernel cuts into datagrams. Linux numbers
+// the IPv4 Identification of such segments 0, 1, 2, ... (checked on the wire
+// by this package's tests through a TUN device), so the ICRC of the i-th
+// packet of a run is computed for ID i. If a GSO send fails, its packets are
+// sent again one per buffer, and after EIO GSO is turned off. A NIC that
+// segments in hardware (USO) is expected to number IDs the same way, as it
+// does for TCP; if a peer drops GSO traffic, set Config.NoGSO. On receive
+// (UDP GRO), the kernel may hand over a run of datagrams of one flow as one
+// buffer; the endpoint receives into its own 64 KiB buffers and copies each
+// datagram into a caller's packet, keeping what does not fit for the next
+// ReadBatch. Without GRO, datagrams land directly in the callers' buffers.
+//
+// In steady state neither ReadBatch nor WriteBatch allocates.
+//
+// The package works on Linux only; elsewhere Open returns an error wrapping
+// errors.ErrUnsupported.
+package udp

@@ -1,0 +1,239 @@
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/wire"
+)
+
+// Defaults used when a Config field is zero.
+const (
+	// DefaultBatchSize is the number of datagrams moved per system call.
+	DefaultBatchSize = 64
+	// MaxBatchSize bounds Config.BatchSize (the kernel caps recvmmsg/sendmmsg
+	// at UIO_MAXIOV = 1024 messages per call).
+	MaxBatchSize = 1024
+	// DefaultSocketBuffer is the SO_RCVBUF/SO_SNDBUF size asked for. As root
+	// the endpoint uses SO_RCVBUFFORCE/SO_SNDBUFFORCE to go past
+	// net.core.rmem_max/wmem_max; otherwise the kernel clamps it silently.
+	DefaultSocketBuffer = 32 << 20
+)
+
+var (
+	// ErrBadAddr reports an address an endpoint cannot use (invalid, or a
+	// destination whose family does not match the socket's).
+	ErrBadAddr = errors.New("udp: bad address")
+	// ErrShortPacket reports a packet to send shorter than its 4-byte ICRC
+	// placeholder.
+	ErrShortPacket = errors.New("udp: packet shorter than its ICRC (4 bytes): build it with wire.Packet.Append")
+
+	errClosed = fmt.Errorf("udp: endpoint closed: %w", net.ErrClosed)
+)
+
+// Config describes an endpoint to Open.
+type Config struct {
+	// Addr is the local IP address and UDP port to bind. A zero port means
+	// wire.UDPPort (4791) unless AnyPort is set. A wildcard address
+	// (0.0.0.0, ::) is allowed; see the package documentation.
+	Addr netip.AddrPort
+	// AnyPort lets the kernel choose the port when Addr's port is 0 (tests).
+	AnyPort bool
+	// MTU overrides the IP MTU reported by Endpoint.MTU; 0 looks it up from
+	// the interface that holds Addr.
+	MTU int
+	// BatchSize is the most datagrams per system call (0: DefaultBatchSize).
+	BatchSize int
+	// SocketBuffer is the receive and send buffer size in bytes
+	// (0: DefaultSocketBuffer; negative: leave the kernel default).
+	SocketBuffer int
+	// NoGSO turns UDP generic segmentation offload off. By default the
+	// endpoint uses it when the kernel supports it (Linux 4.18 and later)
+	// and stops using it if a send fails with EIO.
+	NoGSO bool
+	// NoGRO turns UDP generic receive offload off. By default the endpoint
+	// asks for it (Linux 5.0 and later) and splits what arrives coalesced,
+	// at the cost of 1 MiB of receive buffers and one copy per datagram.
+	NoGRO bool
+	// Logger receives rare events (buffer-size fallbacks, send errors);
+	// nil is silent.
+	Logger *slog.Logger
+}
+
+// Option changes a Config; see Listen.
+type Option func(*Config)
+
+// WithAnyPort lets the kernel choose the UDP port when the address's port is 0.
+func WithAnyPort() Option { return func(c *Config) { c.AnyPort = true } }
+
+// WithMTU overrides the reported IP MTU.
+func WithMTU(mtu int) Option { return func(c *Config) { c.MTU = mtu } }
+
+// WithBatchSize sets the number of datagrams per system call.
+func WithBatchSize(n int) Option { return func(c *Config) { c.BatchSize = n } }
+
+// WithSocketBuffer sets the socket receive and send buffer sizes in bytes.
+func WithSocketBuffer(n int) Option { return func(c *Config) { c.SocketBuffer = n } }
+
+// WithoutGSO turns UDP GSO off.
+func WithoutGSO() Option { return func(c *Config) { c.NoGSO = true } }
+
+// WithoutGRO turns UDP GRO off.
+func WithoutGRO() Option { return func(c *Config) { c.NoGRO = true } }
+
+// WithLogger sets the logger for rare events.
+func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
+
+// Listen opens an endpoint bound to addr (port 0: 4791, see WithAnyPort).
+func Listen(addr netip.AddrPort, opts ...Option) (*Endpoint, error) {
+	cfg := Config{Addr: addr}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return Open(cfg)
+}
+
+// normalize validates c and fills in defaults.
+func (c *Config) normalize() error {
+	if !c.Addr.Addr().IsValid() {
+		return fmt.Errorf("%w: %v: give an IP address (and optionally a port) to bind", ErrBadAddr, c.Addr)
+	}
+	a := c.Addr.Addr()
+	if a.Is4In6() {
+		a = a.Unmap()
+	}
+	port := c.Addr.Port()
+	if port == 0 && !c.AnyPort {
+		port = wire.UDPPort
+	}
+	c.Addr = netip.AddrPortFrom(a, port)
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
+		return fmt.Errorf("udp: batch size %d out of range 1..%d", c.BatchSize, MaxBatchSize)
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
+	}
+	if c.MTU < 0 {
+		return fmt.Errorf("udp: negative MTU %d", c.MTU)
+	}
+	return nil
+}
+
+// Stats is a snapshot of an endpoint's counters.
+type Stats struct {
+	PacketsIn, BytesIn   uint64 // datagrams and UDP payload bytes received
+	PacketsOut, BytesOut uint64 // datagrams and UDP payload bytes sent
+	ReadCalls            uint64 // recvmmsg calls that returned datagrams
+	WriteCalls           uint64 // sendmmsg calls that sent datagrams
+	ReadErrors           uint64 // failed receive system calls
+	WriteErrors          uint64 // datagrams the kernel refused (see the error returned)
+	Truncated            uint64 // datagrams larger than the read buffer (reported with N = 0)
+	ICRCFilled           uint64 // ICRCs computed on write
+	SourceLookups        uint64 // route look-ups for a wildcard endpoint's source address
+	GSOMessages          uint64 // UDP GSO sends (one buffer cut into several datagrams)
+	GSOSegments          uint64 // datagrams sent through UDP GSO
+	GSOFallbacks         uint64 // failed GSO sends that were retried one datagram per buffer
+	GROMessages          uint64 // received buffers that held several datagrams
+	GROSegments          uint64 // datagrams received in such buffers
+}
+
+type counters struct {
+	packetsIn, bytesIn   atomic.Uint64
+	packetsOut, bytesOut atomic.Uint64
+	readCalls            atomic.Uint64
+	writeCalls           atomic.Uint64
+	readErrors           atomic.Uint64
+	writeErrors          atomic.Uint64
+	truncated            atomic.Uint64
+	icrcFilled           atomic.Uint64
+	sourceLookups        atomic.Uint64
+	gsoMessages          atomic.Uint64
+	gsoSegments          atomic.Uint64
+	gsoFallbacks         atomic.Uint64
+	groMessages          atomic.Uint64
+	groSegments          atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		PacketsIn: c.packetsIn.Load(), BytesIn: c.bytesIn.Load(),
+		PacketsOut: c.packetsOut.Load(), BytesOut: c.bytesOut.Load(),
+		ReadCalls: c.readCalls.Load(), WriteCalls: c.writeCalls.Load(),
+		ReadErrors: c.readErrors.Load(), WriteErrors: c.writeErrors.Load(),
+		Truncated: c.truncated.Load(), ICRCFilled: c.icrcFilled.Load(),
+		SourceLookups: c.sourceLookups.Load(),
+		GSOMessages:   c.gsoMessages.Load(), GSOSegments: c.gsoSegments.Load(),
+		GSOFallbacks: c.gsoFallbacks.Load(),
+		GROMessages:  c.groMessages.Load(), GROSegments: c.groSegments.Load(),
+	}
+}
+
+var _ link.Endpoint = (*Endpoint)(nil)
+
+// interfaceMTU returns the MTU of the interface holding a, the loopback MTU
+// for loopback addresses, or for a wildcard address the smallest MTU of the
+// interfaces that are up (excluding loopback when others exist). It returns
+// 0 when nothing matches.
+func interfaceMTU(a netip.Addr) int {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0
+	}
+	if a.IsUnspecified() {
+		best, lo := 0, 0
+		for _, ifc := range ifs {
+			if ifc.Flags&net.FlagUp == 0 {
+				continue
+			}
+			if ifc.Flags&net.FlagLoopback != 0 {
+				lo = ifc.MTU
+				continue
+			}
+			if best == 0 || ifc.MTU < best {
+				best = ifc.MTU
+			}
+		}
+		if best == 0 {
+			return lo
+		}
+		return best
+	}
+	var loMTU, prefixMTU int
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 && loMTU == 0 {
+			loMTU = ifc.MTU
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			ipn, ok := ad.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			if ip.Unmap() == a.WithZone("") {
+				return ifc.MTU
+			}
+			if prefixMTU == 0 && ipn.Contains(a.AsSlice()) {
+				prefixMTU = ifc.MTU
+			}
+		}
+	}
+	if a.IsLoopback() && loMTU != 0 {
+		return loMTU
+	}
+	return prefixMTU
+}

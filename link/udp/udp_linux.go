@@ -1,0 +1,764 @@
+package udp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/wire"
+)
+
+// Endpoint is a link.Endpoint over one UDP socket. ReadBatch and WriteBatch
+// may run concurrently with each other; each serializes its own callers.
+type Endpoint struct {
+	conn     *net.UDPConn
+	rc       syscall.RawConn
+	local    netip.AddrPort
+	scope    uint32 // IPv6 scope ID of a link-local bound address
+	is6      bool
+	wildcard bool
+	mtu      int
+	batch    int
+	log      *slog.Logger
+	closed   atomic.Bool
+	gso      atomic.Bool // UDP GSO in use
+	gro      bool        // UDP GRO enabled on the socket
+	ctr      counters
+
+	rx struct {
+		mu        sync.Mutex
+		hdrs      []mmsghdr
+		iovs      []unix.Iovec
+		names     []sockaddr
+		oob       []byte
+		fn        func(fd uintptr) bool
+		want      int
+		got       int
+		errno     unix.Errno
+		meta      []rxMeta
+		zoneNames map[uint32]string // IPv6 scope ID -> interface name
+		// GRO: received buffers not yet handed out.
+		groBuf                      []byte
+		pendMsg, pendOff, pendCount int
+	}
+	tx struct {
+		mu      sync.Mutex
+		hdrs    []mmsghdr
+		iovs    []unix.Iovec
+		names   []sockaddr
+		oob     []byte
+		fn      func(fd uintptr) bool
+		off     int
+		end     int
+		got     int
+		errno   unix.Errno
+		msgPkts []int                     // packets per message (GSO)
+		routes  map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
+		zones   map[string]uint32         // IPv6 zone name -> interface index
+	}
+}
+
+// Open creates and binds the endpoint's socket.
+func Open(cfg Config) (*Endpoint, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	a := cfg.Addr.Addr()
+	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger}
+	network := "udp4"
+	if e.is6 {
+		network = "udp6"
+	}
+	if a.Zone() != "" {
+		ifi, err := zoneIndex(a.Zone())
+		if err != nil {
+			return nil, fmt.Errorf("%w: zone of %v: %v", ErrBadAddr, a, err)
+		}
+		e.scope = ifi
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = e.setOptions(int(fd), cfg.SocketBuffer) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), network, cfg.Addr.String())
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("udp: %v is in use (is the kernel's rdma_rxe loaded? it owns UDP port %d on every address): %w", cfg.Addr, wire.UDPPort, err)
+		}
+		return nil, fmt.Errorf("udp: listen on %v: %w", cfg.Addr, err)
+	}
+	e.conn = pc.(*net.UDPConn)
+	e.rc, err = e.conn.SyscallConn()
+	if err != nil {
+		e.conn.Close()
+		return nil, fmt.Errorf("udp: %w", err)
+	}
+	if !cfg.NoGSO {
+		// Probe: the option exists from Linux 4.18 on.
+		e.rc.Control(func(fd uintptr) {
+			_, err := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
+			e.gso.Store(err == nil)
+		})
+	}
+	port := uint16(cfg.Addr.Port())
+	if ua, ok := e.conn.LocalAddr().(*net.UDPAddr); ok {
+		port = uint16(ua.Port)
+	}
+	e.local = netip.AddrPortFrom(a, port)
+	e.mtu = cfg.MTU
+	if e.mtu == 0 {
+		e.mtu = interfaceMTU(a)
+	}
+	if e.mtu == 0 {
+		e.mtu = 1500
+	}
+
+	n := e.batch
+	e.rx.hdrs, e.rx.iovs, e.rx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
+	e.rx.oob = make([]byte, n*oobLen)
+	e.rx.meta = make([]rxMeta, n)
+	if !cfg.NoGRO {
+		e.rc.Control(func(fd uintptr) {
+			e.gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		})
+	}
+	if e.gro {
+		e.rx.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
+	}
+	e.tx.hdrs, e.tx.iovs, e.tx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
+	e.tx.oob = make([]byte, n*oobLen)
+	e.tx.msgPkts = make([]int, n)
+	for i := 0; i < n; i++ {
+		h := &e.rx.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&e.rx.names[i]))
+		h.Iov = &e.rx.iovs[i]
+		h.SetIovlen(1)
+		h.Control = &e.rx.oob[i*oobLen]
+		e.tx.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&e.tx.names[i]))
+	}
+	e.rx.fn = e.doRead
+	e.tx.fn = e.doWrite
+	e.tx.routes = make(map[netip.Addr]netip.Addr)
+	e.tx.zones = make(map[string]uint32)
+	return e, nil
+}
+
+// setOptions configures the fresh socket before bind.
+func (e *Endpoint) setOptions(fd, bufSize int) error {
+	if e.is6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("udp: setsockopt IPV6_MTU_DISCOVER: %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
+			return fmt.Errorf("udp: setsockopt IPV6_RECVTCLASS: %w", err)
+		}
+		if e.wildcard {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1); err != nil {
+				return fmt.Errorf("udp: setsockopt IPV6_RECVPKTINFO: %w", err)
+			}
+		}
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("udp: setsockopt IP_MTU_DISCOVER: %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+			return fmt.Errorf("udp: setsockopt IP_RECVTOS: %w", err)
+		}
+		if e.wildcard {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+				return fmt.Errorf("udp: setsockopt IP_PKTINFO: %w", err)
+			}
+		}
+	}
+	if bufSize > 0 {
+		for _, o := range [2][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], bufSize) == nil {
+				continue
+			}
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], bufSize); err != nil && e.log != nil {
+				e.log.Debug("udp: socket buffer size not set", "size", bufSize, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// LocalAddr returns the bound address and port.
+func (e *Endpoint) LocalAddr() netip.AddrPort { return e.local }
+
+// MTU returns the IP MTU of the bound address's interface (or Config.MTU).
+func (e *Endpoint) MTU() int { return e.mtu }
+
+// BatchSize returns the most datagrams moved per system call.
+func (e *Endpoint) BatchSize() int { return e.batch }
+
+// GRO reports whether the endpoint receives with UDP GRO.
+func (e *Endpoint) GRO() bool { return e.gro }
+
+// GSO reports whether the endpoint currently sends with UDP GSO.
+func (e *Endpoint) GSO() bool { return e.gso.Load() }
+
+// Stats returns a snapshot of the endpoint's counters.
+func (e *Endpoint) Stats() Stats { return e.ctr.snapshot() }
+
+// Close closes the socket; blocked and later calls return an error wrapping
+// net.ErrClosed.
+func (e *Endpoint) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	return e.conn.Close()
+}
+
+func (e *Endpoint) doRead(fd uintptr) bool {
+	for {
+		n, errno := recvmmsg(fd, e.rx.hdrs[:e.rx.want])
+		switch errno {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		e.rx.got, e.rx.errno = n, errno
+		return true
+	}
+}
+
+// ReadBatch receives up to min(len(pkts), BatchSize()) datagrams, blocking
+// until at least one arrives. Each packet's Buf is used up to its capacity; a
+// datagram that does not fit is reported with N = 0 (Stats.Truncated).
+//
+// With UDP GRO the kernel hands over runs of datagrams of one flow as one
+// buffer; they are received into the endpoint's own buffers and copied out
+// one datagram per packet, and what does not fit in pkts is returned by the
+// next call.
+func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
+	if e.closed.Load() {
+		return 0, errClosed
+	}
+	n := min(len(pkts), e.batch)
+	if n == 0 {
+		return 0, nil
+	}
+	rx := &e.rx
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	for i := 0; i < n; i++ {
+		if cap(pkts[i].Buf) == 0 {
+			return 0, fmt.Errorf("udp: ReadBatch: packet %d has a buffer of capacity 0: give each packet a buffer of at least MTU bytes", i)
+		}
+	}
+	if e.gro {
+		return e.readGRO(pkts[:n])
+	}
+	for i := 0; i < n; i++ {
+		b := pkts[i].Buf[:cap(pkts[i].Buf)]
+		rx.iovs[i].Base = &b[0]
+		rx.iovs[i].SetLen(len(b))
+	}
+	k, err := e.recv(n)
+	clearIovs(rx.iovs[:n])
+	if err != nil {
+		return 0, err
+	}
+	var bytes uint64
+	for i := 0; i < k; i++ {
+		p, m := &pkts[i], &rx.meta[i]
+		p.N = m.n
+		if m.trunc {
+			p.N = 0
+			e.ctr.truncated.Add(1)
+		}
+		bytes += uint64(p.N)
+		p.Src, p.Dst, p.TOS = m.src, m.dst, m.tos
+		p.IPHdrLen, p.TTL = 0, 0
+	}
+	e.ctr.packetsIn.Add(uint64(k))
+	e.ctr.bytesIn.Add(bytes)
+	return k, nil
+}
+
+// rxMeta is what recv learned about one received message.
+type rxMeta struct {
+	src, dst netip.AddrPort
+	n        int // bytes
+	seg      int // GRO segment size (0: one datagram)
+	tos      uint8
+	trunc    bool
+}
+
+// recv runs recvmmsg for the first n messages (whose iovecs are set) and
+// decodes their addresses and control messages into rx.meta.
+func (e *Endpoint) recv(n int) (int, error) {
+	rx := &e.rx
+	for i := 0; i < n; i++ {
+		h := &rx.hdrs[i].hdr
+		h.Namelen = sizeofSockaddr
+		h.SetControllen(oobLen)
+		h.Flags = 0
+	}
+	rx.want = n
+	if err := e.rc.Read(rx.fn); err != nil {
+		if e.closed.Load() || errors.Is(err, net.ErrClosed) {
+			return 0, errClosed
+		}
+		e.ctr.readErrors.Add(1)
+		return 0, fmt.Errorf("udp: read: %w", err)
+	}
+	if rx.errno != 0 {
+		e.ctr.readErrors.Add(1)
+		return 0, os.NewSyscallError("recvmmsg", rx.errno)
+	}
+	k := rx.got
+	for i := 0; i < k; i++ {
+		m, h := &rx.meta[i], &rx.hdrs[i]
+		sa := &rx.names[i]
+		*m = rxMeta{src: addrPortOf(sa), dst: e.local, n: int(h.n), trunc: h.hdr.Flags&unix.MSG_TRUNC != 0}
+		zone := ""
+		if sa.Family == unix.AF_INET6 && sa.Scope_id != 0 && m.src.Addr().IsLinkLocalUnicast() {
+			// A link-local sender: keep its scope so that replies to Src work.
+			zone = e.zoneName(sa.Scope_id)
+			m.src = netip.AddrPortFrom(m.src.Addr().WithZone(zone), m.src.Port())
+		}
+		if cl := int(h.hdr.Controllen); cl > 0 {
+			dst, tos, seg := parseCmsgs(rx.oob[i*oobLen : i*oobLen+min(cl, oobLen)])
+			m.tos, m.seg = tos, seg
+			if e.wildcard && dst.IsValid() {
+				if dst.IsLinkLocalUnicast() {
+					dst = dst.WithZone(zone)
+				}
+				m.dst = netip.AddrPortFrom(dst, e.local.Port())
+			}
+		}
+	}
+	e.ctr.readCalls.Add(1)
+	return k, nil
+}
+
+// Receive buffers for GRO: each message can carry up to 64 KiB.
+const (
+	groBufSize = 65536
+	groMsgs    = 16
+)
+
+// readGRO fills pkts from the pending GRO buffers, receiving more first if
+// none are pending.
+func (e *Endpoint) readGRO(pkts []link.Packet) (int, error) {
+	rx := &e.rx
+	if rx.pendMsg >= rx.pendCount {
+		n := min(groMsgs, e.batch)
+		for i := 0; i < n; i++ {
+			rx.iovs[i].Base = &rx.groBuf[i*groBufSize]
+			rx.iovs[i].SetLen(groBufSize)
+		}
+		k, err := e.recv(n)
+		if err != nil {
+			return 0, err
+		}
+		rx.pendMsg, rx.pendOff, rx.pendCount = 0, 0, k
+	}
+	var bytes uint64
+	i := 0
+	for i < len(pkts) && rx.pendMsg < rx.pendCount {
+		m := &rx.meta[rx.pendMsg]
+		data := rx.groBuf[rx.pendMsg*groBufSize : rx.pendMsg*groBufSize+m.n]
+		seg := m.n
+		if m.seg > 0 {
+			seg = m.seg
+			if m.n > seg {
+				e.ctr.groSegments.Add(1)
+				if rx.pendOff == 0 {
+					e.ctr.groMessages.Add(1)
+				}
+			}
+		}
+		take := min(seg, m.n-rx.pendOff)
+		p := &pkts[i]
+		p.N = copy(p.Buf[:cap(p.Buf)], data[rx.pendOff:rx.pendOff+take])
+		if p.N < take || m.trunc {
+			p.N = 0
+			e.ctr.truncated.Add(1)
+		}
+		bytes += uint64(p.N)
+		p.Src, p.Dst, p.TOS = m.src, m.dst, m.tos
+		p.IPHdrLen, p.TTL = 0, 0
+		rx.pendOff += take
+		if rx.pendOff >= m.n {
+			rx.pendMsg++
+			rx.pendOff = 0
+		}
+		i++
+	}
+	e.ctr.packetsIn.Add(uint64(i))
+	e.ctr.bytesIn.Add(bytes)
+	return i, nil
+}
+
+func clearIovs(iovs []unix.Iovec) {
+	for i := range iovs {
+		iovs[i].Base = nil
+	}
+}
+
+func (e *Endpoint) doWrite(fd uintptr) bool {
+	for {
+		n, errno := sendmmsg(fd, e.tx.hdrs[e.tx.off:e.tx.end])
+		switch errno {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		e.tx.got, e.tx.errno = n, errno
+		return true
+	}
+}
+
+// WriteBatch fills in each packet's ICRC (for IPv4 ID 0 with DF, which is
+// what the kernel writes on this socket) and sends the packets in order,
+// up to BatchSize() per system call. It returns how many were sent; on a
+// short count the error says why the next one was not (a bad destination, a
+// datagram over the path MTU, ...). Packets before it have been sent.
+//
+// With UDP GSO, runs of consecutive packets to one destination with equal
+// sizes (the last may be shorter) go to the kernel as one buffer that it
+// cuts into datagrams; the kernel numbers the IPv4 Identification of those
+// segments 0, 1, 2, ..., and each packet's ICRC is computed for its ID.
+func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
+	if e.closed.Load() {
+		return 0, errClosed
+	}
+	tx := &e.tx
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	sent := 0
+	coalesce := true
+	for sent < len(pkts) {
+		nm, np, perr := e.build(pkts[sent:], coalesce && e.gso.Load())
+		km, err := e.send(nm)
+		clearIovs(tx.iovs[:np])
+		kp := 0
+		for _, c := range tx.msgPkts[:km] {
+			kp += c
+		}
+		var bytes uint64
+		for i := 0; i < kp; i++ {
+			bytes += uint64(pkts[sent+i].N)
+		}
+		e.ctr.packetsOut.Add(uint64(kp))
+		e.ctr.bytesOut.Add(bytes)
+		if err != nil {
+			if km < nm && tx.msgPkts[km] > 1 && !errors.Is(err, net.ErrClosed) {
+				// A GSO send failed: send those packets one by one (with
+				// their ICRCs recomputed for ID 0), and stop using GSO if
+				// the kernel or device cannot do it.
+				e.ctr.gsoFallbacks.Add(1)
+				if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EOPNOTSUPP) {
+					e.gso.Store(false)
+					if e.log != nil {
+						e.log.Info("udp: UDP GSO failed; sending one datagram per buffer from now on", "err", err)
+					}
+				}
+				sent += kp
+				coalesce = false
+				continue
+			}
+			return sent + kp, e.writeError(err, &pkts[sent+kp])
+		}
+		sent += kp
+		coalesce = true
+		if perr != nil {
+			return sent, perr
+		}
+	}
+	return sent, nil
+}
+
+func (e *Endpoint) writeError(err error, p *link.Packet) error {
+	if errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	e.ctr.writeErrors.Add(1)
+	if errors.Is(err, syscall.EMSGSIZE) {
+		return fmt.Errorf("udp: datagram of %d bytes to %v exceeds the path MTU (interface MTU %d; RoCE does not fragment): %w", p.N, p.Dst, e.mtu, err)
+	}
+	if e.log != nil {
+		e.log.Debug("udp: send failed", "dst", p.Dst, "len", p.N, "err", err)
+	}
+	return fmt.Errorf("udp: send to %v: %w", p.Dst, err)
+}
+
+// send transmits the nm prepared messages and returns how many went out.
+func (e *Endpoint) send(nm int) (int, error) {
+	tx := &e.tx
+	tx.off, tx.end = 0, nm
+	for tx.off < nm {
+		if err := e.rc.Write(tx.fn); err != nil {
+			if e.closed.Load() || errors.Is(err, net.ErrClosed) {
+				return tx.off, errClosed
+			}
+			return tx.off, err
+		}
+		if tx.errno != 0 {
+			return tx.off, os.NewSyscallError("sendmmsg", tx.errno)
+		}
+		e.ctr.writeCalls.Add(1)
+		tx.off += tx.got
+	}
+	return nm, nil
+}
+
+// Limits of one UDP GSO send: the kernel's UDP_MAX_SEGMENTS (64 before
+// Linux 6.11) and the 16-bit IP length of the unsegmented datagram.
+const (
+	maxGSOSegments = 64
+	maxGSOBytes    = 65535 - 40 - 8
+)
+
+// build prepares messages for up to BatchSize() packets of pkts, computing
+// their ICRCs, and returns the number of messages and packets. It stops
+// before the first invalid packet and returns its error.
+func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err error) {
+	tx := &e.tx
+	overhead := 8 + 20
+	if e.is6 {
+		overhead = 8 + 40
+	}
+	var (
+		run      bool // the current message can take more segments
+		rdst     netip.AddrPort
+		rsrc     netip.AddrPort
+		rtos     uint8
+		rttl     uint8
+		seg      int
+		segs     int
+		runBytes int
+		cl       int // control bytes of the current message
+	)
+	finish := func() {
+		if nm == 0 {
+			return
+		}
+		m := nm - 1
+		h := &tx.hdrs[m].hdr
+		h.SetIovlen(segs)
+		if segs > 1 {
+			ctl := tx.oob[m*oobLen : (m+1)*oobLen]
+			d, sp := putCmsg(ctl[cl:], unix.SOL_UDP, unix.UDP_SEGMENT, 2)
+			*(*uint16)(unsafe.Pointer(&d[0])) = uint16(seg)
+			cl += sp
+			e.ctr.gsoMessages.Add(1)
+			e.ctr.gsoSegments.Add(uint64(segs))
+		}
+		if cl > 0 {
+			h.Control = &tx.oob[m*oobLen]
+		} else {
+			h.Control = nil
+		}
+		h.SetControllen(cl)
+	}
+	for np < len(pkts) && np < e.batch {
+		p := &pkts[np]
+		dst, src, scope, err := e.addrs(p)
+		if err != nil {
+			finish()
+			e.ctr.icrcFilled.Add(uint64(np))
+			return nm, np, err
+		}
+		b := p.Buf[:p.N]
+		id := uint16(0)
+		if run && dst == rdst && src == rsrc && p.TOS == rtos && p.TTL == rttl &&
+			p.N <= seg && segs < maxGSOSegments && runBytes+p.N <= maxGSOBytes {
+			if !e.is6 {
+				id = uint16(segs)
+			}
+			segs++
+			runBytes += p.N
+			run = p.N == seg
+			tx.msgPkts[nm-1]++
+		} else {
+			finish()
+			m := nm
+			nm++
+			h := &tx.hdrs[m].hdr
+			h.Namelen = putSockaddr(&tx.names[m], dst, e.is6, scope)
+			h.Iov = &tx.iovs[np]
+			cl = e.putControl(tx.oob[m*oobLen:(m+1)*oobLen], p, src)
+			tx.msgPkts[m] = 1
+			run = coalesce && p.N+overhead <= e.mtu
+			rdst, rsrc, rtos, rttl = dst, src, p.TOS, p.TTL
+			seg, segs, runBytes = p.N, 1, p.N
+		}
+		wire.FillICRC(b, src, dst, id)
+		tx.iovs[np].Base = &b[0]
+		tx.iovs[np].SetLen(len(b))
+		np++
+	}
+	finish()
+	e.ctr.icrcFilled.Add(uint64(np))
+	return nm, np, nil
+}
+
+// addrs validates p and returns its destination and source addresses (of
+// the socket's family) and the IPv6 scope to send with.
+func (e *Endpoint) addrs(p *link.Packet) (dst, src netip.AddrPort, scope uint32, err error) {
+	if p.N < wire.ICRCLen || p.N > cap(p.Buf) {
+		if p.N > cap(p.Buf) {
+			return dst, src, 0, fmt.Errorf("udp: packet length %d exceeds its buffer (cap %d)", p.N, cap(p.Buf))
+		}
+		return dst, src, 0, ErrShortPacket
+	}
+	da := p.Dst.Addr()
+	if !e.is6 {
+		da = da.Unmap()
+	}
+	if !da.IsValid() || p.Dst.Port() == 0 || da.Is4() == e.is6 || da.Is4In6() {
+		return dst, src, 0, e.badDst(p.Dst)
+	}
+	dst = netip.AddrPortFrom(da, p.Dst.Port())
+	src = e.local
+	scope = e.scope
+	if da.Zone() != "" {
+		s, err := e.zoneOf(da.Zone())
+		if err != nil {
+			return dst, src, 0, fmt.Errorf("%w: %v: %v", ErrBadAddr, p.Dst, err)
+		}
+		scope = s
+	} else if !da.IsLinkLocalUnicast() {
+		scope = 0
+	}
+	if e.wildcard {
+		sa := p.Src.Addr()
+		if !e.is6 {
+			sa = sa.Unmap()
+		}
+		if !sa.IsValid() || sa.Is4() == e.is6 || sa.IsUnspecified() {
+			if sa, err = e.route(da); err != nil {
+				return dst, src, 0, err
+			}
+		}
+		src = netip.AddrPortFrom(sa, e.local.Port())
+	}
+	return dst, src, scope, nil
+}
+
+// putControl writes the per-datagram control messages for p (source
+// address on a wildcard endpoint, TOS, TTL) and returns their length.
+func (e *Endpoint) putControl(ctl []byte, p *link.Packet, src netip.AddrPort) int {
+	cl := 0
+	if e.wildcard {
+		if e.is6 {
+			d, sp := putCmsg(ctl, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0]))
+			*pi = unix.Inet6Pktinfo{Addr: src.Addr().As16()}
+			cl += sp
+		} else {
+			d, sp := putCmsg(ctl, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0]))
+			*pi = unix.Inet4Pktinfo{Spec_dst: src.Addr().As4()}
+			cl += sp
+		}
+	}
+	if p.TOS != 0 {
+		lvl, typ := int32(unix.IPPROTO_IP), int32(unix.IP_TOS)
+		if e.is6 {
+			lvl, typ = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+		}
+		d, sp := putCmsg(ctl[cl:], lvl, typ, 4)
+		putInt32(d, int32(p.TOS))
+		cl += sp
+	}
+	if p.TTL != 0 {
+		lvl, typ := int32(unix.IPPROTO_IP), int32(unix.IP_TTL)
+		if e.is6 {
+			lvl, typ = unix.IPPROTO_IPV6, unix.IPV6_HOPLIMIT
+		}
+		d, sp := putCmsg(ctl[cl:], lvl, typ, 4)
+		putInt32(d, int32(p.TTL))
+		cl += sp
+	}
+	return cl
+}
+
+func (e *Endpoint) badDst(d netip.AddrPort) error {
+	fam := "IPv4"
+	if e.is6 {
+		fam = "IPv6"
+	}
+	return fmt.Errorf("%w: destination %v: this endpoint (%v) sends %s only, to a non-zero port", ErrBadAddr, d, e.local, fam)
+}
+
+// route returns (and caches) the source address the kernel picks for dst.
+func (e *Endpoint) route(dst netip.Addr) (netip.Addr, error) {
+	if s, ok := e.tx.routes[dst]; ok {
+		return s, nil
+	}
+	e.ctr.sourceLookups.Add(1)
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, wire.UDPPort)))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("udp: no route to %v: %w", dst, err)
+	}
+	defer c.Close()
+	s := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr()
+	if !e.is6 {
+		s = s.Unmap()
+	}
+	s = s.WithZone("")
+	e.tx.routes[dst] = s
+	return s, nil
+}
+
+func (e *Endpoint) zoneOf(z string) (uint32, error) {
+	if s, ok := e.tx.zones[z]; ok {
+		return s, nil
+	}
+	s, err := zoneIndex(z)
+	if err != nil {
+		return 0, err
+	}
+	e.tx.zones[z] = s
+	return s, nil
+}
+
+// zoneName returns (and caches) the interface name for an IPv6 scope ID.
+// Called with rx.mu held.
+func (e *Endpoint) zoneName(idx uint32) string {
+	if z, ok := e.rx.zoneNames[idx]; ok {
+		return z
+	}
+	z := strconv.FormatUint(uint64(idx), 10)
+	if ifi, err := net.InterfaceByIndex(int(idx)); err == nil {
+		z = ifi.Name
+	}
+	if e.rx.zoneNames == nil {
+		e.rx.zoneNames = make(map[uint32]string)
+	}
+	e.rx.zoneNames[idx] = z
+	return z
+}
+
+func zoneIndex(z string) (uint32, error) {
+	if n, err := strconv.ParseUint(z, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	ifi, err := net.InterfaceByName(z)
+	if err != nil {
+		return 0, err
+	}
+	return uint32(ifi.Index), nil
+}
