@@ -16,7 +16,7 @@ var (
 	ErrTruncated     = &ParseError{"packet truncated: shorter than its opcode's headers plus ICRC"}
 	ErrOversized     = &ParseError{"packet oversized: payload exceeds 4096 bytes (largest path MTU)"}
 	ErrBadVersion    = &ParseError{"BTH TVer is not 0"}
-	ErrBadPad        = &ParseError{"BTH PadCnt larger than the payload, or pad on a packet without payload"}
+	ErrBadPad        = &ParseError{"BTH PadCnt does not fit: larger than the payload, payload+pad not a multiple of 4, or pad on a packet without payload"}
 	ErrUnknownOpcode = &ParseError{"unknown or reserved opcode"}
 	// ErrUnsupportedOpcode is a defined opcode softroce does not implement (RD, XRC, CNP), dropped as rxe does.
 	ErrUnsupportedOpcode = &ParseError{"opcode of an unsupported transport (RD, XRC or CNP)"}

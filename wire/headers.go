@@ -21,8 +21,10 @@ type BTH struct {
 	PKey   uint16
 	FECN   bool
 	BECN   bool
+	Resv6  uint8  // reserved bits 5-0 of byte 4 (sent 0; kept for exact re-encoding)
 	DestQP uint32 // 24 bits
 	AckReq bool
+	Resv7  uint8  // reserved bits 6-0 of byte 8 (sent 0; kept for exact re-encoding)
 	PSN    uint32 // 24 bits
 }
 
@@ -35,16 +37,16 @@ func (h *BTH) Append(b []byte) []byte {
 	if h.M {
 		b1 |= 0x40
 	}
-	var b4 byte
+	b4 := h.Resv6 & 0x3F
 	if h.FECN {
 		b4 |= 0x80
 	}
 	if h.BECN {
 		b4 |= 0x40
 	}
-	var b8 byte
+	b8 := h.Resv7 & 0x7F
 	if h.AckReq {
-		b8 = 0x80
+		b8 |= 0x80
 	}
 	return append(b, byte(h.Opcode), b1, byte(h.PKey>>8), byte(h.PKey),
 		b4, byte(h.DestQP>>16), byte(h.DestQP>>8), byte(h.DestQP),
@@ -62,8 +64,10 @@ func (h *BTH) Decode(b []byte) {
 	h.PKey = binary.BigEndian.Uint16(b[2:])
 	h.FECN = b[4]&0x80 != 0
 	h.BECN = b[4]&0x40 != 0
+	h.Resv6 = b[4] & 0x3F
 	h.DestQP = binary.BigEndian.Uint32(b[4:]) & 0xFFFFFF
 	h.AckReq = b[8]&0x80 != 0
+	h.Resv7 = b[8] & 0x7F
 	h.PSN = binary.BigEndian.Uint32(b[8:]) & 0xFFFFFF
 }
 
@@ -195,19 +199,21 @@ func (h *AtomicAckETH) Decode(b []byte) { h.Orig = binary.BigEndian.Uint64(b[:8]
 // DETH is the datagram extended transport header (8 bytes, UD).
 type DETH struct {
 	QKey  uint32
+	Resv  uint8  // reserved byte 4 (sent 0; kept for exact re-encoding)
 	SrcQP uint32 // 24 bits
 }
 
 // Append appends the encoding of h to b.
 func (h *DETH) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, h.QKey)
-	return binary.BigEndian.AppendUint32(b, h.SrcQP&0xFFFFFF)
+	return binary.BigEndian.AppendUint32(b, uint32(h.Resv)<<24|h.SrcQP&0xFFFFFF)
 }
 
 // Decode fills h from b (len(b) >= DETHLen).
 func (h *DETH) Decode(b []byte) {
 	_ = b[7]
 	h.QKey = binary.BigEndian.Uint32(b)
+	h.Resv = b[4]
 	h.SrcQP = binary.BigEndian.Uint32(b[4:]) & 0xFFFFFF
 }
 
@@ -221,13 +227,14 @@ const (
 
 // FETH is the FLUSH extended transport header (4 bytes).
 type FETH struct {
-	PLT uint8 // bits 3-0: placement type
-	SEL uint8 // bits 5-4: selectivity
+	PLT  uint8  // bits 3-0: placement type
+	SEL  uint8  // bits 5-4: selectivity
+	Resv uint32 // reserved bits 31-6 (sent 0; kept for exact re-encoding)
 }
 
 // Append appends the encoding of h to b.
 func (h *FETH) Append(b []byte) []byte {
-	return binary.BigEndian.AppendUint32(b, uint32(h.SEL&3)<<4|uint32(h.PLT&0xF))
+	return binary.BigEndian.AppendUint32(b, h.Resv&^0x3F|uint32(h.SEL&3)<<4|uint32(h.PLT&0xF))
 }
 
 // Decode fills h from b (len(b) >= FETHLen).
@@ -235,4 +242,5 @@ func (h *FETH) Decode(b []byte) {
 	v := binary.BigEndian.Uint32(b[:4])
 	h.PLT = uint8(v & 0xF)
 	h.SEL = uint8(v >> 4 & 3)
+	h.Resv = v &^ 0x3F
 }

@@ -88,7 +88,9 @@ func (p *Packet) Parse(b []byte) error {
 		if pad != 0 {
 			return ErrBadPad
 		}
-	} else if plen < 0 {
+	} else if plen < 0 || (plen+pad)&3 != 0 {
+		// Headers are 4-byte multiples and packets 4-byte aligned, so
+		// payload plus pad must be too.
 		return ErrBadPad
 	}
 	if plen > MaxPayload {

@@ -30,6 +30,7 @@ func TestParseErrors(t *testing.T) {
 		{"XRC", mod(good(RCSendOnly, 0), func(b []byte) { b[0] = 0xA4 }), ErrUnsupportedOpcode},
 		{"CNP", append(mod(good(RCSendOnly, 0), func(b []byte) { b[0] = 0x81 }), make([]byte, 16)...), ErrUnsupportedOpcode},
 		{"pad > payload", mod(good(RCSendOnly, 0), func(b []byte) { b[1] |= 0x30 }), ErrBadPad},
+		{"not 4-byte aligned", append(good(RCSendOnly, 4), 0), ErrBadPad},
 		{"pad on ack", mod(good(RCAcknowledge, 0), func(b []byte) { b[1] |= 0x10 }), ErrBadPad},
 		{"payload on ack", append(good(RCAcknowledge, 0), 0, 0, 0, 0), ErrHeaderMismatch},
 		{"payload on read req", append(good(RCReadRequest, 0), 0, 0, 0, 0), ErrHeaderMismatch},
