@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/softroce/softroce/capture"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/tee"
+	"github.com/softroce/softroce/link/udp"
+	"github.com/softroce/softroce/verbs"
+	"github.com/softroce/softroce/wire"
+)
+
+// toolDevice is an open softroce device as the traffic tools use it: the
+// device a -d argument names, on a UDP socket, optionally teeing its
+// traffic to a pcap file (--pcap).
+type toolDevice struct {
+	info Device
+	dev  *verbs.Device
+	tee  *tee.Endpoint
+	pcap *capture.Writer
+	// pcapErr holds the first error writing the capture (reported at Close).
+	pcapMu  sync.Mutex
+	pcapErr error
+}
+
+// resolveToolDevice is resolveDevice plus loopback addresses: every address
+// of 127.0.0.0/8 (and ::1) is usable on Linux's lo although only 127.0.0.1
+// is configured, so "-d 127.0.0.2" gives a second device on one host.
+func resolveToolDevice(name string) (Device, error) {
+	d, err := resolveDevice(name)
+	if err == nil || name == "" {
+		return d, err
+	}
+	if ap, perr := parseDeviceAddr(name); perr == nil && ap.Addr().Unmap().IsLoopback() {
+		a := ap.Addr().Unmap()
+		return Device{Name: a.String(), Addr: netip.AddrPortFrom(a, ap.Port()), Netdev: loopbackName()}, nil
+	}
+	return d, err
+}
+
+func loopbackName() string {
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 {
+			return i.Name
+		}
+	}
+	return "lo"
+}
+
+// deviceMAC returns the hardware address of netdev, or zero (the engine
+// then derives one from the IP address) for loopback and unknown devices.
+func deviceMAC(netdev string) [6]byte {
+	var mac [6]byte
+	if netdev == "" {
+		return mac
+	}
+	ifc, err := net.InterfaceByName(netdev)
+	if err == nil && len(ifc.HardwareAddr) == 6 {
+		copy(mac[:], ifc.HardwareAddr)
+	}
+	return mac
+}
+
+// openToolDevice opens the device name (-d) on a UDP socket. With pcapPath
+// set, every datagram it sends and receives is written there, framed as
+// Ethernet/IP/UDP with a valid ICRC (capture.Writer).
+func openToolDevice(name, pcapPath string) (*toolDevice, error) {
+	info, err := resolveToolDevice(name)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := udp.Listen(info.Addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("device %s: UDP %v is in use (another softroce tool on this device?): %w", info.Name, info.Addr, err)
+		}
+		return nil, fmt.Errorf("device %s: %w", info.Name, err)
+	}
+	t := &toolDevice{info: info}
+	var lep link.Endpoint = ep
+	if pcapPath != "" {
+		w, err := capture.Create(pcapPath, nil)
+		if err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		t.pcap = w
+		t.tee = tee.New(ep, t.record)
+		lep = t.tee
+	}
+	t.dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: deviceMAC(info.Netdev)})
+	if err != nil {
+		lep.Close()
+		if t.pcap != nil {
+			t.pcap.Close()
+		}
+		return nil, fmt.Errorf("device %s: %w", info.Name, err)
+	}
+	return t, nil
+}
+
+// record writes one datagram to the pcap file (the tee's callback). A UDP
+// socket sends from its own port whatever source port the engine chose for
+// the QP (rxe's per-QP port), so sent datagrams are recorded with the port
+// they really carry.
+func (t *toolDevice) record(dir tee.Direction, src, dst netip.AddrPort, payload []byte) {
+	if dir == tee.Out {
+		src = netip.AddrPortFrom(src.Addr(), t.info.Addr.Port())
+	}
+	if err := t.pcap.WritePacket(time.Now(), src, dst, payload); err != nil {
+		t.pcapMu.Lock()
+		if t.pcapErr == nil {
+			t.pcapErr = err
+		}
+		t.pcapMu.Unlock()
+	}
+}
+
+// Close closes the device and the capture file.
+func (t *toolDevice) Close() error {
+	err := t.dev.Close()
+	if t.pcap != nil {
+		if cerr := t.pcap.Close(); err == nil {
+			err = cerr
+		}
+		t.pcapMu.Lock()
+		if err == nil && t.pcapErr != nil {
+			err = fmt.Errorf("--pcap: %w", t.pcapErr)
+		}
+		t.pcapMu.Unlock()
+	}
+	return err
+}
+
+// gid returns the device's GID at index i, refusing empty entries.
+func (t *toolDevice) gid(i int) (verbs.GID, error) {
+	g, err := t.dev.QueryGID(1, i)
+	if err != nil {
+		return g, err
+	}
+	if g == (verbs.GID{}) {
+		return g, fmt.Errorf("GID index %d of %s is empty (populated: 0..%d; 1 is the IP address, as rxe's IPv4-mapped GID)", i, t.info.Name, len(t.dev.GIDs())-1)
+	}
+	if own := t.info.Addr.Addr().Unmap().WithZone(""); g.Addr().WithZone("") != own {
+		// rxe can send from its link-local GID 0 through the netdev; a
+		// softroce device sends from the IP address its socket is bound to.
+		return g, fmt.Errorf("GID index %d of %s is %s, which the device cannot send from: use the GID of its address %s (index 1)", i, t.info.Name, g, own)
+	}
+	return g, nil
+}
+
+// toolSignalCtx is cancelled by SIGINT or SIGTERM.
+func toolSignalCtx() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// gidPort is the UDP port of RoCEv2 peers: always 4791 (a GID carries no port).
+const gidPort = wire.UDPPort

@@ -1,0 +1,589 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/wire"
+)
+
+// Config tunes a device. The zero value is ready to use.
+type Config struct {
+	// Name is the device name (default "softroce0").
+	Name string
+	// Clock drives the retransmit and RNR timers (default: the real clock).
+	Clock Clock
+	// Logger receives debug logs (nil: silent).
+	Logger *slog.Logger
+	// NoICRCCheck skips the receive-side ICRC check (failures are still
+	// counted when checking is on).
+	NoICRCCheck bool
+	// MAC is the hardware address the link-local default GID (index 0) is
+	// derived from; zero derives one from the bound address.
+	MAC [6]byte
+}
+
+// Stats are a device's counters, updated atomically.
+type Stats struct {
+	RxPackets, RxBytes atomic.Uint64
+	TxPackets, TxBytes atomic.Uint64
+	TxErrors           atomic.Uint64 // packets the link failed to send
+	Retransmits        atomic.Uint64 // retry sequences started (timeout, NAK, lost response)
+	RetryTimeouts      atomic.Uint64 // retransmit timer expiries
+	RNRNAKsSent        atomic.Uint64
+	RNRNAKsRcvd        atomic.Uint64
+	SeqNAKsSent        atomic.Uint64
+	SeqNAKsRcvd        atomic.Uint64
+	NAKsSent           atomic.Uint64 // other NAKs (0x61-0x63)
+	NAKsRcvd           atomic.Uint64
+	DupRequests        atomic.Uint64 // duplicate requests answered
+	ICRCErrors         atomic.Uint64
+	MRs                atomic.Uint64 // registered MRs now
+
+	// Drops by reason.
+	DropMalformed   atomic.Uint64 // wire.Packet.Parse failed
+	DropNoQP        atomic.Uint64 // unknown destination QPN (or QP0)
+	DropQPState     atomic.Uint64 // QP not ready for the packet (§5: receive from RTR, send from RTS)
+	DropTransport   atomic.Uint64 // opcode's transport differs from the QP type
+	DropPKey        atomic.Uint64
+	DropQKey        atomic.Uint64 // UD Q_Key mismatch (§6)
+	DropSrcAddr     atomic.Uint64 // RC/UC packet not from the QP's peer (§9)
+	DropNoRecv      atomic.Uint64 // UD packet with no receive WQE
+	DropLength      atomic.Uint64 // UD packet too large for the receive WQE or the MTU
+	DropResponse    atomic.Uint64 // stray, duplicate or out-of-order responses
+	DropDuplicate   atomic.Uint64 // duplicates that need no answer
+	DropOutOfSeq    atomic.Uint64 // requests after a PSN gap (NAK sent once)
+	DropUCResync    atomic.Uint64 // UC packets dropped while resynchronising (§6)
+	DropEvents      atomic.Uint64 // async or CQ events lost because the consumer lagged
+	DropUnsupported atomic.Uint64 // CNP and other ignored packets
+}
+
+// Device is a software RDMA device on one link endpoint (struct ibv_context).
+type Device struct {
+	ep    link.Endpoint
+	cfg   Config
+	clock Clock
+	log   *slog.Logger
+	local netip.AddrPort
+	gids  []GID
+	mtu   wire.MTU // active MTU
+	stats Stats
+
+	mu      sync.Mutex // PD numbers, lifecycle
+	nextPD  uint32
+	closed  atomic.Bool
+	done    chan struct{}
+	wg      sync.WaitGroup
+	txMu    sync.Mutex
+	atomMu  sync.Mutex // serialises remote atomics on this device
+	events  chan AsyncEvent
+	mrMu    sync.RWMutex
+	mrs     []*MR
+	mrFree  []uint32
+	qpMu    sync.RWMutex
+	qps     map[uint32]*QP
+	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
+	nextQPN uint32
+}
+
+// Default limits (rxe, §10).
+const (
+	maxQPWR    = 1 << 14 // per queue; rxe allows more but rings are preallocated
+	maxCQE     = 1 << 15
+	maxRdAtom  = 128
+	firstQPN   = 0x11
+	maxQPN     = 1<<24 - 2
+	eventQueue = 256
+)
+
+// Open starts a device on ep. The device owns ep and closes it on Close.
+func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
+	if ep == nil {
+		return nil, newErr("open device", "nil link endpoint", syscall.EINVAL)
+	}
+	d := &Device{ep: ep, done: make(chan struct{}), events: make(chan AsyncEvent, eventQueue),
+		qps: map[uint32]*QP{}, nextQPN: firstQPN}
+	if cfg != nil {
+		d.cfg = *cfg
+	}
+	if d.cfg.Name == "" {
+		d.cfg.Name = "softroce0"
+	}
+	d.clock = d.cfg.Clock
+	if d.clock == nil {
+		d.clock = RealClock
+	}
+	d.log = d.cfg.Logger
+	d.local = ep.LocalAddr()
+	m := ep.MTU()
+	if m <= 0 {
+		m = 1500
+	}
+	d.mtu = wire.ActiveMTU(m)
+	if d.mtu == 0 {
+		d.mtu = wire.MTU256
+	}
+	d.gids = makeGIDs(d.local.Addr(), d.cfg.MAC)
+	d.wg.Add(1)
+	go d.rxLoop()
+	d.event(AsyncEvent{Type: EventPortActive, Port: 1})
+	return d, nil
+}
+
+// makeGIDs builds the GID table: index 0 the link-local default GID from
+// the MAC's EUI-64 (§9), index 1 the bound address (IPv4-mapped for IPv4).
+func makeGIDs(a netip.Addr, mac [6]byte) []GID {
+	if mac == ([6]byte{}) {
+		// A locally administered MAC derived from the address.
+		b := a.Unmap().AsSlice()
+		mac = [6]byte{0x02, 0x00}
+		copy(mac[2:], b[len(b)-4:])
+	}
+	var ll GID
+	ll[0], ll[1] = 0xfe, 0x80
+	ll[8], ll[9], ll[10], ll[11], ll[12] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe
+	ll[13], ll[14], ll[15] = mac[3], mac[4], mac[5]
+	gids := []GID{ll}
+	if a.IsValid() && !a.IsUnspecified() {
+		gids = append(gids, GIDFromAddr(a))
+	}
+	return gids
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// LocalAddr returns the link's local address.
+func (d *Device) LocalAddr() netip.AddrPort { return d.local }
+
+// Stats returns the device's live counters.
+func (d *Device) Stats() *Stats { return &d.stats }
+
+// Clock returns the device's clock.
+func (d *Device) Clock() Clock { return d.clock }
+
+// QueryDevice returns the device attributes (ibv_query_device), rxe's limits (§10).
+func (d *Device) QueryDevice() DeviceAttr {
+	g := nodeGUID(d.gids[0])
+	return DeviceAttr{
+		FWVer: "0.0.0", NodeGUID: g, SysImageGUID: g, MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000,
+		VendorID: 0xFFFFFF, MaxQP: 1 << 20, MaxQPWR: maxQPWR, DeviceCapFlags: 0,
+		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: 1 << 20, MaxCQE: maxCQE, MaxMR: maxMRIndex, MaxPD: 1 << 20,
+		MaxQPRdAtom: maxRdAtom, MaxResRdAtom: 0x3F000, MaxQPInitRdAtom: maxRdAtom, AtomicCap: 1,
+		MaxAH: 32767, MaxSRQ: 1 << 20, MaxSRQWR: maxQPWR, MaxSRQSGE: 27, MaxPKeys: 1,
+		LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: 1 << 31,
+	}
+}
+
+func nodeGUID(ll GID) uint64 {
+	var g uint64
+	for _, b := range ll[8:] {
+		g = g<<8 | uint64(b)
+	}
+	return g
+}
+
+// QueryPort returns port 1's attributes (ibv_query_port).
+func (d *Device) QueryPort(port uint8) (PortAttr, error) {
+	if port != 1 {
+		return PortAttr{}, newErr("query port", "softroce devices have one port, number 1", syscall.EINVAL)
+	}
+	st := PortActive
+	if d.closed.Load() {
+		st = PortDown
+	}
+	return PortAttr{State: st, MaxMTU: wire.MTU4096, ActiveMTU: d.mtu, GIDTblLen: 1024,
+		PortCapFlags: 1 << 16, // IB_PORT_CM_SUP, as rxe
+		MaxMsgSz:     1 << 31, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: 5}, nil
+}
+
+// QueryGID returns GID index i of port 1 (ibv_query_gid).
+func (d *Device) QueryGID(port uint8, i int) (GID, error) {
+	if port != 1 || i < 0 || i >= 1024 {
+		return GID{}, newErr("query gid", "port must be 1 and index 0..1023", syscall.EINVAL)
+	}
+	if i >= len(d.gids) {
+		return GID{}, nil
+	}
+	return d.gids[i], nil
+}
+
+// GIDs returns the populated GID table entries.
+func (d *Device) GIDs() []GID { return append([]GID(nil), d.gids...) }
+
+// QueryPKey returns P_Key index i (only index 0, 0xFFFF).
+func (d *Device) QueryPKey(port uint8, i int) (uint16, error) {
+	if port != 1 || i != 0 {
+		return 0, newErr("query pkey", "port must be 1 and index 0", syscall.EINVAL)
+	}
+	return wire.DefaultPKey, nil
+}
+
+// ActiveMTU returns the port's active MTU.
+func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	d.mu.Lock()
+	d.nextPD++
+	h := d.nextPD
+	d.mu.Unlock()
+	return &PD{dev: d, handle: h}, nil
+}
+
+// GetAsyncEvent waits for the next asynchronous event (ibv_get_async_event).
+func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	select {
+	case ev := <-d.events:
+		return ev, nil
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	case <-d.done:
+		select {
+		case ev := <-d.events:
+			return ev, nil
+		default:
+		}
+		return AsyncEvent{}, ErrClosed
+	}
+}
+
+// AsyncEvents returns the channel asynchronous events arrive on.
+func (d *Device) AsyncEvents() <-chan AsyncEvent { return d.events }
+
+func (d *Device) event(ev AsyncEvent) {
+	select {
+	case d.events <- ev:
+	default:
+		d.stats.DropEvents.Add(1)
+	}
+}
+
+// Close stops the device: all QPs go to ERR (flushing their work), the
+// receive loop exits and the link is closed. It waits for the device's
+// goroutines.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.event(AsyncEvent{Type: EventPortErr, Port: 1})
+	d.qpMu.Lock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.qpMu.Unlock()
+	for _, qp := range qps {
+		qp.mu.Lock()
+		qp.stopTimers()
+		qp.mu.Unlock()
+	}
+	close(d.done)
+	err := d.ep.Close()
+	d.wg.Wait()
+	// Wait for timer callbacks that may still be running.
+	for _, qp := range qps {
+		qp.mu.Lock()
+		qp.stopTimers()
+		qp.mu.Unlock()
+	}
+	return err
+}
+
+// Done is closed when the device closes.
+func (d *Device) Done() <-chan struct{} { return d.done }
+
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	bs := d.ep.BatchSize()
+	if bs <= 0 {
+		bs = 1
+	}
+	bs = min(bs, 64)
+	pkts := make([]link.Packet, bs)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, maxDatagram)
+	}
+	var p wire.Packet
+	for {
+		n, err := d.ep.ReadBatch(pkts)
+		for i := 0; i < n; i++ {
+			d.input(&pkts[i], &p)
+		}
+		if err != nil {
+			if d.closed.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if d.log != nil {
+				d.log.Debug("read batch", "err", err)
+			}
+			select {
+			case <-d.done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+}
+
+// maxDatagram is the buffer size for one RoCEv2 datagram.
+const maxDatagram = wire.MaxPayload + 256
+
+// input handles one received datagram.
+func (d *Device) input(lp *link.Packet, p *wire.Packet) {
+	b := lp.Bytes()
+	d.stats.RxPackets.Add(1)
+	d.stats.RxBytes.Add(uint64(len(b)))
+	if err := p.Parse(b); err != nil {
+		if errors.Is(err, wire.ErrUnsupportedOpcode) {
+			d.stats.DropUnsupported.Add(1) // CNPs are dropped (§1)
+		} else {
+			d.stats.DropMalformed.Add(1)
+		}
+		return
+	}
+	if !d.cfg.NoICRCCheck {
+		var ok bool
+		if lp.IPHdrLen > 0 {
+			ok = wire.VerifyICRC(lp.IPHdr[:lp.IPHdrLen], lp.Src.Port(), lp.Dst.Port(), b)
+		} else {
+			_, ok = wire.VerifyICRCAddrs(lp.Src, lp.Dst, b)
+		}
+		if !ok {
+			d.stats.ICRCErrors.Add(1)
+			return
+		}
+	}
+	// P_Key must match 0xFFFF: low 15 bits equal and a full member (§2).
+	if p.BTH.PKey&0x7FFF != 0x7FFF {
+		d.stats.DropPKey.Add(1)
+		return
+	}
+	qpn := p.BTH.DestQP
+	if qpn == 0 { // QP0 not supported (§2)
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	if qpn == MulticastQPN {
+		d.multicastInput(lp, p)
+		return
+	}
+	d.qpMu.RLock()
+	qp := d.qps[qpn]
+	d.qpMu.RUnlock()
+	if qp == nil {
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	qp.input(lp, p)
+}
+
+// MulticastQPN is the destination QPN of multicast datagrams (§6).
+const MulticastQPN = 0xFFFFFF
+
+// maxMcastQPs is how many QPs one group may hold (rxe: 56, §10).
+const maxMcastQPs = 56
+
+// multicastInput delivers a UD datagram sent to a multicast group to every
+// QP attached to the group its destination address names (§6).
+func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet) {
+	g := lp.Dst.Addr().Unmap()
+	d.qpMu.RLock()
+	qps := d.mcast[g]
+	var local [maxMcastQPs]*QP
+	n := copy(local[:], qps)
+	d.qpMu.RUnlock()
+	if n == 0 {
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	for _, qp := range local[:n] {
+		qp.input(lp, p)
+	}
+}
+
+// AttachMcast attaches the UD QP to the multicast group gid (ibv_attach_mcast):
+// datagrams sent to QPN 0xFFFFFF and the group's address reach it. The link
+// must receive the group's traffic (joining the IP group is the link's job).
+func (qp *QP) AttachMcast(gid GID, lid uint16) error {
+	a := gid.Addr()
+	if qp.typ != QPTypeUD || !a.IsMulticast() {
+		return newErr("attach mcast", "only UD QPs attach, to a multicast GID", syscall.EINVAL)
+	}
+	d := qp.dev
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	l := d.mcast[a]
+	for _, q := range l {
+		if q == qp {
+			return nil
+		}
+	}
+	if len(l) >= maxMcastQPs {
+		return newErr("attach mcast", "group already has 56 QPs (max_mcast_qp_attach)", syscall.ENOMEM)
+	}
+	if d.mcast == nil {
+		d.mcast = map[netip.Addr][]*QP{}
+	}
+	d.mcast[a] = append(l, qp)
+	return nil
+}
+
+// DetachMcast detaches the QP from the group (ibv_detach_mcast).
+func (qp *QP) DetachMcast(gid GID, lid uint16) error {
+	a := gid.Addr()
+	d := qp.dev
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	l := d.mcast[a]
+	for i, q := range l {
+		if q == qp {
+			d.mcast[a] = append(l[:i:i], l[i+1:]...)
+			if len(d.mcast[a]) == 0 {
+				delete(d.mcast, a)
+			}
+			return nil
+		}
+	}
+	return newErr("detach mcast", "QP is not attached to that group", syscall.EINVAL)
+}
+
+// send writes pkts to the link, counting what it sends.
+func (d *Device) send(pkts []link.Packet) {
+	if len(pkts) == 0 {
+		return
+	}
+	d.txMu.Lock()
+	for len(pkts) > 0 {
+		n, err := d.ep.WriteBatch(pkts)
+		for i := 0; i < n; i++ {
+			d.stats.TxBytes.Add(uint64(pkts[i].N))
+		}
+		d.stats.TxPackets.Add(uint64(n))
+		pkts = pkts[n:]
+		if err != nil {
+			if len(pkts) > 0 {
+				// Skip the failing packet: RC recovers by retransmission.
+				d.stats.TxErrors.Add(1)
+				pkts = pkts[1:]
+			}
+			if d.closed.Load() {
+				break
+			}
+		}
+	}
+	d.txMu.Unlock()
+}
+
+// addQP assigns a QPN (or the requested one) and inserts qp.
+func (d *Device) addQP(qp *QP, want uint32) error {
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if want != 0 {
+		if d.qps[want] != nil {
+			return newErr("create qp", "QPN already in use (one GSI QP per device)", syscall.EBUSY)
+		}
+		qp.qpn = want
+		d.qps[want] = qp
+		return nil
+	}
+	for range maxQPN {
+		n := d.nextQPN
+		d.nextQPN++
+		if d.nextQPN > maxQPN {
+			d.nextQPN = firstQPN
+		}
+		if d.qps[n] == nil {
+			qp.qpn = n
+			d.qps[n] = qp
+			return nil
+		}
+	}
+	return newErr("create qp", "no free QP numbers", syscall.ENOMEM)
+}
+
+func (d *Device) removeQP(qp *QP) {
+	d.qpMu.Lock()
+	if d.qps[qp.qpn] == qp {
+		delete(d.qps, qp.qpn)
+	}
+	for g, l := range d.mcast {
+		for i, q := range l {
+			if q == qp {
+				d.mcast[g] = append(l[:i:i], l[i+1:]...)
+				break
+			}
+		}
+		if len(d.mcast[g]) == 0 {
+			delete(d.mcast, g)
+		}
+	}
+	d.qpMu.Unlock()
+}
+
+// AH is an address handle (ibv_ah): a resolved destination for UD sends.
+type AH struct {
+	pd   *PD
+	attr AHAttr
+	dst  netip.AddrPort
+}
+
+// CreateAH creates an address handle (ibv_create_ah). RoCE needs a GRH.
+func (pd *PD) CreateAH(attr *AHAttr) (*AH, error) {
+	if attr == nil || !attr.IsGlobal {
+		return nil, newErr("create ah", "RoCE address handles need a GRH (is_global=1 with a dgid)", syscall.EINVAL)
+	}
+	if int(attr.GRH.SGIDIndex) >= len(pd.dev.gids) {
+		return nil, newErr("create ah", "sgid_index names an empty GID table entry", syscall.EINVAL)
+	}
+	if attr.PortNum > 1 {
+		return nil, newErr("create ah", "port must be 1", syscall.EINVAL)
+	}
+	dst, err := avDest(attr)
+	if err != nil {
+		return nil, err
+	}
+	if err := pd.ref(); err != nil {
+		return nil, err
+	}
+	return &AH{pd: pd, attr: *attr, dst: dst}, nil
+}
+
+func avDest(attr *AHAttr) (netip.AddrPort, error) {
+	a := attr.GRH.DGID.Addr()
+	if !a.IsValid() || a.IsUnspecified() {
+		return netip.AddrPort{}, newErr("address vector", "dgid is zero: RoCE needs the peer's GID", syscall.EINVAL)
+	}
+	port := attr.DstPort
+	if port == 0 {
+		port = wire.UDPPort
+	}
+	return netip.AddrPortFrom(a, port), nil
+}
+
+// Attr returns the AH's address vector.
+func (ah *AH) Attr() AHAttr { return ah.attr }
+
+// Destroy frees the AH (ibv_destroy_ah).
+func (ah *AH) Destroy() error {
+	if ah.pd == nil {
+		return newErr("destroy ah", "already destroyed", syscall.EINVAL)
+	}
+	ah.pd.unref()
+	ah.pd = nil
+	return nil
+}

@@ -1,0 +1,662 @@
+package engine
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/wire"
+)
+
+// Requester limits (§5, §10).
+const (
+	maxUnackedPSNs = 128 // RXE_MAX_UNACKED_PSNS
+	maxPktPerAck   = 64  // RXE_MAX_PKT_PER_ACK
+	minAckTimeout  = time.Millisecond
+)
+
+// newPacket appends h's headers to a fresh transmit slot and sizes it for
+// payloadLen bytes of payload, pad and the ICRC placeholder. It returns the
+// slot and the payload area for the caller to fill.
+func (qp *QP) newPacket(h *wire.Packet, payloadLen int, dst netip.AddrPort, tos, ttl uint8) (*link.Packet, []byte) {
+	p := qp.txPacket()
+	h.BTH.PKey = wire.DefaultPKey
+	pad := wire.PadLen(payloadLen)
+	h.BTH.PadCnt = uint8(pad)
+	b := h.AppendHeaders(p.Buf[:0])
+	hl := len(b)
+	total := hl + payloadLen + pad + wire.ICRCLen
+	b = p.Buf[:total]
+	clear(b[hl+payloadLen:])
+	p.N = total
+	p.Dst = dst
+	p.Src = netip.AddrPortFrom(qp.dev.local.Addr(), qp.sport)
+	p.TOS, p.TTL = tos, ttl
+	return p, b[hl : hl+payloadLen]
+}
+
+// cancelPacket drops the slot newPacket returned last.
+func (qp *QP) cancelPacket() { qp.txn-- }
+
+func (qp *QP) grh() (tos, ttl uint8) {
+	return qp.attr.AHAttr.GRH.TrafficClass, qp.attr.AHAttr.GRH.HopLimit
+}
+
+// compPSN is the oldest PSN not yet acknowledged (or answered).
+func (qp *QP) compPSN() uint32 {
+	n := uint32(len(qp.sq))
+	for i := qp.sqHead; i != qp.reqIdx+1 && i != qp.sqTail; i++ {
+		w := &qp.sq[i%n]
+		if w.started {
+			return wire.PSNAdd(w.firstPSN, w.acked)
+		}
+	}
+	return qp.nextPSN
+}
+
+func (qp *QP) npkts(w *sendWQE) int {
+	switch w.kind {
+	case kindSend, kindWrite, kindRead:
+		if w.length == 0 {
+			return 1
+		}
+		return (int(w.length) + qp.pmtu - 1) / qp.pmtu
+	}
+	return 1
+}
+
+// reqProgress is the requester: it turns posted WQEs into packets while
+// the PSN window, max_rd_atomic, fences and RNR waits allow (§5).
+func (qp *QP) reqProgress() {
+	if (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.rnrWait {
+		return
+	}
+	draining := qp.state == QPStateSQD
+	n := uint32(len(qp.sq))
+	maxRd := max(qp.maxRdAtomic, 1)
+	for qp.reqIdx != qp.sqTail {
+		w := &qp.sq[qp.reqIdx%n]
+		if w.done {
+			qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+			continue
+		}
+		if draining && !w.started {
+			// SQD: messages in progress finish, no new WQE starts.
+			break
+		}
+		if w.kind == kindLocal {
+			// LOCAL_INV waits for all earlier WQEs (§5).
+			if qp.reqIdx != qp.sqHead {
+				break
+			}
+			qp.execLocal(w)
+			qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+			qp.completeReady()
+			if qp.state != QPStateRTS && qp.state != QPStateSQD {
+				return
+			}
+			continue
+		}
+		if !w.started {
+			// IBV_SEND_FENCE waits for earlier reads/atomics (§5).
+			if w.wr.Flags&SendFence != 0 && qp.rdOut > 0 {
+				break
+			}
+			// At most max_rd_atomic reads/atomics in flight (§5).
+			if w.kind.rdLike() && qp.rdOut >= maxRd {
+				break
+			}
+			if qp.typ == QPTypeUD {
+				qp.sendUD(w)
+				qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+				continue
+			}
+			w.npkts = qp.npkts(w)
+			w.firstPSN = qp.nextPSN
+			w.lastPSN = wire.PSNAdd(w.firstPSN, w.npkts-1)
+			qp.nextPSN = wire.PSNAdd(w.firstPSN, w.npkts)
+			w.started = true
+			if w.kind.rdLike() {
+				qp.rdOut++
+			}
+		}
+		if !qp.sendWQEPackets(w) {
+			break
+		}
+		if qp.state != QPStateRTS && qp.state != QPStateSQD {
+			return
+		}
+		if qp.typ == QPTypeUC {
+			w.done = true // UC completes once the last packet is sent (§6)
+		}
+		qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+	}
+	if qp.typ == QPTypeRC {
+		qp.armRetry()
+	} else {
+		qp.completeReady()
+	}
+	if draining {
+		qp.checkDrained()
+	}
+}
+
+// checkDrained raises EventSQDrained once an SQD QP has nothing in flight
+// (if the SQD transition asked for it).
+func (qp *QP) checkDrained() {
+	if qp.state == QPStateSQD && qp.sqdNotify && !qp.outstanding() {
+		qp.sqdNotify = false
+		qp.dev.event(AsyncEvent{Type: EventSQDrained, QP: qp})
+	}
+}
+
+// sendWQEPackets emits w's packets from qp.reqPkt on; false means the PSN
+// window is full (or the WQE failed).
+func (qp *QP) sendWQEPackets(w *sendWQE) bool {
+	rc := qp.typ == QPTypeRC
+	base := wire.TransportRC
+	if !rc {
+		base = wire.TransportUC
+	}
+	tos, ttl := qp.grh()
+	var h wire.Packet
+	if w.kind.rdLike() {
+		if qp.reqPkt >= w.npkts {
+			return true
+		}
+		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
+		if wire.PSNDiff(psn, qp.compPSN()) >= maxUnackedPSNs {
+			return false
+		}
+		h.BTH = wire.BTH{DestQP: qp.attr.DestQPNum, PSN: psn, AckReq: true}
+		var payload []byte
+		switch w.kind {
+		case kindRead:
+			// A partly answered READ is re-issued for the rest (§5).
+			off := uint64(qp.reqPkt) * uint64(qp.pmtu)
+			h.BTH.Opcode = wire.RCReadRequest
+			h.RETH = wire.RETH{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, Length: w.length - uint32(off)}
+		case kindAtomic:
+			h.BTH.Opcode = wire.RCFetchAdd
+			h.AtomicETH = wire.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+			if w.wr.Opcode == WRAtomicCmpAndSwp {
+				h.BTH.Opcode = wire.RCCompareSwap
+				h.AtomicETH.SwapAdd, h.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
+			}
+		case kindFlush:
+			h.BTH.Opcode = wire.RCFlush
+			h.FETH = wire.FETH{PLT: w.wr.FlushType, SEL: w.wr.FlushLevel}
+			h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: w.wr.FlushLen}
+		case kindAtomicWrite:
+			h.BTH.Opcode = wire.RCAtomicWrite
+			h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: 8}
+			payload = w.wr.AtomicWrite[:]
+		}
+		_, pl := qp.newPacket(&h, len(payload), qp.dst, tos, ttl)
+		copy(pl, payload)
+		qp.noAckPkts = 0
+		qp.reqPkt = w.npkts
+		return true
+	}
+	for qp.reqPkt < w.npkts {
+		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
+		if rc && wire.PSNDiff(psn, qp.compPSN()) >= maxUnackedPSNs {
+			return false
+		}
+		off := qp.reqPkt * qp.pmtu
+		plen := min(qp.pmtu, int(w.length)-off)
+		first, last := qp.reqPkt == 0, qp.reqPkt == w.npkts-1
+		h = wire.Packet{}
+		h.BTH.DestQP, h.BTH.PSN = qp.attr.DestQPNum, psn
+		op := w.wr.Opcode
+		var o wire.Opcode
+		if w.kind == kindSend {
+			switch {
+			case first && last:
+				o = wire.OpSendOnly
+			case first:
+				o = wire.OpSendFirst
+			case last:
+				o = wire.OpSendLast
+			default:
+				o = wire.OpSendMiddle
+			}
+			if last && op == WRSendWithImm {
+				o++ // LAST/ONLY_WITH_IMMEDIATE follow LAST/ONLY
+				h.Imm = w.wr.ImmData
+			} else if last && op == WRSendWithInv {
+				o = wire.OpSendLastInv
+				if first {
+					o = wire.OpSendOnlyInv
+				}
+				h.IETH = w.wr.ImmData
+			}
+		} else {
+			switch {
+			case first && last:
+				o = wire.OpWriteOnly
+			case first:
+				o = wire.OpWriteFirst
+			case last:
+				o = wire.OpWriteLast
+			default:
+				o = wire.OpWriteMiddle
+			}
+			if last && op == WRRDMAWriteWithImm {
+				o++
+				h.Imm = w.wr.ImmData
+			}
+			if first {
+				h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: w.length}
+			}
+		}
+		h.BTH.Opcode = base | o
+		if last && w.wr.Flags&SendSolicited != 0 && (w.kind == kindSend || op == WRRDMAWriteWithImm) {
+			h.BTH.SE = true
+		}
+		// AckReq on the last packet and after more than 64 packets without
+		// one (§5), exactly as rxe counts: ack = last || noack++ > 64.
+		if rc {
+			ack := last
+			if !ack {
+				ack = qp.noAckPkts > maxPktPerAck
+				qp.noAckPkts++
+			}
+			if ack {
+				h.BTH.AckReq = true
+				qp.noAckPkts = 0
+			}
+		}
+		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
+		if len(w.inline) > 0 || w.wr.Flags&SendInline != 0 {
+			copy(pl, w.inline[off:])
+		} else if !qp.dev.gather(qp.pd, w.wr.SGList, off, pl) {
+			qp.cancelPacket()
+			qp.failWQE(w, WCLocProtErr)
+			return false
+		}
+		qp.reqPkt++
+	}
+	return true
+}
+
+// sendUD emits a UD WQE's single packet (§6) and completes it.
+func (qp *QP) sendUD(w *sendWQE) {
+	w.started, w.done = true, true
+	psn := qp.nextPSN
+	qp.nextPSN = wire.PSNAdd(psn, 1)
+	// Payload above the active MTU: nothing is sent, the WR succeeds (§6, C10-93.1.1).
+	if int(w.length) > qp.dev.mtu.Bytes() {
+		return
+	}
+	// DETH Q_Key = the WR's remote_qkey; the GSI QP always sends 0x80010000 (§6).
+	qkey := w.wr.RemoteQKey
+	if qp.qpn == 1 {
+		qkey = wire.GSIQKey
+	}
+	var h wire.Packet
+	h.BTH = wire.BTH{Opcode: wire.UDSendOnly, DestQP: w.wr.RemoteQPN & 0xFFFFFF, PSN: psn,
+		SE: w.wr.Flags&SendSolicited != 0}
+	if w.wr.Opcode == WRSendWithImm {
+		h.BTH.Opcode = wire.UDSendOnlyImm
+		h.Imm = w.wr.ImmData
+	}
+	h.DETH = wire.DETH{QKey: qkey, SrcQP: qp.qpn}
+	_, pl := qp.newPacket(&h, int(w.length), w.dst, w.tos, w.ttl)
+	if len(w.inline) > 0 || w.wr.Flags&SendInline != 0 {
+		copy(pl, w.inline)
+	} else if !qp.dev.gather(qp.pd, w.wr.SGList, 0, pl) {
+		qp.cancelPacket()
+		w.status = WCLocProtErr
+		qp.state = QPStateSQE // UD/UC send errors move the QP to SQE
+		qp.completeReady()
+		qp.flushSQ()
+	}
+}
+
+// flushSQ flushes the send queue only (SQE state).
+func (qp *QP) flushSQ() {
+	for qp.sqHead != qp.sqTail {
+		w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+		if !w.done {
+			w.done, w.status = true, WCWRFlushErr
+		}
+		qp.completeHead()
+	}
+	qp.reqIdx, qp.reqPkt = qp.sqTail, 0
+}
+
+// execLocal runs a local operation (LOCAL_INV) at the head of the queue.
+func (qp *QP) execLocal(w *sendWQE) {
+	w.started, w.done = true, true
+	mr := qp.dev.lookupMR(w.wr.ImmData)
+	if mr != nil {
+		mr.mu.Lock()
+		if mr.key == w.wr.ImmData && mr.pd == qp.pd && !mr.dereg {
+			mr.valid = false
+			mr.mu.Unlock()
+			return
+		}
+		mr.mu.Unlock()
+	}
+	w.status = WCLocQPOpErr // invalid key: "other local failure" (§5)
+	qp.toError()
+}
+
+// failWQE gives w an error status and moves the QP to ERR.
+func (qp *QP) failWQE(w *sendWQE, st WCStatus) {
+	w.done, w.status = true, st
+	if qp.typ != QPTypeRC {
+		qp.state = QPStateSQE
+		qp.flushSQ()
+		return
+	}
+	qp.toError()
+}
+
+// completeReady retires finished WQEs from the head, in order.
+func (qp *QP) completeReady() {
+	for qp.sqHead != qp.sqTail {
+		w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+		if !w.done {
+			return
+		}
+		st := w.status
+		qp.completeHead()
+		if st != WCSuccess && qp.typ == QPTypeRC {
+			qp.toError()
+			return
+		}
+	}
+}
+
+// outstanding reports sent packets that wait for an answer.
+func (qp *QP) outstanding() bool {
+	if qp.sqHead == qp.sqTail {
+		return false
+	}
+	return qp.sq[qp.sqHead%uint32(len(qp.sq))].started
+}
+
+// armRetry (re)starts the retransmit timer while packets are unanswered;
+// timeout 0 disables it (§5).
+func (qp *QP) armRetry() {
+	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.rnrWait {
+		if qp.retryArmed {
+			qp.retryTimer.Stop()
+			qp.retryArmed = false
+		}
+		return
+	}
+	if !qp.retryArmed {
+		qp.retryArmed = true
+		qp.retryTimer.Reset(max(wire.AckTimeout(qp.attr.Timeout), minAckTimeout))
+	}
+}
+
+// progressed restarts the timer and the retry budgets after an answer
+// moved the window (rxe resets them when a WQE completes).
+func (qp *QP) progressed() {
+	qp.retryLeft, qp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
+	qp.rewound = false
+	if qp.retryArmed {
+		qp.retryTimer.Stop()
+		qp.retryArmed = false
+	}
+	qp.completeReady()
+	qp.reqProgress()
+	qp.armRetry()
+}
+
+func (qp *QP) onRetryTimer() {
+	qp.mu.Lock()
+	defer qp.flushUnlock()
+	if !qp.retryArmed || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
+		return
+	}
+	qp.retryArmed = false
+	if !qp.outstanding() {
+		return
+	}
+	qp.dev.stats.RetryTimeouts.Add(1)
+	qp.retry()
+}
+
+// retry starts a retry sequence, spending retry_cnt (never when it is 7, as rxe, §5).
+func (qp *QP) retry() {
+	if qp.attr.RetryCnt != 7 {
+		if qp.retryLeft <= 0 {
+			qp.failHead(WCRetryExcErr)
+			return
+		}
+		qp.retryLeft--
+	}
+	qp.rewind()
+}
+
+func (qp *QP) onRNRTimer() {
+	qp.mu.Lock()
+	defer qp.flushUnlock()
+	if !qp.rnrWait || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
+		return
+	}
+	qp.rnrWait = false
+	qp.rewind()
+}
+
+// rewind restarts sending at the oldest unanswered PSN (§5: a partly acked
+// SEND/WRITE skips acked packets; a partly answered READ asks for the rest).
+func (qp *QP) rewind() {
+	if !qp.outstanding() {
+		qp.reqProgress()
+		return
+	}
+	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+	qp.reqIdx, qp.reqPkt = qp.sqHead, w.acked
+	qp.noAckPkts = 0
+	qp.rewound, qp.rewoundPSN = true, qp.compPSN()
+	qp.dev.stats.Retransmits.Add(1)
+	qp.reqProgress()
+}
+
+// failHead completes the oldest WQE with st and moves the QP to ERR.
+func (qp *QP) failHead(st WCStatus) {
+	if qp.sqHead != qp.sqTail {
+		w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+		w.done, w.status = true, st
+	}
+	qp.toError()
+}
+
+// ackBefore completes SEND/WRITE WQEs whose packets all precede psn
+// (a response or NAK with PSN P acknowledges everything before P, §5).
+// inclusive extends it to psn itself (an ACK). It reports progress and
+// whether an unanswered read/atomic was passed (its response was lost).
+func (qp *QP) ackBefore(psn uint32, inclusive bool) (progress, lost bool) {
+	n := uint32(len(qp.sq))
+	for qp.sqHead != qp.sqTail {
+		w := &qp.sq[qp.sqHead%n]
+		if !w.started {
+			return
+		}
+		if w.done {
+			qp.completeHead()
+			progress = true
+			continue
+		}
+		d := wire.PSNDiff(psn, w.lastPSN)
+		if w.kind.rdLike() {
+			if inclusive && d > 0 {
+				lost = true
+			}
+			return
+		}
+		if d > 0 || (inclusive && d == 0) {
+			w.done = true
+			w.acked = w.npkts
+			qp.completeHead()
+			progress = true
+			if qp.state != QPStateRTS && qp.state != QPStateSQD {
+				return
+			}
+			continue
+		}
+		// Partly acknowledged.
+		k := int(wire.PSNDiff(psn, w.firstPSN))
+		if inclusive {
+			k++
+		}
+		if k > w.acked {
+			w.acked = k
+			progress = true
+		}
+		return
+	}
+	return
+}
+
+// nakStatus maps a NAK code to the requester's WC status (§5).
+func nakStatus(code uint8) WCStatus {
+	switch code {
+	case wire.NAKInvalidReq:
+		return WCRemInvReqErr
+	case wire.NAKRemAccessErr:
+		return WCRemAccessErr
+	}
+	return WCRemOpErr
+}
+
+// completer handles ACK, NAK, read responses and atomic ACKs (§5).
+func (qp *QP) completer(p *wire.Packet) {
+	if qp.state != QPStateRTS && qp.state != QPStateSQD {
+		qp.dev.stats.DropQPState.Add(1)
+		return
+	}
+	psn := p.BTH.PSN
+	st := &qp.dev.stats
+	// Ignore answers for PSNs never sent.
+	if wire.PSNDiff(psn, qp.nextPSN) >= 0 {
+		st.DropResponse.Add(1)
+		return
+	}
+	if p.BTH.Opcode == wire.RCAcknowledge {
+		a := p.AETH
+		switch {
+		case a.IsACK():
+			progress, lost := qp.ackBefore(psn, true)
+			if lost && !qp.rewound {
+				qp.retry()
+				return
+			}
+			if progress {
+				qp.progressed()
+			}
+		case a.IsRNR():
+			st.RNRNAKsRcvd.Add(1)
+			if progress, _ := qp.ackBefore(psn, false); progress {
+				qp.completeReady()
+			}
+			if qp.attr.RNRRetry != 7 { // 7 = infinite (§5)
+				if qp.rnrLeft <= 0 {
+					qp.failHead(WCRNRRetryExcErr)
+					return
+				}
+				qp.rnrLeft--
+			}
+			qp.rnrWait = true
+			qp.retryTimer.Stop()
+			qp.retryArmed = false
+			qp.rnrTimer.Reset(wire.RNRTimeout(a.Value()))
+		case a.Value() == wire.NAKPSNSeqError:
+			st.SeqNAKsRcvd.Add(1)
+			progress, _ := qp.ackBefore(psn, false)
+			if progress {
+				qp.retryLeft, qp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
+				qp.rewound = false
+				qp.completeReady()
+			}
+			if qp.rnrWait || (qp.rewound && qp.rewoundPSN == psn) {
+				return // the RNR timer restarts the requester, or already retrying from there
+			}
+			qp.retry()
+		default:
+			st.NAKsRcvd.Add(1)
+			qp.ackBefore(psn, false)
+			qp.failHead(nakStatus(a.Value()))
+		}
+		return
+	}
+	progress, _ := qp.ackBefore(psn, false)
+	if qp.sqHead == qp.sqTail || qp.state != QPStateRTS && qp.state != QPStateSQD {
+		st.DropResponse.Add(1)
+		return
+	}
+	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+	if !w.started || wire.PSNDiff(psn, w.firstPSN) < 0 {
+		st.DropResponse.Add(1) // duplicate
+		if progress {
+			qp.progressed()
+		}
+		return
+	}
+	if wire.PSNDiff(psn, w.lastPSN) > 0 {
+		// The answer to a later request arrived first: this WQE's response was
+		// lost (or is late); retry from it (§5).
+		if !qp.rewound {
+			qp.retry()
+		} else if progress {
+			qp.progressed()
+		}
+		return
+	}
+	isAtomicAck := p.BTH.Opcode == wire.RCAtomicAcknowledge
+	okKind := (isAtomicAck && w.kind == kindAtomic) || (!isAtomicAck && p.Mask&wire.IsReadResponse != 0 &&
+		(w.kind == kindRead || w.kind == kindFlush || w.kind == kindAtomicWrite))
+	if !okKind {
+		// A read response for a non-read WQE: FATAL_ERR as rxe (§5).
+		qp.failHead(WCFatalErr)
+		return
+	}
+	expect := wire.PSNAdd(w.firstPSN, w.acked)
+	if psn != expect {
+		if wire.PSNDiff(psn, expect) < 0 {
+			st.DropResponse.Add(1)
+		} else if !qp.rewound { // gap: responses lost
+			qp.retry()
+			return
+		}
+		if progress {
+			qp.progressed()
+		}
+		return
+	}
+	switch w.kind {
+	case kindAtomic:
+		var v [8]byte
+		binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.Orig)
+		if !qp.dev.scatter(qp.pd, w.wr.SGList, 0, v[:]) {
+			qp.failHead(WCLocProtErr)
+			return
+		}
+		w.acked, w.done = 1, true
+	case kindRead:
+		off := w.acked * qp.pmtu
+		last := w.acked == w.npkts-1
+		n := len(p.Payload)
+		if (!last && n != qp.pmtu) || off+n > int(w.length) || (last && off+n != int(w.length)) ||
+			(last != (p.Mask&(wire.Last|wire.Only) != 0)) {
+			qp.failHead(WCBadRespErr)
+			return
+		}
+		if n > 0 && !qp.dev.scatter(qp.pd, w.wr.SGList, off, p.Payload) {
+			qp.failHead(WCLocProtErr)
+			return
+		}
+		w.acked++
+		w.done = last
+	default: // FLUSH, ATOMIC_WRITE: 0-byte READ_RESPONSE_ONLY
+		w.acked, w.done = 1, true
+	}
+	qp.progressed()
+}

@@ -1,0 +1,37 @@
+// Package verbs is softroce's RDMA verbs API: the objects and calls of
+// libibverbs (ibv_*) in Go, over a software RoCEv2 device that speaks the
+// wire protocol of Linux's rdma_rxe.
+//
+// A verbs programmer finds the familiar shapes:
+//
+//	dev, _ := verbs.OpenUDP("127.0.0.1:4791", nil)  // ibv_open_device on a UDP socket
+//	pd, _ := dev.AllocPD()                            // ibv_alloc_pd
+//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+//	cq, _ := dev.CreateCQ(256, nil, nil)              // ibv_create_cq
+//	qp, _ := pd.CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+//		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+//	qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, ...},
+//		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+//	... INIT -> RTR -> RTS with the attributes ibv_modify_qp(3) requires ...
+//	qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, ...}})
+//	n := cq.Poll(wcs)                                  // ibv_poll_cq
+//
+// Enumerations carry rdma-core's numeric values (IBV_WC_*, IBV_WR_*,
+// IBV_QP_*, IBV_ACCESS_*), errors match the errno rdma-core returns through
+// errors.Is (syscall.EINVAL, syscall.ENOMEM, ...), and PostSend/PostRecv
+// return the number of work requests accepted, so wrs[n] is the "bad WR".
+//
+// Memory ordering follows RDMA practice and the Go memory model: posting a
+// work request happens before the device's accesses to the memory it names,
+// and a completion returned by Poll happens after the device's accesses for
+// that work request. Memory a remote peer writes (RDMA WRITE, atomics) may
+// be read safely once a later completion on the local CQ says so (a
+// WRITE_WITH_IMM or a SEND that followed it); reading it earlier is a data
+// race, exactly as it is with a hardware NIC.
+//
+// Posting, polling and the per-packet paths do not allocate in steady state.
+// The types are defined in the internal engine package and re-exported here
+// as aliases; each alias's documentation lists its fields and methods.
+package verbs
+
+//go:generate go run ./internal/genalias

@@ -1,0 +1,88 @@
+package verbs
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/softroce/softroce/internal/engine"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/link/udp"
+	"github.com/softroce/softroce/wire"
+)
+
+// MTU is the InfiniBand path MTU enumeration (ibv_mtu).
+type MTU = wire.MTU
+
+// Path MTUs (enum ibv_mtu values).
+const (
+	MTU256  = wire.MTU256
+	MTU512  = wire.MTU512
+	MTU1024 = wire.MTU1024
+	MTU2048 = wire.MTU2048
+	MTU4096 = wire.MTU4096
+)
+
+// Open starts a device on a link endpoint (a UDP socket from link/udp or an
+// in-memory pipe end from link/pipe). The device owns ep. cfg may be nil.
+func Open(ep link.Endpoint, cfg *Config) (*Device, error) { return engine.Open(ep, cfg) }
+
+// OpenUDP opens a device on a UDP socket bound to addr ("127.0.0.1:4791";
+// without a port, 4791; port 0 lets the kernel choose).
+func OpenUDP(addr string, cfg *Config) (*Device, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	var opts []udp.Option
+	if err != nil {
+		a, err2 := netip.ParseAddr(addr)
+		if err2 != nil {
+			return nil, fmt.Errorf("verbs: open %q: want IP or IP:port: %w", addr, err)
+		}
+		ap = netip.AddrPortFrom(a, wire.UDPPort)
+	} else if ap.Port() == 0 {
+		opts = append(opts, udp.WithAnyPort())
+	}
+	ep, err := udp.Listen(ap, opts...)
+	if err != nil {
+		return nil, err
+	}
+	d, err := engine.Open(ep, cfg)
+	if err != nil {
+		ep.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// OpenPipe opens two devices joined by an in-memory link (link/pipe) with
+// the given configurations (zero values: 10.0.0.1 and 10.0.0.2, MTU 1500).
+func OpenPipe(a, b pipe.Config) (*Device, *Device, error) {
+	ea, eb, err := pipe.New(a, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	da, err := engine.Open(ea, nil)
+	if err != nil {
+		ea.Close()
+		eb.Close()
+		return nil, nil, err
+	}
+	db, err := engine.Open(eb, nil)
+	if err != nil {
+		da.Close()
+		eb.Close()
+		return nil, nil, err
+	}
+	return da, db, nil
+}
+
+// GIDFromAddr returns the RoCEv2 GID of an IP address (IPv4-mapped for IPv4).
+func GIDFromAddr(a netip.Addr) GID { return engine.GIDFromAddr(a) }
+
+// UDPSport returns the UDP source port rxe uses for an RC/UC QP whose AV has
+// the given flow label, between QPs lqpn and rqpn (rdma_get_udp_sport).
+func UDPSport(flowLabel, lqpn, rqpn uint32) uint16 { return engine.UDPSport(flowLabel, lqpn, rqpn) }
+
+// NewFakeClock returns a manual clock for deterministic timer tests; pass
+// it in Config.Clock and move time with Advance.
+func NewFakeClock(start time.Time) *FakeClock { return engine.NewFakeClock(start) }
