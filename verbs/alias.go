@@ -423,37 +423,40 @@ type PortState = engine.PortState
 // DeviceAttr are a device's limits (struct ibv_device_attr), rxe's values (§10).
 //
 //	struct {
-//		FWVer		string
-//		NodeGUID	uint64
-//		SysImageGUID	uint64
-//		MaxMRSize	uint64
-//		PageSizeCap	uint64
-//		VendorID	uint32
-//		VendorPartID	uint32
-//		HWVer		uint32
-//		MaxQP		int
-//		MaxQPWR		int
-//		DeviceCapFlags	uint32
-//		MaxSGE		int
-//		MaxSGERd	int
-//		MaxCQ		int
-//		MaxCQE		int
-//		MaxMR		int
-//		MaxPD		int
-//		MaxQPRdAtom	int
-//		MaxEECRdAtom	int
-//		MaxResRdAtom	int
-//		MaxQPInitRdAtom	int
-//		AtomicCap	uint8	// 0 NONE, 1 HCA, 2 GLOB
-//		MaxAH		int
-//		MaxSRQ		int
-//		MaxSRQWR	int
-//		MaxSRQSGE	int
-//		MaxPKeys	uint16
-//		LocalCAAckDelay	uint8
-//		PhysPortCnt	uint8
-//		MaxInlineData	int
-//		MaxMsgSz	uint32
+//		FWVer			string
+//		NodeGUID		uint64
+//		SysImageGUID		uint64
+//		MaxMRSize		uint64
+//		PageSizeCap		uint64
+//		VendorID		uint32
+//		VendorPartID		uint32
+//		HWVer			uint32
+//		MaxQP			int
+//		MaxQPWR			int
+//		DeviceCapFlags		uint32
+//		MaxSGE			int
+//		MaxSGERd		int
+//		MaxCQ			int
+//		MaxCQE			int
+//		MaxMR			int
+//		MaxPD			int
+//		MaxQPRdAtom		int
+//		MaxEECRdAtom		int
+//		MaxResRdAtom		int
+//		MaxQPInitRdAtom		int
+//		AtomicCap		uint8	// 0 NONE, 1 HCA, 2 GLOB
+//		MaxMcastGrp		int
+//		MaxMcastQPAttach	int
+//		MaxTotalMcastQPAttach	int
+//		MaxAH			int
+//		MaxSRQ			int
+//		MaxSRQWR		int
+//		MaxSRQSGE		int
+//		MaxPKeys		uint16
+//		LocalCAAckDelay		uint8
+//		PhysPortCnt		uint8
+//		MaxInlineData		int
+//		MaxMsgSz		uint32
 //	}
 type DeviceAttr = engine.DeviceAttr
 

@@ -81,6 +81,8 @@ func BenchmarkRCWrite1MiB(b *testing.B) {
 	b.SetBytes(size)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
+	defer func() { reportCPU(b, cpu0) }()
 	posted, done := 0, 0
 	for done < b.N {
 		for posted < b.N && posted-done < 4 {
@@ -188,11 +190,13 @@ func BenchmarkTCPStream1MiB(b *testing.B) {
 	b.SetBytes(1 << 20)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		if _, err := c1.Write(buf); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu0)
 }
 
 // BenchmarkTCPPingPong64 is the 64-byte TCP ping-pong baseline.

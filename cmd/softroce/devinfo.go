@@ -68,7 +68,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	}
 	var devs []Device
 	if dev != "" {
-		d, err := resolveToolDevice(dev)
+		d, err := resolveDevice(dev)
 		if err != nil {
 			fmt.Fprintf(stderr, "devinfo: %v\n", err)
 			return 1
@@ -112,7 +112,7 @@ func allToolDevices() ([]Device, error) {
 		return nil, err
 	}
 	if len(st.Links) == 0 {
-		d, err := resolveToolDevice("")
+		d, err := resolveDevice("")
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +121,7 @@ func allToolDevices() ([]Device, error) {
 	var out []Device
 	var firstErr error
 	for _, l := range st.Links {
-		d, err := resolveToolDevice(l.Name)
+		d, err := resolveDevice(l.Name)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err

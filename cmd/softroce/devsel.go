@@ -236,11 +236,21 @@ func ifaceByName(host []hostIface, name string) *hostIface {
 }
 
 // ifaceWithAddr returns the interface holding a (zones ignored), or nil.
+// Every loopback address (127.0.0.0/8, ::1) belongs to the loopback
+// interface: Linux answers on all of 127/8 although only 127.0.0.1 is
+// configured, so "-d 127.0.0.2" is a second device on one host.
 func ifaceWithAddr(host []hostIface, a netip.Addr) *hostIface {
 	a = a.Unmap().WithZone("")
 	for i := range host {
 		for _, b := range host[i].Addrs {
 			if b.WithZone("") == a {
+				return &host[i]
+			}
+		}
+	}
+	if a.IsLoopback() {
+		for i := range host {
+			if host[i].Loopback {
 				return &host[i]
 			}
 		}

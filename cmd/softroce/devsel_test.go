@@ -62,6 +62,7 @@ func TestResolveDevice(t *testing.T) {
 		{"IP:port of a link", many, "10.0.0.2:5000", Device{"sr1", ap("10.0.0.2:5000"), "eth0"}, nil, nil},
 		{"IP of a netdev link", many, "10.0.0.1", Device{"rxe0", ap("10.0.0.1:4791"), "eth0"}, nil, nil},
 		{"IP shared by two links", many, "127.0.0.1", Device{}, errAmbiguousDevice, []string{"lo2", "lo3"}},
+		{"any 127/8 address is on lo", nil, "127.0.0.2", Device{"127.0.0.2", ap("127.0.0.2:4791"), "lo"}, nil, nil},
 		{"IP:port picks one", many, "127.0.0.1:4793", Device{"lo3", ap("127.0.0.1:4793"), "lo"}, nil, nil},
 		{"local IP without link", nil, "10.0.0.2", Device{"10.0.0.2", ap("10.0.0.2:4791"), "eth0"}, nil, nil},
 		{"local IP:port without link", nil, "[::1]:6000", Device{"::1", ap("[::1]:6000"), "lo"}, nil, nil},

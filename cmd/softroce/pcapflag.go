@@ -33,31 +33,6 @@ type toolDevice struct {
 	pcapErr error
 }
 
-// resolveToolDevice is resolveDevice plus loopback addresses: every address
-// of 127.0.0.0/8 (and ::1) is usable on Linux's lo although only 127.0.0.1
-// is configured, so "-d 127.0.0.2" gives a second device on one host.
-func resolveToolDevice(name string) (Device, error) {
-	d, err := resolveDevice(name)
-	if err == nil || name == "" {
-		return d, err
-	}
-	if ap, perr := parseDeviceAddr(name); perr == nil && ap.Addr().Unmap().IsLoopback() {
-		a := ap.Addr().Unmap()
-		return Device{Name: a.String(), Addr: netip.AddrPortFrom(a, ap.Port()), Netdev: loopbackName()}, nil
-	}
-	return d, err
-}
-
-func loopbackName() string {
-	ifs, _ := net.Interfaces()
-	for _, i := range ifs {
-		if i.Flags&net.FlagLoopback != 0 {
-			return i.Name
-		}
-	}
-	return "lo"
-}
-
 // deviceMAC returns the hardware address of netdev, or zero (the engine
 // then derives one from the IP address) for loopback and unknown devices.
 func deviceMAC(netdev string) [6]byte {
@@ -76,7 +51,7 @@ func deviceMAC(netdev string) [6]byte {
 // set, every datagram it sends and receives is written there, framed as
 // Ethernet/IP/UDP with a valid ICRC (capture.Writer).
 func openToolDevice(name, pcapPath string) (*toolDevice, error) {
-	info, err := resolveToolDevice(name)
+	info, err := resolveDevice(name)
 	if err != nil {
 		return nil, err
 	}

@@ -96,8 +96,8 @@ type Device struct {
 
 // Default limits (rxe, §10).
 const (
-	maxQPWR    = 1 << 14 // per queue; rxe allows more but rings are preallocated
-	maxCQE     = 1 << 15
+	maxQPWR    = 1 << 20 // per queue (rings are preallocated: memory grows with the size asked)
+	maxCQE     = 1<<15 - 1
 	maxRdAtom  = 128
 	firstQPN   = 0x11
 	maxQPN     = 1<<24 - 2
@@ -175,13 +175,21 @@ func (d *Device) QueryDevice() DeviceAttr {
 	g := nodeGUID(d.gids[0])
 	return DeviceAttr{
 		FWVer: "0.0.0", NodeGUID: g, SysImageGUID: g, MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000,
-		VendorID: 0xFFFFFF, MaxQP: 1 << 20, MaxQPWR: maxQPWR, DeviceCapFlags: 0,
+		VendorID: 0xFFFFFF, MaxQP: 1<<20 - 16, MaxQPWR: maxQPWR, DeviceCapFlags: deviceCapFlags,
 		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: 1 << 20, MaxCQE: maxCQE, MaxMR: maxMRIndex, MaxPD: 1 << 20,
 		MaxQPRdAtom: maxRdAtom, MaxResRdAtom: 0x3F000, MaxQPInitRdAtom: maxRdAtom, AtomicCap: 1,
-		MaxAH: 32767, MaxSRQ: 1 << 20, MaxSRQWR: maxQPWR, MaxSRQSGE: 27, MaxPKeys: 1,
+		MaxMcastGrp: 8192, MaxMcastQPAttach: maxMcastQPs, MaxTotalMcastQPAttach: 0x70000,
+		MaxAH: 32767, MaxSRQ: 1<<20 - 1<<17 - 1, MaxSRQWR: maxQPWR, MaxSRQSGE: 27, MaxPKeys: 64,
 		LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: 1 << 31,
 	}
 }
+
+// deviceCapFlags are rxe's IBV_DEVICE_* capability flags minus the memory
+// window and fast-registration ones softroce does not implement:
+// BAD_PKEY_CNTR, BAD_QKEY_CNTR, AUTO_PATH_MIG, CHANGE_PHY_PORT,
+// UD_AV_PORT_ENFORCE, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN,
+// SRQ_RESIZE (rxe: 0x01223c76).
+const deviceCapFlags = 0x3c76
 
 func nodeGUID(ll GID) uint64 {
 	var g uint64

@@ -274,11 +274,17 @@ func (d *Device) lookupMR(key uint32) *MR {
 	return mr
 }
 
-// acquire returns mr read-locked with the byte offset of [va, va+n) if key,
-// PD, access, state and bounds all check (§7), else nil. The caller must
-// RUnlock the MR.
+// acquire returns the MR key names, read-locked, with the byte offset of
+// [va, va+n) if key, PD, access, state and bounds all check (§7), else nil.
+// The caller ends the access with release.
 func (d *Device) acquire(pd *PD, key uint32, va uint64, n uint64, need Access) (*MR, int) {
-	mr := d.lookupMR(key)
+	return d.lookupMR(key).acquire(pd, key, va, n, need)
+}
+
+// acquire is Device.acquire for an MR found earlier (the responder keeps
+// the MR of a multi-packet WRITE): every check is repeated, so a region
+// deregistered or re-keyed meanwhile fails.
+func (mr *MR) acquire(pd *PD, key uint32, va uint64, n uint64, need Access) (*MR, int) {
 	if mr == nil {
 		return nil, 0
 	}

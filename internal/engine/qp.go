@@ -129,7 +129,7 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 	}
 	if c.MaxSendWR > maxQPWR || c.MaxRecvWR > maxQPWR || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE > MaxSGE ||
 		c.MaxInlineData > MaxInline {
-		return nil, newErr("create qp", "caps above the device limits (max_qp_wr 16384, max_sge 32, max_inline_data 512)", syscall.EINVAL)
+		return nil, newErr("create qp", "caps above the device limits (max_qp_wr 1048576, max_sge 32, max_inline_data 512)", syscall.EINVAL)
 	}
 	if err := pd.ref(); err != nil {
 		return nil, err

@@ -31,6 +31,7 @@ type respState struct {
 	wqe     recvWQE
 	off     int
 	// RDMA WRITE in progress.
+	wMR  *MR // the target region, found at FIRST/ONLY
 	wKey uint32
 	wVA  uint64
 	wRem int
@@ -356,6 +357,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 				return
 			}
 			mr.release()
+			r.wMR = mr
 		}
 		r.wKey, r.wVA, r.wRem, r.wLen = p.RETH.RKey, p.RETH.VA, int(p.RETH.Length), p.RETH.Length
 	}
@@ -373,7 +375,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 		return
 	}
 	if n > 0 {
-		mr, off := qp.dev.acquire(qp.pd, r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+		mr, off := r.wMR.acquire(qp.pd, r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
 		if mr == nil {
 			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return

@@ -1,0 +1,503 @@
+package cm
+
+import (
+	"context"
+	"log/slog"
+	"math/bits"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/verbs"
+	"github.com/softroce/softroce/wire"
+)
+
+// Config tunes an Agent. The zero value gives Linux's timing.
+type Config struct {
+	// Timeout is how long the CM waits for an answer (REP, RTU, DREP,
+	// SIDR_REP) before it resends a MAD. Its log2 in units of 4.096 µs is
+	// the CM response timeout sent in REQs. Default 4.096 µs × 2^20 ≈ 4.3 s,
+	// rdma_cm's CMA_CM_RESPONSE_TIMEOUT.
+	Timeout time.Duration
+	// MaxRetries is how many times a MAD is resent before the CM gives up
+	// (UNREACHABLE, or DISCONNECTED for a DREQ). Default 15
+	// (CMA_MAX_CM_RETRIES); negative means 0.
+	MaxRetries int
+	// TimeWait is how long a closed connection's IDs stay known, to answer
+	// duplicates, before TIMEWAIT_EXIT. Default: Timeout.
+	TimeWait time.Duration
+	// MRADelay is how long the application may take to accept or reject a
+	// connection request before the CM sends an MRA asking the peer to wait.
+	// Default: Timeout/2.
+	MRADelay time.Duration
+	// ServiceTimeout is the MRA service timeout (log2 of 4.096 µs units)
+	// announced to the peer. Default 24 (≈ 69 s), rdma_cm's CMA_CM_MRA_SETTING.
+	ServiceTimeout uint8
+	// RecvDepth is the number of receive buffers of the GSI QP (default 256).
+	RecvDepth int
+	// Logger receives debug logs of every MAD (nil: silent).
+	Logger *slog.Logger
+}
+
+func (c *Config) normalize() {
+	if c.Timeout <= 0 {
+		c.Timeout = expDuration(20)
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 15
+	} else if c.MaxRetries < 0 {
+		c.MaxRetries = 0
+	}
+	if c.TimeWait <= 0 {
+		c.TimeWait = c.Timeout
+	}
+	if c.MRADelay <= 0 {
+		c.MRADelay = c.Timeout / 2
+	}
+	if c.ServiceTimeout == 0 {
+		c.ServiceTimeout = 24
+	}
+	if c.ServiceTimeout > 31 {
+		c.ServiceTimeout = 31
+	}
+	if c.RecvDepth <= 0 {
+		c.RecvDepth = 256
+	}
+}
+
+// expDuration is 4.096 µs × 2^e, the IBA timeout encoding.
+func expDuration(e uint8) time.Duration {
+	return time.Duration(4096<<min(e, 31)) * time.Nanosecond
+}
+
+// durationExp is the smallest e with expDuration(e) >= d (0..31).
+func durationExp(d time.Duration) uint8 {
+	u := uint64(max(d, 1)+4095) / 4096
+	e := bits.Len64(u - 1)
+	return uint8(min(e, 31))
+}
+
+// Stats are an agent's counters, updated atomically.
+type Stats struct {
+	MADsSent     atomic.Uint64
+	MADsReceived atomic.Uint64
+	Retransmits  atomic.Uint64 // MADs resent after a timeout
+	Duplicates   atomic.Uint64 // duplicate MADs (answered again or ignored)
+	MRAsSent     atomic.Uint64
+	Timeouts     atomic.Uint64 // exchanges given up after all retries
+	SendErrors   atomic.Uint64 // MADs the GSI QP refused
+	RejectsSent  atomic.Uint64
+	// Drops by reason.
+	DropMalformed  atomic.Uint64 // not a valid CM MAD (bad length, version, class, method, fields)
+	DropUnknown    atomic.Uint64 // unknown or unsupported attribute (ClassPortInfo, LAP, APR)
+	DropUnexpected atomic.Uint64 // valid MAD that matches no ID or not its state
+	DropBacklog    atomic.Uint64 // REQ dropped because the listener's backlog was full
+	DropRecvError  atomic.Uint64 // GSI receive completions in error
+}
+
+// Agent runs the CM protocol on one device (its GSI QP). Attach creates it.
+type Agent struct {
+	dev   *verbs.Device
+	cfg   Config
+	log   *slog.Logger
+	clock verbs.Clock
+	addr  netip.Addr // the device's IP address (its GID)
+	sgid  uint8      // GID index of addr
+	guid  uint64
+	mtu   wire.MTU
+
+	pd   *verbs.PD // GSI resources, and the default PD of IDs on this device
+	scq  *verbs.CQ
+	rcq  *verbs.CQ
+	cc   *verbs.CompChannel
+	qp   *verbs.QP
+	rmr  *verbs.MR
+	rbuf []byte
+
+	stats Stats
+
+	mu       sync.Mutex
+	closed   bool
+	byLocal  map[uint32]*ID    // local comm ID (and SIDR request ID) -> ID
+	byRemote map[remoteKey]*ID // (peer, remote comm ID / request ID) -> ID
+	ahs      map[netip.Addr]*verbs.AH
+	nextComm uint32
+	txBuf    []byte
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type remoteKey struct {
+	peer netip.Addr
+	id   uint32
+	sidr bool
+}
+
+// recvSlot is the size of one GSI receive buffer: the 40-byte GRH area and
+// the 256-byte MAD.
+const recvSlot = 40 + mad.MADLen
+
+// Attach starts the CM on dev and registers the device so that IDs, Dial
+// and Listen find it by its IP address. It creates the GSI QP (QP1); a
+// device can have one agent, and attached devices need distinct IP
+// addresses. cfg may be nil. Close the agent before the device.
+func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
+	if dev == nil {
+		return nil, newErr("attach", "nil device", syscall.EINVAL)
+	}
+	a := &Agent{dev: dev, clock: dev.Clock(), byLocal: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
+		ahs: map[netip.Addr]*verbs.AH{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
+	if cfg != nil {
+		a.cfg = *cfg
+	}
+	a.cfg.normalize()
+	a.log = a.cfg.Logger
+	a.addr = dev.LocalAddr().Addr().Unmap()
+	g := verbs.GIDFromAddr(a.addr)
+	a.sgid = 0
+	for i, x := range dev.GIDs() {
+		if x == g {
+			a.sgid = uint8(i)
+		}
+	}
+	a.guid = dev.QueryDevice().NodeGUID
+	var err error
+	if a.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Agent, error) {
+		a.release()
+		return nil, err
+	}
+	depth := a.cfg.RecvDepth
+	a.cc = dev.CreateCompChannel()
+	if a.rcq, err = dev.CreateCQ(depth, nil, a.cc); err != nil {
+		return fail(err)
+	}
+	if a.scq, err = dev.CreateCQ(256, nil, nil); err != nil {
+		return fail(err)
+	}
+	a.qp, err = a.pd.CreateGSIQP(&verbs.QPInitAttr{SendCQ: a.scq, RecvCQ: a.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: uint32(depth), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.MADLen}})
+	if err != nil {
+		return fail(err)
+	}
+	if err = a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: wire.GSIQKey},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
+		return fail(err)
+	}
+	if err = a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+		return fail(err)
+	}
+	if err = a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+		return fail(err)
+	}
+	a.rbuf = make([]byte, depth*recvSlot)
+	if a.rmr, err = a.pd.RegMR(a.rbuf, verbs.AccessLocalWrite); err != nil {
+		return fail(err)
+	}
+	for i := range depth {
+		if err = a.postRecv(uint64(i)); err != nil {
+			return fail(err)
+		}
+	}
+	if err = a.rcq.ReqNotify(false); err != nil {
+		return fail(err)
+	}
+	if err = register(a); err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	go a.loop(ctx)
+	return a, nil
+}
+
+func (a *Agent) postRecv(slot uint64) error {
+	_, err := a.qp.PostRecv([]verbs.RecvWR{{WRID: slot, SGList: []verbs.SGE{{
+		Addr: a.rmr.Addr() + slot*recvSlot, Length: recvSlot, LKey: a.rmr.LKey()}}}})
+	return err
+}
+
+// release frees the GSI resources (errors ignored: best effort).
+func (a *Agent) release() {
+	if a.qp != nil {
+		a.qp.Destroy()
+	}
+	for _, ah := range a.ahs {
+		ah.Destroy()
+	}
+	a.ahs = nil
+	if a.rmr != nil {
+		a.rmr.Deregister()
+	}
+	if a.rcq != nil {
+		a.rcq.Destroy()
+	}
+	if a.scq != nil {
+		a.scq.Destroy()
+	}
+}
+
+// Close stops the agent: pending exchanges are abandoned (their timers
+// stopped, no more events), the GSI QP is destroyed and the device is
+// unregistered. It does not close the device.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	for _, id := range a.byLocal {
+		id.stopTimer()
+	}
+	a.mu.Unlock()
+	unregister(a)
+	a.cancel()
+	<-a.done
+	a.mu.Lock()
+	a.release()
+	a.mu.Unlock()
+	return nil
+}
+
+// Device returns the agent's device.
+func (a *Agent) Device() *verbs.Device { return a.dev }
+
+// Addr returns the device's IP address, which IDs bind to.
+func (a *Agent) Addr() netip.Addr { return a.addr }
+
+// PD returns the agent's protection domain, the default PD of IDs on this
+// device (rdma_cm's per-device PD when rdma_create_qp gets a NULL pd).
+func (a *Agent) PD() *verbs.PD { return a.pd }
+
+// Stats returns the agent's live counters.
+func (a *Agent) Stats() *Stats { return &a.stats }
+
+// Config returns the agent's effective configuration.
+func (a *Agent) Config() Config { return a.cfg }
+
+// IDs returns the number of communication IDs the agent tracks (live
+// connections, pending requests and IDs in time-wait): 0 when idle.
+func (a *Agent) IDs() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.byLocal)
+}
+
+func (a *Agent) loop(ctx context.Context) {
+	defer close(a.done)
+	wcs := make([]verbs.WC, 32)
+	for {
+		for {
+			n := a.rcq.Poll(wcs)
+			for i := range n {
+				a.completion(&wcs[i])
+			}
+			if n < len(wcs) {
+				break
+			}
+		}
+		cq, err := a.cc.GetCQEvent(ctx)
+		if err != nil {
+			return
+		}
+		cq.AckEvents(1)
+		if cq.ReqNotify(false) != nil {
+			return
+		}
+	}
+}
+
+func (a *Agent) completion(wc *verbs.WC) {
+	slot := wc.WRID
+	if slot >= uint64(a.cfg.RecvDepth) {
+		return
+	}
+	if wc.Status != verbs.WCSuccess {
+		if wc.Status == verbs.WCWRFlushErr {
+			return // QP going away
+		}
+		a.stats.DropRecvError.Add(1)
+		a.postRecv(slot)
+		return
+	}
+	b := a.rbuf[slot*recvSlot : slot*recvSlot+uint64(min(int(wc.ByteLen), recvSlot))]
+	var peer netip.Addr
+	var payload []byte
+	if len(b) >= 40 {
+		peer = grhSource(b[:40])
+		payload = b[40:]
+	}
+	a.Input(peer, payload)
+	a.postRecv(slot)
+}
+
+// grhSource returns the source address in a UD receive's 40-byte GRH area:
+// an IPv6 header, or 20 zero bytes and an IPv4 header.
+func grhSource(g []byte) netip.Addr {
+	if g[20]>>4 == 4 && g[0] == 0 {
+		return netip.AddrFrom4([4]byte(g[32:36]))
+	}
+	return netip.AddrFrom16([16]byte(g[8:24])).Unmap()
+}
+
+// send transmits one MAD to peer's GSI QP.
+func (a *Agent) send(peer netip.Addr, b []byte) {
+	if a.closed {
+		return
+	}
+	ah := a.ahs[peer]
+	if ah == nil {
+		var err error
+		ah, err = a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1,
+			GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(peer), SGIDIndex: a.sgid, HopLimit: 64}})
+		if err != nil {
+			a.stats.SendErrors.Add(1)
+			return
+		}
+		if len(a.ahs) > 1024 { // bound the cache
+			for k, v := range a.ahs {
+				v.Destroy()
+				delete(a.ahs, k)
+				break
+			}
+		}
+		a.ahs[peer] = ah
+	}
+	// Sends are unsignaled: only failed ones complete. Drain them.
+	var wcs [4]verbs.WC
+	for n := a.scq.Poll(wcs[:]); n > 0; n = a.scq.Poll(wcs[:]) {
+		a.stats.SendErrors.Add(uint64(n))
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, Inline: b,
+		AH: ah, RemoteQPN: 1, RemoteQKey: wire.GSIQKey}}); err != nil {
+		a.stats.SendErrors.Add(1)
+		return
+	}
+	a.stats.MADsSent.Add(1)
+	if a.log != nil {
+		h, _ := mad.ParseHeader(b)
+		a.log.Debug("cm send", "dev", a.dev.Name(), "to", peer, "mad", h.AttrID, "tid", h.TID)
+	}
+}
+
+// newCommID returns an unused nonzero local communication ID.
+func (a *Agent) newCommID() uint32 {
+	for {
+		a.nextComm++
+		id := a.nextComm
+		if id != 0 && a.byLocal[id] == nil {
+			return id
+		}
+	}
+}
+
+// newTID returns a transaction ID: like Linux, the local comm ID in the
+// low half and a per-agent sequence in the high half.
+func (a *Agent) newTID(comm uint32) uint64 {
+	return uint64(rand.Uint32()&0x7FFFFFFF)<<32 | uint64(comm)
+}
+
+// registry of agents by address, and of bound ports.
+var reg struct {
+	mu     sync.Mutex
+	agents []*Agent
+	ports  map[portKey][]*ID
+}
+
+type portKey struct {
+	ps   mad.PortSpace
+	port uint16
+}
+
+func register(a *Agent) error {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	for _, x := range reg.agents {
+		if x.dev == a.dev {
+			return newErr("attach", "device already has a CM agent", syscall.EBUSY)
+		}
+		if x.addr == a.addr {
+			return newErr("attach", "another attached device has the same IP address: addresses select devices", syscall.EADDRINUSE)
+		}
+	}
+	reg.agents = append(reg.agents, a)
+	return nil
+}
+
+func unregister(a *Agent) {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	for i, x := range reg.agents {
+		if x == a {
+			reg.agents = append(reg.agents[:i], reg.agents[i+1:]...)
+			break
+		}
+	}
+}
+
+// agentFor returns the agent of the device with IP address addr.
+func agentFor(addr netip.Addr) *Agent {
+	addr = addr.Unmap()
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	for _, a := range reg.agents {
+		if a.addr == addr {
+			return a
+		}
+	}
+	return nil
+}
+
+// agentToward picks the device to reach dst from when no source address is
+// given, as a route lookup would: among the devices of dst's family other
+// than dst itself, the one whose address shares the longest prefix with
+// dst; else the device that is dst (loopback).
+func agentToward(dst netip.Addr) *Agent {
+	dst = dst.Unmap()
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	var self, best *Agent
+	bestLen := -1
+	for _, a := range reg.agents {
+		if a.addr.Is4() != dst.Is4() {
+			continue
+		}
+		if a.addr == dst {
+			self = a
+			continue
+		}
+		if n := commonPrefix(a.addr, dst); n > bestLen {
+			best, bestLen = a, n
+		}
+	}
+	if best != nil {
+		return best
+	}
+	return self
+}
+
+// commonPrefix returns the number of leading bits a and b share.
+func commonPrefix(a, b netip.Addr) int {
+	x, y := a.As16(), b.As16()
+	for i := range x {
+		if d := x[i] ^ y[i]; d != 0 {
+			return i*8 + bits.LeadingZeros8(d)
+		}
+	}
+	return 128
+}
+
+// Agents returns the attached agents.
+func Agents() []*Agent {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	return append([]*Agent(nil), reg.agents...)
+}

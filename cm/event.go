@@ -1,0 +1,181 @@
+package cm
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/verbs"
+)
+
+// EventType is an rdma_cm event (enum rdma_cm_event_type values).
+type EventType uint8
+
+// rdma_cm events.
+const (
+	EventAddrResolved    EventType = 0
+	EventAddrError       EventType = 1
+	EventRouteResolved   EventType = 2
+	EventRouteError      EventType = 3
+	EventConnectRequest  EventType = 4
+	EventConnectResponse EventType = 5
+	EventConnectError    EventType = 6
+	EventUnreachable     EventType = 7
+	EventRejected        EventType = 8
+	EventEstablished     EventType = 9
+	EventDisconnected    EventType = 10
+	EventDeviceRemoval   EventType = 11
+	EventTimewaitExit    EventType = 15
+)
+
+var eventNames = [...]string{
+	"RDMA_CM_EVENT_ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_ERROR", "RDMA_CM_EVENT_ROUTE_RESOLVED",
+	"RDMA_CM_EVENT_ROUTE_ERROR", "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+	"RDMA_CM_EVENT_CONNECT_ERROR", "RDMA_CM_EVENT_UNREACHABLE", "RDMA_CM_EVENT_REJECTED",
+	"RDMA_CM_EVENT_ESTABLISHED", "RDMA_CM_EVENT_DISCONNECTED", "RDMA_CM_EVENT_DEVICE_REMOVAL",
+	"RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
+	"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+}
+
+// String returns the name rdma_event_str gives ("RDMA_CM_EVENT_ESTABLISHED").
+func (t EventType) String() string {
+	if int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return "UNKNOWN EVENT " + strconv.Itoa(int(t))
+}
+
+// ConnParam are the connection parameters of Connect and Accept (struct
+// rdma_conn_param), and what CONNECT_REQUEST, CONNECT_RESPONSE and
+// ESTABLISHED report about the peer's.
+type ConnParam struct {
+	// PrivateData is sent in the REQ (up to 56 bytes after rdma_cm's
+	// header), REP (196), REJ (148) or SIDR messages; in events it is the
+	// peer's, the whole private-data field as received (zero-padded).
+	PrivateData []byte
+	// ResponderResources is the number of RDMA READ/atomic operations this
+	// side accepts in flight from the peer (max_dest_rd_atomic); in
+	// CONNECT_REQUEST it is the peer's initiator depth.
+	ResponderResources uint8
+	// InitiatorDepth is the number of RDMA READ/atomic operations this side
+	// issues in flight (max_rd_atomic); in CONNECT_REQUEST it is the peer's
+	// responder resources.
+	InitiatorDepth uint8
+	FlowControl    bool
+	// RetryCount and RNRRetryCount are the transport and RNR retry counts
+	// (0..7; 7 means infinite RNR retries). Connect uses them for the
+	// connection; Accept ignores RetryCount (the active side's rules).
+	RetryCount    uint8
+	RNRRetryCount uint8
+	SRQ           bool
+	// QPNum is the QP number to announce when the ID has no QP of its own
+	// (the application manages the QP); in events, the peer's QPN.
+	QPNum uint32
+}
+
+// UDParam is what an ESTABLISHED event on a UD (port space UDP) ID carries:
+// how to reach the peer's QP (struct rdma_ud_param).
+type UDParam struct {
+	QPNum       uint32
+	QKey        uint32
+	AHAttr      verbs.AHAttr
+	PrivateData []byte
+}
+
+// Event is a connection manager event (struct rdma_cm_event).
+type Event struct {
+	Type EventType
+	// ID is the ID the event is about; for CONNECT_REQUEST, the new ID of
+	// the incoming connection (its Listener is the listening ID).
+	ID *ID
+	// Listen is the listening ID of a CONNECT_REQUEST.
+	Listen *ID
+	// Status is 0, a negative errno (UNREACHABLE: -ETIMEDOUT, ...), the CM
+	// reject reason of REJECTED, or the SIDR status of a failed UD connect.
+	Status int
+	// Reason is the reject reason of REJECTED.
+	Reason mad.RejectReason
+	// Param is the peer's connection parameters and private data
+	// (CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED).
+	Param ConnParam
+	// UD is set on ESTABLISHED for UD IDs.
+	UD *UDParam
+}
+
+// EventChannel delivers the events of the IDs created on it
+// (rdma_event_channel). Events queue without bound until read.
+type EventChannel struct {
+	mu     sync.Mutex
+	q      []*Event
+	ready  chan struct{}
+	closed bool
+}
+
+// NewEventChannel creates an event channel (rdma_create_event_channel).
+func NewEventChannel() *EventChannel {
+	return &EventChannel{ready: make(chan struct{}, 1)}
+}
+
+func (c *EventChannel) post(ev *Event) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.q = append(c.q, ev)
+	c.mu.Unlock()
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Get waits for the next event (rdma_get_cm_event). rdma_ack_cm_event has
+// no counterpart: events need no acknowledgement.
+func (c *EventChannel) Get(ctx context.Context) (*Event, error) {
+	for {
+		c.mu.Lock()
+		if len(c.q) > 0 {
+			ev := c.q[0]
+			c.q[0] = nil
+			c.q = c.q[1:]
+			if len(c.q) == 0 {
+				c.q = nil
+			}
+			c.mu.Unlock()
+			return ev, nil
+		}
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Len returns the number of queued events.
+func (c *EventChannel) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.q)
+}
+
+// Close discards queued events and makes Get fail with ErrClosed
+// (rdma_destroy_event_channel). Destroy the channel's IDs first.
+func (c *EventChannel) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.q = nil
+	c.mu.Unlock()
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package cm
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/verbs"
+)
+
+var netSeq atomic.Uint32
+
+// testConfig is a CM configuration with short timers.
+func testConfig() *Config {
+	return &Config{Timeout: 40 * time.Millisecond, MaxRetries: 5, TimeWait: 20 * time.Millisecond,
+		MRADelay: 20 * time.Millisecond, ServiceTimeout: 14}
+}
+
+type pair struct {
+	da, db *verbs.Device
+	aa, ab *Agent
+	pa, pb *pipe.Endpoint
+}
+
+func (p *pair) addrA() netip.Addr { return p.aa.Addr() }
+func (p *pair) addrB() netip.Addr { return p.ab.Addr() }
+
+// newPair opens two devices on a pipe with unique addresses, each with an
+// agent; everything is closed at the end of the test.
+func newPair(t testing.TB, fa, fb pipe.Faults, cfg *Config) *pair {
+	t.Helper()
+	n := netSeq.Add(1)
+	ca := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.1:4791", 100+n/250, n%250)), Faults: fa, Seed: uint64(n)}
+	cb := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.2:4791", 100+n/250, n%250)), Faults: fb, Seed: uint64(n) + 7}
+	return newPairWith(t, ca, cb, verbs.Config{Name: "pa"}, verbs.Config{Name: "pb"}, cfg)
+}
+
+func newPairWith(t testing.TB, ca, cb pipe.Config, va, vb verbs.Config, cfg *Config) *pair {
+	t.Helper()
+	ea, eb, err := pipe.New(ca, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pair{pa: ea, pb: eb}
+	if p.da, err = verbs.Open(ea, &va); err != nil {
+		t.Fatal(err)
+	}
+	if p.db, err = verbs.Open(eb, &vb); err != nil {
+		t.Fatal(err)
+	}
+	if cfg == nil {
+		cfg = testConfig()
+	}
+	if p.aa, err = Attach(p.da, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if p.ab, err = Attach(p.db, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.aa.Close()
+		p.ab.Close()
+		p.da.Close()
+		p.db.Close()
+	})
+	return p
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timeout waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// pollWC waits for one completion on cq.
+func pollWC(t testing.TB, cq *verbs.CQ, d time.Duration) verbs.WC {
+	t.Helper()
+	var wc [1]verbs.WC
+	end := time.Now().Add(d)
+	for cq.Poll(wc[:]) == 0 {
+		if time.Now().After(end) {
+			t.Fatalf("no completion within %v", d)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return wc[0]
+}
+
+// buf is a registered buffer.
+type buf struct {
+	b  []byte
+	mr *verbs.MR
+}
+
+func newBuf(t testing.TB, pd *verbs.PD, n int) *buf {
+	t.Helper()
+	b := make([]byte, n)
+	mr, err := pd.RegMR(b, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mr.Deregister() })
+	return &buf{b, mr}
+}
+
+func (b *buf) sge() []verbs.SGE {
+	return []verbs.SGE{{Addr: b.mr.Addr(), Length: uint32(len(b.b)), LKey: b.mr.LKey()}}
+}

@@ -1,0 +1,581 @@
+package cm
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/verbs"
+	"github.com/softroce/softroce/wire"
+)
+
+// Everything in this file runs with a.mu held.
+
+// post delivers an event for id unless the application destroyed it.
+func (id *ID) post(ev *Event) {
+	if id.destroyed || id.ch == nil {
+		return
+	}
+	ev.ID = id
+	id.ch.post(ev)
+}
+
+func (id *ID) stopTimer() {
+	id.tgen++
+	if id.timer != nil {
+		id.timer.Stop()
+	}
+}
+
+// arm (re)starts the ID's single timer.
+func (id *ID) arm(d time.Duration) {
+	a := id.agent
+	id.tgen++
+	gen := id.tgen
+	f := func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if id.tgen != gen || a.closed {
+			return
+		}
+		a.onTimer(id)
+	}
+	if id.timer != nil {
+		id.timer.Stop()
+	}
+	id.timer = a.clock.AfterFunc(d, f)
+}
+
+// startExchange sends b and arms its retransmission.
+func (id *ID) startExchange(b []byte) {
+	id.resend = b
+	id.retries = 0
+	id.mraWait = false
+	id.agent.send(id.peer, b)
+	id.arm(id.agent.cfg.Timeout)
+}
+
+// forget removes the ID from the agent's tables and stops its timer.
+func (id *ID) forget() {
+	a := id.agent
+	id.stopTimer()
+	if a.byLocal[id.localComm] == id {
+		delete(a.byLocal, id.localComm)
+	}
+	for _, sidr := range [2]bool{false, true} {
+		k := remoteKey{id.peer, id.remoteComm, sidr}
+		if a.byRemote[k] == id {
+			delete(a.byRemote, k)
+		}
+	}
+	id.resend, id.answer = nil, nil
+}
+
+// enterTimeWait keeps the ID for Config.TimeWait, answering duplicates with
+// answer, then forgets it (TIMEWAIT_EXIT).
+func (id *ID) enterTimeWait(answer []byte) {
+	id.st = stTimeWait
+	id.answer = answer
+	id.resend = nil
+	id.arm(id.agent.cfg.TimeWait)
+}
+
+func (id *ID) sendREJ(kind mad.MsgKind, reason mad.RejectReason, pdata []byte) []byte {
+	m := mad.REJ{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
+		MessageRejected: kind, Reason: reason, PrivateData: pdata}
+	b, _ := m.Append(nil)
+	id.agent.stats.RejectsSent.Add(1)
+	id.agent.send(id.peer, b)
+	return b
+}
+
+func (id *ID) sendRTU() {
+	m := mad.RTU{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm}
+	b, _ := m.Append(nil)
+	id.answer = b
+	id.agent.send(id.peer, b)
+}
+
+func (id *ID) sendDREQ() {
+	a := id.agent
+	m := mad.DREQ{Header: mad.NewHeader(a.newTID(id.localComm)), LocalCommID: id.localComm,
+		RemoteCommID: id.remoteComm, RemoteQPN: id.peerQPN}
+	b, _ := m.Append(nil)
+	id.st = stDREQSent
+	id.startExchange(b)
+}
+
+// rejectStateless answers a MAD that matches no ID with a REJ.
+func (a *Agent) rejectStateless(peer netip.Addr, tid uint64, remoteComm uint32, kind mad.MsgKind, reason mad.RejectReason) {
+	m := mad.REJ{Header: mad.NewHeader(tid), RemoteCommID: remoteComm, MessageRejected: kind, Reason: reason}
+	b, _ := m.Append(nil)
+	a.stats.RejectsSent.Add(1)
+	a.send(peer, b)
+}
+
+func (a *Agent) onTimer(id *ID) {
+	switch id.st {
+	case stReqSent, stRepSent, stDREQSent, stSIDRReqSent:
+		if id.mraWait {
+			id.mraWait = false
+		} else if id.retries >= a.cfg.MaxRetries {
+			a.timeout(id)
+			return
+		} else {
+			id.retries++
+		}
+		a.stats.Retransmits.Add(1)
+		a.send(id.peer, id.resend)
+		id.arm(a.cfg.Timeout)
+	case stReqRcvd:
+		// The application is slow: ask the peer to wait.
+		m := mad.MRA{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
+			MessageMRAed: mad.MsgREQ, ServiceTimeout: a.cfg.ServiceTimeout}
+		b, _ := m.Append(nil)
+		id.st = stMRAReqSent
+		id.answer = b
+		a.stats.MRAsSent.Add(1)
+		a.send(id.peer, b)
+	case stTimeWait:
+		id.forget()
+		id.st = stIdle
+		if id.destroyed {
+			id.st = stDestroyed
+		}
+		if id.wasUp {
+			id.post(&Event{Type: EventTimewaitExit}) // only connections that were up report it
+		}
+	}
+}
+
+// timeout ends an exchange whose MAD was never answered.
+func (a *Agent) timeout(id *ID) {
+	a.stats.Timeouts.Add(1)
+	switch id.st {
+	case stReqSent:
+		id.sendREJ(mad.MsgOther, mad.RejTimeout, nil)
+		id.forget()
+		id.st = stIdle
+		id.post(&Event{Type: EventUnreachable, Status: -int(syscall.ETIMEDOUT)})
+	case stRepSent:
+		id.sendREJ(mad.MsgOther, mad.RejTimeout, nil)
+		id.qpErr()
+		id.forget()
+		id.st = stIdle
+		id.post(&Event{Type: EventUnreachable, Status: -int(syscall.ETIMEDOUT)})
+	case stSIDRReqSent:
+		id.forget()
+		id.st = stIdle
+		id.post(&Event{Type: EventUnreachable, Status: -int(syscall.ETIMEDOUT)})
+	case stDREQSent:
+		id.enterTimeWait(nil)
+		id.post(&Event{Type: EventDisconnected})
+	}
+}
+
+// Input processes one received MAD from peer (the GSI QP's receive path;
+// exported for tests and fuzzing). Malformed and unexpected MADs are counted
+// and dropped.
+func (a *Agent) Input(peer netip.Addr, b []byte) {
+	a.stats.MADsReceived.Add(1)
+	h, err := mad.ParseHeader(b)
+	if err != nil || !peer.IsValid() {
+		a.stats.DropMalformed.Add(1)
+		return
+	}
+	if a.log != nil {
+		a.log.Debug("cm recv", "dev", a.dev.Name(), "from", peer, "mad", h.AttrID, "tid", h.TID)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	switch h.AttrID {
+	case mad.AttrREQ:
+		var m mad.REQ
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onREQ(peer, &m)
+	case mad.AttrMRA:
+		var m mad.MRA
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onMRA(peer, &m)
+	case mad.AttrREJ:
+		var m mad.REJ
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onREJ(peer, &m)
+	case mad.AttrREP:
+		var m mad.REP
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onREP(peer, &m)
+	case mad.AttrRTU:
+		var m mad.RTU
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onRTU(peer, &m)
+	case mad.AttrDREQ:
+		var m mad.DREQ
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onDREQ(peer, &m)
+	case mad.AttrDREP:
+		var m mad.DREP
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onDREP(peer, &m)
+	case mad.AttrSIDRREQ:
+		var m mad.SIDRREQ
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onSIDRREQ(peer, &m)
+	case mad.AttrSIDRREP:
+		var m mad.SIDRREP
+		if m.Parse(b) != nil {
+			a.stats.DropMalformed.Add(1)
+			return
+		}
+		a.onSIDRREP(peer, &m)
+	default:
+		a.stats.DropUnknown.Add(1)
+	}
+}
+
+// lookup returns the ID a reply addressed to local comm ID comm from peer
+// belongs to.
+func (a *Agent) lookup(peer netip.Addr, comm uint32) *ID {
+	id := a.byLocal[comm]
+	if id == nil || id.peer != peer {
+		return nil
+	}
+	return id
+}
+
+func (a *Agent) unexpected() { a.stats.DropUnexpected.Add(1) }
+
+func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
+	key := remoteKey{peer, m.LocalCommID, false}
+	if id := a.byRemote[key]; id != nil {
+		a.stats.Duplicates.Add(1)
+		switch id.st {
+		case stMRAReqSent, stRepSent, stTimeWait:
+			if id.answer != nil {
+				a.send(peer, id.answer) // the same MRA, REP or REJ again
+			}
+		}
+		return
+	}
+	ps, port, ok := mad.ParseServiceID(m.ServiceID)
+	if !ok || m.TransportType != mad.TransportRC {
+		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
+		return
+	}
+	hdr, user, err := mad.ParseCMAHeader(m.PrivateData)
+	if err != nil {
+		a.stats.DropMalformed.Add(1)
+		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
+		return
+	}
+	l := findListener(ps, port, hdr.Dst)
+	if l == nil || l.qpType != verbs.QPTypeRC {
+		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
+		return
+	}
+	if int(l.pending.Load()) >= l.backlog {
+		a.stats.DropBacklog.Add(1) // the peer retransmits
+		return
+	}
+	l.pending.Add(1)
+	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeRC, agent: a, listener: l, counted: true, ch: l.ch,
+		local: netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
+		st: stReqRcvd, peer: peer, tid: m.TID, remoteComm: m.LocalCommID, serviceID: m.ServiceID,
+		peerQPN: m.LocalQPN, peerPSN: m.StartingPSN, mtu: min(m.PathMTU, a.mtu), flowLabel: m.Primary.FlowLabel,
+		ackTO: m.Primary.LocalACKTimeout, retry: m.RetryCount, rnr: m.RNRRetryCount,
+		respRes: clampRd(m.InitiatorDepth), initDep: clampRd(m.ResponderResources),
+		peerGID: m.Primary.LocalGID, minRNR: l.minRNR}
+	if !id.mtu.Valid() {
+		id.mtu = a.mtu
+	}
+	if id.ackTO == 0 {
+		id.ackTO = defaultACKTimeout
+	}
+	if verbs.GID(m.Primary.LocalGID).Addr() != peer {
+		id.peerGID = verbs.GIDFromAddr(peer)
+	}
+	id.localComm = a.newCommID()
+	id.myPSN = rand.Uint32() & wire.PSNMask
+	a.byLocal[id.localComm] = id
+	a.byRemote[key] = id
+	id.post(&Event{Type: EventConnectRequest, Listen: l, Param: ConnParam{
+		PrivateData: append([]byte(nil), user...), ResponderResources: id.respRes, InitiatorDepth: id.initDep,
+		FlowControl: m.EndToEndFlowControl, RetryCount: m.RetryCount, RNRRetryCount: m.RNRRetryCount,
+		SRQ: m.SRQ, QPNum: m.LocalQPN}})
+	id.arm(a.cfg.MRADelay)
+}
+
+func (a *Agent) onMRA(peer netip.Addr, m *mad.MRA) {
+	id := a.lookup(peer, m.RemoteCommID)
+	if id == nil {
+		a.unexpected()
+		return
+	}
+	switch {
+	case id.st == stReqSent && m.MessageMRAed == mad.MsgREQ, id.st == stRepSent && m.MessageMRAed == mad.MsgREP:
+		if id.st == stReqSent && id.remoteComm == 0 {
+			id.remoteComm = m.LocalCommID
+		}
+		id.mraWait = true
+		id.arm(expDuration(m.ServiceTimeout) + a.cfg.Timeout)
+	default:
+		a.unexpected()
+	}
+}
+
+func (a *Agent) onREJ(peer netip.Addr, m *mad.REJ) {
+	id := a.lookup(peer, m.RemoteCommID)
+	if id == nil {
+		// A REJ of our REQ may carry no comm ID of ours if the peer
+		// rejected statelessly; match it by transaction ID.
+		for _, x := range a.byLocal {
+			if x.peer == peer && x.tid == m.TID && x.st == stReqSent {
+				id = x
+				break
+			}
+		}
+	}
+	if id == nil {
+		a.unexpected()
+		return
+	}
+	ev := &Event{Type: EventRejected, Status: int(m.Reason), Reason: m.Reason,
+		Param: ConnParam{PrivateData: append([]byte(nil), m.PrivateData...)}}
+	switch id.st {
+	case stReqSent, stRepRcvd, stRepSent, stMRAReqSent, stReqRcvd:
+		if id.st == stReqRcvd || id.st == stMRAReqSent {
+			id.uncount()
+			ev = &Event{Type: EventConnectError, Status: -int(syscall.ECONNRESET)} // the peer gave up
+		}
+		id.qpErr()
+		id.forget()
+		id.st = stIdle
+		id.post(ev)
+	case stEstablished:
+		if m.Reason == mad.RejStaleConn || m.Reason == mad.RejTimeout {
+			id.qpErr()
+			id.enterTimeWait(nil)
+			id.post(&Event{Type: EventDisconnected})
+			return
+		}
+		a.unexpected()
+	default:
+		a.unexpected()
+	}
+}
+
+func (a *Agent) onREP(peer netip.Addr, m *mad.REP) {
+	id := a.lookup(peer, m.RemoteCommID)
+	if id == nil {
+		a.unexpected()
+		return
+	}
+	switch id.st {
+	case stReqSent:
+	case stEstablished, stRepRcvd, stDREQSent, stTimeWait:
+		a.stats.Duplicates.Add(1)
+		if id.answer != nil && (id.st == stEstablished || id.remoteComm == m.LocalCommID) {
+			a.send(peer, id.answer) // the RTU again
+		}
+		return
+	default:
+		a.unexpected()
+		return
+	}
+	id.stopTimer()
+	id.remoteComm = m.LocalCommID
+	a.byRemote[remoteKey{peer, id.remoteComm, false}] = id
+	id.peerQPN = m.LocalQPN
+	id.peerPSN = m.StartingPSN
+	id.respRes, id.initDep = clampRd(m.InitiatorDepth), clampRd(m.ResponderResources)
+	id.rnr = m.RNRRetryCount
+	param := ConnParam{PrivateData: append([]byte(nil), m.PrivateData...), ResponderResources: id.respRes,
+		InitiatorDepth: id.initDep, FlowControl: m.EndToEndFlowControl, RNRRetryCount: m.RNRRetryCount,
+		SRQ: m.SRQ, QPNum: m.LocalQPN}
+	if id.qp == nil {
+		id.st = stRepRcvd
+		id.answer = nil
+		id.post(&Event{Type: EventConnectResponse, Param: param})
+		return
+	}
+	err := id.qpRTR()
+	if err == nil {
+		err = id.qpRTS()
+	}
+	if err != nil {
+		if a.log != nil {
+			a.log.Debug("cm: QP to RTS failed", "err", err)
+		}
+		b := id.sendREJ(mad.MsgREP, mad.RejNoQP, nil)
+		id.qpErr()
+		id.enterTimeWait(b)
+		id.post(&Event{Type: EventConnectError, Status: -int(syscall.EINVAL)})
+		return
+	}
+	id.sendRTU()
+	id.st = stEstablished
+	id.wasUp = true
+	id.post(&Event{Type: EventEstablished, Param: param})
+}
+
+func (a *Agent) onRTU(peer netip.Addr, m *mad.RTU) {
+	id := a.lookup(peer, m.RemoteCommID)
+	if id == nil || id.remoteComm != m.LocalCommID {
+		a.unexpected()
+		return
+	}
+	if id.st != stRepSent {
+		a.stats.Duplicates.Add(1)
+		return
+	}
+	id.stopTimer()
+	id.st = stEstablished
+	id.wasUp = true
+	id.resend = nil
+	id.post(&Event{Type: EventEstablished, Param: ConnParam{PrivateData: append([]byte(nil), m.PrivateData...),
+		ResponderResources: id.respRes, InitiatorDepth: id.initDep, QPNum: id.peerQPN}})
+}
+
+func (a *Agent) onDREQ(peer netip.Addr, m *mad.DREQ) {
+	id := a.lookup(peer, m.RemoteCommID)
+	drep := func(id *ID) []byte {
+		r := mad.DREP{Header: mad.NewHeader(m.TID), LocalCommID: m.RemoteCommID, RemoteCommID: m.LocalCommID}
+		b, _ := r.Append(nil)
+		a.send(peer, b)
+		return b
+	}
+	if id == nil || id.remoteComm != m.LocalCommID {
+		// Unknown connection: answer anyway so the peer stops (cm_issue_drep).
+		a.unexpected()
+		drep(nil)
+		return
+	}
+	switch id.st {
+	case stEstablished, stRepSent, stRepRcvd, stDREQSent:
+		id.qpErr()
+		b := drep(id)
+		id.enterTimeWait(b)
+		id.post(&Event{Type: EventDisconnected})
+	case stTimeWait:
+		a.stats.Duplicates.Add(1)
+		if id.answer != nil {
+			a.send(peer, id.answer)
+		} else {
+			drep(id)
+		}
+	default:
+		a.unexpected()
+	}
+}
+
+func (a *Agent) onDREP(peer netip.Addr, m *mad.DREP) {
+	id := a.lookup(peer, m.RemoteCommID)
+	if id == nil || id.remoteComm != m.LocalCommID {
+		a.unexpected()
+		return
+	}
+	if id.st != stDREQSent {
+		a.stats.Duplicates.Add(1)
+		return
+	}
+	id.enterTimeWait(nil)
+	id.post(&Event{Type: EventDisconnected})
+}
+
+func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
+	key := remoteKey{peer, m.RequestID, true}
+	if id := a.byRemote[key]; id != nil {
+		a.stats.Duplicates.Add(1)
+		if id.answer != nil {
+			a.send(peer, id.answer)
+		}
+		return
+	}
+	reply := func(st mad.SIDRStatus) {
+		r := mad.SIDRREP{Header: mad.NewHeader(m.TID), RequestID: m.RequestID, Status: st, ServiceID: m.ServiceID}
+		b, _ := r.Append(nil)
+		a.send(peer, b)
+	}
+	ps, port, ok := mad.ParseServiceID(m.ServiceID)
+	if !ok {
+		reply(mad.SIDRUnsupported)
+		return
+	}
+	hdr, user, err := mad.ParseCMAHeader(m.PrivateData)
+	if err != nil {
+		a.stats.DropMalformed.Add(1)
+		reply(mad.SIDRUnsupported)
+		return
+	}
+	l := findListener(ps, port, hdr.Dst)
+	if l == nil || l.qpType != verbs.QPTypeUD {
+		reply(mad.SIDRUnsupported)
+		return
+	}
+	if int(l.pending.Load()) >= l.backlog {
+		a.stats.DropBacklog.Add(1)
+		return
+	}
+	l.pending.Add(1)
+	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeUD, agent: a, listener: l, counted: true, ch: l.ch,
+		local: netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
+		st: stSIDRReqRcvd, peer: peer, tid: m.TID, remoteComm: m.RequestID, serviceID: m.ServiceID,
+		peerGID: verbs.GIDFromAddr(peer)}
+	id.localComm = a.newCommID()
+	a.byLocal[id.localComm] = id
+	a.byRemote[key] = id
+	id.post(&Event{Type: EventConnectRequest, Listen: l, Param: ConnParam{PrivateData: append([]byte(nil), user...)}})
+}
+
+func (a *Agent) onSIDRREP(peer netip.Addr, m *mad.SIDRREP) {
+	id := a.lookup(peer, m.RequestID)
+	if id == nil || id.st != stSIDRReqSent {
+		if id != nil {
+			a.stats.Duplicates.Add(1)
+		} else {
+			a.unexpected()
+		}
+		return
+	}
+	id.forget()
+	id.st = stIdle
+	pdata := append([]byte(nil), m.PrivateData...)
+	if m.Status != mad.SIDRSuccess {
+		// rdma_cm reports a failed SIDR as UNREACHABLE with the SIDR status.
+		id.post(&Event{Type: EventUnreachable, Status: int(m.Status), Param: ConnParam{PrivateData: pdata}})
+		return
+	}
+	id.peerQPN = m.QPN
+	id.post(&Event{Type: EventEstablished, Param: ConnParam{PrivateData: pdata, QPNum: m.QPN},
+		UD: &UDParam{QPNum: m.QPN, QKey: m.QKey, PrivateData: pdata, AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1,
+			GRH: verbs.GlobalRoute{DGID: id.peerGID, SGIDIndex: a.sgid, HopLimit: defaultHopLimit}}}})
+}

@@ -1,0 +1,294 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/pipe"
+)
+
+// madLoss returns a pipe filter dropping a fraction of the GSI (QP1) datagrams.
+func madLoss(rate float64, seed uint64) pipe.Filter {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	return func(p *link.Packet) pipe.Verdict {
+		b := p.Bytes()
+		if len(b) >= 12 && b[5] == 0 && b[6] == 0 && b[7] == 1 && rng.Float64() < rate {
+			return pipe.Drop
+		}
+		return pipe.Pass
+	}
+}
+
+// TestMADLoss: with 10 % of the CM MADs lost each way, every connect
+// completes or fails with the right event, and every disconnect finishes.
+func TestMADLoss(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRetries = 8
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+	p.pa.SetFilter(madLoss(0.10, 1))
+	p.pb.SetFilter(madLoss(0.10, 2))
+	ctx := ctxT(t, 60*time.Second)
+	l, err := Listen(p.addrB().String()+":7100", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				return
+			}
+			go func() {
+				select {
+				case <-c.Disconnected():
+				case <-ctx.Done():
+				}
+				c.Close()
+			}()
+		}
+	}()
+	n := 40
+	if testing.Short() {
+		n = 10
+	}
+	okN := 0
+	for i := range n {
+		c, err := Dial(ctx, p.addrB().String()+":7100", nil)
+		if err != nil {
+			var ee *EventError
+			if !errors.As(err, &ee) || ee.Event != EventUnreachable {
+				t.Fatalf("connect %d: %v", i, err)
+			}
+			continue
+		}
+		okN++
+		c.Disconnect()
+		select {
+		case <-c.Disconnected():
+		case <-ctx.Done():
+			t.Fatalf("connect %d: no DISCONNECTED", i)
+		}
+		c.Close()
+	}
+	// UD (SIDR) under the same loss.
+	lu, err := Listen(p.addrB().String()+":7101", &Options{PortSpace: mad.PortSpaceUDP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lu.Close()
+	go func() {
+		for {
+			c, err := lu.Accept(ctx)
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	for i := range n / 2 {
+		c, err := Dial(ctx, p.addrB().String()+":7101", &Options{PortSpace: mad.PortSpaceUDP})
+		if err != nil {
+			var ee *EventError
+			if !errors.As(err, &ee) || ee.Event != EventUnreachable {
+				t.Fatalf("UD connect %d: %v", i, err)
+			}
+			continue
+		}
+		if c.UD == nil || c.UD.QKey != mad.UDPQKey {
+			t.Fatalf("UD connect %d: %+v", i, c.UD)
+		}
+		c.Close()
+	}
+	t.Logf("%d/%d connected; A: %d retransmits, %d duplicates; B: %d retransmits, %d duplicates",
+		okN, n, p.aa.Stats().Retransmits.Load(), p.aa.Stats().Duplicates.Load(),
+		p.ab.Stats().Retransmits.Load(), p.ab.Stats().Duplicates.Load())
+	if okN < n*8/10 {
+		t.Errorf("only %d of %d connects succeeded", okN, n)
+	}
+	waitFor(t, 10*time.Second, "all IDs released", func() bool { return p.aa.IDs() == 0 && p.ab.IDs() == 0 })
+}
+
+// TestConnectCycles runs sequential connect/disconnect cycles and checks
+// that IDs, goroutines and memory do not leak.
+func TestConnectCycles(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 100
+	}
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
+	ctx := ctxT(t, 120*time.Second)
+	// One PD per side: deallocating it at the end proves no QP (or AH, MR)
+	// of any cycle is left (ibv_dealloc_pd's EBUSY rule).
+	pdA, _ := p.da.AllocPD()
+	pdB, _ := p.db.AllocPD()
+	l, err := Listen(p.addrB().String()+":7200", &Options{PD: pdB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cycle := func() {
+		acc := make(chan *Conn, 1)
+		go func() {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				acc <- nil
+				return
+			}
+			acc <- c
+		}()
+		c, err := Dial(ctx, p.addrB().String()+":7200", &Options{PD: pdA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-acc
+		if s == nil {
+			t.Fatal("accept failed")
+		}
+		c.Disconnect()
+		<-s.Disconnected()
+		<-c.Disconnected()
+		c.Close()
+		s.Close()
+	}
+	var m0, m1 runtime.MemStats
+	for range 20 {
+		cycle()
+	}
+	waitFor(t, 5*time.Second, "warm-up IDs released", func() bool { return p.aa.IDs() == 0 && p.ab.IDs() == 0 })
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	g0 := runtime.NumGoroutine()
+	start := time.Now()
+	for range n {
+		cycle()
+	}
+	el := time.Since(start)
+	waitFor(t, 5*time.Second, "IDs released", func() bool { return p.aa.IDs() == 0 && p.ab.IDs() == 0 })
+	waitFor(t, 5*time.Second, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= g0+2 })
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	grow := int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
+	t.Logf("%d cycles in %v (%v each); heap %+d bytes; goroutines %d -> %d", n, el, el/time.Duration(n), grow, g0, runtime.NumGoroutine())
+	if grow > 4<<20 {
+		t.Errorf("heap grew by %d bytes over %d cycles", grow, n)
+	}
+	l.Close()
+	if err := pdA.Dealloc(); err != nil {
+		t.Errorf("client PD: %v (a QP leaked)", err)
+	}
+	if err := pdB.Dealloc(); err != nil {
+		t.Errorf("server PD: %v (a QP leaked)", err)
+	}
+}
+
+// TestConcurrentConnects: 64 clients connect to one listener at once.
+func TestConcurrentConnects(t *testing.T) {
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
+	ctx := ctxT(t, 60*time.Second)
+	l, err := Listen(p.addrB().String()+":7300", &Options{Backlog: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	conns := make(chan *Conn, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := Dial(ctx, p.addrB().String()+":7300", nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			conns <- c
+		}()
+	}
+	var server []*Conn
+	for range n {
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server = append(server, s)
+	}
+	wg.Wait()
+	close(errs)
+	close(conns)
+	for err := range errs {
+		t.Error(err)
+	}
+	seen := map[uint32]bool{}
+	for c := range conns {
+		if seen[c.QP.QPN()] {
+			t.Errorf("QPN %#x twice", c.QP.QPN())
+		}
+		seen[c.QP.QPN()] = true
+		c.Close()
+	}
+	for _, s := range server {
+		s.Close()
+	}
+	if len(seen) != n {
+		t.Fatalf("%d clients connected, want %d", len(seen), n)
+	}
+	waitFor(t, 10*time.Second, "IDs released", func() bool { return p.aa.IDs() == 0 && p.ab.IDs() == 0 })
+	_ = context.Background
+}
+
+// TestListenerBacklog: with Backlog 2, six clients connect at once while
+// the application accepts slowly; the requests beyond the backlog wait
+// (MRAs keep their peers from timing out) and all connect.
+func TestListenerBacklog(t *testing.T) {
+	cfg := testConfig()
+	cfg.ServiceTimeout = 16 // MRA: ~270 ms more per wait
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+	ctx := ctxT(t, 30*time.Second)
+	l, err := Listen(p.addrB().String()+":7301", &Options{Backlog: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const n = 6
+	errs := make(chan error, n)
+	conns := make(chan *Conn, n)
+	for range n {
+		go func() {
+			c, err := Dial(ctx, p.addrB().String()+":7301", nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			conns <- c
+		}()
+	}
+	for i := range n {
+		time.Sleep(30 * time.Millisecond) // a slow application
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatalf("accept %d: %v", i, err)
+		}
+		defer s.Close()
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case c := <-conns:
+			c.Close()
+		}
+	}
+	if p.ab.Stats().MRAsSent.Load() == 0 {
+		t.Error("no MRA sent for the waiting requests")
+	}
+}

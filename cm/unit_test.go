@@ -1,0 +1,53 @@
+package cm
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+func TestCommonPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		n    int
+	}{
+		{"10.0.0.1", "10.0.0.1", 128},
+		{"10.0.0.1", "10.0.0.2", 96 + 30},
+		{"10.0.0.1", "11.0.0.1", 96 + 7},
+		{"2001:db8::1", "2001:db8::2", 126},
+	} {
+		if n := commonPrefix(netip.MustParseAddr(tc.a), netip.MustParseAddr(tc.b)); n != tc.n {
+			t.Errorf("commonPrefix(%s, %s) = %d, want %d", tc.a, tc.b, n, tc.n)
+		}
+	}
+}
+
+func TestTimeoutEncoding(t *testing.T) {
+	for e := uint8(0); e < 32; e++ {
+		if got := durationExp(expDuration(e)); got != e {
+			t.Errorf("durationExp(expDuration(%d)) = %d", e, got)
+		}
+	}
+	if d := expDuration(20); d < 4290*time.Millisecond || d > 4300*time.Millisecond {
+		t.Errorf("4.096 us << 20 = %v, want ~4.3 s", d)
+	}
+	if durationExp(40*time.Millisecond) != 14 { // 4.096 us << 14 = 67 ms >= 40 ms
+		t.Errorf("durationExp(40ms) = %d", durationExp(40*time.Millisecond))
+	}
+}
+
+func TestGRHSource(t *testing.T) {
+	var g4 [40]byte
+	g4[20] = 0x45
+	copy(g4[32:36], []byte{10, 1, 2, 3})
+	if a := grhSource(g4[:]); a != netip.MustParseAddr("10.1.2.3") {
+		t.Errorf("IPv4 GRH area: %v", a)
+	}
+	var g6 [40]byte
+	g6[0] = 0x60
+	src := netip.MustParseAddr("2001:db8::7").As16()
+	copy(g6[8:24], src[:])
+	if a := grhSource(g6[:]); a != netip.MustParseAddr("2001:db8::7") {
+		t.Errorf("IPv6 GRH: %v", a)
+	}
+}

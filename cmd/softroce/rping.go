@@ -1,0 +1,1048 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/softroce/softroce/cm"
+	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/verbs"
+)
+
+func init() {
+	register(&command{name: "rping", summary: "RDMA ping over rdma_cm, wire- and output-compatible with rdma-core's rping", run: runRping})
+}
+
+// rping's states (enum test_state), printed in its error messages.
+const (
+	stIdle = iota + 1
+	stConnectRequest
+	stAddrResolved
+	stRouteResolved
+	stConnected
+	stReadAdv
+	stReadComplete
+	stWriteAdv
+	stWriteComplete
+	stDisconnected
+	stError
+)
+
+// rping's limits.
+const (
+	rpingBufSize   = 64 * 1024
+	rpingMinSize   = 26 // sizeof(stringify(INT_MAX)) + sizeof("rdma-ping-%d: ")
+	rpingSQDepth   = 16
+	rpingDefPort   = 7174
+	rpingCMTimeout = 2 * time.Second
+)
+
+// rpingOpts are rping's command-line options (and krping's, which map onto them).
+type rpingOpts struct {
+	server     int // -1 unset, 0 client, 1 server
+	addr       netip.Addr
+	src        netip.Addr
+	port       int
+	count      int
+	size       int
+	verbose    bool
+	validate   bool
+	debug      bool
+	persistent bool
+	selfQP     bool
+	// krping modes.
+	wlat, rlat, bw, duplex, poll bool
+	txdepth                      int
+	prefix                       string // "krping: " for krping's lines
+}
+
+// rcb is one rping endpoint (rping's struct rping_cb): the CM ID, the QP and
+// its buffers, and the state the CM and CQ handlers signal to the main flow.
+type rcb struct {
+	o      *rpingOpts
+	stdout io.Writer
+	stderr io.Writer
+	outMu  *sync.Mutex
+
+	ch    *cm.EventChannel
+	id    *cm.ID // client: the connection; server: the listener
+	child *cm.ID // server: the connection
+
+	pd  *verbs.PD
+	cc  *verbs.CompChannel
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	own bool // QP created by the tool (-q)
+
+	recvBuf, sendBuf []byte
+	recvMR, sendMR   *verbs.MR
+	rdmaBuf          []byte
+	rdmaMR           *verbs.MR
+	startBuf         []byte
+	startMR          *verbs.MR
+
+	remoteRKey uint32
+	remoteAddr uint64
+	remoteLen  uint32
+
+	mu     sync.Mutex
+	state  int
+	failed bool // an error event arrived (rping exits from its CM thread)
+	sem    chan struct{}
+	accept chan struct{} // persistent server: ready for another request
+
+	cqCancel context.CancelFunc
+	cqDone   chan struct{}
+	polling  bool // krping poll mode: the CQ thread leaves completions to the test
+}
+
+func (cb *rcb) setState(s int) { cb.mu.Lock(); cb.state = s; cb.mu.Unlock() }
+func (cb *rcb) getState() int  { cb.mu.Lock(); defer cb.mu.Unlock(); return cb.state }
+func (cb *rcb) post()          { cb.sem <- struct{}{} }
+func (cb *rcb) wait()          { <-cb.sem }
+
+func (cb *rcb) printf(w io.Writer, format string, args ...any) {
+	cb.outMu.Lock()
+	fmt.Fprintf(w, format, args...)
+	cb.outMu.Unlock()
+}
+
+// errf prints to stderr with the tool's prefix ("krping: " for krping).
+func (cb *rcb) errf(format string, args ...any) {
+	cb.outMu.Lock()
+	fmt.Fprint(cb.stderr, cb.o.prefix, fmt.Sprintf(format, args...))
+	cb.outMu.Unlock()
+}
+
+func (cb *rcb) debugf(format string, args ...any) {
+	if cb.o.debug {
+		cb.printf(cb.stdout, format, args...)
+	}
+}
+
+func (cb *rcb) role() string {
+	if cb.o.server == 1 {
+		return "server"
+	}
+	return "client"
+}
+
+// cstr returns b up to its first NUL, as %s prints a C string.
+func cstr(b []byte) []byte {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+func runRping(args []string, stdout, stderr io.Writer) int {
+	o, err := parseRpingArgs(args)
+	if err != nil {
+		if err != errUsage {
+			fmt.Fprintln(stderr, err)
+		}
+		rpingUsage(stdout)
+		return 22 // EINVAL, as rping returns
+	}
+	return rpingMain(o, stdout, stderr)
+}
+
+var errUsage = errors.New("usage")
+
+func rpingUsage(w io.Writer) {
+	fmt.Fprintln(w, "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]")
+	fmt.Fprintln(w, "rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]")
+	fmt.Fprintln(w, "\t-c\t\tclient side")
+	fmt.Fprintln(w, "\t-I\t\tSource address to bind to for client.")
+	fmt.Fprintln(w, "\t-s\t\tserver side.  To bind to any address with IPv6 use -a ::0")
+	fmt.Fprintln(w, "\t-v\t\tdisplay ping data to stdout")
+	fmt.Fprintln(w, "\t-V\t\tvalidate ping data")
+	fmt.Fprintln(w, "\t-d\t\tdebug printfs")
+	fmt.Fprintln(w, "\t-S size \tping data size")
+	fmt.Fprintln(w, "\t-C count\tping count times")
+	fmt.Fprintln(w, "\t-a addr\t\taddress")
+	fmt.Fprintln(w, "\t-p port\t\tport")
+	fmt.Fprintln(w, "\t-P\t\tpersistent server mode allowing multiple connections")
+	fmt.Fprintln(w, "\t-q\t\tuse self-created, self-modified QP")
+}
+
+// parseRpingArgs parses rping's getopt string "a:I:Pp:C:S:t:scvVdq"
+// (grouped flags like -vV and attached values like -C10 work).
+func parseRpingArgs(args []string) (*rpingOpts, error) {
+	o := &rpingOpts{server: -1, port: rpingDefPort, size: 64}
+	withArg := "aIpCSt"
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			return nil, fmt.Errorf("rping: unexpected argument %q", a)
+		}
+		for j := 1; j < len(a); j++ {
+			c := a[j]
+			var val string
+			if strings.IndexByte(withArg, c) >= 0 {
+				if j+1 < len(a) {
+					val = a[j+1:]
+				} else if i+1 < len(args) {
+					i++
+					val = args[i]
+				} else {
+					return nil, fmt.Errorf("rping: option -%c needs a value", c)
+				}
+				j = len(a)
+			}
+			if err := o.set(c, val); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if o.server == -1 {
+		return nil, errUsage
+	}
+	if o.server == 0 && !o.addr.IsValid() {
+		return nil, errors.New("rping: the client needs the server's address (-a addr)")
+	}
+	return o, nil
+}
+
+func (o *rpingOpts) set(c byte, val string) error {
+	var err error
+	switch c {
+	case 'a':
+		o.addr, err = lookupAddr(val)
+	case 'I':
+		o.src, err = lookupAddr(val)
+	case 'P':
+		o.persistent = true
+	case 'p':
+		o.port, err = strconv.Atoi(val)
+		if err == nil && (o.port < 0 || o.port > 65535) {
+			err = fmt.Errorf("rping: port %d out of range", o.port)
+		}
+	case 's':
+		o.server = 1
+	case 'c':
+		o.server = 0
+	case 'S':
+		o.size, err = strconv.Atoi(val)
+		if err == nil && (o.size < rpingMinSize || o.size > rpingBufSize-1) {
+			err = fmt.Errorf("Invalid size %d (valid range is %d to %d)", o.size, rpingMinSize, rpingBufSize)
+		}
+	case 'C':
+		o.count, err = strconv.Atoi(val)
+		if err == nil && o.count < 0 {
+			err = fmt.Errorf("Invalid count %d", o.count)
+		}
+	case 't': // type of service: accepted, unused by softroce
+	case 'v':
+		o.verbose = true
+	case 'V':
+		o.validate = true
+	case 'd':
+		o.debug = true
+	case 'q':
+		o.selfQP = true
+	default:
+		return errUsage
+	}
+	return err
+}
+
+// lookupAddr resolves an IP address or host name (getaddrinfo).
+func lookupAddr(s string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), nil
+	}
+	ips, err := net.LookupIP(s)
+	if err != nil || len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("getaddrinfo failed (%v) - invalid hostname or IP address", err)
+	}
+	a, _ := netip.AddrFromSlice(ips[0])
+	return a.Unmap(), nil
+}
+
+// cmDevice opens a softroce device on addr (UDP port 4791) with a CM agent.
+type cmDevice struct {
+	dev   *verbs.Device
+	agent *cm.Agent
+}
+
+func openCMDevice(addr netip.Addr) (*cmDevice, error) {
+	cfg := &verbs.Config{Name: "softroce0", MAC: macOf(addr)}
+	dev, err := verbs.OpenUDP(netip.AddrPortFrom(addr, 4791).String(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
+	}
+	ag, err := cm.Attach(dev, nil)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return &cmDevice{dev: dev, agent: ag}, nil
+}
+
+func (d *cmDevice) Close() {
+	d.agent.Close()
+	d.dev.Close()
+}
+
+// macOf returns the hardware address of the interface holding addr (zero
+// if none: the engine then derives one), so the GUID and link-local GID
+// are the netdev's, as rxe's.
+func macOf(addr netip.Addr) [6]byte {
+	var mac [6]byte
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		as, _ := ifc.Addrs()
+		for _, x := range as {
+			if n, ok := x.(*net.IPNet); ok {
+				if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == addr && len(ifc.HardwareAddr) == 6 {
+					copy(mac[:], ifc.HardwareAddr)
+					return mac
+				}
+			}
+		}
+	}
+	return mac
+}
+
+// localAddrToward returns the source address the kernel would use toward dst.
+func localAddrToward(dst netip.Addr) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 4791)))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// deviceAddr picks the local address of the tool's device: the server's
+// -a (or the default device), the client's -I, or the address the kernel
+// would send from toward the server.
+func (o *rpingOpts) deviceAddr() (netip.Addr, error) {
+	switch {
+	case o.server == 1 && o.addr.IsValid() && !o.addr.IsUnspecified():
+		return o.addr, nil
+	case o.server == 1:
+		d, err := resolveDevice("")
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		return d.Addr.Addr().Unmap(), nil
+	case o.src.IsValid():
+		return o.src, nil
+	}
+	if o.addr.Is4() && o.addr.IsLoopback() {
+		// A server on loopback: its device holds that address, and every
+		// 127/8 address works, so use the next one (127.0.0.1 -> 127.0.0.2).
+		return o.addr.Next(), nil
+	}
+	return localAddrToward(o.addr)
+}
+
+func rpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
+	local, err := o.deviceAddr()
+	if err != nil {
+		fmt.Fprintln(stderr, "rping:", err)
+		return 1
+	}
+	d, err := openCMDevice(local)
+	if err != nil {
+		fmt.Fprintln(stderr, "rping:", err)
+		return 1
+	}
+	defer d.Close()
+	cb := newRCB(o, stdout, stderr, &sync.Mutex{})
+	cb.ch = cm.NewEventChannel()
+	defer cb.ch.Close()
+	if cb.id, err = cb.ch.CreateID(cb, mad.PortSpaceTCP); err != nil {
+		cb.printf(stderr, "rdma_create_id: %v\n", err)
+		return 1
+	}
+	cb.debugf("created cm_id %p\n", cb.id)
+	stop := make(chan struct{})
+	cmDone := make(chan struct{})
+	go cb.cmThread(stop, cmDone)
+	var ret int
+	switch {
+	case o.server == 1 && o.persistent:
+		ret = cb.runPersistentServer()
+	case o.server == 1:
+		ret = cb.runServer()
+	default:
+		ret = cb.runClient()
+	}
+	cb.debugf("destroy cm_id %p\n", cb.id)
+	cb.id.Destroy()
+	close(stop)
+	<-cmDone
+	return ret & 0xFF
+}
+
+func newRCB(o *rpingOpts, stdout, stderr io.Writer, outMu *sync.Mutex) *rcb {
+	return &rcb{o: o, stdout: stdout, stderr: stderr, outMu: outMu, state: stIdle,
+		sem: make(chan struct{}, 1024), accept: make(chan struct{}, 1)}
+}
+
+// cmThread reads CM events and hands them to the handler of the ID's
+// control block (rping's cm_thread).
+func (cb *rcb) cmThread(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-stop; cancel() }()
+	cb.accept <- struct{}{}
+	for {
+		ev, err := cb.ch.Get(ctx)
+		if err != nil {
+			return
+		}
+		target := cb
+		if x, ok := ev.ID.Context.(*rcb); ok {
+			target = x
+		}
+		target.handleEvent(ev)
+	}
+}
+
+// handleEvent is rping_cma_event_handler.
+func (cb *rcb) handleEvent(ev *cm.Event) {
+	who := "child"
+	if ev.ID == cb.id {
+		who = "parent"
+	}
+	cb.debugf("cma_event type %s cma_id %p (%s)\n", ev.Type, ev.ID, who)
+	switch ev.Type {
+	case cm.EventAddrResolved:
+		cb.setState(stAddrResolved)
+		if err := ev.ID.ResolveRoute(rpingCMTimeout); err != nil {
+			cb.setState(stError)
+			cb.errf("rdma_resolve_route: %v\n", err)
+			cb.post()
+		}
+	case cm.EventRouteResolved:
+		cb.setState(stRouteResolved)
+		cb.post()
+	case cm.EventConnectRequest:
+		if !cb.o.persistent && cb.child != nil {
+			ev.ID.Reject(nil) // one connection at a time without -P
+			ev.ID.Destroy()
+			return
+		}
+		<-cb.accept
+		cb.setState(stConnectRequest)
+		cb.child = ev.ID
+		cb.debugf("child cma %p\n", cb.child)
+		cb.post()
+	case cm.EventConnectResponse:
+		cb.debugf("CONNECT_RESPONSE\n")
+		cb.setState(stConnected)
+		cb.post()
+	case cm.EventEstablished:
+		cb.debugf("ESTABLISHED\n")
+		if cb.o.server != 1 {
+			cb.setState(stConnected)
+		}
+		cb.post()
+	case cm.EventAddrError, cm.EventRouteError, cm.EventConnectError, cm.EventUnreachable, cm.EventRejected:
+		if cb.o.prefix != "" {
+			cb.errf("cma event %d, error %d\n", int(ev.Type), ev.Status)
+		} else {
+			cb.printf(cb.stderr, "cma event %s, error %d\n", ev.Type, ev.Status)
+		}
+		// rping leaves the state as it is (its CM thread then exits the
+		// process); the waiter sees the unexpected state.
+		cb.mu.Lock()
+		cb.failed = true
+		cb.mu.Unlock()
+		cb.post()
+	case cm.EventDisconnected:
+		if cb.o.prefix != "" {
+			cb.errf("DISCONNECT EVENT...\n")
+		} else {
+			cb.printf(cb.stderr, "%s DISCONNECT EVENT...\n", cb.role())
+		}
+		cb.setState(stDisconnected)
+		cb.post()
+	case cm.EventDeviceRemoval:
+		cb.errf("cma detected device removal!!!!\n")
+		cb.setState(stError)
+		cb.post()
+	case cm.EventTimewaitExit:
+	default:
+		cb.errf("unhandled event: %s, ignoring\n", ev.Type)
+	}
+}
+
+// setupQP is rping_setup_qp: PD, completion channel, CQ (armed) and QP.
+func (cb *rcb) setupQP(id *cm.ID) error {
+	dev := id.Device()
+	var err error
+	if cb.pd, err = dev.AllocPD(); err != nil {
+		return err
+	}
+	cb.cc = dev.CreateCompChannel()
+	depth := rpingSQDepth
+	if cb.o.txdepth > depth {
+		depth = cb.o.txdepth
+	}
+	if cb.cq, err = dev.CreateCQ(depth*2, cb, cb.cc); err != nil {
+		return err
+	}
+	if err = cb.cq.ReqNotify(false); err != nil {
+		return err
+	}
+	attr := &verbs.QPInitAttr{SendCQ: cb.cq, RecvCQ: cb.cq, QPType: verbs.QPTypeRC,
+		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if cb.o.selfQP {
+		if cb.qp, err = cb.pd.CreateQP(attr); err != nil {
+			return err
+		}
+		cb.own = true
+		return cb.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	}
+	cb.qp, err = id.CreateQP(cb.pd, attr)
+	return err
+}
+
+func (cb *rcb) freeQP(id *cm.ID) {
+	if cb.qp != nil {
+		if cb.own {
+			cb.qp.Destroy()
+		} else {
+			id.DestroyQP()
+		}
+	}
+	if cb.cq != nil {
+		cb.cq.Destroy()
+	}
+	if cb.pd != nil {
+		cb.pd.Dealloc()
+	}
+}
+
+// setupBuffers is rping_setup_buffers.
+func (cb *rcb) setupBuffers() error {
+	var err error
+	cb.recvBuf = make([]byte, oob.RDMAInfoLen)
+	cb.sendBuf = make([]byte, oob.RDMAInfoLen)
+	if cb.recvMR, err = cb.pd.RegMR(cb.recvBuf, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if cb.sendMR, err = cb.pd.RegMR(cb.sendBuf, 0); err != nil {
+		return err
+	}
+	rw := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
+	cb.rdmaBuf = make([]byte, cb.o.size)
+	if cb.rdmaMR, err = cb.pd.RegMR(cb.rdmaBuf, rw); err != nil {
+		return err
+	}
+	if cb.o.server != 1 || cb.o.prefix != "" { // krping's server has a start buffer too
+		cb.startBuf = make([]byte, cb.o.size)
+		if cb.startMR, err = cb.pd.RegMR(cb.startBuf, rw); err != nil {
+			return err
+		}
+	}
+	cb.debugf("allocated & registered buffers...\n")
+	return nil
+}
+
+func (cb *rcb) freeBuffers() {
+	for _, mr := range []*verbs.MR{cb.recvMR, cb.sendMR, cb.rdmaMR, cb.startMR} {
+		if mr != nil {
+			mr.Deregister()
+		}
+	}
+}
+
+func (cb *rcb) postRecv() error {
+	_, err := cb.qp.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{{Addr: cb.recvMR.Addr(), Length: oob.RDMAInfoLen, LKey: cb.recvMR.LKey()}}}})
+	return err
+}
+
+// postSendInfo sends the 16-byte send buffer (rping's sq_wr).
+func (cb *rcb) postSendInfo() error {
+	_, err := cb.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: cb.sendMR.Addr(), Length: oob.RDMAInfoLen, LKey: cb.sendMR.LKey()}}}})
+	return err
+}
+
+// postRDMA posts an RDMA READ or WRITE of n bytes of rdma_buf to/from the peer's advertised buffer.
+func (cb *rcb) postRDMA(op verbs.WROpcode, n int) error {
+	_, err := cb.qp.PostSend([]verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, RemoteAddr: cb.remoteAddr,
+		RKey: cb.remoteRKey, SGList: []verbs.SGE{{Addr: cb.rdmaMR.Addr(), Length: uint32(n), LKey: cb.rdmaMR.LKey()}}}})
+	return err
+}
+
+// formatSend is rping_format_send: advertise buf (in mr) in the send buffer.
+func (cb *rcb) formatSend(mr *verbs.MR) {
+	info := oob.RDMAInfo{Addr: mr.Addr(), RKey: mr.RKey(), Size: uint32(cb.o.size)}
+	info.Append(cb.sendBuf[:0])
+	cb.debugf("RDMA addr %x rkey %x len %d\n", info.Addr, info.RKey, info.Size)
+}
+
+// startCQThread runs rping's cq_thread.
+func (cb *rcb) startCQThread() {
+	if cb.polling {
+		return // krping's latency and bandwidth tests poll the CQ themselves
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cb.cqCancel = cancel
+	cb.cqDone = make(chan struct{})
+	go func() {
+		defer close(cb.cqDone)
+		for {
+			cq, err := cb.cc.GetCQEvent(ctx)
+			if err != nil {
+				return
+			}
+			if cq != cb.cq {
+				cb.errf("Unknown CQ!\n")
+				return
+			}
+			if cb.cq.ReqNotify(false) != nil {
+				cb.errf("Failed to set notify!\n")
+				return
+			}
+			ret := cb.cqHandler()
+			cb.cq.AckEvents(1)
+			if ret != 0 {
+				return
+			}
+		}
+	}()
+}
+
+// joinCQThread waits for the CQ thread to see the flush (or gives up
+// after a while) and stops it.
+func (cb *rcb) joinCQThread() {
+	if cb.cqDone == nil {
+		return
+	}
+	select {
+	case <-cb.cqDone:
+	case <-time.After(2 * time.Second):
+	}
+	cb.cqCancel()
+	<-cb.cqDone
+}
+
+// cqHandler is rping_cq_event_handler: it returns 1 once a flushed
+// completion shows the QP is down, -1 on error.
+func (cb *rcb) cqHandler() int {
+	if cb.polling {
+		return 0
+	}
+	var wc [1]verbs.WC
+	flushed := 0
+	for cb.cq.Poll(wc[:]) == 1 {
+		w := &wc[0]
+		if w.Status != verbs.WCSuccess {
+			if w.Status == verbs.WCWRFlushErr {
+				flushed = 1
+				continue
+			}
+			cb.errf("cq completion failed status %d\n", w.Status)
+			cb.setState(stError)
+			cb.post()
+			return -1
+		}
+		switch w.Opcode {
+		case verbs.WCSend:
+			cb.debugf("send completion\n")
+		case verbs.WCRDMAWrite:
+			cb.debugf("rdma write completion\n")
+			cb.setState(stWriteComplete)
+			cb.post()
+		case verbs.WCRDMARead:
+			cb.debugf("rdma read completion\n")
+			cb.setState(stReadComplete)
+			cb.post()
+		case verbs.WCRecv:
+			cb.debugf("recv completion\n")
+			if w.ByteLen != oob.RDMAInfoLen {
+				cb.errf("Received bogus data, size %d\n", w.ByteLen)
+				cb.errf("recv wc error: %d\n", -1)
+				cb.setState(stError)
+				cb.post()
+				return -1
+			}
+			cb.onRecv()
+			if err := cb.postRecv(); err != nil {
+				cb.errf("post recv error: %v\n", err)
+				cb.setState(stError)
+				cb.post()
+				return -1
+			}
+			cb.post()
+		default:
+			cb.debugf("unknown!!!!! completion\n")
+			cb.setState(stError)
+			cb.post()
+			return -1
+		}
+	}
+	return flushed
+}
+
+// onRecv is server_recv / client_recv (krping: both roles record the
+// peer's advertisement).
+func (cb *rcb) onRecv() {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if cb.o.server == 1 || cb.o.prefix != "" {
+		info, _ := oob.ParseRDMAInfo(cb.recvBuf)
+		cb.remoteRKey, cb.remoteAddr, cb.remoteLen = info.RKey, info.Addr, info.Size
+	}
+	if cb.o.server == 1 {
+		cb.debugf("Received rkey %x addr %x len %d from peer\n", cb.remoteRKey, cb.remoteAddr, cb.remoteLen)
+		if cb.state <= stConnected || cb.state == stWriteComplete {
+			cb.state = stReadAdv
+		} else {
+			cb.state = stWriteAdv
+		}
+		return
+	}
+	if cb.state == stReadAdv {
+		cb.state = stWriteAdv
+	} else {
+		cb.state = stWriteComplete
+	}
+}
+
+// selfModifyQP is rping_self_modify_qp (-q): INIT, RTR, RTS from the CM's values.
+func (cb *rcb) selfModifyQP(id *cm.ID) error {
+	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
+		a, m, err := id.InitQPAttr(s)
+		if err != nil {
+			return err
+		}
+		if err := cb.qp.Modify(a, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connParam is rping_init_conn_param.
+func (cb *rcb) connParam() *cm.ConnParam {
+	p := &cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
+	if cb.own {
+		p.QPNum = cb.qp.QPN()
+	}
+	return p
+}
+
+func (cb *rcb) disconnect(id *cm.ID) {
+	if cb.own {
+		cb.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+	}
+	id.Disconnect()
+}
+
+func (cb *rcb) acceptConn() int {
+	cb.debugf("accepting client connection request\n")
+	var err error
+	if cb.own {
+		if err = cb.selfModifyQP(cb.child); err == nil {
+			err = cb.child.Accept(cb.connParam())
+		}
+	} else {
+		err = cb.child.Accept(nil)
+	}
+	if err != nil {
+		cb.errf("rdma_accept: %v\n", err)
+		return -1
+	}
+	cb.wait()
+	if cb.getState() == stError {
+		cb.errf("wait for CONNECTED state %d\n", cb.getState())
+		return -1
+	}
+	return 0
+}
+
+func (cb *rcb) bindServer() int {
+	a := cb.o.addr
+	if !a.IsValid() {
+		a = netip.IPv4Unspecified()
+	}
+	if err := cb.id.BindAddr(netip.AddrPortFrom(a, uint16(cb.o.port))); err != nil {
+		cb.errf("rdma_bind_addr: %v\n", err)
+		return -1
+	}
+	cb.debugf("rdma_bind_addr successful\n")
+	cb.debugf("rdma_listen\n")
+	if err := cb.id.Listen(3); err != nil {
+		cb.errf("rdma_listen: %v\n", err)
+		return -1
+	}
+	return 0
+}
+
+// serveConn sets up, accepts and runs one server connection (the body of
+// rping_run_server after the CONNECT_REQUEST).
+func (cb *rcb) serveConn(test func() int) int {
+	defer cb.freeQP(cb.child)
+	if err := cb.setupQP(cb.child); err != nil {
+		cb.errf("setup_qp failed: %v\n", err)
+		return -1
+	}
+	defer cb.freeBuffers()
+	if err := cb.setupBuffers(); err != nil {
+		cb.errf("rping_setup_buffers failed: %v\n", err)
+		return -1
+	}
+	if err := cb.postRecv(); err != nil {
+		cb.errf("ibv_post_recv failed: %v\n", err)
+		return -1
+	}
+	cb.startCQThread()
+	if ret := cb.acceptConn(); ret != 0 {
+		cb.errf("connect error %d\n", ret)
+		cb.joinCQThread()
+		return ret
+	}
+	ret := test()
+	if ret != 0 {
+		cb.errf("%s server failed: %d\n", cb.tool(), ret)
+	}
+	cb.disconnect(cb.child)
+	cb.joinCQThread()
+	cb.child.Destroy()
+	return ret
+}
+
+func (cb *rcb) tool() string {
+	if cb.o.prefix != "" {
+		return "krping"
+	}
+	return "rping"
+}
+
+func (cb *rcb) runServer() int {
+	if ret := cb.bindServer(); ret != 0 {
+		return ret
+	}
+	cb.wait()
+	if s := cb.getState(); s != stConnectRequest {
+		cb.errf("wait for CONNECT_REQUEST state %d\n", s)
+		return -1
+	}
+	return cb.serveConn(cb.testServer)
+}
+
+// runPersistentServer serves connections one after the other forever, each
+// in its own goroutine (rping -P).
+func (cb *rcb) runPersistentServer() int {
+	if ret := cb.bindServer(); ret != 0 {
+		return ret
+	}
+	for {
+		cb.wait()
+		if s := cb.getState(); s != stConnectRequest {
+			cb.errf("wait for CONNECT_REQUEST state %d\n", s)
+			return -1
+		}
+		c := newRCB(cb.o, cb.stdout, cb.stderr, cb.outMu)
+		c.ch, c.id, c.child = cb.ch, cb.id, cb.child
+		c.child.Context = c
+		cb.setState(stIdle)
+		cb.accept <- struct{}{}
+		go c.serveConn(c.testServer)
+	}
+}
+
+// testServer is rping_test_server.
+func (cb *rcb) testServer() int {
+	for {
+		cb.wait()
+		if s := cb.getState(); s != stReadAdv {
+			cb.errf("wait for RDMA_READ_ADV state %d\n", s)
+			return cb.endRet(-1)
+		}
+		cb.debugf("server received sink adv\n")
+		if err := cb.postRDMA(verbs.WRRDMARead, int(min(cb.remoteLen, uint32(len(cb.rdmaBuf))))); err != nil {
+			cb.errf("post send error %v\n", err)
+			return cb.endRet(-1)
+		}
+		cb.debugf("server posted rdma read req \n")
+		cb.wait()
+		if s := cb.getState(); s != stReadComplete {
+			cb.errf("wait for RDMA_READ_COMPLETE state %d\n", s)
+			return cb.endRet(-1)
+		}
+		cb.debugf("server received read complete\n")
+		if cb.o.verbose {
+			cb.printf(cb.stdout, "%sserver ping data: %s\n", cb.o.prefix, cstr(cb.rdmaBuf))
+		}
+		if err := cb.postSendInfo(); err != nil {
+			cb.errf("post send error %v\n", err)
+			return cb.endRet(-1)
+		}
+		cb.debugf("server posted go ahead\n")
+		cb.wait()
+		if s := cb.getState(); s != stWriteAdv {
+			cb.errf("wait for RDMA_WRITE_ADV state %d\n", s)
+			return cb.endRet(-1)
+		}
+		cb.debugf("server received sink adv\n")
+		n := len(cstr(cb.rdmaBuf)) + 1
+		n = min(n, len(cb.rdmaBuf))
+		cb.debugf("rdma write from lkey %x laddr %x len %d\n", cb.rdmaMR.LKey(), cb.rdmaMR.Addr(), n)
+		if err := cb.postRDMA(verbs.WRRDMAWrite, n); err != nil {
+			cb.errf("post send error %v\n", err)
+			return cb.endRet(-1)
+		}
+		cb.wait()
+		if s := cb.getState(); s != stWriteComplete {
+			cb.errf("wait for RDMA_WRITE_COMPLETE state %d\n", s)
+			return cb.endRet(-1)
+		}
+		cb.debugf("server rdma write complete \n")
+		if err := cb.postSendInfo(); err != nil {
+			cb.errf("post send error %v\n", err)
+			return cb.endRet(-1)
+		}
+		cb.debugf("server posted go ahead\n")
+	}
+}
+
+// endRet is rping's "return (cb->state == DISCONNECTED) ? 0 : ret".
+func (cb *rcb) endRet(ret int) int {
+	if cb.getState() == stDisconnected {
+		return 0
+	}
+	return ret
+}
+
+// bindClient is rping_bind_client: resolve address and route.
+func (cb *rcb) bindClient() int {
+	var src netip.AddrPort
+	if cb.o.src.IsValid() {
+		src = netip.AddrPortFrom(cb.o.src, 0)
+	}
+	if err := cb.id.ResolveAddr(src, netip.AddrPortFrom(cb.o.addr, uint16(cb.o.port)), rpingCMTimeout); err != nil {
+		cb.errf("rdma_resolve_addr: %v\n", err)
+		return -1
+	}
+	cb.wait()
+	if s := cb.getState(); s != stRouteResolved {
+		cb.errf("waiting for addr/route resolution state %d\n", s)
+		return -1
+	}
+	cb.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
+	return 0
+}
+
+func (cb *rcb) connectClient() int {
+	if err := cb.id.Connect(cb.connParam()); err != nil {
+		cb.errf("rdma_connect: %v\n", err)
+		return -1
+	}
+	cb.wait()
+	if s := cb.getState(); s != stConnected {
+		cb.errf("wait for CONNECTED state %d\n", s)
+		return -1
+	}
+	if cb.own {
+		if err := cb.selfModifyQP(cb.id); err != nil {
+			cb.errf("rping_modify_qp: %v\n", err)
+			return -1
+		}
+		if err := cb.id.Establish(); err != nil {
+			cb.errf("rdma_establish: %v\n", err)
+			return -1
+		}
+	}
+	cb.debugf("rdma_connect successful\n")
+	return 0
+}
+
+// clientSession runs rping_run_client's frame around test.
+func (cb *rcb) clientSession(test func() int) int {
+	if ret := cb.bindClient(); ret != 0 {
+		return ret
+	}
+	defer cb.freeQP(cb.id)
+	if err := cb.setupQP(cb.id); err != nil {
+		cb.errf("setup_qp failed: %v\n", err)
+		return -1
+	}
+	defer cb.freeBuffers()
+	if err := cb.setupBuffers(); err != nil {
+		cb.errf("rping_setup_buffers failed: %v\n", err)
+		return -1
+	}
+	if err := cb.postRecv(); err != nil {
+		cb.errf("ibv_post_recv failed: %v\n", err)
+		return -1
+	}
+	cb.startCQThread()
+	if ret := cb.connectClient(); ret != 0 {
+		cb.errf("connect error %d\n", ret)
+		cb.joinCQThread()
+		return ret
+	}
+	ret := test()
+	if ret != 0 {
+		cb.errf("%s client failed: %d\n", cb.tool(), ret)
+	}
+	cb.disconnect(cb.id)
+	cb.joinCQThread()
+	// Let the DREP arrive so DISCONNECTED is reported, as rping shows it.
+	for end := time.Now().Add(2 * time.Second); cb.getState() != stDisconnected && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	return ret
+}
+
+func (cb *rcb) runClient() int { return cb.clientSession(cb.testClient) }
+
+// testClient is rping_test_client.
+func (cb *rcb) testClient() int {
+	for ping := 0; cb.o.count == 0 || ping < cb.o.count; ping++ {
+		cb.setState(stReadAdv)
+		oob.RpingFill(cb.startBuf, ping)
+		cb.formatSend(cb.startMR)
+		if err := cb.postSendInfo(); err != nil {
+			cb.errf("post send error %v\n", err)
+			return cb.endRet(-1)
+		}
+		cb.wait()
+		if s := cb.getState(); s != stWriteAdv {
+			cb.errf("wait for RDMA_WRITE_ADV state %d\n", s)
+			return cb.endRet(-1)
+		}
+		cb.formatSend(cb.rdmaMR)
+		if err := cb.postSendInfo(); err != nil {
+			cb.errf("post send error %v\n", err)
+			return cb.endRet(-1)
+		}
+		cb.wait()
+		if s := cb.getState(); s != stWriteComplete {
+			cb.errf("wait for RDMA_WRITE_COMPLETE state %d\n", s)
+			return cb.endRet(-1)
+		}
+		if cb.o.validate && !bytes.Equal(cb.startBuf, cb.rdmaBuf) {
+			cb.errf("data mismatch!\n")
+			return cb.endRet(-1)
+		}
+		if cb.o.verbose {
+			cb.printf(cb.stdout, "%sping data: %s\n", cb.o.prefix, cstr(cb.rdmaBuf))
+		}
+	}
+	return cb.endRet(0)
+}
