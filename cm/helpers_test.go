@@ -14,10 +14,12 @@ import (
 
 var netSeq atomic.Uint32
 
-// testConfig is a CM configuration with short timers.
+// testConfig is a CM configuration with short timers: short enough to keep
+// the suite fast, long enough (100 ms per MAD round trip) not to retransmit
+// spuriously on a loaded 2-core CI machine.
 func testConfig() *Config {
-	return &Config{Timeout: 40 * time.Millisecond, MaxRetries: 5, TimeWait: 20 * time.Millisecond,
-		MRADelay: 20 * time.Millisecond, ServiceTimeout: 14}
+	return &Config{Timeout: 100 * time.Millisecond, MaxRetries: 5, TimeWait: 20 * time.Millisecond,
+		MRADelay: 20 * time.Millisecond, ServiceTimeout: 17}
 }
 
 type pair struct {

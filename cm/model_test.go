@@ -91,7 +91,7 @@ func TestModel(t *testing.T) {
 	}
 	// Slow accept: the CM sends an MRA, the client waits.
 	waitFor(t, 2*time.Second, "MRA", func() bool { return p.ab.Stats().MRAsSent.Load() == 1 })
-	time.Sleep(100 * time.Millisecond) // > Timeout: the client would have retransmitted without the MRA
+	time.Sleep(150 * time.Millisecond) // > Timeout: the client would have retransmitted without the MRA (service timeout 17 ≈ 537 ms)
 	sqp := rcQP(t, sid)
 	if err := sid.Accept(&ConnParam{PrivateData: []byte("rep"), ResponderResources: 2, InitiatorDepth: 3, RNRRetryCount: 4}); err != nil {
 		t.Fatal(err)

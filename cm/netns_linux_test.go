@@ -93,12 +93,16 @@ func TestNetns(t *testing.T) {
 	defer db.Close()
 	da := openUDPIn(t, ns2, a2)
 	defer da.Close()
-	ab, err := Attach(db, testConfig())
+	// A fresh veth may drop the first packets (carrier, ARP): allow more
+	// time before UNREACHABLE than the in-memory tests do.
+	ncfg := testConfig()
+	ncfg.Timeout, ncfg.MaxRetries = 250*time.Millisecond, 10
+	ab, err := Attach(db, ncfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ab.Close()
-	aa, err := Attach(da, testConfig())
+	aa, err := Attach(da, ncfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,7 +243,8 @@ func TestAPIErrors(t *testing.T) {
 // with the same DREP from time-wait.
 func TestLostDREP(t *testing.T) {
 	cfg := testConfig()
-	cfg.TimeWait = 500 * time.Millisecond // longer than the DREQ retransmission
+	cfg.Timeout = 300 * time.Millisecond   // one retransmission of the DREQ, not two, even under load
+	cfg.TimeWait = 1500 * time.Millisecond // longer than the DREQ retransmission
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
 	c, s := connect(t, p, "7600", nil, nil)
 	var on atomic.Bool

@@ -273,7 +273,7 @@ func TestListenerBacklog(t *testing.T) {
 		}()
 	}
 	for i := range n {
-		time.Sleep(30 * time.Millisecond) // a slow application
+		time.Sleep(80 * time.Millisecond) // a slow application: waiting requests outlive MRADelay (20 ms)
 		s, err := l.Accept(ctx)
 		if err != nil {
 			t.Fatalf("accept %d: %v", i, err)

@@ -225,3 +225,48 @@ func BenchmarkTCPPingPong64(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/half-rtt")
 }
+
+// BenchmarkRCSend64 streams 64-byte SENDs (64 in flight): per-message
+// costs, the ACK per message included.
+func BenchmarkRCSend64(b *testing.B) {
+	a, p, chs := benchEnds(b)
+	const depth = 64
+	sw := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, 64)}}
+	rw := make([]verbs.RecvWR, 256)
+	for i := range rw {
+		rw[i] = verbs.RecvWR{SGList: p.sge(4096, 64)}
+	}
+	if _, err := p.qp.PostRecv(rw); err != nil {
+		b.Fatal(err)
+	}
+	wcs := make([]verbs.WC, depth)
+	rwcs := make([]verbs.WC, depth)
+	b.SetBytes(64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	posted, done := 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			if _, err := a.qp.PostSend(sw); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		k := a.cq.Poll(wcs)
+		for _, wc := range wcs[:k] {
+			if wc.Status != verbs.WCSuccess {
+				b.Fatal(wc.Status)
+			}
+		}
+		done += k
+		// Replenish the receiver.
+		if r := p.cq.Poll(rwcs); r > 0 {
+			p.qp.PostRecv(rw[:r])
+		}
+		if k == 0 {
+			waitCQ(a.cq, chs[0])
+		}
+	}
+	reportCPU(b, cpu0)
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"net/netip"
 	"runtime"
 	"syscall"
@@ -613,11 +614,10 @@ func sync(t testing.TB, a, b *end) {
 }
 
 // publish orders the test's earlier writes to e's memory before the
-// device's later accesses (for the race detector: the device takes the MR
-// table lock, which registering a region also takes).
+// device's handling of later requests on e's QP (for the race detector,
+// which cannot see ordering through a UDP socket): any call on the QP does.
 func publish(t testing.TB, e *end) {
-	mr := must[*verbs.MR](t)(e.pd.RegMR(nil, 0))
-	mr.Deregister()
+	e.qp.Query()
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -673,4 +673,34 @@ func TestCQOverflow(t *testing.T) {
 	if b.qp.State() != verbs.QPStateErr {
 		t.Fatal(b.qp.State())
 	}
+}
+
+// TestGID0FromInterfaceMAC: a device opened on an interface's address has
+// the interface's EUI-64 link-local GID at index 0, like rxe (§9).
+func TestGID0FromInterfaceMAC(t *testing.T) {
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		if len(ifc.HardwareAddr) != 6 || ifc.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, x := range addrs {
+			n, ok := x.(*net.IPNet)
+			if !ok || n.IP.To4() == nil {
+				continue
+			}
+			d, err := verbs.OpenUDP(net.JoinHostPort(n.IP.String(), "0"), nil)
+			if err != nil {
+				continue
+			}
+			defer d.Close()
+			m := ifc.HardwareAddr
+			want := netip.AddrFrom16([16]byte{0xfe, 0x80, 8: m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]})
+			if g, _ := d.QueryGID(1, 0); netip.AddrFrom16(g) != want {
+				t.Fatalf("GID 0 %v, want %v (from %v's MAC %v)", g, want, ifc.Name, m)
+			}
+			return
+		}
+	}
+	t.Skip("no up interface with a MAC and an IPv4 address")
 }

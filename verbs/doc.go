@@ -22,9 +22,12 @@
 // return the number of work requests accepted, so wrs[n] is the "bad WR".
 //
 // Memory ordering follows RDMA practice and the Go memory model: posting a
-// work request happens before the device's accesses to the memory it names,
-// and a completion returned by Poll happens after the device's accesses for
-// that work request. Memory a remote peer writes (RDMA WRITE, atomics) may
+// work request happens before the device's accesses to the memory it names;
+// any call on a QP (PostRecv, PostSend, Query, ...) happens before the
+// device's handling of requests arriving on that QP later (so memory a peer
+// will READ or update atomically must be written before such a call); and a
+// completion returned by Poll happens after the device's accesses for that
+// work request. Memory a remote peer writes (RDMA WRITE, atomics) may
 // be read safely once a later completion on the local CQ says so (a
 // WRITE_WITH_IMM or a SEND that followed it); reading it earlier is a data
 // race, exactly as it is with a hardware NIC.

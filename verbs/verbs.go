@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -46,7 +47,15 @@ func OpenUDP(addr string, cfg *Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := engine.Open(ep, cfg)
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MAC == ([6]byte{}) {
+		// GID 0 is the link-local GID of the interface's MAC, as on rxe.
+		c.MAC = macOf(ap.Addr())
+	}
+	d, err := engine.Open(ep, &c)
 	if err != nil {
 		ep.Close()
 		return nil, err
@@ -86,3 +95,27 @@ func UDPSport(flowLabel, lqpn, rqpn uint32) uint16 { return engine.UDPSport(flow
 // NewFakeClock returns a manual clock for deterministic timer tests; pass
 // it in Config.Clock and move time with Advance.
 func NewFakeClock(start time.Time) *FakeClock { return engine.NewFakeClock(start) }
+
+// macOf returns the MAC address of the interface that holds a, or zero.
+func macOf(a netip.Addr) [6]byte {
+	var mac [6]byte
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return mac
+	}
+	for _, ifc := range ifs {
+		if len(ifc.HardwareAddr) != 6 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, x := range addrs {
+			if n, ok := x.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a.Unmap() {
+					copy(mac[:], ifc.HardwareAddr)
+					return mac
+				}
+			}
+		}
+	}
+	return mac
+}

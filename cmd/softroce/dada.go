@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:    "dada",
-		summary: "PSRDADA ring buffers: db (create/destroy), monitor, write, read",
+		summary: "PSRDADA ring buffers: db (create/destroy), monitor, write, read, send, recv",
 		run:     runDada,
 	})
 }
@@ -58,7 +58,7 @@ func runDada(args []string, stdout, stderr io.Writer) int {
 	}
 	s, ok := dadaSubs[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "softroce dada: unknown subcommand %q (want db, monitor, write or read)\n", args[0])
+		fmt.Fprintf(stderr, "softroce dada: unknown subcommand %q (want db, monitor, write, read, send or recv)\n", args[0])
 		return 2
 	}
 	return s.run(args[1:], stdout, stderr)

@@ -325,6 +325,14 @@ func (cb *rcb) wcError(wc *verbs.WC) bool {
 	if wc.Status == verbs.WCSuccess {
 		return false
 	}
+	if wc.Status == verbs.WCWRFlushErr && cb.o.duplex {
+		// The CM moves the QP to ERR, which flushes it, before the
+		// DISCONNECTED event reaches this goroutine: give the event a moment
+		// so a peer that simply finished first is not reported as an error.
+		for i := 0; i < 1000 && cb.getState() != stDisconnected; i++ {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	if wc.Status == verbs.WCWRFlushErr && cb.getState() == stDisconnected {
 		// duplex: the peer finished first and disconnected
 		cb.errf("peer disconnected before the test ended (work request %d flushed)\n", int(wc.WRID))

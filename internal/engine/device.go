@@ -77,20 +77,23 @@ type Device struct {
 	mtu   wire.MTU // active MTU
 	stats Stats
 
-	mu      sync.Mutex // PD numbers, lifecycle
-	nextPD  uint32
-	closed  atomic.Bool
-	done    chan struct{}
-	wg      sync.WaitGroup
-	txMu    sync.Mutex
-	atomMu  sync.Mutex // serialises remote atomics on this device
+	mu     sync.Mutex // PD numbers, lifecycle
+	nextPD uint32
+	closed atomic.Bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+	txMu   sync.Mutex
+	atomMu sync.Mutex // serialises remote atomics on this device
+	// Owned by the receive loop: QPs with packets to send at the end of
+	// the batch being processed.
+	pending []*QP
 	events  chan AsyncEvent
-	mrMu    sync.RWMutex
-	mrs     []*MR
+	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
+	mrs     mrTable
 	mrFree  []uint32
-	qpMu    sync.RWMutex
-	qps     map[uint32]*QP
-	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
+	qpMu    sync.RWMutex                   // serialises QP table writers; guards mcast
+	qps     atomic.Pointer[map[uint32]*QP] // copy-on-write: lookups are one atomic load
+	mcast   map[netip.Addr][]*QP           // multicast groups (under qpMu)
 	nextQPN uint32
 }
 
@@ -109,8 +112,8 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 	if ep == nil {
 		return nil, newErr("open device", "nil link endpoint", syscall.EINVAL)
 	}
-	d := &Device{ep: ep, done: make(chan struct{}), events: make(chan AsyncEvent, eventQueue),
-		qps: map[uint32]*QP{}, nextQPN: firstQPN}
+	d := &Device{ep: ep, done: make(chan struct{}), events: make(chan AsyncEvent, eventQueue), nextQPN: firstQPN}
+	d.qps.Store(&map[uint32]*QP{})
 	if cfg != nil {
 		d.cfg = *cfg
 	}
@@ -287,8 +290,9 @@ func (d *Device) Close() error {
 	}
 	d.event(AsyncEvent{Type: EventPortErr, Port: 1})
 	d.qpMu.Lock()
-	qps := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
+	tab := *d.qps.Load()
+	qps := make([]*QP, 0, len(tab))
+	for _, qp := range tab {
 		qps = append(qps, qp)
 	}
 	d.qpMu.Unlock()
@@ -327,8 +331,9 @@ func (d *Device) rxLoop() {
 	for {
 		n, err := d.ep.ReadBatch(pkts)
 		for i := 0; i < n; i++ {
-			d.input(&pkts[i], &p)
+			d.dispatch(&pkts[i], &p, true)
 		}
+		d.flushPending()
 		if err != nil {
 			if d.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
@@ -345,11 +350,26 @@ func (d *Device) rxLoop() {
 	}
 }
 
+// flushPending sends what the QPs produced during a received batch.
+func (d *Device) flushPending() {
+	for i, qp := range d.pending {
+		qp.mu.Lock()
+		qp.txPending = false
+		qp.flushUnlock()
+		d.pending[i] = nil
+	}
+	d.pending = d.pending[:0]
+}
+
 // maxDatagram is the buffer size for one RoCEv2 datagram.
 const maxDatagram = wire.MaxPayload + 256
 
-// input handles one received datagram.
-func (d *Device) input(lp *link.Packet, p *wire.Packet) {
+// input handles one received datagram and sends what it produces at once.
+func (d *Device) input(lp *link.Packet, p *wire.Packet) { d.dispatch(lp, p, false) }
+
+// dispatch handles one received datagram; batched (receive loop only)
+// leaves the packets it produces for flushPending.
+func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 	b := lp.Bytes()
 	d.stats.RxPackets.Add(1)
 	d.stats.RxBytes.Add(uint64(len(b)))
@@ -384,17 +404,15 @@ func (d *Device) input(lp *link.Packet, p *wire.Packet) {
 		return
 	}
 	if qpn == MulticastQPN {
-		d.multicastInput(lp, p)
+		d.multicastInput(lp, p, batched)
 		return
 	}
-	d.qpMu.RLock()
-	qp := d.qps[qpn]
-	d.qpMu.RUnlock()
+	qp := (*d.qps.Load())[qpn]
 	if qp == nil {
 		d.stats.DropNoQP.Add(1)
 		return
 	}
-	qp.input(lp, p)
+	qp.input(lp, p, batched)
 }
 
 // MulticastQPN is the destination QPN of multicast datagrams (§6).
@@ -405,7 +423,7 @@ const maxMcastQPs = 56
 
 // multicastInput delivers a UD datagram sent to a multicast group to every
 // QP attached to the group its destination address names (§6).
-func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet) {
+func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet, batched bool) {
 	g := lp.Dst.Addr().Unmap()
 	d.qpMu.RLock()
 	qps := d.mcast[g]
@@ -417,7 +435,7 @@ func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet) {
 		return
 	}
 	for _, qp := range local[:n] {
-		qp.input(lp, p)
+		qp.input(lp, p, batched)
 	}
 }
 
@@ -501,33 +519,49 @@ func (d *Device) addQP(qp *QP, want uint32) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
+	old := *d.qps.Load()
 	if want != 0 {
-		if d.qps[want] != nil {
+		if old[want] != nil {
 			return newErr("create qp", "QPN already in use (one GSI QP per device)", syscall.EBUSY)
 		}
 		qp.qpn = want
-		d.qps[want] = qp
-		return nil
-	}
-	for range maxQPN {
-		n := d.nextQPN
-		d.nextQPN++
-		if d.nextQPN > maxQPN {
-			d.nextQPN = firstQPN
+	} else {
+		found := false
+		for range maxQPN {
+			n := d.nextQPN
+			d.nextQPN++
+			if d.nextQPN > maxQPN {
+				d.nextQPN = firstQPN
+			}
+			if old[n] == nil {
+				qp.qpn, found = n, true
+				break
+			}
 		}
-		if d.qps[n] == nil {
-			qp.qpn = n
-			d.qps[n] = qp
-			return nil
+		if !found {
+			return newErr("create qp", "no free QP numbers", syscall.ENOMEM)
 		}
 	}
-	return newErr("create qp", "no free QP numbers", syscall.ENOMEM)
+	tab := make(map[uint32]*QP, len(old)+1)
+	for k, v := range old {
+		tab[k] = v
+	}
+	tab[qp.qpn] = qp
+	d.qps.Store(&tab)
+	return nil
 }
 
 func (d *Device) removeQP(qp *QP) {
 	d.qpMu.Lock()
-	if d.qps[qp.qpn] == qp {
-		delete(d.qps, qp.qpn)
+	old := *d.qps.Load()
+	if old[qp.qpn] == qp {
+		tab := make(map[uint32]*QP, len(old))
+		for k, v := range old {
+			if k != qp.qpn {
+				tab[k] = v
+			}
+		}
+		d.qps.Store(&tab)
 	}
 	for g, l := range d.mcast {
 		for i, q := range l {

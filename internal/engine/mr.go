@@ -3,6 +3,7 @@ package engine
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -141,20 +142,20 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		idx = d.mrFree[n-1]
 		d.mrFree = d.mrFree[:n-1]
 	} else {
-		if len(d.mrs) > maxMRIndex {
+		if d.mrs.next == 0 {
+			d.mrs.next = 1 // index 0 unused
+		}
+		if d.mrs.next > maxMRIndex {
 			d.mrMu.Unlock()
 			pd.unref()
-			return nil, newErr("reg mr", "MR table full", syscall.ENOMEM)
+			return nil, newErr("reg mr", "MR table full (max_mr 524287)", syscall.ENOMEM)
 		}
-		if len(d.mrs) == 0 {
-			d.mrs = append(d.mrs, nil) // index 0 unused
-		}
-		idx = uint32(len(d.mrs))
-		d.mrs = append(d.mrs, nil)
+		idx = d.mrs.next
+		d.mrs.next++
 	}
 	mr.index = idx
 	mr.key = idx<<8 | uint32(rand.IntN(256))
-	d.mrs[idx] = mr
+	d.mrs.set(idx, mr)
 	d.mrMu.Unlock()
 	d.stats.MRs.Add(1)
 	return mr, nil
@@ -174,8 +175,8 @@ func (mr *MR) Deregister() error {
 	mr.mu.Unlock()
 	d := mr.dev
 	d.mrMu.Lock()
-	if d.mrs[mr.index] == mr {
-		d.mrs[mr.index] = nil
+	if d.mrs.get(mr.index) == mr {
+		d.mrs.set(mr.index, nil)
 		d.mrFree = append(d.mrFree, mr.index)
 	}
 	d.mrMu.Unlock()
@@ -263,15 +264,36 @@ func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
 
 // lookupMR returns the MR whose index the key names, or nil. The caller
 // checks the full key under the MR's lock.
-func (d *Device) lookupMR(key uint32) *MR {
-	idx := key >> 8
-	d.mrMu.RLock()
-	var mr *MR
-	if idx < uint32(len(d.mrs)) {
-		mr = d.mrs[idx]
+func (d *Device) lookupMR(key uint32) *MR { return d.mrs.get(key >> 8) }
+
+// mrChunk is the MR table's allocation unit.
+const mrChunk = 1024
+
+// mrTable maps MR indices to MRs: chunks of atomic pointers, allocated as
+// indices are used, so that lookups take no lock (writers hold Device.mrMu).
+type mrTable struct {
+	chunks [(maxMRIndex + 1) / mrChunk]atomic.Pointer[[mrChunk]atomic.Pointer[MR]]
+	next   uint32 // first never-used index
+}
+
+func (t *mrTable) get(idx uint32) *MR {
+	if idx > maxMRIndex {
+		return nil
 	}
-	d.mrMu.RUnlock()
-	return mr
+	c := t.chunks[idx/mrChunk].Load()
+	if c == nil {
+		return nil
+	}
+	return c[idx%mrChunk].Load()
+}
+
+func (t *mrTable) set(idx uint32, mr *MR) {
+	c := t.chunks[idx/mrChunk].Load()
+	if c == nil {
+		c = new([mrChunk]atomic.Pointer[MR])
+		t.chunks[idx/mrChunk].Store(c)
+	}
+	c[idx%mrChunk].Store(mr)
 }
 
 // acquire returns the MR key names, read-locked, with the byte offset of

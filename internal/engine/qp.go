@@ -92,8 +92,9 @@ type QP struct {
 	resp respState
 
 	// Transmit batch (used under mu).
-	txb []link.Packet
-	txn int
+	txb       []link.Packet
+	txn       int
+	txPending bool // queued on the device's end-of-batch flush list
 }
 
 // CreateQP creates a QP (ibv_create_qp).

@@ -79,12 +79,10 @@ func readCapture(t *testing.T, name string) []capPkt {
 // forceKey gives mr the key and address the kernel's MR had.
 func forceKey(d *Device, mr *MR, key uint32, iova uint64) {
 	d.mrMu.Lock()
-	d.mrs[mr.index] = nil
-	for uint32(len(d.mrs)) <= key>>8 {
-		d.mrs = append(d.mrs, nil)
-	}
+	d.mrs.set(mr.index, nil)
 	mr.index = key >> 8
-	d.mrs[mr.index] = mr
+	d.mrs.set(mr.index, mr)
+	d.mrs.next = max(d.mrs.next, mr.index+1)
 	d.mrMu.Unlock()
 	mr.mu.Lock()
 	mr.key, mr.iova = key, iova

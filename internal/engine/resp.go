@@ -48,9 +48,9 @@ const (
 )
 
 // input handles one packet for this QP (called by the receive loop).
-func (qp *QP) input(lp *link.Packet, p *wire.Packet) {
+func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 	qp.mu.Lock()
-	defer qp.flushUnlock()
+	defer qp.inputDone(batched)
 	st := &qp.dev.stats
 	// rxe receives from RTR on and drops packets for a side not yet ready (§5).
 	if qp.state < QPStateRTR || qp.state == QPStateErr || qp.dead {
@@ -97,6 +97,23 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet) {
 		return
 	}
 	qp.rcReceive(p)
+}
+
+// inputDone ends input: when batched (on the receive loop) the packets
+// produced (ACKs, responses, new requests) wait in the QP's batch until the
+// end of the received batch, so that they leave in as few system calls as
+// possible; otherwise they are sent at once.
+func (qp *QP) inputDone(batched bool) {
+	d := qp.dev
+	if qp.txn > 0 && batched {
+		if !qp.txPending {
+			qp.txPending = true
+			d.pending = append(d.pending, qp)
+		}
+		qp.mu.Unlock()
+		return
+	}
+	qp.flushUnlock()
 }
 
 // sendAck sends an ACKNOWLEDGE with syndrome syn for psn.

@@ -12,15 +12,16 @@ const mod = "github.com/softroce/softroce"
 // forbidden lists, per package prefix, the project packages it must not import
 // (directly or indirectly).
 var forbidden = map[string][]string{
-	"wire":            {"link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "cmd"},
-	"link":            {"internal/engine", "verbs", "cm", "mem", "dada", "capture", "cmd"},
-	"mem":             {"link", "internal/engine", "verbs", "cm", "dada", "capture", "cmd"},
-	"dada":            {"wire", "link", "internal/engine", "verbs", "cm", "mem", "capture", "cmd"},
-	"internal/sysv":   {"wire", "link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "cmd"},
-	"internal/engine": {"verbs", "cm", "dada", "cmd"},
-	"verbs":           {"cm", "dada", "cmd"},
-	"cm":              {"dada", "cmd"},
-	"capture":         {"internal/engine", "verbs", "cm", "dada", "cmd"},
+	"wire":            {"link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "cmd"},
+	"link":            {"internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "cmd"},
+	"mem":             {"link", "internal/engine", "verbs", "cm", "dada", "capture", "pipeline", "cmd"},
+	"dada":            {"wire", "link", "internal/engine", "verbs", "cm", "mem", "capture", "pipeline", "cmd"},
+	"internal/sysv":   {"wire", "link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "cmd"},
+	"internal/engine": {"verbs", "cm", "dada", "pipeline", "cmd"},
+	"verbs":           {"cm", "dada", "pipeline", "cmd"},
+	"cm":              {"dada", "pipeline", "cmd"},
+	"capture":         {"internal/engine", "verbs", "cm", "dada", "pipeline", "cmd"},
+	"pipeline":        {"cmd"},
 }
 
 // stdlibOnly packages may import nothing outside the standard library.
