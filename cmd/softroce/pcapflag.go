@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/link"
-	"github.com/softroce/softroce/link/tee"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
@@ -26,11 +22,8 @@ import (
 type toolDevice struct {
 	info Device
 	dev  *verbs.Device
-	tee  *tee.Endpoint
+	tee  *capture.TeeEndpoint // nil without --pcap
 	pcap *capture.Writer
-	// pcapErr holds the first error writing the capture (reported at Close).
-	pcapMu  sync.Mutex
-	pcapErr error
 }
 
 // deviceMAC returns the hardware address of netdev, or zero (the engine
@@ -71,7 +64,7 @@ func openToolDevice(name, pcapPath string) (*toolDevice, error) {
 			return nil, fmt.Errorf("--pcap: %w", err)
 		}
 		t.pcap = w
-		t.tee = tee.New(ep, t.record)
+		t.tee = capture.Tee(ep, w)
 		lep = t.tee
 	}
 	t.dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: deviceMAC(info.Netdev)})
@@ -85,23 +78,6 @@ func openToolDevice(name, pcapPath string) (*toolDevice, error) {
 	return t, nil
 }
 
-// record writes one datagram to the pcap file (the tee's callback). A UDP
-// socket sends from its own port whatever source port the engine chose for
-// the QP (rxe's per-QP port), so sent datagrams are recorded with the port
-// they really carry.
-func (t *toolDevice) record(dir tee.Direction, src, dst netip.AddrPort, payload []byte) {
-	if dir == tee.Out {
-		src = netip.AddrPortFrom(src.Addr(), t.info.Addr.Port())
-	}
-	if err := t.pcap.WritePacket(time.Now(), src, dst, payload); err != nil {
-		t.pcapMu.Lock()
-		if t.pcapErr == nil {
-			t.pcapErr = err
-		}
-		t.pcapMu.Unlock()
-	}
-}
-
 // Close closes the device and the capture file.
 func (t *toolDevice) Close() error {
 	err := t.dev.Close()
@@ -109,11 +85,9 @@ func (t *toolDevice) Close() error {
 		if cerr := t.pcap.Close(); err == nil {
 			err = cerr
 		}
-		t.pcapMu.Lock()
-		if err == nil && t.pcapErr != nil {
-			err = fmt.Errorf("--pcap: %w", t.pcapErr)
+		if err == nil && t.tee.Err() != nil {
+			err = fmt.Errorf("--pcap: %w", t.tee.Err())
 		}
-		t.pcapMu.Unlock()
 	}
 	return err
 }
