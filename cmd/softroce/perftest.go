@@ -112,6 +112,8 @@ type ptConfig struct {
 	pcap        string
 	server      string
 	connectTO   time.Duration
+	rdmaCM      bool // -R: connect the QPs through rdma_cm (implies cmComm)
+	cmComm      bool // -z: exchange the side channel's data over an rdma_cm connection
 }
 
 func (c *ptConfig) qpType() verbs.QPType {
@@ -157,7 +159,9 @@ Options (those of perftest 4.5 that softroce honours):
   -N, --noPeak               do not compute the peak bandwidth
       --report_gbits         report bandwidth in Gb/s instead of MB/s
       --pcap=<file>          write the device's RoCEv2 traffic to a pcap file
-  -R, --rdma_cm              not available yet: needs the connection manager
+  -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
+                             (the server listens on -p; RC only)
+  -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
 `, t.name, map[bool]int{false: ptDefItersBW, true: ptDefItersLat}[t.lat], ptDefaultSize(t))
 }
 
@@ -202,8 +206,8 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	g.flag('N', "noPeak", &c.noPeak)
 	g.flag(0, "report_gbits", &c.reportGbits)
 	g.str(0, "pcap", &c.pcap)
-	g.refuse('R', "rdma_cm", false, "needs the connection manager (not yet available)")
-	g.refuse('z', "com_rdma_cm", false, "needs the connection manager (not yet available)")
+	g.flag('R', "rdma_cm", &c.rdmaCM)
+	g.flag('z', "com_rdma_cm", &c.cmComm)
 	g.refuse('b', "bidirectional", false, "bidirectional (duplex) runs are not implemented")
 	g.refuse('l', "post_list", true, "posting lists of work requests is not implemented")
 	g.refuse('O', "dualport", false, "softroce devices have one port")
@@ -373,6 +377,12 @@ func (c *ptConfig) finish() string {
 	if c.cqMod > c.txDepth {
 		c.cqMod = c.txDepth
 	}
+	if c.rdmaCM {
+		c.cmComm = true
+		if c.conn != "RC" {
+			return "softroce's -R (rdma_cm) supports RC connections only"
+		}
+	}
 	return ""
 }
 
@@ -430,8 +440,12 @@ func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
 	} else {
 		fmt.Fprintf(&b, " Max inline data : %d[B]\n", c.inline)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", ptOnOff(c.rdmaCM))
+	if c.cmComm {
+		b.WriteString(" Data ex. method : rdma_cm\n")
+	} else {
+		b.WriteString(" Data ex. method : Ethernet\n")
+	}
 	b.WriteString(ptResultLine)
 	io.WriteString(w, b.String())
 }
@@ -450,10 +464,12 @@ func (c *ptConfig) printDest(w io.Writer, side string, d *oob.PerftestDest) {
 	var b strings.Builder
 	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, cHexAlt(uint64(d.LID), 4), cHexAlt(uint64(d.QPN), 6),
 		cHexAlt(uint64(d.PSN), 6))
-	if c.tool.verb == ptRead {
+	// With -R or -z perftest prints with its side channel's verb, SEND: no
+	// OUT, RKey or VAddr.
+	if c.tool.verb == ptRead && !c.cmComm {
 		fmt.Fprintf(&b, " OUT %s", cHexAlt(uint64(d.OutReads), 4))
 	}
-	if c.tool.verb == ptRead || c.tool.verb == ptWrite {
+	if (c.tool.verb == ptRead || c.tool.verb == ptWrite) && !c.cmComm {
 		fmt.Fprintf(&b, " RKey %s VAddr %s", cHexAlt(uint64(d.RKey), 8), cHexAlt(d.VAddr, 16))
 	}
 	b.WriteString("\n GID: ")
@@ -494,18 +510,30 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 			c.size = udMax
 		}
 	}
-	var conn net.Conn
+	var pc ptSide
+	var pcm *ptCM
 	if c.isServer() {
 		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-		conn, err = ptAccept(ctx, c.tcpPort)
+	}
+	if c.cmComm {
+		if pcm, err = startPtCM(ctx, c, td); err != nil {
+			return err
+		}
+		defer pcm.close()
+		pc = pcm.side
 	} else {
-		conn, err = ppDial(ctx, c.server, c.tcpPort, c.connectTO)
+		var conn net.Conn
+		if c.isServer() {
+			conn, err = ptAccept(ctx, c.tcpPort)
+		} else {
+			conn, err = ppDial(ctx, c.server, c.tcpPort, c.connectTO)
+		}
+		if err != nil {
+			return err
+		}
+		pc = oob.NewPerftestConn(conn, !c.isServer())
+		defer conn.Close()
 	}
-	if err != nil {
-		return err
-	}
-	pc := oob.NewPerftestConn(conn, !c.isServer())
-	defer conn.Close()
 	r, err := newPtRes(c, td, gid)
 	if err != nil {
 		return err
@@ -520,6 +548,14 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 	}
 	r.mtu = verbs.MTU(mtu)
 	c.printBanner(stdout, td.info.Name, r.mtu)
+	if c.rdmaCM {
+		if c.isServer() {
+			printCMWaiting(stdout)
+		}
+		if err := pcm.connectTraffic(ctx, r, gid); err != nil {
+			return err
+		}
+	}
 	for i := range r.local {
 		c.printDest(stdout, "local", &r.local[i])
 	}
@@ -527,6 +563,9 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		r.remote = rem
 		for i := range rem {
 			c.printDest(stdout, "remote", &rem[i])
+		}
+		if c.rdmaCM {
+			return nil // the CM connected the QPs
 		}
 		return r.connect()
 	})

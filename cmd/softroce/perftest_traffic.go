@@ -33,7 +33,8 @@ type ptRes struct {
 	local   []oob.PerftestDest
 	remote  []oob.PerftestDest
 	mtu     verbs.MTU
-	posted  bool // receives posted
+	posted  bool              // receives posted
+	qpAttr  *verbs.QPInitAttr // -R: for rdma_cm's QPs
 }
 
 func (r *ptRes) sendOff(q int) int { return 2 * q * r.region }
@@ -74,6 +75,12 @@ func newPtRes(c *ptConfig, td *toolDevice, gid verbs.GID) (*ptRes, error) {
 	ia := &verbs.QPInitAttr{SendCQ: r.scq, RecvCQ: r.rcq, QPType: typ,
 		Cap: verbs.QPCap{MaxSendWR: uint32(c.txDepth), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1,
 			MaxInlineData: uint32(c.inline)}}
+	if c.rdmaCM {
+		// The QPs come from rdma_cm (ptCM.connectTraffic).
+		r.qpAttr = ia
+		r.ahs = make([]*verbs.AH, c.numQP)
+		return r, nil
+	}
 	for i := 0; i < c.numQP; i++ {
 		qp, err := r.pd.CreateQP(ia)
 		if err != nil {
