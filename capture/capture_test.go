@@ -279,7 +279,7 @@ func BenchmarkWritePacket4K(b *testing.B) {
 }
 
 func BenchmarkReaderNext(b *testing.B) {
-	img, _ := os.ReadFile("testdata/ud_pingpong.pcap")
+	img, _ := os.ReadFile("../testdata/captures/ud_pingpong.pcap")
 	b.ReportAllocs()
 	var p Packet
 	br := bytes.NewReader(img)

@@ -163,7 +163,7 @@ func reframe(lt LinkType, vlans int, f []byte) []byte {
 }
 
 func TestReaderEncapsulations(t *testing.T) {
-	img, err := os.ReadFile("testdata/rc_pingpong_small.pcap")
+	img, err := os.ReadFile("../testdata/captures/rc_pingpong_small.pcap")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,10 +223,13 @@ func TestReaderEncapsulations(t *testing.T) {
 }
 
 // TestReaderCaptures checks every packet of the real kernel rxe captures in
-// testdata (and ../shared/captures when present): all are found and all
-// ICRCs verify against the captured IP headers.
+// the repository's testdata/captures (and ../shared/captures when present):
+// all are found and all ICRCs verify against the captured IP headers.
 func TestReaderCaptures(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.pcap")
+	var files []string
+	for _, name := range []string{"rc_pingpong_small.pcap", "rping.pcap", "ud_pingpong.pcap"} {
+		files = append(files, filepath.Join("..", "testdata", "captures", name))
+	}
 	shared, _ := filepath.Glob("../../shared/captures/*.pcap")
 	files = append(files, shared...)
 	for _, f := range files {
@@ -254,7 +257,7 @@ func TestReaderCaptures(t *testing.T) {
 }
 
 func TestReaderPorts(t *testing.T) {
-	img, _ := os.ReadFile("testdata/rc_pingpong_small.pcap")
+	img, _ := os.ReadFile("../testdata/captures/rc_pingpong_small.pcap")
 	got, st := readAll(t, img, &ReaderOptions{Ports: []uint16{18515}})
 	if len(got) != 0 || st.Skipped != st.Frames {
 		t.Errorf("TCP port 18515 is not UDP: got %d packets", len(got))
@@ -297,7 +300,7 @@ func TestReaderErrors(t *testing.T) {
 		}
 	}
 	// A record cut short is an error, not a silent EOF.
-	img, _ := os.ReadFile("testdata/rc_pingpong_small.pcap")
+	img, _ := os.ReadFile("../testdata/captures/rc_pingpong_small.pcap")
 	r, err := NewReader(bytes.NewReader(img[:len(img)-10]), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +315,7 @@ func TestReaderErrors(t *testing.T) {
 }
 
 func TestReaderAllocs(t *testing.T) {
-	img, _ := os.ReadFile("testdata/rc_pingpong_small.pcap")
+	img, _ := os.ReadFile("../testdata/captures/rc_pingpong_small.pcap")
 	br := bytes.NewReader(img)
 	r, err := NewReader(br, nil)
 	if err != nil {
@@ -333,7 +336,7 @@ func TestReaderAllocs(t *testing.T) {
 // every packet it returns must lie within the frame.
 func FuzzReader(f *testing.F) {
 	for _, name := range []string{"rc_pingpong_small.pcap", "ud_pingpong.pcap"} {
-		img, err := os.ReadFile("testdata/" + name)
+		img, err := os.ReadFile("../testdata/captures/" + name)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -360,7 +363,7 @@ func FuzzReader(f *testing.F) {
 
 // FuzzParseFrame checks the frame parser on arbitrary frames of every link type.
 func FuzzParseFrame(f *testing.F) {
-	img, _ := os.ReadFile("testdata/rping.pcap")
+	img, _ := os.ReadFile("../testdata/captures/rping.pcap")
 	for _, fr := range rawFrames(f, img)[:3] {
 		f.Add(uint8(1), fr.data)
 	}

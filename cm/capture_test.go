@@ -23,16 +23,29 @@ import (
 )
 
 // captured is one CM MAD (or data packet) from a capture of kernel rxe
-// (testdata/*.pcap, copied from the shared captures; see cm/mad/testdata/README.md).
+// (see capturePath and testdata/README.md).
 type captured struct {
 	src, dst netip.Addr
 	sport    uint16
 	pkt      wire.Packet
 }
 
+// reducedCaptures are the captures cut down to a subset of their frames
+// (see testdata/README.md), kept in testdata; the others are read unchanged
+// from the repository's testdata/captures.
+var reducedCaptures = map[string]bool{"write_bw_rdmacm.pcap": true}
+
+// capturePath returns the file of the capture called name.
+func capturePath(name string) string {
+	if reducedCaptures[name] {
+		return filepath.Join("testdata", name)
+	}
+	return filepath.Join("..", "testdata", "captures", name)
+}
+
 func readCapture(t testing.TB, name string) []captured {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
+	f, err := os.Open(capturePath(name))
 	if err != nil {
 		t.Fatal(err)
 	}

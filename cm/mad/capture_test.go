@@ -22,11 +22,24 @@ type roceFrame struct {
 	pkt      wire.Packet
 }
 
-// readRoCE returns the RoCEv2 packets (UDP 4791 over IPv4) of a pcap in
-// testdata, parsed with wire.Packet.Parse.
+// reducedCaptures are the captures cut down to a subset of their frames
+// (see testdata/README.md), kept in testdata; the others are read unchanged
+// from the repository's testdata/captures.
+var reducedCaptures = map[string]bool{"write_bw_rdmacm.pcap": true}
+
+// capturePath returns the file of the capture called name.
+func capturePath(name string) string {
+	if reducedCaptures[name] {
+		return filepath.Join("testdata", name)
+	}
+	return filepath.Join("..", "..", "testdata", "captures", name)
+}
+
+// readRoCE returns the RoCEv2 packets (UDP 4791 over IPv4) of a capture
+// (see capturePath), parsed with wire.Packet.Parse.
 func readRoCE(t testing.TB, name string) []roceFrame {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
+	f, err := os.Open(capturePath(name))
 	if err != nil {
 		t.Fatal(err)
 	}

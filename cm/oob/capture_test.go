@@ -36,9 +36,22 @@ type roceFrame struct {
 	pkt wire.Packet
 }
 
+// fullCaptures are read unchanged from the repository's testdata/captures;
+// the others are cut down to a subset of their frames and kept in testdata
+// (see testdata/README.md).
+var fullCaptures = map[string]bool{"rping.pcap": true, "srq_pingpong.pcap": true}
+
+// capturePath returns the file of the capture called name.
+func capturePath(name string) string {
+	if fullCaptures[name] {
+		return filepath.Join("..", "..", "testdata", "captures", name)
+	}
+	return filepath.Join("testdata", name)
+}
+
 func readCapture(t testing.TB, name string) capture {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
+	f, err := os.Open(capturePath(name))
 	if err != nil {
 		t.Fatal(err)
 	}

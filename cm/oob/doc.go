@@ -17,5 +17,6 @@
 // cancellation interrupts it. Decoders return *Error values (errors.Is with
 // the Err* sentinels) for malformed input and never panic. The message
 // formats and sequences are documented on each type and were checked against
-// the TCP payloads of the captures in ../shared/captures (copied to testdata).
+// the TCP payloads of the kernel rxe captures in the repository's
+// testdata/captures (reduced copies in testdata).
 package oob

@@ -17,6 +17,13 @@ import (
 
 var updateDump = flag.Bool("update-dump", false, "rewrite the dump golden files in testdata")
 
+// capturesDir holds the repository's golden captures of kernel rxe traffic
+// (its README.md has each tool's command line and printed output).
+const capturesDir = "../../testdata/captures"
+
+// rpingPcap is the rping capture, the one most dump tests decode.
+const rpingPcap = capturesDir + "/rping.pcap"
+
 // dlUTC makes the dump's time-of-day output independent of the machine's zone.
 func dlUTC(t *testing.T) {
 	saved := time.Local
@@ -43,21 +50,24 @@ func dlGolden(t *testing.T, name, got string) {
 
 func TestDumpGoldenRping(t *testing.T) {
 	dlUTC(t)
-	out, errOut, code := dlRun(t, "dump", "-r", "testdata/rping.pcap")
+	out, errOut, code := dlRun(t, "dump", "-r", rpingPcap)
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	dlGolden(t, "rping.dump", out)
 }
 
-// TestDumpCaptures decodes the kernel rxe captures in testdata, and in
-// ../shared/captures when that directory exists: every packet known, no
-// bad ICRC.
+// TestDumpCaptures decodes kernel rxe captures from the repository's
+// testdata/captures, and all of ../shared/captures when that directory
+// exists: every packet known, no bad ICRC.
 func TestDumpCaptures(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.pcap")
+	var files []string
+	for _, name := range []string{"atomic_lat.pcap", "rc_pingpong_small.pcap", "read_lat.pcap", "rping.pcap", "ud_pingpong.pcap", "write_bw_rdmacm.pcap"} {
+		files = append(files, filepath.Join(capturesDir, name))
+	}
 	shared, _ := filepath.Glob("../../../shared/captures/*.pcap")
 	if len(shared) == 0 {
-		t.Log("../shared/captures not present: checking testdata only")
+		t.Log("../shared/captures not present: checking testdata/captures only")
 	}
 	for _, f := range append(files, shared...) {
 		out, errOut, code := dlRun(t, "dump", "-r", f)
@@ -166,7 +176,7 @@ func TestDumpGoldenSynth(t *testing.T) {
 
 func TestDumpVerboseHex(t *testing.T) {
 	dlUTC(t)
-	out, _, code := dlRun(t, "dump", "-r", "testdata/rc_pingpong_small.pcap", "-v", "-x", "-ttt")
+	out, _, code := dlRun(t, "dump", "-r", capturesDir+"/rc_pingpong_small.pcap", "-v", "-x", "-ttt")
 	if code != 0 {
 		t.Fatal(code)
 	}
@@ -185,9 +195,9 @@ func TestDumpFlags(t *testing.T) {
 	}{
 		{"dump", 2, "give -r FILE"},
 		{"dump -r a -i lo", 2, "not both"},
-		{"dump -r testdata/rping.pcap -w x", 2, "-w and -c go with -i"},
-		{"dump -r testdata/rping.pcap -port 0", 2, "bad -port"},
-		{"dump -r testdata/rping.pcap extra", 2, "unexpected argument"},
+		{"dump -r " + rpingPcap + " -w x", 2, "-w and -c go with -i"},
+		{"dump -r " + rpingPcap + " -port 0", 2, "bad -port"},
+		{"dump -r " + rpingPcap + " extra", 2, "unexpected argument"},
 		{"dump -r testdata/nonexistent.pcap", 1, "no such file"},
 		{"dump -r testdata/rping.dump", 1, "not a pcap or pcapng file"},
 		{"dump -i nosuchif0 -w x", 1, `no interface "nosuchif0"`},
@@ -199,7 +209,7 @@ func TestDumpFlags(t *testing.T) {
 		}
 	}
 	// Other ports: nothing of rping is on 4792.
-	out, _, _ := dlRun(t, "dump", "-r", "testdata/rping.pcap", "-port", "4792,18515")
+	out, _, _ := dlRun(t, "dump", "-r", rpingPcap, "-port", "4792,18515")
 	if out != "0 packets, 0 bad ICRC, 0 unknown (41 other frames skipped)\n" {
 		t.Errorf("-port: %q", out)
 	}
@@ -208,7 +218,7 @@ func TestDumpFlags(t *testing.T) {
 // FuzzDumpDecode feeds arbitrary UDP payloads (and truncation) to the
 // packet printer: it must never panic, whatever the headers claim.
 func FuzzDumpDecode(f *testing.F) {
-	img, err := os.ReadFile("testdata/rping.pcap")
+	img, err := os.ReadFile(rpingPcap)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -24,9 +24,9 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
-// rdmacmCapture is what testdata/write_bw_rdmacm.pcap (ib_write_bw -R of
-// perftest 4.5+0.17 on kernel rxe, ../shared/captures) holds: the CM REQs
-// and REPs, and the side channel's SEND payloads per direction.
+// rdmacmCapture is what testdata/captures/write_bw_rdmacm.pcap (ib_write_bw
+// -R of perftest 4.5+0.17 on kernel rxe, at the repository's root) holds: the
+// CM REQs and REPs, and the side channel's SEND payloads per direction.
 type rdmacmCapture struct {
 	reqs   []*mad.REQ
 	reps   []*mad.REP
@@ -37,7 +37,7 @@ type rdmacmCapture struct {
 
 func readRdmacmCapture(t testing.TB) *rdmacmCapture {
 	t.Helper()
-	return readCMPcap(t, filepath.Join("testdata", "write_bw_rdmacm.pcap"), netip.MustParseAddr("10.77.0.12"))
+	return readCMPcap(t, filepath.Join(capturesDir, "write_bw_rdmacm.pcap"), netip.MustParseAddr("10.77.0.12"))
 }
 
 // readCMPcap reads a perftest -R session from a pcap; client is the

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/internal/netnstest"
 )
 
 // The tests in this file and in perftest_binary_test.go run the softroce
@@ -270,12 +272,6 @@ func TestPingpongPcap(t *testing.T) {
 // namespaces joined by a veth pair, as on two hosts.
 func TestPingpongCrossNamespace(t *testing.T) {
 	bin := toolBinary(t)
-	if os.Geteuid() != 0 {
-		t.Skip("creating network namespaces needs root (CI runs as root)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("the ip command (iproute2) is not installed")
-	}
 	ns1, ns2, a1, a2 := newNetnsPair(t)
 	for _, tool := range []string{"rc_pingpong", "ud_pingpong", "write_bw", "send_lat"} {
 		t.Run(tool, func(t *testing.T) {
@@ -284,8 +280,8 @@ func TestPingpongCrossNamespace(t *testing.T) {
 				args = append(args, "-c")
 			}
 			port := strconv.Itoa(10000 + rand.IntN(50000))
-			srv := append([]string{"ip", "netns", "exec", ns1, bin, tool, "-d", a1, "-p", port}, args...)
-			cli := append(append([]string{"ip", "netns", "exec", ns2, bin, tool, "-d", a2, "-p", port}, args...), a1)
+			srv := netnstest.Argv(ns1, append([]string{bin, tool, "-d", a1, "-p", port}, args...)...)
+			cli := netnstest.Argv(ns2, append(append([]string{bin, tool, "-d", a2, "-p", port}, args...), a1)...)
 			s, c := runPair(t, 60*time.Second, srv, cli)
 			if s.code != 0 || c.code != 0 {
 				t.Fatalf("server (%s): %v\nclient (%s): %v", ns1, s, ns2, c)
@@ -310,33 +306,16 @@ func ptGIDTail(a string) string {
 }
 
 // newNetnsPair creates two namespaces joined by a veth pair with
-// 10.231.x.1/24 and 10.231.x.2/24, deleted when the test ends.
+// 10.231.0.1/24 and 10.231.0.2/24 and lo up, deleted when the test ends; it
+// skips the test unless it runs as root with iproute2.
 func newNetnsPair(t *testing.T) (ns1, ns2, a1, a2 string) {
 	t.Helper()
-	id := rand.IntN(200) + 20
-	ns1, ns2 = fmt.Sprintf("srtools%da", id), fmt.Sprintf("srtools%db", id)
-	a1, a2 = fmt.Sprintf("10.231.%d.1", id), fmt.Sprintf("10.231.%d.2", id)
-	ip := func(args ...string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", ns1)
-	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns1).Run() })
-	ip("netns", "add", ns2)
-	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns2).Run() })
-	v1, v2 := fmt.Sprintf("srv%da", id), fmt.Sprintf("srv%db", id)
-	ip("link", "add", v1, "netns", ns1, "type", "veth", "peer", "name", v2, "netns", ns2)
-	ip("-n", ns1, "addr", "add", a1+"/24", "dev", v1)
-	ip("-n", ns2, "addr", "add", a2+"/24", "dev", v2)
-	ip("-n", ns1, "link", "set", v1, "up")
-	ip("-n", ns2, "link", "set", v2, "up")
-	ip("-n", ns1, "link", "set", "lo", "up")
-	ip("-n", ns2, "link", "set", "lo", "up")
-	return
+	p := netnstest.NewPair(t, netnstest.Config{
+		Prefix:   "srtl",
+		IPv4:     [2]string{"10.231.0.1/24", "10.231.0.2/24"},
+		Loopback: true,
+	})
+	return p.NS[0], p.NS[1], p.Addr[0], p.Addr[1]
 }
 
 // TestToolsStopOnSIGINT: a server waiting for its client exits on SIGINT
