@@ -57,6 +57,18 @@ type CQ = engine.CQ
 //		// MAC is the hardware address the link-local default GID (index 0) is
 //		// derived from; zero derives one from the bound address.
 //		MAC	[6]byte
+//		// MaxMR caps the number of registered MRs (0: rxe's 2^19-1; larger
+//		// values are lowered to it). Registrations beyond it fail with ENOMEM.
+//		MaxMR	int
+//		// MaxMRSize caps one MR's length in bytes (0: no limit but the
+//		// address space, rxe's max_mr_size 2^64-1). Larger registrations fail
+//		// with EINVAL. QueryDevice reports both limits.
+//		MaxMRSize	uint64
+//		// Memory is the memory-provider registry PD.RegMem and
+//		// PD.RegDmabufMR resolve memory with (see package mem). Nil gives the
+//		// device its own registry with the Go heap provider ("heap", the
+//		// catch-all for ordinary memory) and the file-descriptor provider ("fd").
+//		Memory	*mem.Registry
 //	}
 type Config = engine.Config
 
@@ -77,6 +89,7 @@ type Config = engine.Config
 //		DupRequests		atomic.Uint64	// duplicate requests answered
 //		ICRCErrors		atomic.Uint64
 //		MRs			atomic.Uint64	// registered MRs now
+//		MWs			atomic.Uint64	// allocated memory windows now
 //
 //		// Drops by reason.
 //		DropMalformed	atomic.Uint64	// wire.Packet.Parse failed
@@ -117,6 +130,7 @@ type Stats = engine.Stats
 //   - AsyncEvents() <-chan AsyncEvent: AsyncEvents returns the channel asynchronous events arrive on.
 //   - Close() error: Close stops the device: all QPs go to ERR (flushing their work), the receive loop exits and the link is closed.
 //   - Done() <-chan struct{}: Done is closed when the device closes.
+//   - MemoryRegistry() *mem.Registry: MemoryRegistry returns the registry PD.RegMem and PD.RegDmabufMR use: Config.Memory, or the device's own with the "fd" and "heap" providers.
 type Device = engine.Device
 
 // AH is an address handle (ibv_ah): a resolved destination for UD sends.
@@ -133,22 +147,28 @@ type AH = engine.AH
 //		Op	string	// the call, e.g. "post send"
 //		Reason	string	// what was wrong and what to do
 //		Errno	syscall.Errno
+//		// Err is the underlying cause, if any (for example a package mem
+//		// error such as mem.ErrSpansProviders); errors.Is and errors.As see it.
+//		Err	error
 //	}
 //
 // Methods:
 //   - Error() string: Error formats the failure with its errno.
-//   - Unwrap() error: Unwrap returns the errno.
+//   - Unwrap() []error: Unwrap returns the errno and the cause.
 type Error = engine.Error
 
 // PD is a protection domain: MRs, QPs, SRQs and AHs of one PD work together.
 //
 // Methods:
 //   - CreateAH(attr *AHAttr) (*AH, error): CreateAH creates an address handle (ibv_create_ah).
+//   - RegMem(req mem.Request, access Access) (*MR, error): RegMem registers memory a provider of the device's registry resolves (Device.MemoryRegistry): req names it by address (host or device) and/or descriptor (mem.Bytes, mem.FileDesc, mem.ShmSegment, ...); req.Write is set from access.
+//   - RegDmabufMR(fd int, offset, length, iova uint64, access Access) (*MR, error): RegDmabufMR registers length bytes at offset of the file descriptor fd (a dma-buf, memfd, tmpfs or any mmap-able file) as ibv_reg_dmabuf_mr does: iova is the address the MR is known by (remote RDMA addresses and SGE addresses are iova plus an offset).
 //   - Device() *Device: Device returns the device the PD belongs to.
 //   - Handle() uint32: Handle returns the PD's number (unique per device).
 //   - Dealloc() error: Dealloc frees the PD.
 //   - RegMR(buf []byte, access Access) (*MR, error): RegMR registers buf with the given access flags (ibv_reg_mr).
 //   - RegRegion(r *mem.Region, access Access) (*MR, error): RegRegion registers memory a provider resolved (see package mem): the MR reads and writes the region's view inside the region's guard, and when the provider revokes the region the MR becomes invalid (remote access then gets NAK 0x62, local use LOC_PROT_ERR).
+//   - AllocMW(typ MWType) (*MW, error): AllocMW allocates a memory window (ibv_alloc_mw).
 //   - CreateQP(attr *QPInitAttr) (*QP, error): CreateQP creates a QP (ibv_create_qp).
 //   - CreateGSIQP(attr *QPInitAttr) (*QP, error): CreateGSIQP creates the device's GSI QP: a UD QP with QPN 1 that accepts only Q_Key 0x80010000 (§6), for the connection manager's MADs.
 //   - CreateSRQ(attr SRQAttr, ctx any) (*SRQ, error): CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -175,11 +195,54 @@ type PD = engine.PD
 //   - Region() *mem.Region: Region returns the provider region behind the MR, or nil.
 type MR = engine.MR
 
+// MWType is a memory window's type (enum ibv_mw_type values).
+//
+// Methods:
+//   - String() string: String returns "type 1" or "type 2".
+type MWType = engine.MWType
+
+// MWBindInfo describes a binding (struct ibv_mw_bind_info): the window
+// covers [Addr, Addr+Length) of MR (in the MR's address space) with the
+// remote Access given. With AccessZeroBased (type 2 only) remote addresses
+// through the window start at 0; otherwise they are the MR addresses.
+// A type 1 bind with Length 0 (MR may be nil) unbinds the window.
+//
+//	struct {
+//		MR	*MR
+//		Addr	uint64
+//		Length	uint64
+//		Access	Access
+//	}
+type MWBindInfo = engine.MWBindInfo
+
+// MWBind is a type 1 bind request (struct ibv_mw_bind).
+//
+//	struct {
+//		WRID		uint64
+//		Flags		SendFlags
+//		BindInfo	MWBindInfo
+//	}
+type MWBind = engine.MWBind
+
+// MW is a memory window (struct ibv_mw): a remotely accessible view of part
+// of an MR with its own R_Key, access and lifetime. Remote access through a
+// window checks the window (key, state, PD, access, QP for type 2, range),
+// then the MR under it (state, range).
+//
+// Methods:
+//   - Type() MWType: Type returns the window type.
+//   - PD() *PD: PD returns the window's protection domain.
+//   - RKey() uint32: RKey returns the window's remote key (ibv_mw.rkey).
+//   - Bound() bool: Bound reports whether the window is bound to an MR.
+//   - Dealloc() error: Dealloc frees the window (ibv_dealloc_mw).
+type MW = engine.MW
+
 // QP is a queue pair (ibv_qp).
 //
 // Methods:
 //   - AttachMcast(gid GID, lid uint16) error: AttachMcast attaches the UD QP to the multicast group gid (ibv_attach_mcast): datagrams sent to QPN 0xFFFFFF and the group's address reach it.
 //   - DetachMcast(gid GID, lid uint16) error: DetachMcast detaches the QP from the group (ibv_detach_mcast).
+//   - BindMW(mw *MW, b MWBind) (uint32, error): BindMW binds a type 1 window (ibv_bind_mw): it posts a bind work request on qp and returns the window's new R_Key, valid once the request has executed (in order with earlier work requests; its completion has opcode WCBindMW and, on failure, status WCMWBindErr with the QP moved to ERR).
 //   - QPN() uint32: QPN returns the QP number.
 //   - Type() QPType: Type returns the QP type.
 //   - Context() any: Context returns the user context given at creation.
@@ -279,7 +342,8 @@ type SGE = engine.SGE
 //		Opcode	WROpcode
 //		Flags	SendFlags
 //		// ImmData is the immediate data (WITH_IMM opcodes), host order; for
-//		// SEND_WITH_INV it is the R_Key to invalidate (invalidate_rkey).
+//		// SEND_WITH_INV and LOCAL_INV it is the key to invalidate (an MR's or a
+//		// type 2 window's; invalidate_rkey).
 //		ImmData	uint32
 //		// RemoteAddr and RKey address the remote memory of RDMA and atomic ops.
 //		RemoteAddr	uint64
@@ -303,6 +367,11 @@ type SGE = engine.SGE
 //		// Inline is the payload of an inline send (SendInline). softroce also
 //		// honours SendInline with SGList, copying at post time.
 //		Inline	[]byte
+//		// MW and BindInfo describe a WRBindMW (struct ibv_send_wr's bind_mw):
+//		// the window, and what to bind it to; RKey is the window's new key
+//		// (the old key with a new key8, see IncRKey).
+//		MW		*MW
+//		BindInfo	MWBindInfo
 //	}
 type SendWR = engine.SendWR
 
@@ -406,13 +475,14 @@ type QPAttr = engine.QPAttr
 type EventType = engine.EventType
 
 // AsyncEvent is an asynchronous event (struct ibv_async_event): exactly one
-// of QP, CQ, SRQ or Port is set, according to Type.
+// of QP, CQ, SRQ, MR or Port is set, according to Type.
 //
 //	struct {
 //		Type	EventType
 //		QP	*QP
 //		CQ	*CQ
 //		SRQ	*SRQ
+//		MR	*MR
 //		Port	uint8
 //	}
 type AsyncEvent = engine.AsyncEvent
@@ -439,6 +509,7 @@ type PortState = engine.PortState
 //		MaxCQ			int
 //		MaxCQE			int
 //		MaxMR			int
+//		MaxMW			int
 //		MaxPD			int
 //		MaxQPRdAtom		int
 //		MaxEECRdAtom		int
@@ -495,6 +566,9 @@ const (
 	ReregChangeTranslation = engine.ReregChangeTranslation
 	ReregChangePD          = engine.ReregChangePD
 	ReregChangeAccess      = engine.ReregChangeAccess
+	MWType1                = engine.MWType1
+	MWType2                = engine.MWType2
+	MaxMW                  = engine.MaxMW
 	QPTypeRC               = engine.QPTypeRC
 	QPTypeUC               = engine.QPTypeUC
 	QPTypeUD               = engine.QPTypeUD
@@ -614,6 +688,7 @@ const (
 	EventSRQLimitReached   = engine.EventSRQLimitReached
 	EventQPLastWQEReached  = engine.EventQPLastWQEReached
 	EventGIDChange         = engine.EventGIDChange
+	EventMRInvalidated     = engine.EventMRInvalidated
 	PortDown               = engine.PortDown
 	PortInit               = engine.PortInit
 	PortArmed              = engine.PortArmed

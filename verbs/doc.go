@@ -32,6 +32,20 @@
 // WRITE_WITH_IMM or a SEND that followed it); reading it earlier is a data
 // race, exactly as it is with a hardware NIC.
 //
+// Memory windows follow ibv_alloc_mw(3) and ibv_bind_mw(3): PD.AllocMW
+// (MWType1 or MWType2), QP.BindMW for type 1 (it posts the bind and returns
+// the new R_Key), a WRBindMW work request for type 2 (SendWR.MW,
+// SendWR.BindInfo and the new key, IncRKey(mw.RKey()), in SendWR.RKey),
+// WRLocalInv and an incoming WRSendWithInv invalidate type 2 windows.
+//
+// Memory the Go program does not own as a plain slice (mmap'ed or huge-page
+// memory, SysV shared memory, file descriptors such as memfd or dma-buf,
+// accelerator memory) is registered through package mem's providers:
+// PD.RegMem resolves a mem.Request with the device's registry
+// (Device.MemoryRegistry or Config.Memory) and PD.RegDmabufMR is
+// ibv_reg_dmabuf_mr. When a provider revokes memory, the MR becomes invalid
+// at once and EventMRInvalidated arrives on Device.AsyncEvents.
+//
 // Posting, polling and the per-packet paths do not allocate in steady state.
 // The types are defined in the internal engine package and re-exported here
 // as aliases; each alias's documentation lists its fields and methods.

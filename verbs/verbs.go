@@ -92,6 +92,10 @@ func GIDFromAddr(a netip.Addr) GID { return engine.GIDFromAddr(a) }
 // the given flow label, between QPs lqpn and rqpn (rdma_get_udp_sport).
 func UDPSport(flowLabel, lqpn, rqpn uint32) uint16 { return engine.UDPSport(flowLabel, lqpn, rqpn) }
 
+// IncRKey returns key with its low 8 bits (key8) incremented, as
+// ibv_inc_rkey: the RKey to give a WRBindMW of a type 2 window.
+func IncRKey(key uint32) uint32 { return engine.IncRKey(key) }
+
 // NewFakeClock returns a manual clock for deterministic timer tests; pass
 // it in Config.Clock and move time with Advance.
 func NewFakeClock(start time.Time) *FakeClock { return engine.NewFakeClock(start) }

@@ -215,7 +215,7 @@ func printDevinfo(w io.Writer, d Device, onlyPort int, verbose bool) error {
 		// windows, raw QPs, multicast, FMRs) are 0, as on rxe where noted.
 		p("\tmax_ee:\t\t\t\t%d\n", 0)
 		p("\tmax_rdd:\t\t\t%d\n", 0)
-		p("\tmax_mw:\t\t\t\t%d\n", 0)
+		p("\tmax_mw:\t\t\t\t%d\n", a.MaxMW)
 		p("\tmax_raw_ipv6_qp:\t\t%d\n", 0)
 		p("\tmax_raw_ethy_qp:\t\t%d\n", 0)
 		p("\tmax_mcast_grp:\t\t\t%d\n", 0)

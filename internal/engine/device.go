@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/mem"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -29,6 +30,18 @@ type Config struct {
 	// MAC is the hardware address the link-local default GID (index 0) is
 	// derived from; zero derives one from the bound address.
 	MAC [6]byte
+	// MaxMR caps the number of registered MRs (0: rxe's 2^19-1; larger
+	// values are lowered to it). Registrations beyond it fail with ENOMEM.
+	MaxMR int
+	// MaxMRSize caps one MR's length in bytes (0: no limit but the
+	// address space, rxe's max_mr_size 2^64-1). Larger registrations fail
+	// with EINVAL. QueryDevice reports both limits.
+	MaxMRSize uint64
+	// Memory is the memory-provider registry PD.RegMem and
+	// PD.RegDmabufMR resolve memory with (see package mem). Nil gives the
+	// device its own registry with the Go heap provider ("heap", the
+	// catch-all for ordinary memory) and the file-descriptor provider ("fd").
+	Memory *mem.Registry
 }
 
 // Stats are a device's counters, updated atomically.
@@ -47,6 +60,7 @@ type Stats struct {
 	DupRequests        atomic.Uint64 // duplicate requests answered
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now
+	MWs                atomic.Uint64 // allocated memory windows now
 
 	// Drops by reason.
 	DropMalformed   atomic.Uint64 // wire.Packet.Parse failed
@@ -91,6 +105,11 @@ type Device struct {
 	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
 	mrs     mrTable
 	mrFree  []uint32
+	mrLive  int     // registered MRs (under mrMu)
+	mws     mwTable // under mrMu for writers, like mrs
+	memOnce sync.Once
+	memReg  *mem.Registry
+	mwFree  []uint32
 	qpMu    sync.RWMutex                   // serialises QP table writers; guards mcast
 	qps     atomic.Pointer[map[uint32]*QP] // copy-on-write: lookups are one atomic load
 	mcast   map[netip.Addr][]*QP           // multicast groups (under qpMu)
@@ -177,22 +196,28 @@ func (d *Device) Clock() Clock { return d.clock }
 func (d *Device) QueryDevice() DeviceAttr {
 	g := nodeGUID(d.gids[0])
 	return DeviceAttr{
-		FWVer: "0.0.0", NodeGUID: g, SysImageGUID: g, MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000,
+		FWVer: "0.0.0", NodeGUID: g, SysImageGUID: g, MaxMRSize: d.maxMRSize(), PageSizeCap: 0xfffff000,
 		VendorID: 0xFFFFFF, MaxQP: 1<<20 - 16, MaxQPWR: maxQPWR, DeviceCapFlags: deviceCapFlags,
-		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: 1 << 20, MaxCQE: maxCQE, MaxMR: maxMRIndex, MaxPD: 1 << 20,
+		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: 1 << 20, MaxCQE: maxCQE, MaxMR: d.maxMR(), MaxPD: 1 << 20,
 		MaxQPRdAtom: maxRdAtom, MaxResRdAtom: 0x3F000, MaxQPInitRdAtom: maxRdAtom, AtomicCap: 1,
 		MaxMcastGrp: 8192, MaxMcastQPAttach: maxMcastQPs, MaxTotalMcastQPAttach: 0x70000,
 		MaxAH: 32767, MaxSRQ: 1<<20 - 1<<17 - 1, MaxSRQWR: maxQPWR, MaxSRQSGE: 27, MaxPKeys: 64,
-		LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: 1 << 31,
+		LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: 1 << 31, MaxMW: MaxMW,
 	}
 }
 
-// deviceCapFlags are rxe's IBV_DEVICE_* capability flags minus the memory
-// window and fast-registration ones softroce does not implement:
+// deviceCapFlags are rxe's IBV_DEVICE_* capability flags minus the
+// fast-registration one (MEM_MGT_EXTENSIONS) softroce does not implement:
 // BAD_PKEY_CNTR, BAD_QKEY_CNTR, AUTO_PATH_MIG, CHANGE_PHY_PORT,
 // UD_AV_PORT_ENFORCE, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN,
-// SRQ_RESIZE (rxe: 0x01223c76).
-const deviceCapFlags = 0x3c76
+// SRQ_RESIZE, MEM_WINDOW, MEM_WINDOW_TYPE_2B (rxe: 0x01223c76).
+const deviceCapFlags = 0x3c76 | deviceMemWindow | deviceMemWindow2B
+
+// IBV_DEVICE_MEM_WINDOW and IBV_DEVICE_MEM_WINDOW_TYPE_2B.
+const (
+	deviceMemWindow   = 1 << 17
+	deviceMemWindow2B = 1 << 24
+)
 
 func nodeGUID(ll GID) uint64 {
 	var g uint64
@@ -310,6 +335,7 @@ func (d *Device) Close() error {
 		qp.stopTimers()
 		qp.mu.Unlock()
 	}
+	d.releaseMemory()
 	return err
 }
 

@@ -18,5 +18,13 @@
 // Invalidate take exclusively, so that after they return no engine goroutine
 // touches that memory again.
 //
+// Memory windows (§7) live in the same key space, with indices above the
+// MRs': a remote key naming a window is checked against the window (state,
+// key, PD, access, QP for type 2, range) and then resolved to its MR, whose
+// own checks follow. Invalidating or deallocating a window waits for
+// accesses in progress through it. MRs over provider memory (package mem)
+// also enter the provider region's guard for every access, so a provider's
+// revocation is synchronous too; it is reported as EventMRInvalidated.
+//
 // The public API is package verbs, which re-exports these types.
 package engine

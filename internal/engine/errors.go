@@ -8,6 +8,9 @@ type Error struct {
 	Op     string // the call, e.g. "post send"
 	Reason string // what was wrong and what to do
 	Errno  syscall.Errno
+	// Err is the underlying cause, if any (for example a package mem
+	// error such as mem.ErrSpansProviders); errors.Is and errors.As see it.
+	Err error
 }
 
 // Error formats the failure with its errno.
@@ -15,8 +18,13 @@ func (e *Error) Error() string {
 	return "verbs: " + e.Op + ": " + e.Reason + " (" + e.Errno.Error() + ")"
 }
 
-// Unwrap returns the errno.
-func (e *Error) Unwrap() error { return e.Errno }
+// Unwrap returns the errno and the cause.
+func (e *Error) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Errno}
+	}
+	return []error{e.Errno, e.Err}
+}
 
 func newErr(op, reason string, errno syscall.Errno) *Error {
 	return &Error{Op: op, Reason: reason, Errno: errno}
@@ -28,6 +36,9 @@ var ErrClosed = newErr("device", "device is closed", syscall.ENODEV)
 
 // Hot-path errors built once (posting must not allocate).
 var (
+	errBindNoMW       = newErr("post send", "BIND_MW work request without a memory window of this device (SendWR.MW)", syscall.EINVAL)
+	errBindAccess     = newErr("post send", "BIND_MW access may only hold REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC and ZERO_BASED", syscall.EINVAL)
+	errBindKey        = newErr("post send", "BIND_MW RKey must keep the window's index (change only key8: IncRKey(mw.RKey()))", syscall.EINVAL)
 	errPostSendState  = newErr("post send", "QP is not in RTS (or SQD/SQE): modify it to RTS first", syscall.EINVAL)
 	errPostRecvState  = newErr("post recv", "QP is in RESET: modify it to INIT first", syscall.EINVAL)
 	errSQFull         = newErr("post send", "send queue full: poll the send CQ or create the QP with a larger max_send_wr", syscall.ENOMEM)

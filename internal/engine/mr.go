@@ -73,6 +73,9 @@ type MR struct {
 	valid  bool
 	dereg  bool
 	region *mem.Region // memory from a provider (nil: a plain []byte)
+	numMW  int         // memory windows bound to the MR
+	// ownRegion: the MR was registered through RegMem and deregisters region.
+	ownRegion bool
 }
 
 // maxMRIndex is the largest MR index (rxe: 2^19 - 1, §7).
@@ -123,10 +126,15 @@ func checkAccess(a Access) error {
 }
 
 // RegMR registers buf with the given access flags (ibv_reg_mr). The memory
-// must stay valid until Deregister returns.
+// must stay valid until Deregister returns. Registrations beyond the
+// device's MR count (ENOMEM) or size (EINVAL) limits fail (Config.MaxMR,
+// Config.MaxMRSize).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err := checkAccess(access); err != nil {
 		return nil, err
+	}
+	if max := pd.dev.maxMRSize(); uint64(len(buf)) > max {
+		return nil, errMRSize("reg mr", uint64(len(buf)), max)
 	}
 	if err := pd.ref(); err != nil {
 		return nil, err
@@ -137,6 +145,11 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		mr.iova = bufAddr(buf)
 	}
 	d.mrMu.Lock()
+	if d.mrLive >= d.maxMR() {
+		d.mrMu.Unlock()
+		pd.unref()
+		return nil, newErr("reg mr", "too many MRs (max_mr "+utoa(uint64(d.maxMR()))+", Config.MaxMR): deregister some first", syscall.ENOMEM)
+	}
 	var idx uint32
 	if n := len(d.mrFree); n > 0 {
 		idx = d.mrFree[n-1]
@@ -156,6 +169,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	mr.index = idx
 	mr.key = idx<<8 | uint32(rand.IntN(256))
 	d.mrs.set(idx, mr)
+	d.mrLive++
 	d.mrMu.Unlock()
 	d.stats.MRs.Add(1)
 	return mr, nil
@@ -169,18 +183,30 @@ func (mr *MR) Deregister() error {
 		mr.mu.Unlock()
 		return newErr("dereg mr", "already deregistered", syscall.EINVAL)
 	}
+	if mr.numMW > 0 {
+		mr.mu.Unlock()
+		return newErr("dereg mr", "memory windows are still bound to the MR: invalidate or deallocate them first", syscall.EBUSY)
+	}
 	mr.dereg, mr.valid = true, false
 	mr.buf = nil
 	pd := mr.pd
+	var own *mem.Region
+	if mr.ownRegion {
+		own = mr.region
+	}
 	mr.mu.Unlock()
 	d := mr.dev
 	d.mrMu.Lock()
 	if d.mrs.get(mr.index) == mr {
 		d.mrs.set(mr.index, nil)
 		d.mrFree = append(d.mrFree, mr.index)
+		d.mrLive--
 	}
 	d.mrMu.Unlock()
 	pd.unref()
+	if own != nil {
+		_ = own.Deregister() // after a provider's revocation this only releases
+	}
 	d.stats.MRs.Add(^uint64(0))
 	return nil
 }
@@ -214,10 +240,20 @@ const (
 )
 
 // Rereg changes the region's buffer, PD and/or access (ibv_rereg_mr); flags
-// select what changes. The keys stay the same index with a new key8.
+// select what changes. The keys stay the same index with a new key8, and
+// the MR is valid again (also after an invalidation). Changing the
+// translation of an MR over provider memory detaches it from the provider
+// region (deregistering the region if RegMem made it); write access to a
+// read-only provider region is refused (EACCES). It fails with EBUSY while
+// memory windows are bound to the MR.
 func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
 	if flags == 0 || flags&^7 != 0 {
 		return newErr("rereg mr", "flags must be a non-empty set of CHANGE_TRANSLATION|CHANGE_PD|CHANGE_ACCESS", syscall.EINVAL)
+	}
+	if flags&ReregChangeTranslation != 0 {
+		if max := mr.dev.maxMRSize(); uint64(len(buf)) > max {
+			return errMRSize("rereg mr", uint64(len(buf)), max)
+		}
 	}
 	if flags&ReregChangeAccess != 0 {
 		if err := checkAccess(access); err != nil {
@@ -240,6 +276,35 @@ func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
 		}
 		return newErr("rereg mr", "MR is deregistered", syscall.EINVAL)
 	}
+	if mr.numMW > 0 {
+		if flags&ReregChangePD != 0 {
+			pd.unref()
+		}
+		return newErr("rereg mr", "memory windows are bound to the MR: invalidate or deallocate them first", syscall.EBUSY)
+	}
+	if flags&ReregChangeTranslation == 0 && flags&ReregChangeAccess != 0 && mr.region != nil &&
+		wantsWrite(access) && !mr.region.Writable() {
+		if flags&ReregChangePD != 0 {
+			pd.unref()
+		}
+		return newErr("rereg mr", "write access to a provider region registered read-only", syscall.EACCES)
+	}
+	if flags&ReregChangeTranslation == 0 && mr.region != nil && !mr.region.Valid() {
+		if flags&ReregChangePD != 0 {
+			pd.unref()
+		}
+		return newErr("rereg mr", "the provider revoked the MR's memory: change the translation or deregister it", syscall.EFAULT)
+	}
+	var detached *mem.Region
+	if flags&ReregChangeTranslation != 0 && mr.region != nil {
+		if mr.ownRegion {
+			detached = mr.region
+		}
+		mr.region, mr.ownRegion = nil, false
+	}
+	if detached != nil {
+		defer detached.Deregister() //nolint:errcheck // no accessor can be inside: we hold the MR lock
+	}
 	if flags&ReregChangePD != 0 {
 		mr.pd.unref()
 		mr.pd = pd
@@ -251,10 +316,13 @@ func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
 		mr.buf = buf
 	}
 	if flags&(ReregChangeTranslation|ReregChangeAccess) != 0 {
-		if mr.access&AccessZeroBased == 0 {
-			mr.iova = bufAddr(mr.buf)
-		} else {
+		switch {
+		case mr.access&AccessZeroBased != 0:
 			mr.iova = 0
+		case mr.region != nil:
+			mr.iova = mr.region.Addr()
+		default:
+			mr.iova = bufAddr(mr.buf)
 		}
 	}
 	mr.valid = true
@@ -361,7 +429,15 @@ func (pd *PD) RegRegion(r *mem.Region, access Access) (*MR, error) {
 		mr.iova = r.Addr()
 	}
 	mr.mu.Unlock()
-	r.OnInvalidate(func(mem.Invalidation) { mr.Invalidate() })
+	r.OnInvalidate(func(mem.Invalidation) {
+		mr.mu.Lock()
+		live := !mr.dereg
+		mr.valid = false
+		mr.mu.Unlock()
+		if live {
+			mr.dev.event(AsyncEvent{Type: EventMRInvalidated, MR: mr})
+		}
+	})
 	return mr, nil
 }
 

@@ -559,11 +559,19 @@ func (qp *QP) postOne(wr *SendWR) error {
 	if len(wr.SGList) > int(qp.cap.MaxSendSGE) {
 		return errTooManySGE
 	}
+	if wr.Opcode == WRBindMW {
+		if err := qp.checkBindWR(wr); err != nil {
+			return err
+		}
+	}
 	w := &qp.sq[qp.sqTail%uint32(len(qp.sq))]
 	inl := w.inline[:0]
 	*w = sendWQE{wr: *wr, kind: kind}
 	w.wr.SGList = nil
 	w.wr.Inline = nil
+	if kind != kindLocal || wr.Opcode != WRBindMW {
+		w.wr.MW, w.wr.BindInfo = nil, MWBindInfo{} // keep no references the WR does not use
+	}
 	n := copy(w.sge[:], wr.SGList)
 	var length uint64
 	for _, s := range wr.SGList {
@@ -645,7 +653,7 @@ func (qp *QP) kindOf(op WROpcode) (wqeKind, bool) {
 		return kindFlush, qp.typ == QPTypeRC
 	case WRAtomicWrite:
 		return kindAtomicWrite, qp.typ == QPTypeRC
-	case WRLocalInv:
+	case WRLocalInv, WRBindMW:
 		return kindLocal, qp.typ != QPTypeUD
 	}
 	return 0, false

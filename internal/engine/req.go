@@ -330,10 +330,30 @@ func (qp *QP) flushSQ() {
 // execLocal runs a local operation (LOCAL_INV) at the head of the queue.
 func (qp *QP) execLocal(w *sendWQE) {
 	w.started, w.done = true, true
+	if w.wr.Opcode == WRBindMW {
+		mw := w.wr.MW
+		ok := qp.execBind(&w.wr)
+		w.wr.MW, w.wr.BindInfo = nil, MWBindInfo{}
+		if !ok {
+			mw.mu.Lock()
+			mw.rkey = mw.key // a failed type 1 bind leaves the old key in force
+			mw.mu.Unlock()
+			w.status = WCMWBindErr
+			qp.toError()
+		}
+		return
+	}
+	if w.wr.ImmData>>8 > maxMRIndex {
+		if !qp.dev.lookupMW(w.wr.ImmData).invalidate(qp.pd, w.wr.ImmData) {
+			w.status = WCLocQPOpErr
+			qp.toError()
+		}
+		return
+	}
 	mr := qp.dev.lookupMR(w.wr.ImmData)
 	if mr != nil {
 		mr.mu.Lock()
-		if mr.key == w.wr.ImmData && mr.pd == qp.pd && !mr.dereg {
+		if mr.key == w.wr.ImmData && mr.pd == qp.pd && !mr.dereg && mr.numMW == 0 {
 			mr.valid = false
 			mr.mu.Unlock()
 			return

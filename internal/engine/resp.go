@@ -344,13 +344,16 @@ func (qp *QP) finishSend(p *wire.Packet) {
 }
 
 func (qp *QP) remoteInvalidate(key uint32) bool {
+	if key>>8 > maxMRIndex {
+		return qp.dev.lookupMW(key).invalidate(qp.pd, key)
+	}
 	mr := qp.dev.lookupMR(key)
 	if mr == nil {
 		return false
 	}
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
-	if mr.key != key || mr.pd != qp.pd || mr.dereg || !mr.valid {
+	if mr.key != key || mr.pd != qp.pd || mr.dereg || !mr.valid || mr.numMW > 0 {
 		return false
 	}
 	mr.valid = false
@@ -368,13 +371,16 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 		}
 		// Zero-length WRITE skips the R_Key lookup (§7).
 		if p.RETH.Length > 0 {
-			mr, _ := qp.dev.acquire(qp.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
+			mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
 			if mr == nil {
 				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 				return
 			}
 			mr.release()
-			r.wMR = mr
+			r.wMR = nil
+			if p.RETH.RKey>>8 <= maxMRIndex {
+				r.wMR = mr // keep the MR; windows are looked up per packet
+			}
 		}
 		r.wKey, r.wVA, r.wRem, r.wLen = p.RETH.RKey, p.RETH.VA, int(p.RETH.Length), p.RETH.Length
 	}
@@ -392,7 +398,13 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 		return
 	}
 	if n > 0 {
-		mr, off := r.wMR.acquire(qp.pd, r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+		var mr *MR
+		var off int
+		if r.wMR != nil {
+			mr, off = r.wMR.acquire(qp.pd, r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+		} else {
+			mr, off = qp.rAcquire(r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+		}
 		if mr == nil {
 			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return
@@ -432,7 +444,7 @@ func (qp *QP) rcRead(p *wire.Packet) {
 		return
 	}
 	if p.RETH.Length > 0 {
-		mr, _ := qp.dev.acquire(qp.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteRead)
+		mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteRead)
 		if mr == nil {
 			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return
@@ -474,7 +486,7 @@ func (qp *QP) readResponses(x *respRes, from uint32) {
 		h.AETH = wire.AETH{Syndrome: wire.SyndromeACK, MSN: qp.resp.msn & wire.PSNMask}
 		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
 		if plen > 0 {
-			mr, moff := qp.dev.acquire(qp.pd, x.rkey, x.va+uint64(off), uint64(plen), AccessRemoteRead)
+			mr, moff := qp.rAcquire(x.rkey, x.va+uint64(off), uint64(plen), AccessRemoteRead)
 			if mr == nil {
 				qp.cancelPacket()
 				x.valid = false
@@ -504,7 +516,7 @@ func (qp *QP) rcAtomic(p *wire.Packet) {
 			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 			return
 		}
-		mr, off := qp.dev.acquire(qp.pd, p.AtomicETH.RKey, va, 8, AccessRemoteAtomic)
+		mr, off := qp.rAcquire(p.AtomicETH.RKey, va, 8, AccessRemoteAtomic)
 		if mr == nil {
 			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return
@@ -528,7 +540,7 @@ func (qp *QP) rcAtomic(p *wire.Packet) {
 			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 			return
 		}
-		mr, off := qp.dev.acquire(qp.pd, p.RETH.RKey, va, 8, AccessRemoteWrite)
+		mr, off := qp.rAcquire(p.RETH.RKey, va, 8, AccessRemoteWrite)
 		if mr == nil {
 			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return
@@ -689,7 +701,7 @@ func (qp *QP) ucReceive(p *wire.Packet) {
 	} else {
 		if start {
 			if p.RETH.Length > 0 {
-				mr, _ := qp.dev.acquire(qp.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
+				mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
 				if mr == nil {
 					drop()
 					return
@@ -708,7 +720,7 @@ func (qp *QP) ucReceive(p *wire.Packet) {
 			return
 		}
 		if n > 0 {
-			mr, off := qp.dev.acquire(qp.pd, r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+			mr, off := qp.rAcquire(r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
 			if mr == nil {
 				drop()
 				return

@@ -243,7 +243,8 @@ type SendWR struct {
 	Opcode WROpcode
 	Flags  SendFlags
 	// ImmData is the immediate data (WITH_IMM opcodes), host order; for
-	// SEND_WITH_INV it is the R_Key to invalidate (invalidate_rkey).
+	// SEND_WITH_INV and LOCAL_INV it is the key to invalidate (an MR's or a
+	// type 2 window's; invalidate_rkey).
 	ImmData uint32
 	// RemoteAddr and RKey address the remote memory of RDMA and atomic ops.
 	RemoteAddr uint64
@@ -267,6 +268,11 @@ type SendWR struct {
 	// Inline is the payload of an inline send (SendInline). softroce also
 	// honours SendInline with SGList, copying at post time.
 	Inline []byte
+	// MW and BindInfo describe a WRBindMW (struct ibv_send_wr's bind_mw):
+	// the window, and what to bind it to; RKey is the window's new key
+	// (the old key with a new key8, see IncRKey).
+	MW       *MW
+	BindInfo MWBindInfo
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
@@ -399,6 +405,11 @@ const (
 	EventSRQLimitReached  EventType = 15
 	EventQPLastWQEReached EventType = 16
 	EventGIDChange        EventType = 18
+	// EventMRInvalidated (a softroce extension, no ibv_event_type) says a
+	// memory provider revoked the memory under AsyncEvent.MR: the MR is
+	// invalid from then on (remote access gets REM_ACCESS_ERR, local use
+	// LOC_PROT_ERR); deregister it. mem.Region.Cause says why.
+	EventMRInvalidated EventType = 64
 )
 
 var eventNames = map[EventType]string{
@@ -408,6 +419,7 @@ var eventNames = map[EventType]string{
 	EventDeviceFatal: "local catastrophic error", EventPortActive: "port active", EventPortErr: "port error",
 	EventSRQErr: "SRQ catastrophic error", EventSRQLimitReached: "SRQ limit reached",
 	EventQPLastWQEReached: "last WQE reached", EventGIDChange: "GID table change",
+	EventMRInvalidated: "MR invalidated by its memory provider",
 }
 
 // String returns the text ibv_event_type_str gives.
@@ -419,12 +431,13 @@ func (e EventType) String() string {
 }
 
 // AsyncEvent is an asynchronous event (struct ibv_async_event): exactly one
-// of QP, CQ, SRQ or Port is set, according to Type.
+// of QP, CQ, SRQ, MR or Port is set, according to Type.
 type AsyncEvent struct {
 	Type EventType
 	QP   *QP
 	CQ   *CQ
 	SRQ  *SRQ
+	MR   *MR
 	Port uint8
 }
 
@@ -457,6 +470,7 @@ type DeviceAttr struct {
 	MaxCQ                 int
 	MaxCQE                int
 	MaxMR                 int
+	MaxMW                 int
 	MaxPD                 int
 	MaxQPRdAtom           int
 	MaxEECRdAtom          int
