@@ -6,13 +6,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/softroce/softroce/cm"
-	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -140,37 +137,12 @@ func b2i(b bool) int {
 }
 
 func krpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
-	local, err := o.deviceAddr()
-	if err != nil {
-		fmt.Fprintln(stderr, "krping:", err)
-		return 1
-	}
-	d, err := openCMDevice(local)
-	if err != nil {
-		fmt.Fprintln(stderr, "krping:", err)
-		return 1
-	}
-	defer d.Close()
-	cb := newRCB(o, stdout, stderr, &sync.Mutex{})
-	cb.ch = cm.NewEventChannel()
-	defer cb.ch.Close()
-	if cb.id, err = cb.ch.CreateID(cb, mad.PortSpaceTCP); err != nil {
-		fmt.Fprintf(stderr, "krping: rdma_create_id error %v\n", err)
-		return 1
-	}
-	stop := make(chan struct{})
-	cmDone := make(chan struct{})
-	go cb.cmThread(stop, cmDone)
-	var ret int
-	if o.server == 1 {
-		ret = cb.krpingServer()
-	} else {
-		ret = cb.krpingClient()
-	}
-	cb.id.Destroy()
-	close(stop)
-	<-cmDone
-	return ret & 0xFF
+	return withRCB("krping", o, stdout, stderr, func(cb *rcb) int {
+		if o.server == 1 {
+			return cb.krpingServer()
+		}
+		return cb.krpingClient()
+	})
 }
 
 // perfMode reports a latency/bandwidth test: no CQ thread, the test

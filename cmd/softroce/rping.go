@@ -353,14 +353,29 @@ func (o *rpingOpts) deviceAddr() (netip.Addr, error) {
 }
 
 func rpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
+	return withRCB("rping", o, stdout, stderr, func(cb *rcb) int {
+		switch {
+		case o.server == 1 && o.persistent:
+			return cb.runPersistentServer()
+		case o.server == 1:
+			return cb.runServer()
+		}
+		return cb.runClient()
+	})
+}
+
+// withRCB is the skeleton rping and krping share: open the device for o,
+// create the control block with its CM event channel, ID and CM thread, run
+// body, then tear it all down. It returns body's result as an exit code.
+func withRCB(tool string, o *rpingOpts, stdout, stderr io.Writer, body func(cb *rcb) int) int {
 	local, err := o.deviceAddr()
 	if err != nil {
-		fmt.Fprintln(stderr, "rping:", err)
+		fmt.Fprintln(stderr, tool+":", err)
 		return 1
 	}
 	d, err := openCMDevice(local)
 	if err != nil {
-		fmt.Fprintln(stderr, "rping:", err)
+		fmt.Fprintln(stderr, tool+":", err)
 		return 1
 	}
 	defer d.Close()
@@ -368,22 +383,14 @@ func rpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
 	cb.ch = cm.NewEventChannel()
 	defer cb.ch.Close()
 	if cb.id, err = cb.ch.CreateID(cb, mad.PortSpaceTCP); err != nil {
-		cb.printf(stderr, "rdma_create_id: %v\n", err)
+		cb.errf("rdma_create_id: %v\n", err)
 		return 1
 	}
 	cb.debugf("created cm_id %p\n", cb.id)
 	stop := make(chan struct{})
 	cmDone := make(chan struct{})
 	go cb.cmThread(stop, cmDone)
-	var ret int
-	switch {
-	case o.server == 1 && o.persistent:
-		ret = cb.runPersistentServer()
-	case o.server == 1:
-		ret = cb.runServer()
-	default:
-		ret = cb.runClient()
-	}
+	ret := body(cb)
 	cb.debugf("destroy cm_id %p\n", cb.id)
 	cb.id.Destroy()
 	close(stop)
