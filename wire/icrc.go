@@ -28,12 +28,20 @@ func icrcTail(crc uint32, pkt []byte) uint32 {
 	return crc32.Update(crcSmall(crc, b4[:]), crc32.IEEETable, pkt[5:])
 }
 
-// crcSmall continues a CRC-32 (IEEE) over a few header bytes with a plain
-// table loop; unlike crc32.Update it lets stack buffers stay on the stack.
+// crcSmall continues a CRC-32 (IEEE) over a few header bytes, eight at a
+// time with slicing-by-8 tables; unlike crc32.Update it lets stack buffers
+// stay on the stack.
 func crcSmall(crc uint32, b []byte) uint32 {
 	crc = ^crc
+	t := &crcTab8
+	for len(b) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(b)
+		crc = t[0][b[7]] ^ t[1][b[6]] ^ t[2][b[5]] ^ t[3][b[4]] ^
+			t[4][crc>>24] ^ t[5][byte(crc>>16)] ^ t[6][byte(crc>>8)] ^ t[7][byte(crc)]
+		b = b[8:]
+	}
 	for _, v := range b {
-		crc = crcTab[byte(crc)^v] ^ crc>>8
+		crc = crcTab[byte(crc)^v] ^ crc>>8 // hash/crc32's own table: shared cache lines
 	}
 	return ^crc
 }
@@ -190,13 +198,22 @@ func SolveIPv4ID(c0, rx uint32, pktLen int) (id uint16, ok bool) {
 
 var (
 	crcTab    = crc32.IEEETable
+	crcTab8   [8][256]uint32 // slicing-by-8 tables: crcTab8[k][i] = i followed by k zero bytes
 	crcTopInv [256]uint8     // index i of crcTab by its top byte (a permutation)
 	unshift   [16][32]uint32 // unshift[k] = matrix of F^-(2^k)
+	// unshiftB[k][j][v] = unshift[k] applied to byte v in byte position j:
+	// one matrix-vector product is four lookups.
+	unshiftB [16][4][256]uint32
 )
 
 func init() {
+	crcTab8[0] = *crcTab
 	for i := 0; i < 256; i++ {
 		crcTopInv[crcTab[i]>>24] = uint8(i)
+		for k := 1; k < 8; k++ {
+			v := crcTab8[k-1][i]
+			crcTab8[k][i] = crcTab[byte(v)] ^ v>>8
+		}
 	}
 	// One inverse zero-byte step: r' = tab[r&0xFF] ^ r>>8, so i = r&0xFF is
 	// found from the top byte of r', then r = (r' ^ tab[i])<<8 | i.
@@ -210,6 +227,10 @@ func init() {
 			unshift[j][k] = matVec(&unshift[j-1], unshift[j-1][k])
 		}
 	}
+	for j := range unshift {
+		byteTables(&unshiftB[j], &unshift[j])
+	}
+	initFullZ()
 }
 
 func matVec(m *[32]uint32, v uint32) uint32 {
@@ -222,14 +243,69 @@ func matVec(m *[32]uint32, v uint32) uint32 {
 	return r
 }
 
+// unshiftZ undoes z zero-byte steps of the register d.
+func unshiftZ(d uint32, z int) uint32 {
+	for j := 0; z != 0; j, z = j+1, z>>1 {
+		if z&1 != 0 {
+			t := &unshiftB[j]
+			d = t[0][byte(d)] ^ t[1][byte(d>>8)] ^ t[2][byte(d>>16)] ^ t[3][d>>24]
+		}
+	}
+	return d
+}
+
+// byteTables fills t with the lookup tables of the 32x32 bit matrix whose
+// column k is m[k]: m applied to v is t[0][byte(v)] ^ ... ^ t[3][v>>24].
+func byteTables(t *[4][256]uint32, m *[32]uint32) {
+	for p := 0; p < 4; p++ {
+		for v := 1; v < 256; v++ {
+			bit := 0
+			for v>>bit&1 == 0 {
+				bit++
+			}
+			t[p][v] = t[p][v&(v-1)] ^ m[8*p+bit]
+		}
+	}
+}
+
+// fullZ holds F^-z as byte tables for the z of full-MTU packets without
+// and with a RETH (BTH+MTU and BTH+RETH+MTU bytes, the bulk of RDMA WRITE
+// and SEND traffic), so that their IPv4 ID is solved with four lookups.
+var fullZ [10]struct {
+	z int
+	t [4][256]uint32
+}
+
+func initFullZ() {
+	i := 0
+	for mtu := 256; mtu <= 4096; mtu <<= 1 {
+		for _, hdr := range [2]int{BTHLen, BTHLen + RETHLen} {
+			e := &fullZ[i]
+			e.z = 14 + 8 + hdr + mtu
+			var m [32]uint32
+			for k := range m {
+				m[k] = unshiftZ(1<<k, e.z)
+			}
+			byteTables(&e.t, &m)
+			i++
+		}
+	}
+}
+
 func solveID(d uint32, z int) (uint16, bool) {
 	if z < 0 || z >= 1<<16 {
 		return 0, false
 	}
-	for j := 0; z != 0; j, z = j+1, z>>1 {
-		if z&1 != 0 {
-			d = matVec(&unshift[j], d)
+	fast := false
+	for i := range fullZ {
+		if e := &fullZ[i]; e.z == z {
+			d = e.t[0][byte(d)] ^ e.t[1][byte(d>>8)] ^ e.t[2][byte(d>>16)] ^ e.t[3][d>>24]
+			fast = true
+			break
 		}
+	}
+	if !fast {
+		d = unshiftZ(d, z)
 	}
 	// d = s(x): r1 = tab[hi]; d = tab[(r1^lo)&0xFF] ^ r1>>8.
 	i := uint32(crcTopInv[d>>24])

@@ -353,9 +353,13 @@ func (d *Device) rxLoop() {
 	for i := range pkts {
 		pkts[i].Buf = make([]byte, maxDatagram)
 	}
+	read := d.ep.ReadBatch
+	if vr, ok := d.ep.(viewReader); ok {
+		read = vr.ReadBatchView
+	}
 	var p wire.Packet
 	for {
-		n, err := d.ep.ReadBatch(pkts)
+		n, err := read(pkts)
 		for i := 0; i < n; i++ {
 			d.dispatch(&pkts[i], &p, true)
 		}
@@ -374,6 +378,14 @@ func (d *Device) rxLoop() {
 			}
 		}
 	}
+}
+
+// viewReader is a link that can hand out received datagrams in place
+// (link/udp with GRO): the views stay valid until the next read, and the
+// receive loop is done with a batch (payloads placed, replies built) before
+// it reads again, so each payload is copied once, into its memory region.
+type viewReader interface {
+	ReadBatchView(pkts []link.Packet) (int, error)
 }
 
 // flushPending sends what the QPs produced during a received batch.
@@ -519,9 +531,11 @@ func (d *Device) send(pkts []link.Packet) {
 	d.txMu.Lock()
 	for len(pkts) > 0 {
 		n, err := d.ep.WriteBatch(pkts)
+		var bytes uint64
 		for i := 0; i < n; i++ {
-			d.stats.TxBytes.Add(uint64(pkts[i].N))
+			bytes += uint64(pkts[i].N)
 		}
+		d.stats.TxBytes.Add(bytes)
 		d.stats.TxPackets.Add(uint64(n))
 		pkts = pkts[n:]
 		if err != nil {

@@ -95,6 +95,7 @@ type QP struct {
 	txb       []link.Packet
 	txn       int
 	txPending bool // queued on the device's end-of-batch flush list
+	ackNow    bool // an ACK/NAK is in the batch: send it without waiting for the batch's end
 }
 
 // CreateQP creates a QP (ibv_create_qp).

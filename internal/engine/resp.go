@@ -100,12 +100,14 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 }
 
 // inputDone ends input: when batched (on the receive loop) the packets
-// produced (ACKs, responses, new requests) wait in the QP's batch until the
-// end of the received batch, so that they leave in as few system calls as
-// possible; otherwise they are sent at once.
+// produced (responses, new requests) wait in the QP's batch until the end
+// of the received batch, so that they leave in as few system calls as
+// possible; otherwise, or when the batch holds an acknowledgement, they are
+// sent at once: the peer's send window moves on the ACK (rxe acks when it
+// processes the packet), and a received batch can be 64 packets long.
 func (qp *QP) inputDone(batched bool) {
 	d := qp.dev
-	if qp.txn > 0 && batched {
+	if qp.txn > 0 && batched && !qp.ackNow {
 		if !qp.txPending {
 			qp.txPending = true
 			d.pending = append(d.pending, qp)
@@ -113,11 +115,13 @@ func (qp *QP) inputDone(batched bool) {
 		qp.mu.Unlock()
 		return
 	}
+	qp.ackNow = false
 	qp.flushUnlock()
 }
 
 // sendAck sends an ACKNOWLEDGE with syndrome syn for psn.
 func (qp *QP) sendAck(psn uint32, syn uint8) {
+	qp.ackNow = true
 	var h wire.Packet
 	h.BTH = wire.BTH{Opcode: wire.RCAcknowledge, DestQP: qp.attr.DestQPNum, PSN: psn}
 	h.AETH = wire.AETH{Syndrome: syn, MSN: qp.resp.msn & wire.PSNMask}

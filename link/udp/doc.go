@@ -46,7 +46,9 @@
 // (UDP GRO), the kernel may hand over a run of datagrams of one flow as one
 // buffer; the endpoint receives into its own 64 KiB buffers and copies each
 // datagram into a caller's packet, keeping what does not fit for the next
-// ReadBatch. Without GRO, datagrams land directly in the callers' buffers.
+// ReadBatch. ReadBatchView skips that copy: it points the packets into the
+// endpoint's buffers, valid until the next read (the engine's receive loop
+// uses it). Without GRO, datagrams land directly in the callers' buffers.
 //
 // In steady state neither ReadBatch nor WriteBatch allocates.
 //

@@ -247,7 +247,17 @@ func (e *Endpoint) doRead(fd uintptr) bool {
 // buffer; they are received into the endpoint's own buffers and copied out
 // one datagram per packet, and what does not fit in pkts is returned by the
 // next call.
-func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
+func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) { return e.readBatch(pkts, false) }
+
+// ReadBatchView is ReadBatch without a copy when the endpoint receives with
+// UDP GRO: each filled packet's Buf is replaced by a read-only view of the
+// endpoint's receive buffer (capacity N), valid only until the next
+// ReadBatch or ReadBatchView call. Without GRO it is ReadBatch, and the
+// callers' buffers are filled as usual. It suits a single reader that has
+// finished with a batch before reading the next.
+func (e *Endpoint) ReadBatchView(pkts []link.Packet) (int, error) { return e.readBatch(pkts, true) }
+
+func (e *Endpoint) readBatch(pkts []link.Packet, view bool) (int, error) {
 	if e.closed.Load() {
 		return 0, errClosed
 	}
@@ -258,13 +268,16 @@ func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
 	rx := &e.rx
 	rx.mu.Lock()
 	defer rx.mu.Unlock()
+	if e.gro && view {
+		return e.readGRO(pkts[:n], true)
+	}
 	for i := 0; i < n; i++ {
 		if cap(pkts[i].Buf) == 0 {
 			return 0, fmt.Errorf("udp: ReadBatch: packet %d has a buffer of capacity 0: give each packet a buffer of at least MTU bytes", i)
 		}
 	}
 	if e.gro {
-		return e.readGRO(pkts[:n])
+		return e.readGRO(pkts[:n], false)
 	}
 	for i := 0; i < n; i++ {
 		b := pkts[i].Buf[:cap(pkts[i].Buf)]
@@ -357,8 +370,9 @@ const (
 )
 
 // readGRO fills pkts from the pending GRO buffers, receiving more first if
-// none are pending.
-func (e *Endpoint) readGRO(pkts []link.Packet) (int, error) {
+// none are pending; view points the packets into those buffers instead of
+// copying.
+func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	rx := &e.rx
 	if rx.pendMsg >= rx.pendCount {
 		n := min(groMsgs, e.batch)
@@ -389,7 +403,13 @@ func (e *Endpoint) readGRO(pkts []link.Packet) (int, error) {
 		}
 		take := min(seg, m.n-rx.pendOff)
 		p := &pkts[i]
-		p.N = copy(p.Buf[:cap(p.Buf)], data[rx.pendOff:rx.pendOff+take])
+		if view {
+			end := rx.pendOff + take
+			p.Buf = data[rx.pendOff:end:end]
+			p.N = take
+		} else {
+			p.N = copy(p.Buf[:cap(p.Buf)], data[rx.pendOff:rx.pendOff+take])
+		}
 		if p.N < take || m.trunc {
 			p.N = 0
 			e.ctr.truncated.Add(1)

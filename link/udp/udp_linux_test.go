@@ -51,11 +51,18 @@ func TestConformance(t *testing.T) {
 }
 
 // TestGSOGRO sends runs of equal-size datagrams with GSO to a GRO receiver
-// that reads them one, three or many at a time, and checks every datagram.
+// that reads them one, three or many at a time, copied (ReadBatch) or in
+// place (ReadBatchView), and checks every datagram.
 func TestGSOGRO(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
-		for _, per := range []int{1, 3, 64} {
+		for _, per := range []int{1, 3, 64, -1, -3, -64} {
+			view := per < 0
+			per = max(per, -per)
 			a, b := listen(t, addr), listen(t, addr)
+			read := b.ReadBatch
+			if view {
+				read = b.ReadBatchView
+			}
 			if !a.GSO() || !b.GRO() {
 				t.Skipf("kernel without UDP GSO/GRO (GSO %v, GRO %v)", a.GSO(), b.GRO())
 			}
@@ -74,13 +81,16 @@ func TestGSOGRO(t *testing.T) {
 			}
 			rd := linktest.Batch(per, 2048)
 			for got := 0; got < n; {
-				k, err := b.ReadBatch(rd)
+				k, err := read(rd)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, p := range rd[:k] {
 					if !bytes.Equal(p.Bytes(), pkts[got].Bytes()) || p.Src != a.LocalAddr() || p.Dst != b.LocalAddr() {
-						t.Fatalf("%s, %d per read: datagram %d differs (%d bytes from %v)", addr, per, got, p.N, p.Src)
+						t.Fatalf("%s, %d per read (view %v): datagram %d differs (%d bytes from %v)", addr, per, view, got, p.N, p.Src)
+					}
+					if view && cap(p.Buf) != p.N {
+						t.Fatalf("view of datagram %d has capacity %d, want its length %d", got, cap(p.Buf), p.N)
 					}
 					if _, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
 						t.Errorf("datagram %d: ICRC does not verify", got)
@@ -398,20 +408,22 @@ func zeroAllocs(t *testing.T, addr string, opts ...Option) {
 		wr[i].Buf = linktest.Packet(nil, 1, uint32(i), make([]byte, 4096))
 		wr[i].N, wr[i].Dst = len(wr[i].Buf), b.LocalAddr()
 	}
-	allocs := testing.AllocsPerRun(20, func() {
-		if k, err := a.WriteBatch(wr); k != n || err != nil {
-			t.Fatalf("WriteBatch = %d, %v", k, err)
-		}
-		for got := 0; got < n; {
-			k, err := b.ReadBatch(rd)
-			if err != nil {
-				t.Fatalf("ReadBatch: %v", err)
+	for _, read := range []func([]link.Packet) (int, error){b.ReadBatch, b.ReadBatchView} {
+		allocs := testing.AllocsPerRun(20, func() {
+			if k, err := a.WriteBatch(wr); k != n || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", k, err)
 			}
-			got += k
+			for got := 0; got < n; {
+				k, err := read(rd)
+				if err != nil {
+					t.Fatalf("ReadBatch: %v", err)
+				}
+				got += k
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s %+v: %v allocations per batch of %d, want 0", addr, a.Stats(), allocs, n)
 		}
-	})
-	if allocs != 0 {
-		t.Errorf("%s %+v: %v allocations per batch of %d, want 0", addr, a.Stats(), allocs, n)
 	}
 }
 

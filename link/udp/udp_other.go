@@ -25,6 +25,9 @@ func Open(cfg Config) (*Endpoint, error) {
 // ReadBatch is not supported on this platform.
 func (e *Endpoint) ReadBatch([]link.Packet) (int, error) { return 0, errors.ErrUnsupported }
 
+// ReadBatchView is not supported on this platform.
+func (e *Endpoint) ReadBatchView([]link.Packet) (int, error) { return 0, errors.ErrUnsupported }
+
 // WriteBatch is not supported on this platform.
 func (e *Endpoint) WriteBatch([]link.Packet) (int, error) { return 0, errors.ErrUnsupported }
 
