@@ -39,6 +39,11 @@ func TestFence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Poll only after the WRITE left: polling earlier could take the
+		// READ's completion out of the CQ before the filter looks at it.
+		for end := time.Now().Add(5 * time.Second); writeSeenAfterRead.Load() == 0 && time.Now().Before(end); {
+			time.Sleep(100 * time.Microsecond)
+		}
 		for _, wc := range waitWC(t, a.scq, 2, 5*time.Second) {
 			if wc.Status != WCSuccess {
 				t.Fatalf("%+v", wc)
