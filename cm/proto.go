@@ -195,71 +195,40 @@ func (a *Agent) Input(peer netip.Addr, b []byte) {
 	}
 	switch h.AttrID {
 	case mad.AttrREQ:
-		var m mad.REQ
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onREQ(peer, &m)
+		handle(a, peer, b, a.onREQ)
 	case mad.AttrMRA:
-		var m mad.MRA
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onMRA(peer, &m)
+		handle(a, peer, b, a.onMRA)
 	case mad.AttrREJ:
-		var m mad.REJ
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onREJ(peer, &m)
+		handle(a, peer, b, a.onREJ)
 	case mad.AttrREP:
-		var m mad.REP
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onREP(peer, &m)
+		handle(a, peer, b, a.onREP)
 	case mad.AttrRTU:
-		var m mad.RTU
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onRTU(peer, &m)
+		handle(a, peer, b, a.onRTU)
 	case mad.AttrDREQ:
-		var m mad.DREQ
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onDREQ(peer, &m)
+		handle(a, peer, b, a.onDREQ)
 	case mad.AttrDREP:
-		var m mad.DREP
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onDREP(peer, &m)
+		handle(a, peer, b, a.onDREP)
 	case mad.AttrSIDRREQ:
-		var m mad.SIDRREQ
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onSIDRREQ(peer, &m)
+		handle(a, peer, b, a.onSIDRREQ)
 	case mad.AttrSIDRREP:
-		var m mad.SIDRREP
-		if m.Parse(b) != nil {
-			a.stats.DropMalformed.Add(1)
-			return
-		}
-		a.onSIDRREP(peer, &m)
+		handle(a, peer, b, a.onSIDRREP)
 	default:
 		a.stats.DropUnknown.Add(1)
 	}
+}
+
+// handle parses one CM message of type M and passes it to on; a message
+// that does not parse is dropped and counted as malformed.
+func handle[M any, PM interface {
+	*M
+	Parse([]byte) error
+}](a *Agent, peer netip.Addr, b []byte, on func(netip.Addr, *M)) {
+	var m M
+	if PM(&m).Parse(b) != nil {
+		a.stats.DropMalformed.Add(1)
+		return
+	}
+	on(peer, &m)
 }
 
 // lookup returns the ID a reply addressed to local comm ID comm from peer
