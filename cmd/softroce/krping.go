@@ -330,6 +330,35 @@ func (cb *rcb) postWrite(wrid uint64) error {
 	return err
 }
 
+// postTimed posts RDMA WRITE number i, adding the time the post took to cs
+// for the first cs.n iterations (krping's sum_post).
+func (cb *rcb) postTimed(i int, cs *cycleStats) bool {
+	t0 := time.Now()
+	if err := cb.postWrite(uint64(i)); err != nil {
+		cb.errf("Couldn't post send: scnt=%d\n", i)
+		return false
+	}
+	if i < cs.n {
+		cs.sumPost += time.Since(t0)
+	}
+	return true
+}
+
+// pollTimed waits for completion number i, adding the wait to cs for the
+// first cs.n iterations (krping's sum_poll and sum_last_poll).
+func (cb *rcb) pollTimed(wc *[1]verbs.WC, i int, cs *cycleStats) bool {
+	t0 := time.Now()
+	if !cb.pollOne(wc) {
+		return false
+	}
+	if i < cs.n {
+		d := time.Since(t0)
+		cs.sumPoll += d
+		cs.sumLast += d
+	}
+	return true
+}
+
 // cycleStats accumulates krping's per-iteration post and poll times (in
 // nanoseconds where krping counts cycles) over the first 1000 iterations.
 type cycleStats struct {
@@ -373,24 +402,14 @@ func (cb *rcb) wlatTest() {
 		}
 		if scnt < iters {
 			cb.rdmaBuf[0] = byte(scnt + 1)
-			t0 := time.Now()
-			if err := cb.postWrite(uint64(scnt)); err != nil {
-				cb.errf("Couldn't post send: scnt=%d\n", scnt)
+			if !cb.postTimed(scnt, cs) {
 				return
-			}
-			if scnt < cs.n {
-				cs.sumPost += time.Since(t0)
 			}
 			scnt++
 		}
 		if ccnt < iters {
-			t0 := time.Now()
-			if !cb.pollOne(&wc) {
+			if !cb.pollTimed(&wc, ccnt, cs) {
 				return
-			}
-			if ccnt < cs.n {
-				cs.sumPoll += time.Since(t0)
-				cs.sumLast += time.Since(t0)
 			}
 			ccnt++
 			if cb.wcError(&wc[0]) {
@@ -461,24 +480,14 @@ func (cb *rcb) bwTest() {
 	start := time.Now()
 	for scnt < iters || ccnt < iters {
 		for scnt < iters && scnt-ccnt < cb.o.txdepth {
-			t0 := time.Now()
-			if err := cb.postWrite(uint64(scnt)); err != nil {
-				cb.errf("Couldn't post send: scnt=%d\n", scnt)
+			if !cb.postTimed(scnt, cs) {
 				return
-			}
-			if scnt < cs.n {
-				cs.sumPost += time.Since(t0)
 			}
 			scnt++
 		}
 		if ccnt < iters {
-			t0 := time.Now()
-			if !cb.pollOne(&wc) {
+			if !cb.pollTimed(&wc, ccnt, cs) {
 				return
-			}
-			if ccnt < cs.n {
-				cs.sumPoll += time.Since(t0)
-				cs.sumLast += time.Since(t0)
 			}
 			ccnt++
 			if cb.wcError(&wc[0]) {
