@@ -344,6 +344,9 @@ func (r *Ring) markCleared() (eod bool, err error) {
 	if s.eod(r.xfer) && s.getAt(offRBufs, i) == s.getAt(offEBuf, int(r.xfer)) {
 		r.state = StateRStop
 		s.setRState(i, StateRStop)
+		// psrdada 1.1.0 steps r_bufs past the end-of-data buffer too, so
+		// that a reader re-joining in READING starts at the next transfer
+		s.setAt(offRBufs, i, s.getAt(offRBufs, i)+1)
 		x := s.getAt(offRXfers, i) + 1
 		s.setAt(offRXfers, i, x)
 		r.xfer = x % Xfers
