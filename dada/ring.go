@@ -81,6 +81,7 @@ type Ring struct {
 	xfer    uint64 // current transfer slot
 	iread   int    // reader slot, -1 if none
 	soclock uint64
+	held    bool // the buffer at r_bufs was taken by a reader that died (rejoinPoint)
 	sb      [1]sysv.Sembuf
 }
 
