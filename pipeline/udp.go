@@ -153,33 +153,66 @@ func RecvUDP(ctx context.Context, conn *net.UDPConn, hdu *dada.HDU, cfg UDPRecvC
 	return r.sum, err
 }
 
-func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
-	B := r.cfg.Batch
+// rxBatch is the receive buffers of one RecvUDP: up to B messages of K
+// datagram slots each (K > 1 with GRO), every slot a header buffer and a
+// payload buffer aimed at the ring slot of the packet expected there (or at
+// scratch).
+type rxBatch struct {
+	bc      *batchConn
+	B, K    int
+	kk      int // datagrams expected per message (GRO adapts it)
+	plen    int
+	hdrs    []byte
+	scratch []byte
+	trash   []byte
+	inRing  []bool   // slot s is aimed at the ring at its expected index
+	expect  []uint64 // expected index of slot s
+	state   []uint8  // slotEmpty, slotPlaced or slotPending
+}
+
+// Slot states of an rxBatch.
+const (
+	slotEmpty   = iota // empty or bad
+	slotPlaced         // landed in the ring where its sequence number says
+	slotPending        // a good datagram still to be placed (from scratch)
+)
+
+func (x *rxBatch) hdr(s, hl int) []byte { return x.hdrs[s*hl : (s+1)*hl] }
+
+func (x *rxBatch) scr(s, pl int) []byte { return x.scratch[s*pl : (s+1)*pl] }
+
+// newRxBatch turns GRO on if wanted and allocates the receive buffers.
+func (r *udpRecv) newRxBatch(conn *net.UDPConn) (*rxBatch, error) {
 	f := r.f
-	plen := f.PacketLen()
-	// K: datagram slots per message (more than one with GRO).
-	K := 1
-	gro := !r.cfg.NoGRO && enableGRO(conn)
-	if gro {
-		K = max(1, min(64, 65535/plen))
+	x := &rxBatch{B: r.cfg.Batch, K: 1, kk: 1, plen: f.PacketLen()}
+	r.gro = !r.cfg.NoGRO && enableGRO(conn)
+	if r.gro {
+		x.K = max(1, min(64, 65535/x.plen))
 	}
-	r.gro = gro
-	bc, err := newBatchConn(conn, B, 2*K+1)
+	bc, err := newBatchConn(conn, x.B, 2*x.K+1)
+	if err != nil {
+		return nil, err
+	}
+	slots := x.B * x.K
+	x.bc = bc
+	x.hdrs = make([]byte, slots*f.HeaderLen)
+	x.scratch = make([]byte, slots*f.PayloadSize)
+	x.trash = make([]byte, x.B)
+	x.inRing = make([]bool, slots)
+	x.expect = make([]uint64, slots)
+	x.state = make([]uint8, slots)
+	return x, nil
+}
+
+// loop receives batches and places their packets until the packet limit,
+// the idle timeout or the end of ctx.
+func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
+	x, err := r.newRxBatch(conn)
 	if err != nil {
 		return err
 	}
-	slots := B * K
-	hdrs := make([]byte, slots*f.HeaderLen)
-	scratch := make([]byte, slots*f.PayloadSize)
-	trash := make([]byte, B)
-	inRing := make([]bool, slots)   // slot s landed in the ring at its expected index
-	expect := make([]uint64, slots) // expected index of slot s
-	state := make([]uint8, slots)   // 0: empty/bad, 1: placed in pass 1, 2: pending in scratch
-	hdr := func(s int) []byte { return hdrs[s*f.HeaderLen : (s+1)*f.HeaderLen] }
-	scr := func(s int) []byte { return scratch[s*f.PayloadSize : (s+1)*f.PayloadSize] }
 	last := time.Now()
 	slice := min(r.cfg.IdleTimeout, 100*time.Millisecond)
-	kk := 1 // datagrams expected per message (GRO adapts it)
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -187,26 +220,9 @@ func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
 		if r.started && (r.limitHit || time.Since(last) >= r.cfg.IdleTimeout) {
 			return nil
 		}
-		M := max(1, B/kk)
-		// aim each datagram's payload at the ring slot of the next indices
-		for i := 0; i < M; i++ {
-			for j := 0; j < K; j++ {
-				s := i*K + j
-				e := r.next + uint64(i*kk+j)
-				dst, ok := r.slot(e)
-				inRing[s] = ok && j < kk
-				expect[s] = e
-				if !inRing[s] {
-					dst = scr(s)
-				}
-				bc.add(i, 2*j, hdr(s))
-				bc.add(i, 2*j+1, dst)
-			}
-			bc.add(i, 2*K, trash[i:i+1])
-			bc.setLen(i, 2*K+1)
-		}
+		M := r.aim(x)
 		conn.SetReadDeadline(time.Now().Add(slice))
-		n, err := bc.recv(M, gro)
+		n, err := x.bc.recv(M, r.gro)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
@@ -218,110 +234,18 @@ func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
 			r.t0 = last
 		}
 		r.last = last
-		// datagrams per message
-		for i := 0; i < n; i++ {
-			L, g := bc.length(i), bc.gsoSize(i)
-			cnt := 1
-			if g > 0 {
-				cnt = (L + g - 1) / g
-			}
-			if i == 0 {
-				kk = 1
-				if g == plen {
-					kk = min(cnt, K)
-				}
-			}
-			for j := 0; j < K; j++ {
-				state[i*K+j] = 0
-			}
-			if g != 0 && g != plen {
-				r.st.Bad.Add(uint64(cnt))
-				continue
-			}
-			for j := 0; j < cnt; j++ {
-				if j >= K || (j == cnt-1 && L-j*plen != plen) {
-					r.st.Bad.Add(1)
-					continue
-				}
-				state[i*K+j] = 2
-			}
-		}
-		// reordering: a packet that arrives after a later one
+		r.classify(x, n)
 		if r.started {
-			hi := r.next
-			for s := 0; s < n*K; s++ {
-				if state[s] != 2 {
-					continue
-				}
-				if idx, ok := r.index(f.Seq(hdr(s))); ok {
-					if idx < hi {
-						r.st.Reordered.Add(1)
-					}
-					hi = max(hi, idx+1)
-				}
-			}
+			r.countReordered(x, n)
 		}
-		// pass 1: keep in-place packets, move the others out of the ring
-		for s := 0; s < n*K; s++ {
-			if state[s] != 2 || !inRing[s] {
+		r.keepInPlace(x, n)
+		for s := 0; s < n*x.K; s++ {
+			if x.state[s] != slotPending {
 				continue
 			}
-			idx, ok := r.index(f.Seq(hdr(s)))
-			if ok && idx == expect[s] {
-				r.mark(idx)
-				state[s] = 1
-				continue
+			if err := r.place(x, s); err != nil {
+				return err
 			}
-			dst, _ := r.slot(expect[s])
-			copy(scr(s), dst)
-		}
-		// pass 2: place the others where their sequence number says
-		for s := 0; s < n*K; s++ {
-			if state[s] != 2 {
-				continue
-			}
-			seq := f.Seq(hdr(s))
-			if !r.started {
-				if err := r.begin(seq, r.t0); err != nil {
-					return err
-				}
-			}
-			idx, ok := r.index(seq)
-			if !ok {
-				if seq < r.start {
-					r.st.Late.Add(1)
-				} else {
-					r.st.Bad.Add(1)
-				}
-				continue
-			}
-			if r.cfg.Packets > 0 && idx >= r.cfg.Packets {
-				r.limitHit = true
-				continue
-			}
-			blk := idx / r.ppb
-			if blk < r.winStart {
-				r.st.Late.Add(1)
-				continue
-			}
-			if blk-r.winStart >= uint64(len(r.win))+r.cfg.MaxGap {
-				r.st.Bad.Add(1)
-				continue
-			}
-			for blk >= r.winStart+uint64(len(r.win)) {
-				if err := r.advance(); err != nil {
-					return err
-				}
-			}
-			dst, _ := r.slot(idx)
-			ob := &r.win[blk-r.winStart]
-			k := idx % r.ppb
-			if ob.bits[k/64]&(1<<(k%64)) != 0 {
-				r.st.Dup.Add(1)
-				continue
-			}
-			copy(dst, scr(s))
-			r.mark(idx)
 		}
 		if r.cfg.Packets > 0 && r.received >= r.cfg.Packets {
 			r.limitHit = true
@@ -329,6 +253,146 @@ func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
 		// idle counts from here: waiting for a free block is not idleness
 		last = time.Now()
 	}
+}
+
+// aim points each datagram slot's payload at the ring slot of the next
+// indices (or at scratch) and returns how many messages to receive.
+func (r *udpRecv) aim(x *rxBatch) int {
+	M, K := max(1, x.B/x.kk), x.K
+	for i := 0; i < M; i++ {
+		for j := 0; j < K; j++ {
+			s := i*K + j
+			e := r.next + uint64(i*x.kk+j)
+			dst, ok := r.slot(e)
+			x.inRing[s] = ok && j < x.kk
+			x.expect[s] = e
+			if !x.inRing[s] {
+				dst = x.scr(s, r.f.PayloadSize)
+			}
+			x.bc.add(i, 2*j, x.hdr(s, r.f.HeaderLen))
+			x.bc.add(i, 2*j+1, dst)
+		}
+		x.bc.add(i, 2*K, x.trash[i:i+1])
+		x.bc.setLen(i, 2*K+1)
+	}
+	return M
+}
+
+// classify splits each of the n messages received into datagrams, marks
+// the good ones pending and counts the bad ones; the first message sets how
+// many datagrams the next batch expects per message.
+func (r *udpRecv) classify(x *rxBatch, n int) {
+	K, plen := x.K, x.plen
+	for i := 0; i < n; i++ {
+		L, g := x.bc.length(i), x.bc.gsoSize(i)
+		cnt := 1
+		if g > 0 {
+			cnt = (L + g - 1) / g
+		}
+		if i == 0 {
+			x.kk = 1
+			if g == plen {
+				x.kk = min(cnt, K)
+			}
+		}
+		for j := 0; j < K; j++ {
+			x.state[i*K+j] = slotEmpty
+		}
+		if g != 0 && g != plen {
+			r.st.Bad.Add(uint64(cnt))
+			continue
+		}
+		for j := 0; j < cnt; j++ {
+			if j >= K || (j == cnt-1 && L-j*plen != plen) {
+				r.st.Bad.Add(1)
+				continue
+			}
+			x.state[i*K+j] = slotPending
+		}
+	}
+}
+
+// countReordered counts the packets that arrive after a later one.
+func (r *udpRecv) countReordered(x *rxBatch, n int) {
+	hi := r.next
+	for s := 0; s < n*x.K; s++ {
+		if x.state[s] != slotPending {
+			continue
+		}
+		if idx, ok := r.index(r.f.Seq(x.hdr(s, r.f.HeaderLen))); ok {
+			if idx < hi {
+				r.st.Reordered.Add(1)
+			}
+			hi = max(hi, idx+1)
+		}
+	}
+}
+
+// keepInPlace keeps the packets that landed at their own ring slot and
+// moves the others that landed in the ring out to scratch.
+func (r *udpRecv) keepInPlace(x *rxBatch, n int) {
+	for s := 0; s < n*x.K; s++ {
+		if x.state[s] != slotPending || !x.inRing[s] {
+			continue
+		}
+		idx, ok := r.index(r.f.Seq(x.hdr(s, r.f.HeaderLen)))
+		if ok && idx == x.expect[s] {
+			r.mark(idx)
+			x.state[s] = slotPlaced
+			continue
+		}
+		dst, _ := r.slot(x.expect[s])
+		copy(x.scr(s, r.f.PayloadSize), dst)
+	}
+}
+
+// place puts the pending packet of slot s where its sequence number says
+// (starting the observation at the first packet, advancing the window),
+// or counts it late, bad, duplicate or beyond the limit.
+func (r *udpRecv) place(x *rxBatch, s int) error {
+	seq := r.f.Seq(x.hdr(s, r.f.HeaderLen))
+	if !r.started {
+		if err := r.begin(seq, r.t0); err != nil {
+			return err
+		}
+	}
+	idx, ok := r.index(seq)
+	if !ok {
+		if seq < r.start {
+			r.st.Late.Add(1)
+		} else {
+			r.st.Bad.Add(1)
+		}
+		return nil
+	}
+	if r.cfg.Packets > 0 && idx >= r.cfg.Packets {
+		r.limitHit = true
+		return nil
+	}
+	blk := idx / r.ppb
+	if blk < r.winStart {
+		r.st.Late.Add(1)
+		return nil
+	}
+	if blk-r.winStart >= uint64(len(r.win))+r.cfg.MaxGap {
+		r.st.Bad.Add(1)
+		return nil
+	}
+	for blk >= r.winStart+uint64(len(r.win)) {
+		if err := r.advance(); err != nil {
+			return err
+		}
+	}
+	dst, _ := r.slot(idx)
+	ob := &r.win[blk-r.winStart]
+	k := idx % r.ppb
+	if ob.bits[k/64]&(1<<(k%64)) != 0 {
+		r.st.Dup.Add(1)
+		return nil
+	}
+	copy(dst, x.scr(s, r.f.PayloadSize))
+	r.mark(idx)
+	return nil
 }
 
 // index converts a sequence number to a packet index of the observation.
