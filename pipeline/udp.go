@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/dada"
+	"github.com/softroce/softroce/link/udp"
 )
 
 // UDPRecvConfig controls RecvUDP.
@@ -158,7 +159,7 @@ func RecvUDP(ctx context.Context, conn *net.UDPConn, hdu *dada.HDU, cfg UDPRecvC
 // payload buffer aimed at the ring slot of the packet expected there (or at
 // scratch).
 type rxBatch struct {
-	bc      *batchConn
+	bc      *udp.BatchConn
 	B, K    int
 	kk      int // datagrams expected per message (GRO adapts it)
 	plen    int
@@ -185,11 +186,11 @@ func (x *rxBatch) scr(s, pl int) []byte { return x.scratch[s*pl : (s+1)*pl] }
 func (r *udpRecv) newRxBatch(conn *net.UDPConn) (*rxBatch, error) {
 	f := r.f
 	x := &rxBatch{B: r.cfg.Batch, K: 1, kk: 1, plen: f.PacketLen()}
-	r.gro = !r.cfg.NoGRO && enableGRO(conn)
+	r.gro = !r.cfg.NoGRO && udp.EnableGRO(conn)
 	if r.gro {
 		x.K = max(1, min(64, 65535/x.plen))
 	}
-	bc, err := newBatchConn(conn, x.B, 2*x.K+1)
+	bc, err := udp.NewBatchConn(conn, x.B, 2*x.K+1)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +223,7 @@ func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
 		}
 		M := r.aim(x)
 		conn.SetReadDeadline(time.Now().Add(slice))
-		n, err := x.bc.recv(M, r.gro)
+		n, err := x.bc.Recv(M, r.gro)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
@@ -269,11 +270,11 @@ func (r *udpRecv) aim(x *rxBatch) int {
 			if !x.inRing[s] {
 				dst = x.scr(s, r.f.PayloadSize)
 			}
-			x.bc.add(i, 2*j, x.hdr(s, r.f.HeaderLen))
-			x.bc.add(i, 2*j+1, dst)
+			x.bc.Add(i, 2*j, x.hdr(s, r.f.HeaderLen))
+			x.bc.Add(i, 2*j+1, dst)
 		}
-		x.bc.add(i, 2*K, x.trash[i:i+1])
-		x.bc.setLen(i, 2*K+1)
+		x.bc.Add(i, 2*K, x.trash[i:i+1])
+		x.bc.SetLen(i, 2*K+1)
 	}
 	return M
 }
@@ -284,7 +285,7 @@ func (r *udpRecv) aim(x *rxBatch) int {
 func (r *udpRecv) classify(x *rxBatch, n int) {
 	K, plen := x.K, x.plen
 	for i := 0; i < n; i++ {
-		L, g := x.bc.length(i), x.bc.gsoSize(i)
+		L, g := x.bc.Len(i), x.bc.GSOSize(i)
 		cnt := 1
 		if g > 0 {
 			cnt = (L + g - 1) / g
@@ -616,112 +617,168 @@ type UDPSendConfig struct {
 // packet index i carries stream bytes from (StartSeq/SeqStep + i) ×
 // PayloadSize) on the connected socket conn.
 func SendUDP(ctx context.Context, conn *net.UDPConn, cfg UDPSendConfig) error {
-	f, err := cfg.Format.withDefaults()
+	s, err := newUDPSender(conn, cfg)
 	if err != nil {
 		return err
+	}
+	defer s.stopTimer()
+	for i := uint64(0); i < s.cfg.Packets; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.pace(ctx); err != nil {
+			return err
+		}
+		n := int(min(uint64(s.cfg.Batch), s.cfg.Packets-i))
+		s.generate(i, n)
+		if err := s.send(); err != nil {
+			return err
+		}
+		s.st.Packets.Add(uint64(len(s.order)))
+		s.st.Bytes.Add(uint64(len(s.order) * s.f.PayloadSize))
+		s.sent += uint64(n * s.f.PayloadSize)
+		i += uint64(n)
+	}
+	s.st.Transfers.Add(1)
+	return nil
+}
+
+// udpSender is the state of one SendUDP.
+type udpSender struct {
+	cfg   UDPSendConfig
+	f     PacketFormat
+	st    *Stats
+	bc    *udp.BatchConn
+	k     int // datagrams per message: more with UDP GSO
+	rng   *rand.Rand
+	hdrs  []byte
+	pays  []byte
+	order []int // the batch's packets to send, in sending order
+	start time.Time
+	sent  uint64 // payload bytes generated (sent or skipped), for pacing
+	timer *time.Timer
+}
+
+// newUDPSender applies the defaults, probes GSO and allocates the buffers
+// of one batch.
+func newUDPSender(conn *net.UDPConn, cfg UDPSendConfig) (*udpSender, error) {
+	f, err := cfg.Format.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 64
 	}
-	st := cfg.Stats
-	if st == nil {
-		st = new(Stats)
+	s := &udpSender{cfg: cfg, f: f, st: cfg.Stats, k: 1}
+	if s.st == nil {
+		s.st = new(Stats)
 	}
-	plen := f.PacketLen()
-	k := 1 // datagrams per message: more with UDP GSO
-	if !cfg.NoGSO && gsoSupported(conn) {
-		k = max(1, min(64, 65507/plen))
-		cfg.Batch = max(k, cfg.Batch/k*k)
+	if !cfg.NoGSO && udp.GSOSupported(conn) {
+		s.k = max(1, min(64, 65507/f.PacketLen()))
+		s.cfg.Batch = max(s.k, cfg.Batch/s.k*s.k)
 	}
-	bc, err := newBatchConn(conn, cfg.Batch, 2*k)
-	if err != nil {
-		return err
+	B := s.cfg.Batch
+	if s.bc, err = udp.NewBatchConn(conn, B, 2*s.k); err != nil {
+		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	B := cfg.Batch
-	hdrs := make([]byte, B*f.HeaderLen)
-	pays := make([]byte, B*f.PayloadSize)
-	order := make([]int, 0, B)
-	start := time.Now()
-	var sent uint64 // payload bytes generated (sent or skipped), for pacing
-	var timer *time.Timer
-	for i := uint64(0); i < cfg.Packets; {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if cfg.Rate > 0 {
-			if ahead := float64(sent)/cfg.Rate - time.Since(start).Seconds(); ahead > 0 {
-				d := time.Duration(ahead * float64(time.Second))
-				if timer == nil {
-					timer = time.NewTimer(d)
-				} else {
-					timer.Reset(d)
-				}
-				select {
-				case <-ctx.Done():
-					timer.Stop()
-					return ctx.Err()
-				case <-timer.C:
-				}
-			}
-		}
-		n := int(min(uint64(B), cfg.Packets-i))
-		order = order[:0]
-		for j := 0; j < n; j++ {
-			idx := i + uint64(j)
-			seq := cfg.StartSeq + idx*f.SeqStep
-			h := hdrs[j*f.HeaderLen : (j+1)*f.HeaderLen]
-			p := pays[j*f.PayloadSize : (j+1)*f.PayloadSize]
-			f.PutSeq(h, seq)
-			FillPattern(p, (seq/f.SeqStep)*uint64(f.PayloadSize))
-			if cfg.Loss > 0 && rng.Float64() < cfg.Loss {
-				st.Skipped.Add(1)
-				continue
-			}
-			order = append(order, j)
-		}
-		if cfg.Reorder > 0 {
-			for q := 0; q+1 < len(order); q++ {
-				if rng.Float64() < cfg.Reorder {
-					order[q], order[q+1] = order[q+1], order[q]
-					q++
-				}
-			}
-		}
-		for len(order) > 0 {
-			msgs := 0
-			for m := 0; m < len(order); m += k {
-				grp := order[m:min(m+k, len(order))]
-				for q, j := range grp {
-					bc.add(msgs, 2*q, hdrs[j*f.HeaderLen:(j+1)*f.HeaderLen])
-					bc.add(msgs, 2*q+1, pays[j*f.PayloadSize:(j+1)*f.PayloadSize])
-				}
-				bc.setLen(msgs, 2*len(grp))
-				if len(grp) > 1 {
-					bc.setGSO(msgs, plen)
-				} else {
-					bc.setGSO(msgs, 0)
-				}
-				msgs++
-			}
-			err := bc.send(msgs)
-			if err != nil && k > 1 && gsoFailed(err) {
-				k = 1 // the kernel or the route refuses GSO: send datagram by datagram
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("pipeline: sending: %w", err)
-			}
-			break
-		}
-		st.Packets.Add(uint64(len(order)))
-		st.Bytes.Add(uint64(len(order) * f.PayloadSize))
-		sent += uint64(n * f.PayloadSize)
-		i += uint64(n)
+	s.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	s.hdrs = make([]byte, B*f.HeaderLen)
+	s.pays = make([]byte, B*f.PayloadSize)
+	s.order = make([]int, 0, B)
+	s.start = time.Now()
+	return s, nil
+}
+
+func (s *udpSender) stopTimer() {
+	if s.timer != nil {
+		s.timer.Stop()
 	}
-	if timer != nil {
-		timer.Stop()
+}
+
+// pace waits until the bytes generated so far are due at cfg.Rate.
+func (s *udpSender) pace(ctx context.Context) error {
+	if s.cfg.Rate <= 0 {
+		return nil
 	}
-	st.Transfers.Add(1)
+	ahead := float64(s.sent)/s.cfg.Rate - time.Since(s.start).Seconds()
+	if ahead <= 0 {
+		return nil
+	}
+	d := time.Duration(ahead * float64(time.Second))
+	if s.timer == nil {
+		s.timer = time.NewTimer(d)
+	} else {
+		s.timer.Reset(d)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.timer.C:
+		return nil
+	}
+}
+
+// generate fills the batch with packets i to i+n-1 and chooses which to
+// send in which order (test loss and reordering).
+func (s *udpSender) generate(i uint64, n int) {
+	f, cfg := s.f, &s.cfg
+	s.order = s.order[:0]
+	for j := 0; j < n; j++ {
+		seq := cfg.StartSeq + (i+uint64(j))*f.SeqStep
+		f.PutSeq(s.hdrs[j*f.HeaderLen:(j+1)*f.HeaderLen], seq)
+		FillPattern(s.pays[j*f.PayloadSize:(j+1)*f.PayloadSize], (seq/f.SeqStep)*uint64(f.PayloadSize))
+		if cfg.Loss > 0 && s.rng.Float64() < cfg.Loss {
+			s.st.Skipped.Add(1)
+			continue
+		}
+		s.order = append(s.order, j)
+	}
+	if cfg.Reorder > 0 {
+		for q := 0; q+1 < len(s.order); q++ {
+			if s.rng.Float64() < cfg.Reorder {
+				s.order[q], s.order[q+1] = s.order[q+1], s.order[q]
+				q++
+			}
+		}
+	}
+}
+
+// send sends the batch's chosen packets, k datagrams per GSO message; if
+// the kernel or the route refuses GSO, it sends them again one by one and
+// keeps doing so.
+func (s *udpSender) send() error {
+	for len(s.order) > 0 {
+		err := s.bc.Send(s.gather())
+		if err != nil && s.k > 1 && udp.GSOFailed(err) {
+			s.k = 1
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("pipeline: sending: %w", err)
+		}
+		break
+	}
 	return nil
+}
+
+// gather points the messages at the chosen packets, k per message, and
+// returns the number of messages.
+func (s *udpSender) gather() int {
+	f := s.f
+	msgs := 0
+	for m := 0; m < len(s.order); m += s.k {
+		grp := s.order[m:min(m+s.k, len(s.order))]
+		for q, j := range grp {
+			s.bc.Add(msgs, 2*q, s.hdrs[j*f.HeaderLen:(j+1)*f.HeaderLen])
+			s.bc.Add(msgs, 2*q+1, s.pays[j*f.PayloadSize:(j+1)*f.PayloadSize])
+		}
+		s.bc.SetLen(msgs, 2*len(grp))
+		if len(grp) > 1 {
+			s.bc.SetGSO(msgs, f.PacketLen())
+		} else {
+			s.bc.SetGSO(msgs, 0)
+		}
+		msgs++
+	}
+	return msgs
 }
