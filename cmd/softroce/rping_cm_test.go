@@ -32,7 +32,7 @@ func spoofedREQ(peer, dst netip.Addr, port uint16, comm uint32) []byte {
 		LocalQPN: 0x100 + comm, ResponderResources: 1, InitiatorDepth: 1, RemoteCMResponseTimeout: 20,
 		TransportType: mad.TransportRC, StartingPSN: comm, LocalCMResponseTimeout: 20, RetryCount: 7, PKey: wire.DefaultPKey,
 		PathMTU: wire.MTU1024, RNRRetryCount: 7, MaxCMRetries: 15,
-		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: g(peer), RemoteGID: g(dst), HopLimit: 64, LocalACKTimeout: 19},
+		Primary:     mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: g(peer), RemoteGID: g(dst), HopLimit: 64, LocalACKTimeout: 19},
 		PrivateData: pd}
 	b, err := m.Append(nil)
 	if err != nil {
