@@ -77,3 +77,24 @@ func TestCountPcap(t *testing.T) {
 		t.Errorf("countPcap = %+v, want %+v", got, want)
 	}
 }
+
+func TestResultLine(t *testing.T) {
+	for _, tc := range []struct {
+		line        string
+		bytes, iter string
+	}{
+		{" 4194304    5                16.80              16.79  \t\t   0.000004", "4194304", "5"},
+		{" 64      200          139.02         190346.44      210.88   \t       2524.11     \t-nan   \t\t95758.82 \t\t190346.44", "64", "200"},
+		{" 8       1000           5.00          21.30           6.10            6.50           0.90            9.80            21.30", "8", "1000"},
+	} {
+		m := resultLine.FindStringSubmatch("header\n" + tc.line + "\n-----\n")
+		if m == nil || m[1] != tc.bytes || m[2] != tc.iter {
+			t.Errorf("resultLine on %q: %q", tc.line, m)
+		}
+	}
+	for _, bad := range []string{" #bytes     #iterations    BW peak[MB/sec]", " local address: LID 0000 QPN 0x0011", " 64 200"} {
+		if m := resultLine.FindString(bad); m != "" {
+			t.Errorf("resultLine matched %q", bad)
+		}
+	}
+}
