@@ -285,6 +285,10 @@ func lookupAddr(s string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
+// toolCMConfig configures the CM agents of the rdma_cm tools (nil: Linux's
+// timing); tests shorten the timers.
+var toolCMConfig *cm.Config
+
 // cmDevice opens a softroce device on addr (UDP port 4791) with a CM agent.
 type cmDevice struct {
 	dev   *verbs.Device
@@ -318,7 +322,7 @@ func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
 		}
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
 	}
-	if d.agent, err = cm.Attach(d.dev, nil); err != nil {
+	if d.agent, err = cm.Attach(d.dev, toolCMConfig); err != nil {
 		d.dev.Close()
 		if d.pcap != nil {
 			d.pcap.Close()
@@ -790,6 +794,13 @@ func (cb *rcb) connParam() *cm.ConnParam {
 	return p
 }
 
+// flushQP moves the QP to ERR so that the CQ thread sees the flush and ends.
+func (cb *rcb) flushQP() {
+	if cb.qp != nil {
+		cb.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+	}
+}
+
 func (cb *rcb) disconnect(id *cm.ID) {
 	if cb.own {
 		cb.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
@@ -812,11 +823,21 @@ func (cb *rcb) acceptConn() int {
 		return -1
 	}
 	cb.wait()
-	if cb.getState() == stError {
+	// An error event (the REP unanswered: UNREACHABLE; the client gave up:
+	// REJECTED, CONNECT_ERROR) leaves the state as it was; rping's CM thread
+	// would exit the process. A -P server ends only this connection.
+	if cb.getState() == stError || cb.isFailed() {
 		cb.errf("wait for CONNECTED state %d\n", cb.getState())
 		return -1
 	}
 	return 0
+}
+
+// isFailed reports whether an error event arrived for the connection.
+func (cb *rcb) isFailed() bool {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.failed
 }
 
 func (cb *rcb) bindServer() int {
@@ -857,6 +878,8 @@ func (cb *rcb) serveConn(test func() int) int {
 	cb.startCQThread()
 	if ret := cb.acceptConn(); ret != 0 {
 		cb.errf("connect error %d\n", ret)
+		cb.child.Destroy()
+		cb.flushQP()
 		cb.joinCQThread()
 		return ret
 	}
@@ -1038,6 +1061,7 @@ func (cb *rcb) clientSession(test func() int) int {
 	cb.startCQThread()
 	if ret := cb.connectClient(); ret != 0 {
 		cb.errf("connect error %d\n", ret)
+		cb.flushQP()
 		cb.joinCQThread()
 		return ret
 	}
