@@ -21,6 +21,9 @@ type Config struct {
 	// Name is the device name (default "softroce0").
 	Name string
 	// Clock drives the retransmit and RNR timers (default: the real clock).
+	// On the real clock (nil or RealClock) a device keeps all its QPs'
+	// timers in one heap served by one goroutine; any other Clock (a
+	// FakeClock) gets the QPs' timers directly.
 	Clock Clock
 	// Logger receives debug logs (nil: silent).
 	Logger *slog.Logger
