@@ -636,7 +636,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	id.mtu = a.mtu
 	id.flowLabel = flowLabel(id.local.Port(), id.remote.Port())
 	id.retry, id.rnr = min(cp.RetryCount, 7), min(cp.RNRRetryCount, 7)
-	exp := durationExp(a.cfg.Timeout)
+	exp := a.respExp
 	m := mad.REQ{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, ServiceID: id.serviceID,
 		LocalCAGUID: a.guid, LocalQPN: qpn, ResponderResources: clampRd(cp.ResponderResources),
 		InitiatorDepth: clampRd(cp.InitiatorDepth), RemoteCMResponseTimeout: exp, TransportType: mad.TransportRC,
@@ -836,9 +836,20 @@ func (id *ID) Destroy() error {
 	id.destroyed = true
 	id.uncount()
 	switch id.st {
-	case stEstablished, stRepSent, stRepRcvd:
+	case stEstablished:
 		id.qpErr()
 		id.sendDREQ()
+	case stRepSent, stRepRcvd:
+		// Not established yet: reject, as ib_cm's cm_destroy_id does (a
+		// DREQ to a peer that never answered the REP would be resent for
+		// the whole retry budget).
+		id.qpErr()
+		kind := mad.MsgOther // the message rejected, as ib_cm's cm_format_rej
+		if id.st == stRepRcvd {
+			kind = mad.MsgREP
+		}
+		b := id.sendREJ(kind, mad.RejConsumerDefined, nil)
+		id.enterTimeWait(b)
 	case stReqSent:
 		id.sendREJ(mad.MsgOther, mad.RejTimeout, nil)
 		id.forget()

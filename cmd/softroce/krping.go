@@ -188,15 +188,24 @@ func (cb *rcb) krpingServer() int {
 		if !cb.spinSendCompletion() {
 			return -1
 		}
+		ok := true
 		switch {
 		case cb.o.wlat:
-			cb.wlatTest()
+			ok = cb.wlatTest()
 		case cb.o.bw && cb.o.duplex:
-			cb.bwTest()
+			ok = cb.bwTest()
 		}
 		// Wait for the client to disconnect.
 		for cb.getState() != stDisconnected && cb.getState() != stError {
 			cb.wait()
+		}
+		cb.mu.Lock()
+		peerDone := cb.peerDone
+		cb.mu.Unlock()
+		// duplex: the client finishing first and disconnecting cuts the
+		// server's last WRITEs short; that is krping's protocol, not a failure.
+		if (!ok && !peerDone) || cb.getState() == stError {
+			return -1
 		}
 		return 0
 	})
@@ -223,13 +232,20 @@ func (cb *rcb) krpingClient() int {
 				return -1
 			}
 		}
+		// A failed completion or a test that ended without its result
+		// line is a failure (krping's tests return nothing: the module
+		// load succeeds whatever happened).
+		ok := false
 		switch {
 		case cb.o.wlat:
-			cb.wlatTest()
+			ok = cb.wlatTest()
 		case cb.o.rlat:
-			cb.rlatTest()
+			ok = cb.rlatTest()
 		case cb.o.bw:
-			cb.bwTest()
+			ok = cb.bwTest()
+		}
+		if !ok {
+			return -1
 		}
 		return 0
 	})
@@ -319,8 +335,12 @@ func (cb *rcb) wcError(wc *verbs.WC) bool {
 	if wc.Status == verbs.WCWRFlushErr && cb.getState() == stDisconnected {
 		// duplex: the peer finished first and disconnected
 		cb.errf("peer disconnected before the test ended (work request %d flushed)\n", int(wc.WRID))
+		cb.mu.Lock()
+		cb.peerDone = true
+		cb.mu.Unlock()
 		return true
 	}
+	cb.setCQErr()
 	cb.errf("Completion wth error at %s:\n", cb.role())
 	cb.errf("Failed status %d: wr_id %d\n", wc.Status, int(wc.WRID))
 	return true
@@ -391,7 +411,7 @@ func (cb *rcb) report(start time.Time, iters int, cs *cycleStats) {
 // wlatTest is krping's wlat_test: an RDMA WRITE ping-pong; each side spins
 // on the first byte of its start buffer, which the peer's WRITE sets to
 // the iteration number.
-func (cb *rcb) wlatTest() {
+func (cb *rcb) wlatTest() bool {
 	iters := cb.o.count
 	cs := &cycleStats{n: min(1000, iters)}
 	server := cb.o.server == 1
@@ -405,7 +425,7 @@ func (cb *rcb) wlatTest() {
 				if n&255 == 255 {
 					if s := cb.getState(); s == stError || s == stDisconnected {
 						cb.errf("state = ERROR, bailing\n")
-						return
+						return false
 					}
 				}
 				pause(n)
@@ -414,47 +434,49 @@ func (cb *rcb) wlatTest() {
 		if scnt < iters {
 			cb.rdmaBuf[0] = byte(scnt + 1)
 			if !cb.postTimed(scnt, cs) {
-				return
+				return false
 			}
 			scnt++
 		}
 		if ccnt < iters {
 			if !cb.pollTimed(&wc, ccnt, cs) {
-				return
+				return false
 			}
 			ccnt++
 			if cb.wcError(&wc[0]) {
 				cb.errf("scnt=%d, rcnt=%d, ccnt=%d\n", scnt, rcnt, ccnt)
-				return
+				return false
 			}
 		}
 	}
 	cb.report(start, scnt, cs)
+	return true
 }
 
 // rlatTest is krping's rlat_test: count RDMA READs of size bytes, one at a
 // time, waiting for each (busy-polling with poll, else on CQ events).
-func (cb *rcb) rlatTest() {
+func (cb *rcb) rlatTest() bool {
 	var wc [1]verbs.WC
 	start := time.Now()
 	scnt := 0
 	for ; scnt < cb.o.count; scnt++ {
 		if err := cb.postRDMA(verbs.WRRDMARead, cb.o.size); err != nil {
 			cb.errf("Couldn't post send: ret=%v scnt %d\n", err, scnt)
-			return
+			return false
 		}
 		if cb.o.poll {
 			if !cb.pollOne(&wc) {
-				return
+				return false
 			}
 		} else if !cb.waitOne(&wc) {
-			return
+			return false
 		}
 		if cb.wcError(&wc[0]) {
-			return
+			return false
 		}
 	}
 	cb.report(start, scnt, nil)
+	return true
 }
 
 // waitOne waits for one completion through the completion channel.
@@ -483,7 +505,7 @@ func (cb *rcb) waitOne(wc *[1]verbs.WC) bool {
 
 // bwTest is krping's bw_test: count RDMA WRITEs of size bytes with up to
 // txdepth in flight.
-func (cb *rcb) bwTest() {
+func (cb *rcb) bwTest() bool {
 	iters := cb.o.count
 	cs := &cycleStats{n: min(1000, iters)}
 	var scnt, ccnt int
@@ -492,19 +514,20 @@ func (cb *rcb) bwTest() {
 	for scnt < iters || ccnt < iters {
 		for scnt < iters && scnt-ccnt < cb.o.txdepth {
 			if !cb.postTimed(scnt, cs) {
-				return
+				return false
 			}
 			scnt++
 		}
 		if ccnt < iters {
 			if !cb.pollTimed(&wc, ccnt, cs) {
-				return
+				return false
 			}
 			ccnt++
 			if cb.wcError(&wc[0]) {
-				return
+				return false
 			}
 		}
 	}
 	cb.report(start, scnt, cs)
+	return true
 }

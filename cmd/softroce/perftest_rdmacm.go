@@ -286,10 +286,6 @@ type ptCMPipe struct {
 
 // prepare registers the buffers and posts the receive (cm.Options.Prepare).
 func (p *ptCMPipe) prepare(c *cm.Conn) error {
-	if p.mr != nil { // an earlier, rejected attempt
-		p.mr.Deregister()
-		p.mr = nil
-	}
 	p.conn = c
 	p.buf = make([]byte, 2*ptCMDestLen)
 	var err error
@@ -297,6 +293,15 @@ func (p *ptCMPipe) prepare(c *cm.Conn) error {
 		return fmt.Errorf("Couldn't register the rdma_cm side channel's buffer: %w", err)
 	}
 	return p.postRecv()
+}
+
+// release deregisters the buffers (cm.Options.Release): the connection
+// closes or an attempt failed.
+func (p *ptCMPipe) release(*cm.Conn) {
+	if p.mr != nil {
+		p.mr.Deregister()
+		p.mr = nil
+	}
 }
 
 func (p *ptCMPipe) postRecv() error {
@@ -366,10 +371,8 @@ func (p *ptCMPipe) close(active bool, grace time.Duration) {
 		return
 	}
 	ptCMClose(p.conn, active, grace)
-	if p.mr != nil {
-		p.mr.Deregister()
-	}
-	p.conn.Close()
+	p.conn.Close() // and release
+
 }
 
 // ptCMClose disconnects c (active) or waits up to grace for the peer to.
@@ -438,7 +441,8 @@ func startPtCM(ctx context.Context, c *ptConfig, td *toolDevice) (*ptCM, error) 
 	}
 	p := &ptCM{c: c, td: td, agent: ag}
 	o := &cm.Options{Src: td.info.Addr.Addr(), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
-		CQE: 1, CompChannel: true, Param: ptCMCommParam(), Prepare: p.comm.prepare}
+		CQE: 1, CompChannel: true, Param: ptCMCommParam(), Prepare: p.comm.prepare,
+		Release: p.comm.release}
 	var conn *cm.Conn
 	if c.isServer() {
 		conn, err = ptCMAcceptOne(ctx, netip.AddrPortFrom(td.info.Addr.Addr(), uint16(c.tcpPort)), o)
@@ -450,9 +454,6 @@ func startPtCM(ctx context.Context, c *ptConfig, td *toolDevice) (*ptCM, error) 
 		}
 	}
 	if err != nil {
-		if p.comm.mr != nil {
-			p.comm.mr.Deregister()
-		}
 		ag.Close()
 		return nil, err
 	}

@@ -100,8 +100,11 @@ type rcb struct {
 	mu     sync.Mutex
 	state  int
 	failed bool // an error event arrived (rping exits from its CM thread)
-	sem    chan struct{}
-	accept chan struct{} // persistent server: ready for another request
+	cqErr  bool // a work request completed in error
+	// krping duplex: the peer finished and disconnected during the test
+	peerDone bool
+	sem      chan struct{}
+	accept   chan struct{} // persistent server: ready for another request
 
 	cqCancel context.CancelFunc
 	cqDone   chan struct{}
@@ -704,6 +707,7 @@ func (cb *rcb) cqHandler() int {
 				continue
 			}
 			cb.errf("cq completion failed status %d\n", w.Status)
+			cb.setCQErr()
 			cb.setState(stError)
 			cb.post()
 			return -1
@@ -988,12 +992,30 @@ func (cb *rcb) testServer() int {
 	}
 }
 
-// endRet is rping's "return (cb->state == DISCONNECTED) ? 0 : ret".
+// endRet is rping's "return (cb->state == DISCONNECTED) ? 0 : ret", except
+// that a failed completion is a failure even when the peer disconnected.
 func (cb *rcb) endRet(ret int) int {
-	if cb.getState() == stDisconnected {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if cb.state == stDisconnected && !cb.cqErr {
 		return 0
 	}
 	return ret
+}
+
+// clientEndRet is endRet for a client with a ping count: stopping short
+// of it (the server went away) is a failure, where rping exits 0.
+func (cb *rcb) clientEndRet(ret int) int {
+	if cb.o.count > 0 {
+		return ret
+	}
+	return cb.endRet(ret)
+}
+
+func (cb *rcb) setCQErr() {
+	cb.mu.Lock()
+	cb.cqErr = true
+	cb.mu.Unlock()
 }
 
 // bindClient is rping_bind_client: resolve address and route.
@@ -1088,26 +1110,26 @@ func (cb *rcb) testClient() int {
 		cb.formatSend(cb.startMR)
 		if err := cb.postSendInfo(); err != nil {
 			cb.errf("post send error %v\n", err)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		cb.wait()
 		if s := cb.getState(); s != stWriteAdv {
 			cb.errf("wait for RDMA_WRITE_ADV state %d\n", s)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		cb.formatSend(cb.rdmaMR)
 		if err := cb.postSendInfo(); err != nil {
 			cb.errf("post send error %v\n", err)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		cb.wait()
 		if s := cb.getState(); s != stWriteComplete {
 			cb.errf("wait for RDMA_WRITE_COMPLETE state %d\n", s)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		if cb.o.validate && !bytes.Equal(cb.startBuf, cb.rdmaBuf) {
 			cb.errf("data mismatch!\n")
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		if cb.o.verbose {
 			cb.printf(cb.stdout, "%sping data: %s\n", cb.o.prefix, cstr(cb.rdmaBuf))

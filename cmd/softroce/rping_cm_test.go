@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -138,5 +139,47 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timeout (%v) waiting for %s", d, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runToolPair runs a server and a client of tool (runRping or runKrping) in
+// this process; the client is retried while the server is not listening.
+func runToolPair(t *testing.T, run func([]string, io.Writer, io.Writer) int, sargs, cargs []string) (scode int, sout, serr string, ccode int, cout, cerr string) {
+	t.Helper()
+	var so, se syncBuf
+	done := make(chan int, 1)
+	go func() { done <- run(sargs, &so, &se) }()
+	time.Sleep(100 * time.Millisecond)
+	var co, ce syncBuf
+	for try := 0; try < 100; try++ {
+		co, ce = syncBuf{}, syncBuf{}
+		if ccode = run(cargs, &co, &ce); ccode == 0 || !strings.Contains(ce.String(), "error 8\n") {
+			break
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	select {
+	case scode = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server did not finish; client exit %d\n%s", ccode, ce.String())
+	}
+	return scode, so.String(), se.String(), ccode, co.String(), ce.String()
+}
+
+// TestKrpingFailedCompletionExit: a client WRITEs larger than the server's
+// buffer (size= differs) complete with REMOTE_ACCESS_ERROR: the client
+// prints the error, no result line, and exits non-zero.
+func TestKrpingFailedCompletionExit(t *testing.T) {
+	shortCMConfig(t)
+	for _, mode := range []string{"bw", "wlat"} {
+		t.Run(mode, func(t *testing.T) {
+			a1, _ := loopPair()
+			port := strconv.Itoa(20000 + rand.IntN(30000))
+			opts := ",addr=" + a1 + ",port=" + port + ",count=20," + mode
+			_, _, _, ccode, cout, cerr := runToolPair(t, runKrping, []string{"server,size=64" + opts}, []string{"client,size=4096" + opts})
+			if ccode == 0 || !strings.Contains(cerr, "Completion wth error at client") || strings.Contains(cout, "delta sec") {
+				t.Errorf("client exit %d\nstdout %q\nstderr %q", ccode, cout, cerr)
+			}
+		})
 	}
 }

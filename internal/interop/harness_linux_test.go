@@ -405,7 +405,11 @@ func runPair(t *testing.T, srv, cli endpoint, lk listenKind, limit time.Duration
 	}
 	run.server = <-sch
 	run.elapsed = time.Since(start)
-	t.Logf("server %s\nclient %s", run.server, run.client)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server %s\nclient %s", run.server, run.client)
+		}
+	})
 	return run
 }
 

@@ -176,7 +176,7 @@ func checkPingpong(iters int) func(*testing.T, pairRun) {
 
 // resultLine is perftest's result row: #bytes #iterations and three (bw) or
 // more (lat) numbers.
-var resultLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)((?:\s+[0-9.]+){3,})\s*$`)
+var resultLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)((?:\s+(?:[0-9.]+|-?nan|-?inf)){3,})\s*$`)
 
 // checkPerftest: both sides exit 0 and report nothing wrong; the client
 // prints a result row for the size and iterations asked (as does the
