@@ -18,7 +18,7 @@ func init() {
 }
 
 func krpingUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: softroce krping server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
+	fmt.Fprintln(w, "usage: softroce krping [--pcap FILE] server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
 	fmt.Fprintln(w, "                      [,wlat|,rlat|,bw][,duplex][,txdepth=N][,poll]")
 	fmt.Fprintln(w, "  the option string written to /proc/krping, e.g. \"client,addr=192.168.11.22,port=9999,count=1\"")
 	fmt.Fprintln(w, "  ping (default): client advertises, server RDMA READs and WRITEs back (validate checks every ping)")
@@ -28,17 +28,25 @@ func krpingUsage(w io.Writer) {
 }
 
 func runKrping(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 || args[0] == "-h" || args[0] == "--help" {
-		krpingUsage(stdout)
-		if len(args) == 1 {
-			return 0
-		}
-		return 22
+	// softroce's own options (--pcap) use the shared grammar; the operand
+	// is krping's option string, as written to /proc/krping.
+	g := getopt{prog: "softroce krping"}
+	var pcap string
+	g.str(0, "pcap", &pcap)
+	ops, code, ok := g.parseArgs(args, stdout, stderr, krpingUsage)
+	if !ok {
+		return code
 	}
-	o, err := parseKrpingOpts(args[0])
+	if len(ops) != 1 {
+		return usageErr(stderr, g.prog, "want one option string, like client,addr=192.168.11.22,port=9999,count=1")
+	}
+	o, err := parseKrpingOpts(ops[0])
 	if err != nil {
-		fmt.Fprintln(stderr, "krping:", err)
-		return 22
+		return usageErr(stderr, g.prog, "%v", err)
+	}
+	o.pcap = pcap
+	if argsOnly {
+		return exitOK
 	}
 	return krpingMain(o, stdout, stderr)
 }
@@ -74,6 +82,9 @@ func parseKrpingOpts(s string) (*rpingOpts, error) {
 			}
 		case "port":
 			o.port, err = num()
+			if err == nil && (o.port < 1 || o.port > 65535) {
+				err = fmt.Errorf("port %d out of range (1..65535)", o.port)
+			}
 		case "count":
 			o.count, err = num()
 			if err == nil && o.count < 0 {

@@ -12,6 +12,7 @@ func init() {
 		name:    "link",
 		summary: "add, show and delete softroce links (like 'rdma link')",
 		run:     runLink,
+		subs:    []string{"show", "add", "delete"},
 	})
 }
 
@@ -29,18 +30,19 @@ else ~/.local/state/softroce/links.json.
 `
 
 func runLink(args []string, stdout, stderr io.Writer) int {
+	g := getopt{prog: "softroce link", longOnly: true}
 	jsonOut := false
-	var rest []string
-	for _, a := range args {
-		switch a {
-		case "-j", "--json", "-json":
-			jsonOut = true
-		case "-h", "--help", "-help", "help":
-			fmt.Fprint(stdout, linkUsage)
-			return 0
-		default:
-			rest = append(rest, a)
-		}
+	g.flag('j', "json", &jsonOut)
+	rest, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { fmt.Fprint(w, linkUsage) })
+	if !ok {
+		return code
+	}
+	if len(rest) > 0 && rest[0] == "help" {
+		fmt.Fprint(stdout, linkUsage)
+		return exitOK
+	}
+	if argsOnly {
+		return exitOK
 	}
 	if len(rest) == 0 {
 		return linkShow(nil, jsonOut, stdout, stderr)
@@ -53,9 +55,7 @@ func runLink(args []string, stdout, stderr io.Writer) int {
 	case "delete", "del", "remove", "rm":
 		return linkDelete(rest[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "softroce link: unknown subcommand %q (want show, add or delete)\n", rest[0])
-	fmt.Fprint(stderr, linkUsage)
-	return 2
+	return usageErr(stderr, g.prog, "unknown subcommand %q (want show, add or delete)", rest[0])
 }
 
 // linkStatus is one line of 'link show'.
@@ -111,8 +111,7 @@ func linkStatusOf(l *linkEntry, host []hostIface) linkStatus {
 
 func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 	if len(args) > 1 {
-		fmt.Fprint(stderr, linkUsage)
-		return 2
+		return usageErr(stderr, "softroce link", "show takes one link name at most, got %q", args)
 	}
 	st, err := loadState()
 	if err != nil {
@@ -164,8 +163,7 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if len(args) < 2 {
-		fmt.Fprint(stderr, linkUsage)
-		return 2
+		return usageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")
 	}
 	l := linkEntry{Name: args[0]}
 	if !validLinkName.MatchString(l.Name) {
@@ -257,8 +255,7 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 
 func linkDelete(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
-		fmt.Fprint(stderr, linkUsage)
-		return 2
+		return usageErr(stderr, "softroce link", "delete takes one link name, got %q", args)
 	}
 	st, err := loadState()
 	if err != nil {

@@ -43,7 +43,7 @@ func TestLinkCommand(t *testing.T) {
 		{"link add bad addr eth0", 1, "", `"eth0" is not an IP address`},
 		{"link add bad/name netdev lo", 1, "", "bad link name"},
 		{"link add bad netdev", 1, "", `"netdev" needs a value`},
-		{"link add bad", 2, "", "usage:"},
+		{"link add bad", 2, "", "add needs a NAME and netdev DEV"},
 		{"link add nc netdev eth2", 0, "", "warning: netdev eth2 has no IP address yet"},
 		{"link add down6 netdev eth1", 0, "", ""},
 		{"link show", 0, `link rxe0/1 state ACTIVE physical_state LINK_UP netdev eth0 addr 10.0.0.1:4791
