@@ -633,7 +633,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 			return errNoAH
 		}
 		w.dst = wr.AH.dst
-		w.tos, w.ttl = wr.AH.attr.GRH.TrafficClass, wr.AH.attr.GRH.HopLimit
+		w.tos, w.ttl = wr.AH.attr.GRH.TrafficClass, 0 // the route's hop limit, as the kernel (see grh)
 		w.wr.AH = nil
 	}
 	w.length = uint32(length)

@@ -39,8 +39,13 @@ func (qp *QP) newPacket(h *wire.Packet, payloadLen int, dst netip.AddrPort, tos,
 // cancelPacket drops the slot newPacket returned last.
 func (qp *QP) cancelPacket() { qp.txn-- }
 
+// grh returns the traffic class and the TTL / hop limit of the QP's
+// packets. The TTL is 0, the link's default (the route's hop limit, 64
+// on Linux), whatever the address vector's hop_limit says: the kernel
+// sends the route's hop limit because ib_core overwrites the AH's (the
+// tools set 1, 64 or 255, and TTL 1 never crosses a router).
 func (qp *QP) grh() (tos, ttl uint8) {
-	return qp.attr.AHAttr.GRH.TrafficClass, qp.attr.AHAttr.GRH.HopLimit
+	return qp.attr.AHAttr.GRH.TrafficClass, 0
 }
 
 // compPSN is the oldest PSN not yet acknowledged (or answered).
