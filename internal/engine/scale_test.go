@@ -29,11 +29,13 @@ type manyQPs struct {
 }
 
 // scaleLink opens two endpoints joined by kind: "udp" (127.0.0.1 and
-// 127.0.0.2 on kernel-chosen ports) or "pipe".
+// 127.0.0.2 on kernel-chosen ports) or "pipe". The pipe's queues hold
+// 32768 datagrams, like the UDP sockets' 32 MiB buffers a few 10,000s: a
+// window of 10,000 WRITEs and their ACKs fits, as it does over UDP.
 func scaleLink(tb testing.TB, kind string) (link.Endpoint, link.Endpoint) {
 	tb.Helper()
 	if kind == "pipe" {
-		a, b, err := pipe.New(pipe.Config{MTU: 65536}, pipe.Config{MTU: 65536})
+		a, b, err := pipe.New(pipe.Config{MTU: 65536, QueueLen: 1 << 15}, pipe.Config{MTU: 65536, QueueLen: 1 << 15})
 		if err != nil {
 			tb.Fatal(err)
 		}
