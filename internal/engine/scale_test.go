@@ -132,10 +132,13 @@ func scaleConnect(tb testing.TB, qp, peer *QP, pd *Device, port uint16, access A
 	}
 }
 
-// write posts one signaled 64-byte RDMA WRITE on pair i (WRID i).
+// write posts one signaled 64-byte RDMA WRITE on pair i (WRID i); wr
+// has room for one WR with one SGE (PostSend copies them, so they are
+// reused and the loop allocates nothing).
 func (m *manyQPs) write(wr []SendWR, i int) error {
-	wr[0] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-		SGList:     []SGE{{Addr: m.mra.Addr() + uint64(64*i), Length: 64, LKey: m.mra.LKey()}},
+	sg := wr[0].SGList[:1]
+	sg[0] = SGE{Addr: m.mra.Addr() + uint64(64*i), Length: 64, LKey: m.mra.LKey()}
+	wr[0] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sg,
 		RemoteAddr: m.mrb.Addr() + uint64(64*i), RKey: m.mrb.RKey()}
 	_, err := m.a[i].PostSend(wr)
 	return err
@@ -172,7 +175,7 @@ var manyQPsTimeout = func() uint8 {
 func benchManyQPs(b *testing.B, kind string, n int) {
 	ea, eb := scaleLink(b, kind)
 	m := newManyQPs(b, ea, eb, n, manyQPsTimeout)
-	wr := make([]SendWR, 1)
+	wr := []SendWR{{SGList: make([]SGE, 1)}}
 	wcs := make([]WC, 256)
 	var queued []WC
 	st, stb := m.da.Stats(), m.db.Stats()
@@ -222,6 +225,7 @@ func benchManyQPs(b *testing.B, kind string, n int) {
 		}
 	}
 	el := b.Elapsed()
+	b.ReportAllocs()
 	b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
 	b.ReportMetric(float64(st.Retransmits.Load()-retr0)*1000/float64(b.N), "retrans/kop")
 	b.ReportMetric(float64(st.RetryTimeouts.Load()-tmo0)*1000/float64(b.N), "timeouts/kop")
