@@ -249,7 +249,7 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 		return rc
 	}
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *optFlag) { set[f.Name] = true })
 	if err := checkWriteFlags(*rate, *rateSI, *total, set["b"], *fill); err != nil {
 		fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
 		return 2

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softroce/softroce/dada"
 )
@@ -113,8 +114,9 @@ func TestDadaFlagValues(t *testing.T) {
 		{[]string{"write", "-R", "-1", hf}, "-R -1: the data rate must be a positive number of MB/s"},
 		{[]string{"write", "-b", "-5", hf}, "-b -5: the number of bytes to write must be 0 or more"},
 		{[]string{"write", "-c", "xy", hf}, `-c "xy": give one fill character`},
-		{[]string{"monitor", "-i", "0"}, "-i 0s: the interval between lines must be positive"},
-		{[]string{"monitor", "-i", "-1s"}, "-i -1s: the interval between lines must be positive"},
+		// the option parser or checkMonitorFlags (NewTicker panicked)
+		{[]string{"monitor", "-i", "0"}, "must be positive"},
+		{[]string{"monitor", "-i", "-1s"}, "must be positive"},
 		{[]string{"monitor", "-n", "-1"}, "-n -1: the number of lines must be 0"},
 	} {
 		var out, eb bytes.Buffer
@@ -166,5 +168,19 @@ func TestDadaErrorHints(t *testing.T) {
 	if rc := run([]string{"dada", "db", "-k", ks}, &bytes.Buffer{}, &eb); rc != 1 ||
 		!strings.Contains(eb.String(), "destroy it with 'softroce dada db -d -k "+ks+"'") || strings.Count(eb.String(), "softroce dada db") != 2 {
 		t.Errorf("creating twice: exit %d, %s", rc, eb.String())
+	}
+}
+
+// TestCheckMonitorFlags checks dada monitor's own check of -i and -n, which
+// guards time.NewTicker whatever the option parser lets through.
+func TestCheckMonitorFlags(t *testing.T) {
+	for _, tc := range []struct {
+		i  time.Duration
+		n  int
+		ok bool
+	}{{time.Second, 0, true}, {time.Millisecond, 3, true}, {0, 0, false}, {-time.Second, 0, false}, {time.Second, -1, false}} {
+		if err := checkMonitorFlags(tc.i, tc.n); (err == nil) != tc.ok {
+			t.Errorf("checkMonitorFlags(%v, %d) = %v", tc.i, tc.n, err)
+		}
 	}
 }
