@@ -119,7 +119,7 @@ func TestBadArgumentsEveryCommand(t *testing.T) {
 						bad = bad || v == "99999999999999999999"
 					}
 					if o.kind == kindDur {
-						bad = bad || v == "0" || v == "-1" || v == "-1s" || v == "-0" || v == "4G"
+						bad = bad || v == "-1" || v == "-1s" || v == "4G" || !o.zeroOK && (v == "0" || v == "-0")
 					}
 					if o.kind == kindNum {
 						bad = bad || v == "-1s" || v == "4G"

@@ -66,6 +66,7 @@ type gopt struct {
 	def    string // default shown in the help
 	set    func(arg string) error
 	seen   bool
+	zeroOK bool // a duration of 0 is allowed (it means "never")
 }
 
 // parseHook, when set (tests, completion), sees every option set as it parses.
@@ -149,18 +150,29 @@ func (g *getopt) numIn(short byte, long string, p *int, lo, hi int) *gopt {
 
 // dur registers a duration option ("1s", "250ms"); it must be positive.
 func (g *getopt) dur(short byte, long string, p *time.Duration) *gopt {
-	o := g.add(short, long, true, func(s string) error {
+	var o *gopt
+	o = g.add(short, long, true, func(s string) error {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil && o.zeroOK && strings.TrimSpace(s) == "0" {
+			d, err = 0, nil
+		}
 		if err != nil {
 			return fmt.Errorf("%q is not a duration (like 1s or 250ms)", s)
 		}
-		if d <= 0 {
+		if d < 0 || d == 0 && !o.zeroOK {
 			return fmt.Errorf("%q: the duration must be positive", s)
 		}
 		*p = d
 		return nil
 	})
 	o.kind = kindDur
+	return o
+}
+
+// durOrZero registers a duration option that may be 0 (never).
+func (g *getopt) durOrZero(short byte, long string, p *time.Duration) *gopt {
+	o := g.dur(short, long, p)
+	o.zeroOK = true
 	return o
 }
 

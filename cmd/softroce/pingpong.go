@@ -125,7 +125,7 @@ Options:
   -c, --chk              validate received buffer
       --pcap=<file>      write the device's RoCEv2 traffic to a pcap file
       --peer-timeout=<d> fail when no completion arrives for <d> during the
-                         exchanges: the peer is gone (default 5s)
+                         exchanges: the peer is gone (default 5s; 0: wait forever)
 `)
 }
 
@@ -160,7 +160,7 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	g.refuse('j', "dm", false, "softroce has no device memory")
 	var newSend bool
 	g.flag('N', "new_send", &newSend) // the ibv_wr_* API: identical traffic, nothing to change
-	g.dur(0, "peer-timeout", &c.peerTimeout)
+	g.durOrZero(0, "peer-timeout", &c.peerTimeout)
 	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { ppUsage(c, w) })
 	if !ok {
 		return code
