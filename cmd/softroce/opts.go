@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -594,6 +593,3 @@ func (g *getopt) Output() io.Writer { return g.out }
 
 // PrintDefaults lists the options to Output.
 func (g *getopt) PrintDefaults() { g.printOptions(g.out) }
-
-// errConnRefused matches a TCP connection refused (the server is not listening yet).
-var errConnRefused error = syscall.ECONNREFUSED

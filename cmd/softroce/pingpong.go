@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
@@ -504,6 +505,9 @@ func (p *ppCtx) exchange(ctx context.Context) error {
 	p.remote = r[:len(p.local)]
 	return nil
 }
+
+// errConnRefused matches a TCP connection refused (the server is not listening yet).
+var errConnRefused error = syscall.ECONNREFUSED
 
 // ppDial connects to the server, retrying while it is not listening yet
 // (the C tools fail at once; a short grace period helps scripts that start
