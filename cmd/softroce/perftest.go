@@ -515,7 +515,7 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
 	if c.cmComm {
-		if pcm, err = startPtCM(ctx, c, td); err != nil {
+		if pcm, err = startPtCM(ctx, c, td, stderr); err != nil {
 			return err
 		}
 		defer pcm.close()

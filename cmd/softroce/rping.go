@@ -292,6 +292,20 @@ func lookupAddr(s string) (netip.Addr, error) {
 // timing); tests shorten the timers.
 var toolCMConfig *cm.Config
 
+// toolAgentConfig is the CM configuration of the tools' devices:
+// toolCMConfig, resolving addresses through the kernel's neighbour table
+// (rdma_resolve_addr's ARP) unless it says otherwise.
+func toolAgentConfig() *cm.Config {
+	var c cm.Config
+	if toolCMConfig != nil {
+		c = *toolCMConfig
+	}
+	if c.Resolve == nil && neighResolve != nil {
+		c.Resolve = neighResolve
+	}
+	return &c
+}
+
 // cmDevice opens a softroce device on addr (UDP port 4791) with a CM agent.
 type cmDevice struct {
 	dev   *verbs.Device
@@ -325,7 +339,7 @@ func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
 		}
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
 	}
-	if d.agent, err = cm.Attach(d.dev, toolCMConfig); err != nil {
+	if d.agent, err = cm.Attach(d.dev, toolAgentConfig()); err != nil {
 		d.dev.Close()
 		if d.pcap != nil {
 			d.pcap.Close()
@@ -1042,7 +1056,7 @@ func (cb *rcb) connectClient() int {
 		cb.errf("rdma_connect: %v\n", err)
 		return -1
 	}
-	cb.wait()
+	cb.waitSaying(cb.id.Agent().Config().Timeout, cb.connectWaitLine)
 	if s := cb.getState(); s != stConnected {
 		cb.errf("wait for CONNECTED state %d\n", s)
 		return -1
@@ -1098,6 +1112,32 @@ func (cb *rcb) clientSession(test func() int) int {
 		time.Sleep(time.Millisecond)
 	}
 	return ret
+}
+
+// waitSaying is wait, printing line() to stderr once if nothing happens
+// for d: what the tool is waiting for, where rping would stay silent.
+func (cb *rcb) waitSaying(d time.Duration, line func() string) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-cb.sem:
+		return
+	case <-t.C:
+		cb.errf("%s\n", line())
+	}
+	cb.wait()
+}
+
+// connectWaitLine says that the server's CM has not answered the REQ yet.
+func (cb *rcb) connectWaitLine() string {
+	cfg := cb.id.Agent().Config()
+	who := "rping: " // krping's errf adds "krping: "
+	if cb.o.prefix != "" {
+		who = ""
+	}
+	return fmt.Sprintf("%sno answer yet from %v: waiting for its connection manager to answer the connection request "+
+		"(resent every %.1f s; UNREACHABLE after %.0f s)", who, cb.id.RemoteAddr(), cfg.Timeout.Seconds(),
+		cfg.GiveUpAfter().Seconds())
 }
 
 func (cb *rcb) runClient() int { return cb.clientSession(cb.testClient) }
