@@ -196,7 +196,7 @@ func TestVersionAndCompletion(t *testing.T) {
 		want  string
 	}{
 		{[]string{"rc_p"}, "rc_pingpong\n"},
-		{[]string{"write_bw", "--dur"}, "--duration\n"},
+		{[]string{"write_bw", "--du"}, "--duration\n"}, // not --dualport (refused)
 		{[]string{"dada", "re"}, "read\nrecv\n"},
 		{[]string{"dada", "send", "--pc"}, "--pcap\n"},
 		{[]string{"dump", "-v"}, "-v\n"},

@@ -56,16 +56,17 @@ type getopt struct {
 }
 
 type gopt struct {
-	short  byte   // 0: long only
-	long   string // "": short only
-	hasArg bool
-	kind   optKind
-	meta   string // argument name in the help
-	Usage  string // the help text
-	def    string // default shown in the help
-	set    func(arg string) error
-	seen   bool
-	zeroOK bool // a duration of 0 is allowed (it means "never")
+	short   byte   // 0: long only
+	long    string // "": short only
+	hasArg  bool
+	kind    optKind
+	meta    string // argument name in the help
+	Usage   string // the help text
+	def     string // default shown in the help
+	set     func(arg string) error
+	seen    bool
+	zeroOK  bool // a duration of 0 is allowed (it means "never")
+	refused bool // recognised but not supported (not offered by completion)
 }
 
 // parseHook, when set (tests, completion), sees every option set as it parses.
@@ -177,7 +178,9 @@ func (g *getopt) durOrZero(short byte, long string, p *time.Duration) *gopt {
 
 // refuse registers an option softroce recognises but cannot honour.
 func (g *getopt) refuse(short byte, long string, hasArg bool, why string) *gopt {
-	return g.add(short, long, hasArg, func(string) error { return errRefused{why} })
+	o := g.add(short, long, hasArg, func(string) error { return errRefused{why} })
+	o.refused = true
+	return o
 }
 
 type errRefused struct{ why string }
