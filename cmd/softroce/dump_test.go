@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -249,4 +250,21 @@ func FuzzDumpDecode(f *testing.F) {
 			t.Fatal("not counted")
 		}
 	})
+}
+
+// TestDumpTcpdumpFlags: tcpdump's grouped -vx, -nn and -c N work with -r.
+func TestDumpTcpdumpFlags(t *testing.T) {
+	out, errOut, code := dlRun(t, "dump", "-r", rpingPcap, "-vx", "-nn", "-c", "2")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if !strings.HasSuffix(out, "\n2 packets, 0 bad ICRC, 0 unknown\n") || !strings.Contains(out, "\n\t0x0000: ") ||
+		!strings.Contains(out, " icrc 0x") {
+		t.Errorf("-vx -nn -c 2:\n%s", out)
+	}
+	// Options after -r's operand and grouped -tt (epoch timestamps).
+	out, _, code = dlRun(t, "dump", "-c", "1", "-r", rpingPcap, "-tt")
+	if code != 0 || !regexp.MustCompile(`^\d{10}\.\d{6} `).MatchString(out) || !strings.HasSuffix(out, "\n1 packets, 0 bad ICRC, 0 unknown\n") {
+		t.Errorf("-c 1 -tt:\n%s", out)
+	}
 }

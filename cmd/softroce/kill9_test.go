@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,10 @@ func TestKill9(t *testing.T) {
 			`Failed status transport retry counter exceeded \(12\) for wr_id \d+|the peer stopped answering`},
 		{"rc_pingpong", []string{"-n", "100000000", "-s", "64"}, `^  remote address:`, "client",
 			`Failed status .* for wr_id \d+|the peer stopped answering`},
+		{"rc_pingpong", []string{"-n", "100000000", "-s", "64", "-e"}, `^  remote address:`, "client",
+			`Failed status .* for wr_id \d+|the peer stopped answering`},
+		{"ud_pingpong", []string{"-n", "100000000", "-s", "64"}, `^  remote address:`, "server",
+			`the peer stopped answering`},
 		{"write_bw", []string{"-D", "60", "-s", "4096"}, `#bytes`, "server",
 			`(?s) Completion with error at client\n Failed status 12: wr_id \d+ syndrom 0x[0-9a-f]+\nscnt=\d+, ccnt=\d+\n Failed to complete run_iter_bw function successfully|closed the side channel`},
 		{"write_bw", []string{"-D", "60", "-s", "4096"}, `#bytes`, "client",
@@ -121,7 +126,11 @@ func TestKill9(t *testing.T) {
 		{"send_lat", []string{"-n", "100000000"}, `#bytes`, "client",
 			`Completion with error at server|closed the side channel`},
 	} {
-		t.Run(tc.tool+"/kill-"+tc.victim, func(t *testing.T) {
+		name := tc.tool + "-kill-" + tc.victim
+		if slices.Contains(tc.args, "-e") {
+			name += "-events"
+		}
+		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			sa, ca := loopPair()

@@ -21,6 +21,9 @@ type Config struct {
 	// Name is the device name (default "softroce0").
 	Name string
 	// Clock drives the retransmit and RNR timers (default: the real clock).
+	// On the real clock (nil or RealClock) a device keeps all its QPs'
+	// timers in one heap served by one goroutine; any other Clock (a
+	// FakeClock) gets the QPs' timers directly.
 	Clock Clock
 	// Logger receives debug logs (nil: silent).
 	Logger *slog.Logger
@@ -59,6 +62,7 @@ type Stats struct {
 	NAKsSent           atomic.Uint64 // other NAKs (0x61-0x63)
 	NAKsRcvd           atomic.Uint64
 	DupRequests        atomic.Uint64 // duplicate requests answered
+	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now
 	MWs                atomic.Uint64 // allocated memory windows now

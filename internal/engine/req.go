@@ -353,7 +353,7 @@ func (qp *QP) execLocal(w *sendWQE) {
 		return
 	}
 	if w.wr.ImmData>>8 > maxMRIndex {
-		if !qp.dev.lookupMW(w.wr.ImmData).invalidate(qp.pd, w.wr.ImmData) {
+		if !qp.dev.lookupMW(w.wr.ImmData).invalidate(qp.pd, w.wr.ImmData, nil) {
 			w.status = WCLocQPOpErr
 			qp.toError()
 		}
@@ -694,6 +694,8 @@ func (qp *QP) completer(p *wire.Packet) {
 			progress, _, lost := qp.ackBefore(psn, true)
 			if progress {
 				qp.progressed()
+			} else if !lost {
+				st.DropResponse.Add(1) // inside an unanswered read: tells nothing
 			}
 			if lost && !qp.rewound && (qp.state == QPStateRTS || qp.state == QPStateSQD) {
 				qp.retry()
