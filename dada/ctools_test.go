@@ -72,7 +72,9 @@ func TestAgainstPsrdadaTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	hf := filepath.Join(t.TempDir(), "header.dada")
-	os.WriteFile(hf, []byte(testHeader(t).String()), 0o644)
+	if err := os.WriteFile(hf, []byte(testHeader(t).String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		_, err := run("dada_junkdb", "-k", ks, "-b", strconv.Itoa(2*bufsz+77), "-c", "Z", "-r", "64", hf)
 		done <- err
