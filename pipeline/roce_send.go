@@ -241,7 +241,7 @@ func (s *roceSender) handshake(local []qpInfo) error {
 		return s.fail(fmt.Errorf("%w: bad accept message", ErrProtocol))
 	}
 	bufsz := int(binary.BigEndian.Uint64(acc))
-	if bufsz <= 0 || bufsz > 1<<31 {
+	if bufsz <= 0 || int64(bufsz) > 1<<31 {
 		return s.fail(fmt.Errorf("%w: receiver's block size %d", ErrProtocol, bufsz))
 	}
 	if err := s.conn.connect(remote); err != nil {
