@@ -36,8 +36,8 @@ type RoCESendConfig struct {
 	FillOnce bool
 	// UseSend sends each block as SENDs of ChunkSize bytes (the last one
 	// SEND WITH IMMEDIATE) into receives the receiver posts on the block's
-	// chunks, as the receive loop of the user's note does, instead of one
-	// RDMA WRITE WITH IMMEDIATE.
+	// chunks, as a classic verbs receive loop does (one receive per chunk),
+	// instead of one RDMA WRITE WITH IMMEDIATE.
 	UseSend bool
 	// ChunkSize is the SEND size (default 1 MiB, at most the block size).
 	ChunkSize int
