@@ -81,6 +81,7 @@ type Ring struct {
 	xfer    uint64 // current transfer slot
 	iread   int    // reader slot, -1 if none
 	soclock uint64
+	held    bool // the buffer at r_bufs was taken by a reader that died (rejoinPoint)
 	sb      [1]sysv.Sembuf
 }
 
@@ -506,8 +507,12 @@ func (r *Ring) attachContiguous() error {
 			err = fmt.Errorf("kernel placed it at %#x instead of %#x", uintptr(unsafe.Pointer(&b[0])), addr)
 		}
 		if err != nil {
+			// keep the reservation until every block is out of it, so
+			// that the final Release unmaps nothing but our own range
 			for j := 0; j < i; j++ {
-				sysv.ShmDetach(r.blocks[j])
+				if sysv.Unattach(r.blocks[j]) != nil {
+					sysv.ShmDetach(r.blocks[j])
+				}
 				r.blocks[j] = nil
 			}
 			sysv.Release(base, size)
@@ -519,15 +524,34 @@ func (r *Ring) attachContiguous() error {
 	return nil
 }
 
+// detachBlocks detaches every data segment. Blocks inside the contiguous
+// reservation are replaced by reserved (PROT_NONE) pages rather than shmdt'd,
+// so the reserved range stays this process's own until Release unmaps it:
+// an address freed early could be handed to another thread's mapping, which
+// the Release would then destroy.
 func (r *Ring) detachBlocks() {
+	ok := true
 	for i, b := range r.blocks {
-		if b != nil {
-			sysv.ShmDetach(b)
-			r.blocks[i] = nil
+		if b == nil {
+			continue
 		}
+		if r.resv != nil {
+			if err := sysv.Unattach(b); err != nil {
+				// cannot keep the range: detach, and leak the rest of
+				// the reservation rather than unmap what may be foreign
+				r.logger().Warn("dada: keeping a detached block reserved failed", "key", r.key.Short(), "block", i, "err", err)
+				sysv.ShmDetach(b)
+				ok = false
+			}
+		} else {
+			sysv.ShmDetach(b)
+		}
+		r.blocks[i] = nil
 	}
 	if r.resv != nil {
-		sysv.Release(r.resv, r.resvLen)
+		if ok {
+			sysv.Release(r.resv, r.resvLen)
+		}
 		r.resv, r.resvLen = nil, 0
 	}
 }

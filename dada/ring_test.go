@@ -283,6 +283,15 @@ func TestSingleReaderTransfers(t *testing.T) {
 	if hs := h.Header.Stats(); hs.WXfer != 4 || hs.WBufCurr != 4 {
 		t.Fatalf("header stats %+v", hs)
 	}
+	// psrdada 1.1.0: after a transfer is read to its end, the reader's
+	// r_bufs equals w_buf_curr (the monitor's R and W columns agree)
+	for _, rg := range []*Ring{h.Data, h.Header} {
+		st := rg.Stats()
+		if st.Readers[0].RBuf != st.WBufCurr || st.Readers[0].RXfer != st.WXfer {
+			t.Errorf("ring %s after reading every transfer: r_bufs %d r_xfers %d, want w_buf_curr %d w_xfer %d",
+				rg.Key().Short(), st.Readers[0].RBuf, st.Readers[0].RXfer, st.WBufCurr, st.WXfer)
+		}
+	}
 }
 
 func TestPartialLastBlockDirect(t *testing.T) {

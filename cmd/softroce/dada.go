@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +21,7 @@ func init() {
 		name:    "dada",
 		summary: "PSRDADA ring buffers: db (create/destroy), monitor, write, read, send, recv",
 		run:     runDada,
+		subs:    []string{"db", "monitor", "write", "read", "send", "recv"},
 	})
 }
 
@@ -77,24 +77,30 @@ func (f *keyFlag) Set(s string) error {
 	return nil
 }
 
-func newDadaFlags(name string, stderr io.Writer, usage string) (*flag.FlagSet, *keyFlag) {
-	fs := flag.NewFlagSet("softroce dada "+name, flag.ContinueOnError)
+func newDadaFlags(name string, stderr io.Writer, usage string) (*getopt, *keyFlag) {
+	fs := newFlagSet("softroce dada " + name)
 	fs.SetOutput(stderr)
 	k := &keyFlag{k: dada.DefaultKey}
 	fs.Var(k, "k", "hexadecimal shared memory key")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: softroce dada %s %s\n", name, usage)
+		fmt.Fprintf(fs.Output(), "Usage: softroce dada %s %s\n\nOptions:\n", name, usage)
 		fs.PrintDefaults()
 	}
 	return fs, k
 }
 
-func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+// parseFlags parses a dada subcommand's arguments with the shared grammar:
+// -h prints the usage (exit 0), a bad option one line (exit 2).
+func parseFlags(fs *getopt, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
+		if errors.Is(err, errGetoptHelp) {
+			fs.Usage()
+			return exitOK, false
 		}
-		return 2, false
+		return usageErr(fs.Output(), fs.prog, "%v", err), false
+	}
+	if argsOnly {
+		return exitOK, false
 	}
 	return 0, true
 }

@@ -47,6 +47,18 @@ func steadyLoop(t testing.TB, a, b *side, wr []SendWR, rwr []RecvWR, wcs []WC) {
 	}
 }
 
+// allocsPerRun is testing.AllocsPerRun pinned against noise: the count is
+// process-wide (a straggling goroutine of an earlier test, a retransmission
+// under heavy load), so it takes the least of three measurements. An
+// allocation on the measured path shows in every one of them.
+func allocsPerRun(runs int, f func()) float64 {
+	n := testing.AllocsPerRun(runs, f)
+	for i := 0; i < 2 && n != 0; i++ {
+		n = min(n, testing.AllocsPerRun(runs, f))
+	}
+	return n
+}
+
 func TestSteadyStateAllocs(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("allocation counts need a run without -race or -short")
@@ -58,9 +70,9 @@ func TestSteadyStateAllocs(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		steadyLoop(t, a, b, wr, rwr, wcs)
 	}
-	allocs := testing.AllocsPerRun(200, func() { steadyLoop(t, a, b, wr, rwr, wcs) })
+	allocs := allocsPerRun(200, func() { steadyLoop(t, a, b, wr, rwr, wcs) })
 	t.Logf("%.2f allocations per SEND round trip (both devices, link included)", allocs)
-	if allocs > 1 {
+	if allocs != 0 {
 		t.Errorf("%.2f allocations per SEND round trip, want 0", allocs)
 	}
 	wr = []SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, 65536), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}
@@ -70,14 +82,14 @@ func TestSteadyStateAllocs(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
-	allocs = testing.AllocsPerRun(50, func() {
+	allocs = allocsPerRun(50, func() {
 		a.qp.PostSend(wr)
 		for a.scq.Poll(wcs[:1]) == 0 {
 			runtime.Gosched()
 		}
 	})
 	t.Logf("%.2f allocations per 64 KiB RDMA WRITE", allocs)
-	if allocs > 1 {
+	if allocs != 0 {
 		t.Errorf("%.2f allocations per 64 KiB WRITE, want 0", allocs)
 	}
 }
@@ -100,9 +112,9 @@ func TestSteadyStateAllocsUCUD(t *testing.T) {
 		for i := 0; i < 100; i++ {
 			steadyLoop(t, a, b, wr, rwr, wcs)
 		}
-		allocs := testing.AllocsPerRun(200, func() { steadyLoop(t, a, b, wr, rwr, wcs) })
+		allocs := allocsPerRun(200, func() { steadyLoop(t, a, b, wr, rwr, wcs) })
 		t.Logf("%v: %.2f allocations per SEND", typ, allocs)
-		if allocs > 0.5 {
+		if allocs != 0 {
 			t.Errorf("%v: %.2f allocations per SEND, want 0", typ, allocs)
 		}
 	}

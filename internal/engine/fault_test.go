@@ -16,7 +16,7 @@ func TestFaultMatrix(t *testing.T) {
 	for _, loss := range []float64{0.01, 0.10, 0.30} {
 		t.Run(fmt.Sprintf("loss%.0f%%", loss*100), func(t *testing.T) {
 			f := pipe.Faults{Loss: loss, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.02}
-			a, b := newPair(t, pairOpts{faults: f, timeout: 8, seed: uint64(loss * 1000)})
+			a, b := newPair(t, pairOpts{faults: f, timeout: 12, seed: uint64(loss * 1000)})
 			const msgs = 40
 			const slot = 8192
 			for i := 0; i < msgs; i++ {

@@ -84,8 +84,10 @@ type QP struct {
 	retryArmed  bool
 	retryTimer  Timer
 	rnrTimer    Timer
-	rewound     bool // a retry sequence started and no progress yet
-	rewoundPSN  uint32
+	rewound     bool   // a retry sequence started and no positive answer yet (rxe: started_retry)
+	sentPSN     uint32 // one past the newest PSN sent
+	backoff     int    // consecutive retransmit timeouts of the same PSN
+	rng         uint64 // retransmit jitter generator state
 
 	// Receive queue and responder state.
 	rq   recvRing
@@ -164,6 +166,7 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 		qp.attr.QKey = wire.GSIQKey
 	}
 	qp.sport = rxeSport(qp.qpn)
+	qp.rng = uint64(qp.qpn)*0x9E3779B97F4A7C15 | 1
 	qp.retryTimer = d.clock.AfterFunc(1<<62, qp.onRetryTimer)
 	qp.retryTimer.Stop()
 	qp.rnrTimer = d.clock.AfterFunc(1<<62, qp.onRNRTimer)
@@ -431,7 +434,7 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 	}
 	if m&QPAttrSQPSN != 0 {
 		q.SQPSN = a.SQPSN
-		qp.nextPSN = a.SQPSN
+		qp.nextPSN, qp.sentPSN = a.SQPSN, a.SQPSN
 	}
 	if m&QPAttrMaxDestRdAtomic != 0 {
 		q.MaxDestRdAtomic = a.MaxDestRdAtomic
@@ -490,7 +493,7 @@ func (qp *QP) enter(s QPState) {
 			qp.sq[i] = sendWQE{inline: qp.sq[i].inline[:0]}
 		}
 		qp.rq.head, qp.rq.n = 0, 0
-		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound = 0, 0, false, false
+		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound, qp.backoff = 0, 0, false, false, 0
 		res := qp.resp.res
 		for i := range res {
 			res[i] = respRes{}

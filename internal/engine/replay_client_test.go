@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/netip"
 	"sync"
 	"testing"
@@ -90,8 +91,12 @@ func replayClient(t *testing.T, file string, typ QPType) {
 	if typ != QPTypeUD && qp.SourcePort() != sport {
 		t.Errorf("UDP source port %d, kernel used %d", qp.SourcePort(), sport)
 	}
-	for i := 0; i < 256; i++ {
-		qp.PostRecv([]RecvWR{{SGList: []SGE{{Addr: mr.Addr() + 8<<20, Length: 8192, LKey: mr.LKey()}}}})
+	// Receive buffers of their own (8 MiB on), one per WQE.
+	const nRecv, recvBase, recvStride = 256, 8 << 20, 8192
+	for i := 0; i < nRecv; i++ {
+		if _, err := qp.PostRecv([]RecvWR{{WRID: uint64(i), SGList: []SGE{{Addr: mr.Addr() + recvBase + uint64(i*recvStride), Length: recvStride, LKey: mr.LKey()}}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var ah *AH
 	if typ == QPTypeUD {
@@ -99,12 +104,15 @@ func replayClient(t *testing.T, file string, typ QPType) {
 	}
 	// Rebuild the work requests.
 	var wrs []SendWR
+	var firstPSN []uint32 // of each WR's first packet
 	off := 0
 	var cur *SendWR
 	for _, c := range reqs {
 		m := c.p.Mask
 		if m&(wire.First|wire.Only) != 0 {
-			wrs = append(wrs, SendWR{SGList: []SGE{{Addr: mr.Addr() + uint64(off), LKey: mr.LKey()}}})
+			// Every WR signaled: its completion is checked below.
+			wrs = append(wrs, SendWR{WRID: uint64(len(wrs)), Flags: SendSignaled, SGList: []SGE{{Addr: mr.Addr() + uint64(off), LKey: mr.LKey()}}})
+			firstPSN = append(firstPSN, c.p.BTH.PSN)
 			cur = &wrs[len(wrs)-1]
 			switch {
 			case m&wire.IsSend != 0:
@@ -218,16 +226,97 @@ func replayClient(t *testing.T, file string, typ QPType) {
 				c.p.BTH.Opcode, c.p.BTH, len(w))
 		}
 	}
-	// Every WR completed successfully.
+	// Every WR completed successfully, in order, and READ and atomic
+	// results hold what the kernel's server answered; every SEND of the
+	// server completed a receive WQE in order and landed in its buffer.
+	var srvMsgs [][]byte
+	readResp := map[uint32][]byte{}   // READ response payloads by PSN
+	atomicOrig := map[uint32]uint64{} // ATOMIC ACK original values by PSN
+	for _, c := range pkts {
+		if c.src.Addr() != serverIP {
+			continue
+		}
+		m := c.p.Mask
+		switch {
+		case m&wire.IsSend != 0:
+			if m&(wire.First|wire.Only) != 0 {
+				srvMsgs = append(srvMsgs, nil)
+			}
+			srvMsgs[len(srvMsgs)-1] = append(srvMsgs[len(srvMsgs)-1], c.p.Payload...)
+		case m&wire.IsReadResponse != 0:
+			readResp[c.p.BTH.PSN] = c.p.Payload
+		case c.p.BTH.Opcode == wire.RCAtomicAcknowledge:
+			atomicOrig[c.p.BTH.PSN] = c.p.AtomicAckETH.Orig
+		}
+	}
+	wcOp := map[WROpcode]WCOpcode{WRSend: WCSend, WRSendWithImm: WCSend, WRRDMAWrite: WCRDMAWrite,
+		WRRDMAWriteWithImm: WCRDMAWrite, WRRDMARead: WCRDMARead, WRAtomicFetchAndAdd: WCFetchAdd, WRAtomicCmpAndSwp: WCCompSwap}
+	var sends, recvs []WC
 	wc := make([]WC, 64)
-	n := 0
-	for k := cq.Poll(wc); k > 0; k = cq.Poll(wc) {
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sends) < len(wrs) || len(recvs) < len(srvMsgs) {
+		k := cq.Poll(wc)
 		for _, w := range wc[:k] {
-			if w.Status != WCSuccess {
-				t.Fatalf("%+v", w)
+			if w.Opcode&WCRecv != 0 {
+				recvs = append(recvs, w)
+			} else {
+				sends = append(sends, w)
 			}
 		}
-		n += k
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d send and %d of %d receive completions", len(sends), len(wrs), len(recvs), len(srvMsgs))
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
 	}
-	t.Logf("%d requests identical to the kernel's; %d completions", len(reqs), n)
+	if k := cq.Poll(wc); k != 0 {
+		t.Fatalf("%d completions more than the capture implies: %+v", k, wc[:k])
+	}
+	for i, w := range sends {
+		wr := &wrs[i]
+		if w.Status != WCSuccess || w.WRID != uint64(i) || w.Opcode != wcOp[wr.Opcode] {
+			t.Fatalf("completion %d: %+v, want WRID %d %v success", i, w, i, wr.Opcode)
+		}
+		dst := buf[wr.SGList[0].Addr-mr.Addr():][:wr.SGList[0].Length]
+		switch wr.Opcode {
+		case WRRDMARead:
+			if w.ByteLen != wr.SGList[0].Length {
+				t.Fatalf("READ %d: byte_len %d, want %d", i, w.ByteLen, wr.SGList[0].Length)
+			}
+			var want []byte
+			for psn := firstPSN[i]; len(want) < len(dst); psn = wire.PSNAdd(psn, 1) {
+				pl, ok := readResp[psn]
+				if !ok {
+					t.Fatalf("READ %d: no response with PSN %#x in the capture", i, psn)
+				}
+				want = append(want, pl...)
+			}
+			if !bytes.Equal(dst, want) {
+				t.Fatalf("READ %d: the data read differs from the kernel's READ responses", i)
+			}
+		case WRAtomicFetchAndAdd, WRAtomicCmpAndSwp:
+			orig, ok := atomicOrig[firstPSN[i]]
+			if !ok {
+				t.Fatalf("atomic %d: no ATOMIC ACK with PSN %#x in the capture", i, firstPSN[i])
+			}
+			if got := binary.NativeEndian.Uint64(dst); got != orig {
+				t.Fatalf("atomic %d: original value %#x, the kernel answered %#x", i, got, orig)
+			}
+		}
+	}
+	for i, w := range recvs {
+		msg := srvMsgs[i]
+		hdr := 0
+		if typ == QPTypeUD {
+			hdr = grhLen
+		}
+		if w.Status != WCSuccess || w.WRID != uint64(i) || int(w.ByteLen) != hdr+len(msg) {
+			t.Fatalf("receive completion %d: %+v, want WRID %d, %d bytes", i, w, i, hdr+len(msg))
+		}
+		if got := buf[recvBase+i*recvStride+hdr:][:len(msg)]; !bytes.Equal(got, msg) {
+			t.Fatalf("server message %d did not land in its receive buffer", i)
+		}
+	}
+	t.Logf("%d requests identical to the kernel's; %d WRs and %d receives completed as the capture says", len(reqs), len(sends), len(recvs))
 }

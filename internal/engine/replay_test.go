@@ -78,7 +78,7 @@ func TestReplayKernelCaptures(t *testing.T) {
 	for _, c := range []struct {
 		file string
 		typ  QPType
-		recv int // receive completions expected
+		recv int // receive completions expected (the client's SEND messages)
 	}{
 		{"rc_pingpong.pcap", QPTypeRC, 10},
 		{"rc_pingpong_small.pcap", QPTypeRC, 5},
@@ -86,8 +86,8 @@ func TestReplayKernelCaptures(t *testing.T) {
 		{"write_lat.pcap", QPTypeRC, 0},
 		{"read_bw.pcap", QPTypeRC, 0},
 		{"read_lat.pcap", QPTypeRC, 0},
-		{"send_bw.pcap", QPTypeRC, -1},
-		{"send_lat.pcap", QPTypeRC, -1},
+		{"send_bw.pcap", QPTypeRC, 50},
+		{"send_lat.pcap", QPTypeRC, 20},
 		{"atomic_bw.pcap", QPTypeRC, 0},
 		{"atomic_lat.pcap", QPTypeRC, 0},
 		{"uc_pingpong.pcap", QPTypeUC, 10},
@@ -213,8 +213,58 @@ func replay(t *testing.T, file string, typ QPType, wantRecv int) {
 	if typ != QPTypeUD && srvQP.SourcePort() != srvSport {
 		t.Errorf("UDP source port %d, kernel used %d", srvQP.SourcePort(), srvSport)
 	}
-	for i := 0; i < 512; i++ {
-		srvQP.PostRecv([]RecvWR{{WRID: uint64(i), SGList: []SGE{{Addr: mr.Addr(), Length: 8192, LKey: mr.LKey()}}}})
+	// Each receive WQE has a buffer of its own, so every message's landing
+	// place can be checked.
+	const nRecv, recvStride = 512, 8192
+	rbuf := make([]byte, nRecv*recvStride)
+	rmr, err := pd.RegMR(rbuf, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < nRecv; i++ {
+		if _, err := srvQP.PostRecv([]RecvWR{{WRID: uint64(i), SGList: []SGE{{Addr: rmr.Addr() + uint64(i*recvStride), Length: recvStride, LKey: rmr.LKey()}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The memory the client's requests should leave: WRITE payloads at
+	// their addresses, atomics applied in order; SEND messages in order.
+	expect := append([]byte(nil), buf...)
+	var msgs [][]byte
+	var msgIP [][]byte // the IP header of each message's first packet (UD: the GRH)
+	var wVA uint64
+	for _, c := range pkts {
+		m := c.p.Mask
+		if c.src.Addr() != clientIP || m&wire.IsRequest == 0 {
+			continue
+		}
+		switch {
+		case m&wire.IsSend != 0:
+			if m&(wire.First|wire.Only) != 0 {
+				msgs = append(msgs, nil)
+				msgIP = append(msgIP, c.ipHdr)
+			}
+			msgs[len(msgs)-1] = append(msgs[len(msgs)-1], c.p.Payload...)
+		case m&wire.IsWrite != 0:
+			if m&(wire.First|wire.Only) != 0 {
+				wVA = c.p.RETH.VA
+			}
+			copy(expect[wVA-lo:], c.p.Payload)
+			wVA += uint64(len(c.p.Payload))
+		case m&wire.IsAtomic != 0:
+			w := expect[c.p.AtomicETH.VA-lo:]
+			v := binary.NativeEndian.Uint64(w)
+			if c.p.BTH.Opcode == wire.RCCompareSwap {
+				if v == c.p.AtomicETH.Compare {
+					v = c.p.AtomicETH.SwapAdd
+				}
+			} else {
+				v += c.p.AtomicETH.SwapAdd
+			}
+			binary.NativeEndian.PutUint64(w, v)
+		}
+	}
+	if len(msgs) != wantRecv {
+		t.Fatalf("the capture holds %d SEND messages, the table says %d", len(msgs), wantRecv)
 	}
 	// Collect what softroce sends.
 	var mu sync.Mutex
@@ -281,22 +331,46 @@ func replay(t *testing.T, file string, typ QPType, wantRecv int) {
 				i, gp.BTH.Opcode, gp.BTH.PSN, gp.AETH, len(g), wp.BTH.Opcode, wp.BTH.PSN, wp.AETH, len(w))
 		}
 	}
-	if wantRecv >= 0 {
-		n := 0
-		wc := make([]WC, 64)
-		for k := cq.Poll(wc); k > 0; k = cq.Poll(wc) {
-			for _, w := range wc[:k] {
-				if w.Status != WCSuccess {
-					t.Fatalf("%+v", w)
-				}
-				if w.Opcode&WCRecv != 0 {
-					n++
-				}
+	// Every SEND message completed a receive WQE, in order, and landed in
+	// that WQE's buffer (UD: after the GRH, which carries the IPv4 header).
+	var wcs []WC
+	wc := make([]WC, 64)
+	for k := cq.Poll(wc); k > 0; k = cq.Poll(wc) {
+		wcs = append(wcs, wc[:k]...)
+	}
+	if len(wcs) != len(msgs) {
+		t.Fatalf("%d completions, want %d receive completions", len(wcs), len(msgs))
+	}
+	for i, w := range wcs {
+		hdr := 0
+		if typ == QPTypeUD {
+			hdr = grhLen
+		}
+		if w.Status != WCSuccess || w.Opcode != WCRecv || w.WRID != uint64(i) || int(w.ByteLen) != hdr+len(msgs[i]) {
+			t.Fatalf("receive completion %d: %+v, want WRID %d, %d bytes", i, w, i, hdr+len(msgs[i]))
+		}
+		got := rbuf[i*recvStride:][:hdr+len(msgs[i])]
+		if typ == QPTypeUD {
+			var grh [grhLen]byte
+			copy(grh[grhLen-len(msgIP[i]):], msgIP[i])
+			if !bytes.Equal(got[:grhLen], grh[:]) {
+				t.Fatalf("message %d: GRH % x, want % x", i, got[:grhLen], grh)
 			}
 		}
-		if n != wantRecv {
-			t.Fatalf("%d receive completions, want %d", n, wantRecv)
+		if !bytes.Equal(got[hdr:], msgs[i]) {
+			t.Fatalf("message %d (%d bytes) did not land in its receive buffer", i, len(msgs[i]))
 		}
+		if rest := rbuf[i*recvStride+hdr+len(msgs[i]) : (i+1)*recvStride]; !bytes.Equal(rest, make([]byte, len(rest))) {
+			t.Fatalf("message %d: bytes written past its end", i)
+		}
+	}
+	// WRITE and atomic targets hold what the client's requests imply.
+	if !bytes.Equal(buf, expect) {
+		i := 0
+		for buf[i] == expect[i] {
+			i++
+		}
+		t.Fatalf("server memory differs from the capture's WRITE/atomic effects at VA %#x", lo+uint64(i))
 	}
 	t.Logf("%d client packets replayed, %d responses identical to the kernel's", len(pkts)-len(want), len(want))
 }

@@ -1,82 +1,251 @@
 package engine
 
 import (
-	"bytes"
 	"testing"
 	"time"
 
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/wire"
 )
 
-// TestRemoteAccessErrors checks the responder error table (§5, §7): the
-// requester sees the specified status, both QPs end in ERR, and no byte
-// outside the target MR changes.
+// TestRemoteAccessErrors checks the responder's access checks (§5, §7), one
+// check per case: every operation is inside the target region (the
+// "control" case shows it succeeds there), so the case fails only through
+// the check it names. The requester sees REM_ACCESS_ERR, both QPs end in
+// ERR, and no byte of either buffer changes.
 func TestRemoteAccessErrors(t *testing.T) {
+	// The target: b.buf[1024:2048], registered by the case; the operation
+	// covers its bytes 64..127 (atomics: 64..71).
+	const base, off, n = 1024, 64, 64
+	reg := func(t *testing.T, pd *PD, b *side, access Access) *MR {
+		t.Helper()
+		mr, err := pd.RegMR(b.buf[base:base+1024], access)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mr
+	}
 	type tc struct {
-		name   string
-		op     WROpcode
-		setup  func(a, b *side) (addr uint64, rkey uint32)
-		status WCStatus
+		name  string
+		setup func(t *testing.T, b *side, need Access) (addr uint64, rkey uint32)
+		ok    bool
 	}
 	cases := []tc{
-		{"wrong rkey", WRRDMAWrite, func(a, b *side) (uint64, uint32) { return b.mr.Addr(), b.mr.RKey() ^ 0x55 }, WCRemAccessErr},
-		{"out of bounds", WRRDMAWrite, func(a, b *side) (uint64, uint32) { return b.mr.Addr() + uint64(b.mr.Len()) - 10, b.mr.RKey() }, WCRemAccessErr},
-		{"below start", WRRDMARead, func(a, b *side) (uint64, uint32) { return b.mr.Addr() - 1, b.mr.RKey() }, WCRemAccessErr},
-		{"missing access bit", WRRDMARead, func(a, b *side) (uint64, uint32) {
-			mr, _ := b.pd.RegMR(b.buf[1024:2048], AccessLocalWrite|AccessRemoteWrite)
-			return mr.Addr(), mr.RKey()
-		}, WCRemAccessErr},
-		{"other PD", WRRDMAWrite, func(a, b *side) (uint64, uint32) {
-			pd, _ := b.dev.AllocPD()
-			mr, _ := pd.RegMR(b.buf[1024:2048], AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
-			return mr.Addr(), mr.RKey()
-		}, WCRemAccessErr},
-		{"deregistered", WRRDMAWrite, func(a, b *side) (uint64, uint32) {
-			mr, _ := b.pd.RegMR(b.buf[1024:2048], AccessLocalWrite|AccessRemoteWrite)
-			addr, key := mr.Addr(), mr.RKey()
-			mr.Deregister()
+		{"control", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			mr := reg(t, b.pd, b, allRemote)
+			return mr.Addr() + off, mr.RKey()
+		}, true},
+		{"wrong key8", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			mr := reg(t, b.pd, b, allRemote)
+			return mr.Addr() + off, IncRKey(mr.RKey())
+		}, false},
+		{"other PD", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			pd, err := b.dev.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mr := reg(t, pd, b, allRemote)
+			return mr.Addr() + off, mr.RKey()
+		}, false},
+		{"moved to other PD", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			pd, err := b.dev.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mr := reg(t, b.pd, b, allRemote)
+			if err := mr.Rereg(ReregChangePD, pd, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+			return mr.Addr() + off, mr.RKey()
+		}, false},
+		{"missing access bit", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			mr := reg(t, b.pd, b, allRemote&^need)
+			return mr.Addr() + off, mr.RKey()
+		}, false},
+		{"access bit removed by rereg", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			mr := reg(t, b.pd, b, allRemote)
+			if err := mr.Rereg(ReregChangeAccess, nil, nil, allRemote&^need); err != nil {
+				t.Fatal(err)
+			}
+			return mr.Addr() + off, mr.RKey()
+		}, false},
+		{"deregistered", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			mr := reg(t, b.pd, b, allRemote)
+			addr, key := mr.Addr()+off, mr.RKey()
+			if err := mr.Deregister(); err != nil {
+				t.Fatal(err)
+			}
 			return addr, key
-		}, WCRemAccessErr},
-		{"invalidated", WRRDMAWrite, func(a, b *side) (uint64, uint32) {
-			mr, _ := b.pd.RegMR(b.buf[1024:2048], AccessLocalWrite|AccessRemoteWrite)
+		}, false},
+		{"invalidated", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			mr := reg(t, b.pd, b, allRemote)
 			mr.Invalidate()
-			return mr.Addr(), mr.RKey()
-		}, WCRemAccessErr},
-		{"atomic no access", WRAtomicFetchAndAdd, func(a, b *side) (uint64, uint32) {
-			mr, _ := b.pd.RegMR(b.buf[1024:2048], AccessLocalWrite|AccessRemoteWrite)
-			return mr.Addr(), mr.RKey()
-		}, WCRemAccessErr},
+			return mr.Addr() + off, mr.RKey()
+		}, false},
+		{"old key after revalidation", func(t *testing.T, b *side, need Access) (uint64, uint32) {
+			mr := reg(t, b.pd, b, allRemote)
+			key := mr.RKey()
+			mr.Invalidate()
+			mr.Revalidate()
+			return mr.Addr() + off, key
+		}, false},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a, b := newPair(t, pairOpts{bufSize: 64 << 10})
-			// Canary: b's whole buffer holds a pattern; the target MRs live inside it.
-			canary := make([]byte, len(b.buf))
-			fill(canary, 0xA5)
-			copy(b.buf, canary)
-			addr, key := c.setup(a, b)
-			postRecv(t, b, 1, 0, 16)
-			wr := SendWR{WRID: 9, Opcode: c.op, Flags: SendSignaled, SGList: sge(a, 0, 3000), RemoteAddr: addr, RKey: key}
-			if c.op == WRAtomicFetchAndAdd {
-				wr.SGList = sge(a, 0, 8)
-			}
-			post(t, a.qp, wr)
-			wc := waitWC(t, a.scq, 1, 5*time.Second)
-			if wc[0].Status != c.status {
-				t.Fatalf("status %v, want %v", wc[0].Status, c.status)
-			}
-			waitState(t, a.qp, QPStateErr)
-			waitState(t, b.qp, QPStateErr)
-			rwc := waitWC(t, b.rcq, 1, 5*time.Second)
-			if rwc[0].Status != WCWRFlushErr {
-				t.Fatalf("receive WQE: %v, want flushed", rwc[0].Status)
-			}
-			if !bytes.Equal(b.buf, canary) {
-				t.Fatal("bytes changed in the target buffer")
-			}
-		})
+	for _, op := range remoteOps {
+		for _, c := range cases {
+			t.Run(op.op.String()+"/"+c.name, func(t *testing.T) {
+				a, b := remotePair(t)
+				addr, key := c.setup(t, b, op.need)
+				want := WCRemAccessErr
+				if c.ok {
+					want = WCSuccess
+				}
+				checkRemote(t, a, b, op.op, addr, key, n, base+off, want)
+			})
+		}
 	}
+}
+
+// TestRemoteAccessErrorsMW checks the window's own access checks the same
+// way: each case is inside the window and fails only through its check.
+func TestRemoteAccessErrorsMW(t *testing.T) {
+	const base, off, n = 1024, 64, 64
+	const winAccess = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	// bindOn binds a window of pd over b.buf[base:base+1024] through qp.
+	bind1 := func(t *testing.T, qp *QP, b *side, pd *PD, access Access) (*MW, *MR, uint64, uint32) {
+		t.Helper()
+		mr, err := pd.RegMR(b.buf[base:base+1024], allRemote)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mw, err := pd.AllocMW(MWType1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := qp.BindMW(mw, MWBind{WRID: 3, Flags: SendSignaled, BindInfo: MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: access}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantWC(t, b.scq, WCSuccess, WCBindMW)
+		return mw, mr, mr.Addr() + off, key
+	}
+	type tc struct {
+		name  string
+		setup func(t *testing.T, a, b *side, need Access) (addr uint64, rkey uint32)
+		ok    bool
+	}
+	cases := []tc{
+		{"control", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			_, _, addr, key := bind1(t, b.qp, b, b.pd, winAccess)
+			return addr, key
+		}, true},
+		{"type 2 control", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			mr, err := b.pd.RegMR(b.buf[base:base+1024], allRemote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, _ := b.pd.AllocMW(MWType2)
+			key := bind2(t, b, mw, MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: winAccess})
+			return mr.Addr() + off, key
+		}, true},
+		{"wrong key8", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			_, _, addr, key := bind1(t, b.qp, b, b.pd, winAccess)
+			return addr, IncRKey(key)
+		}, false},
+		{"old key after rebind", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			mw, mr, addr, key := bind1(t, b.qp, b, b.pd, winAccess)
+			if _, err := b.qp.BindMW(mw, MWBind{Flags: SendSignaled, BindInfo: MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: winAccess}}); err != nil {
+				t.Fatal(err)
+			}
+			wantWC(t, b.scq, WCSuccess, WCBindMW)
+			return addr, key
+		}, false},
+		{"missing window access bit", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			_, _, addr, key := bind1(t, b.qp, b, b.pd, winAccess&^need)
+			return addr, key
+		}, false},
+		{"window of other PD", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			pd, err := b.dev.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := extraQP(t, a, b, pd)
+			_, _, addr, key := bind1(t, other.qp, b, pd, winAccess)
+			return addr, key
+		}, false},
+		{"type 2 bound on other QP", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			other := extraQP(t, a, b, b.pd)
+			mr, err := b.pd.RegMR(b.buf[base:base+1024], allRemote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, _ := b.pd.AllocMW(MWType2)
+			key := bind2(t, other, mw, MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: winAccess})
+			return mr.Addr() + off, key
+		}, false},
+		{"type 2 invalidated", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			mr, err := b.pd.RegMR(b.buf[base:base+1024], allRemote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, _ := b.pd.AllocMW(MWType2)
+			key := bind2(t, b, mw, MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: winAccess})
+			post(t, b.qp, SendWR{WRID: 8, Opcode: WRLocalInv, Flags: SendSignaled, ImmData: key})
+			wantWC(t, b.scq, WCSuccess, WCLocalInv)
+			return mr.Addr() + off, key
+		}, false},
+		{"type 1 unbound", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			mw, _, addr, _ := bind1(t, b.qp, b, b.pd, winAccess)
+			key, err := b.qp.BindMW(mw, MWBind{Flags: SendSignaled})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantWC(t, b.scq, WCSuccess, WCBindMW)
+			return addr, key
+		}, false},
+		{"deallocated", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			mw, _, addr, key := bind1(t, b.qp, b, b.pd, winAccess)
+			if err := mw.Dealloc(); err != nil {
+				t.Fatal(err)
+			}
+			return addr, key
+		}, false},
+		{"MR under the window invalidated", func(t *testing.T, a, b *side, need Access) (uint64, uint32) {
+			_, mr, addr, key := bind1(t, b.qp, b, b.pd, winAccess)
+			mr.Invalidate()
+			return addr, key
+		}, false},
+	}
+	for _, op := range remoteOps {
+		if op.op == WRFlush {
+			continue // FLUSH names MRs only
+		}
+		for _, c := range cases {
+			t.Run(op.op.String()+"/"+c.name, func(t *testing.T) {
+				a, b := remotePair(t)
+				addr, key := c.setup(t, a, b, op.need)
+				want := WCRemAccessErr
+				if c.ok {
+					want = WCSuccess
+				}
+				checkRemote(t, a, b, op.op, addr, key, n, base+off, want)
+			})
+		}
+	}
+}
+
+// extraQP creates a second RC QP on b's device in pd, connected toward a's
+// QP (a does not answer it: it is used only to bind windows).
+func extraQP(t *testing.T, a, b *side, pd *PD) *side {
+	t.Helper()
+	qp, err := pd.CreateQP(&QPInitAttr{SendCQ: b.scq, RecvCQ: b.rcq, QPType: QPTypeRC, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &side{dev: b.dev, pd: pd, scq: b.scq, rcq: b.rcq, qp: qp, port: b.port}
+	peer := &side{dev: a.dev, qp: a.qp, port: a.port}
+	connect(t, other, peer, pairOpts{typ: QPTypeRC, pmtu: wire.MTU1024, timeout: 10, retry: 7, rnrRetry: 7, minRNR: 1, access: mwAccess &^ AccessMWBind})
+	return other
 }
 
 func waitState(t testing.TB, qp *QP, s QPState) {
