@@ -44,6 +44,12 @@ type Config struct {
 	ServiceTimeout uint8
 	// RecvDepth is the number of receive buffers of the GSI QP (default 256).
 	RecvDepth int
+	// Resolve, if set, checks that dst can be reached from the device's
+	// address src, as rdma_resolve_addr's neighbour (ARP/ND) resolution
+	// does; ID.ResolveAddr waits for it up to its timeout and reports
+	// ADDR_ERROR with the errno it returns (ETIMEDOUT when ctx ends). Nil:
+	// every address of the device's family resolves at once.
+	Resolve func(ctx context.Context, src, dst netip.Addr) error
 	// Logger receives debug logs of every MAD (nil: silent).
 	Logger *slog.Logger
 }
@@ -113,6 +119,9 @@ type Stats struct {
 	Timeouts     atomic.Uint64 // exchanges given up after all retries
 	SendErrors   atomic.Uint64 // MADs the GSI QP refused
 	RejectsSent  atomic.Uint64
+	// Every received MAD is counted once (MADsReceived) and once in one
+	// of Handled, Duplicates or the drops.
+	Handled atomic.Uint64 // MADs acted on (state change, event, or the protocol's answer)
 	// Drops by reason.
 	DropMalformed  atomic.Uint64 // not a valid CM MAD (bad length, version, class, method, fields)
 	DropUnknown    atomic.Uint64 // unknown or unsupported attribute (ClassPortInfo, LAP, APR)

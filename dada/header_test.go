@@ -141,6 +141,9 @@ func FuzzParseHeader(f *testing.F) {
 	f.Add(b, "SOURCE", "x y")
 	f.Add([]byte("HDR_SIZE 4096\nDATA\n"), "FREQ", "1")
 	f.Add([]byte("KEY\\KEY value\x00junk"), "KEY", "")
+	f.Add([]byte("HDR_SIZE 4096\nSOURCE J0437-4715 # pulsar\nDATA\n"), "SOURCE", "B1937+21")
+	f.Add([]byte("X 0\nAB 2\nA\t1\n"), "A", "3 4")
+	f.Add([]byte("NBIT 8\n"), "NPOL", "2")
 	f.Fuzz(func(t *testing.T, text []byte, key, value string) {
 		h := ParseHeader(text)
 		h.Get(key)
@@ -149,19 +152,76 @@ func FuzzParseHeader(f *testing.F) {
 		h.GetFloat(key)
 		h.Size()
 		h.Keys()
+		if i := bytes.IndexByte(text, 0); i >= 0 {
+			text = text[:i]
+		}
+		if !bytes.Equal(h.Bytes(), text) {
+			t.Fatalf("ParseHeader kept %q of %q", h.Bytes(), text)
+		}
+		// A new key goes in front of the first "DATA\n" or at the end, as
+		// in C: if that is not the start of a line, the new line joins the
+		// one before (the property below is for the usual case).
+		at := bytes.Index(text, []byte("DATA\n"))
+		if at < 0 {
+			at = len(text)
+		}
+		joins := h.find(key) < 0 && at > 0 && text[at-1] != '\n'
+		others := map[string]string{} // other keys' lines before the Set
+		if bytes.ContainsRune(text, '\\') || strings.ContainsRune(key+value, '\\') {
+			others = nil // a key after a backslash matches inside another line, as in C
+		}
+		for _, k := range h.Keys() {
+			if others == nil {
+				break
+			}
+			// (a key whose line is key's own, as "AB" for key "A" at the
+			// very start, is not another line)
+			if k != key && h.find(k) != h.find(key) {
+				others[k], _ = h.GetLine(k)
+			}
+		}
 		if err := h.Set(key, value); err != nil {
+			if key != "" && !strings.ContainsAny(key, " \t\n\x00#") && !strings.ContainsAny(value, "\n\x00") {
+				t.Fatalf("Set(%q, %q): %v", key, value, err)
+			}
 			return
 		}
+		if joins {
+			return
+		}
+		// Set then Get returns the value's first word, GetLine the value
+		// (up to a comment), and setting it again changes nothing.
 		got, ok := h.Get(key)
-		fields := bytes.Fields([]byte(value))
-		if ok && len(fields) > 0 && got != string(fields[0]) && !bytes.Contains(text, []byte(key)) {
-			t.Fatalf("Set(%q, %q) then Get = %q", key, value, got)
+		fields := strings.Fields(value)
+		if len(fields) > 0 && (!ok || got != fields[0]) {
+			t.Fatalf("Set(%q, %q) on %q then Get = %q, %v", key, value, text, got, ok)
+		}
+		// The other keys keep their values.
+		for k, v := range others {
+			if got, _ := h.GetLine(k); got != v {
+				t.Fatalf("Set(%q, %q) on %q changed %s from %q to %q", key, value, text, k, v, got)
+			}
+		}
+		line, ok := h.GetLine(key)
+		wantLine := value
+		if i := strings.IndexByte(wantLine, '#'); i >= 0 {
+			wantLine = wantLine[:i]
+		}
+		if !ok || line != strings.TrimSpace(wantLine) {
+			t.Fatalf("Set(%q, %q) on %q then GetLine = %q, %v", key, value, text, line, ok)
+		}
+		if strings.Contains(value, "#") {
+			return // the rest of the line from '#' is kept as a comment: a second Set keeps it too
+		}
+		before := string(h.Bytes())
+		if err := h.Set(key, value); err != nil || string(h.Bytes()) != before {
+			t.Fatalf("setting %q to %q again changed %q to %q (%v)", key, value, before, h.Bytes(), err)
 		}
 		buf := make([]byte, len(h.Bytes())+1)
 		if err := h.Encode(buf); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(ParseHeader(buf).Bytes(), h.Bytes()) && !bytes.Contains(h.Bytes(), []byte{0}) {
+		if !bytes.Equal(ParseHeader(buf).Bytes(), h.Bytes()) {
 			t.Fatal("encode/parse round trip changed the header")
 		}
 	})

@@ -45,6 +45,7 @@ func killWriterHelper() int {
 	}
 	hdr := NewHeader(4096)
 	hdr.Set("SOURCE", "dead")
+	hdr.Set("UTC_START", "2026-01-01-00:00:00")
 	if err := w.WriteHeader(hdr); err != nil {
 		fmt.Println("error", err)
 		return 1

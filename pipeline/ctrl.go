@@ -65,6 +65,9 @@ func readMsg(r io.Reader) (byte, []byte, error) {
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // the header promised a body
+		}
 		return 0, nil, err
 	}
 	if h[0] == msgError {

@@ -16,7 +16,7 @@ func init() {
 	})
 }
 
-const linkUsage = `usage: softroce link [show] [-j] [NAME]
+const linkUsage = `Usage: softroce link [show] [-j] [NAME]
        softroce link add NAME [type rxe] netdev DEV [addr IP[:PORT]]
        softroce link add NAME addr IP[:PORT]
        softroce link delete NAME
@@ -160,47 +160,53 @@ func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 func linkAdd(args []string, stdout, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
-		return 1
+		return exitFailure
+	}
+	// usage reports a malformed command line (exit 2); fail a request that
+	// cannot be carried out here (exit 1).
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
+		return exitUsage
 	}
 	if len(args) < 2 {
 		return usageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")
 	}
 	l := linkEntry{Name: args[0]}
 	if !validLinkName.MatchString(l.Name) {
-		return fail("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
+		return usage("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
 	}
 	kv := args[1:]
 	for len(kv) > 0 {
 		if len(kv) < 2 {
-			return fail("%q needs a value", kv[0])
+			return usage("%q needs a value", kv[0])
 		}
 		k, v := kv[0], kv[1]
 		kv = kv[2:]
 		switch k {
 		case "type":
 			if v != "rxe" && v != "softroce" {
-				return fail("type %q is not supported: softroce links are RoCEv2 like rxe (use 'type rxe' or leave it out)", v)
+				return usage("type %q is not supported: softroce links are RoCEv2 like rxe (use 'type rxe' or leave it out)", v)
 			}
 		case "netdev", "dev":
 			l.Netdev = v
 		case "addr", "address":
 			ap, err := parseDeviceAddr(v)
 			if err != nil {
-				return fail("%v", err)
+				return usage("%v", err)
 			}
 			if a := ap.Addr(); a.IsUnspecified() || a.IsMulticast() {
-				return fail("%s cannot be a device address: give a unicast address of this host", a)
+				return usage("%s cannot be a device address: give a unicast address of this host", a)
 			}
 			l.Addr = ap.String()
 			if ap.Port() == 4791 {
 				l.Addr = ap.Addr().String()
 			}
 		default:
-			return fail("unknown keyword %q (want netdev, addr or type)", k)
+			return usage("unknown keyword %q (want netdev, addr or type)", k)
 		}
 	}
 	if l.Netdev == "" && l.Addr == "" {
-		return fail("give 'netdev DEV' or 'addr IP[:PORT]'")
+		return usage("give 'netdev DEV' or 'addr IP[:PORT]'")
 	}
 	st, err := loadState()
 	if err != nil {

@@ -515,7 +515,7 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
 	if c.cmComm {
-		if pcm, err = startPtCM(ctx, c, td); err != nil {
+		if pcm, err = startPtCM(ctx, c, td, stderr); err != nil {
 			return err
 		}
 		defer pcm.close()
@@ -636,6 +636,10 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 			}
 		}
 		if printsResults {
+			if !c.hasResult(res) {
+				// A result line without iterations would hide a failed run.
+				return fmt.Errorf("no iteration of %d bytes completed: no result to report", size)
+			}
 			c.printResult(stdout, res)
 		}
 	}
@@ -689,6 +693,17 @@ type ptResult struct {
 	latAvg  time.Duration   // -D: average per iteration
 	latIter uint64
 	size    int
+}
+
+// hasResult reports whether r holds measured iterations.
+func (c *ptConfig) hasResult(r ptResult) bool {
+	switch {
+	case !c.tool.lat:
+		return r.bw.Iters > 0
+	case c.duration > 0:
+		return r.latIter > 0
+	}
+	return len(r.lat) > 0
 }
 
 func (c *ptConfig) printResult(w io.Writer, r ptResult) {

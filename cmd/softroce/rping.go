@@ -103,6 +103,8 @@ type rcb struct {
 	cqErr  bool // a work request completed in error
 	// krping duplex: the peer finished and disconnected during the test
 	peerDone bool
+	testing  bool // the test runs: keepalives on (rping_live.go)
+	probing  bool // a keepalive WRITE is outstanding
 	sem      chan struct{}
 	accept   chan struct{} // persistent server: ready for another request
 
@@ -114,7 +116,7 @@ type rcb struct {
 func (cb *rcb) setState(s int) { cb.mu.Lock(); cb.state = s; cb.mu.Unlock() }
 func (cb *rcb) getState() int  { cb.mu.Lock(); defer cb.mu.Unlock(); return cb.state }
 func (cb *rcb) post()          { cb.sem <- struct{}{} }
-func (cb *rcb) wait()          { <-cb.sem }
+func (cb *rcb) wait()          { cb.waitLive() }
 
 func (cb *rcb) printf(w io.Writer, format string, args ...any) {
 	cb.outMu.Lock()
@@ -292,6 +294,20 @@ func lookupAddr(s string) (netip.Addr, error) {
 // timing); tests shorten the timers.
 var toolCMConfig *cm.Config
 
+// toolAgentConfig is the CM configuration of the tools' devices:
+// toolCMConfig, resolving addresses through the kernel's neighbour table
+// (rdma_resolve_addr's ARP) unless it says otherwise.
+func toolAgentConfig() *cm.Config {
+	var c cm.Config
+	if toolCMConfig != nil {
+		c = *toolCMConfig
+	}
+	if c.Resolve == nil && neighResolve != nil {
+		c.Resolve = neighResolve
+	}
+	return &c
+}
+
 // cmDevice opens a softroce device on addr (UDP port 4791) with a CM agent.
 type cmDevice struct {
 	dev   *verbs.Device
@@ -325,7 +341,7 @@ func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
 		}
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
 	}
-	if d.agent, err = cm.Attach(d.dev, toolCMConfig); err != nil {
+	if d.agent, err = cm.Attach(d.dev, toolAgentConfig()); err != nil {
 		d.dev.Close()
 		if d.pcap != nil {
 			d.pcap.Close()
@@ -555,6 +571,9 @@ func (cb *rcb) setupQP(id *cm.ID) error {
 	if err = cb.cq.ReqNotify(false); err != nil {
 		return err
 	}
+	if toolACKTimeout != 0 {
+		id.SetACKTimeout(toolACKTimeout)
+	}
 	attr := &verbs.QPInitAttr{SendCQ: cb.cq, RecvCQ: cb.cq, QPType: verbs.QPTypeRC,
 		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}
 	if cb.o.selfQP {
@@ -701,6 +720,16 @@ func (cb *rcb) cqHandler() int {
 	flushed := 0
 	for cb.cq.Poll(wc[:]) == 1 {
 		w := &wc[0]
+		if w.WRID == probeWRID {
+			if cb.probeDone(w) {
+				return -1
+			}
+			continue
+		}
+		if w.Status == verbs.WCRetryExcErr {
+			cb.lostOp(w)
+			return -1
+		}
 		if w.Status != verbs.WCSuccess {
 			if w.Status == verbs.WCWRFlushErr {
 				flushed = 1
@@ -887,7 +916,9 @@ func (cb *rcb) serveConn(test func() int) int {
 		cb.joinCQThread()
 		return ret
 	}
+	cb.setTesting(true)
 	ret := test()
+	cb.setTesting(false)
 	if ret != 0 {
 		cb.errf("%s server failed: %d\n", cb.tool(), ret)
 	}
@@ -1012,6 +1043,12 @@ func (cb *rcb) clientEndRet(ret int) int {
 	return cb.endRet(ret)
 }
 
+func (cb *rcb) setTesting(on bool) {
+	cb.mu.Lock()
+	cb.testing = on
+	cb.mu.Unlock()
+}
+
 func (cb *rcb) setCQErr() {
 	cb.mu.Lock()
 	cb.cqErr = true
@@ -1042,7 +1079,7 @@ func (cb *rcb) connectClient() int {
 		cb.errf("rdma_connect: %v\n", err)
 		return -1
 	}
-	cb.wait()
+	cb.waitSaying(cb.id.Agent().Config().Timeout, cb.connectWaitLine)
 	if s := cb.getState(); s != stConnected {
 		cb.errf("wait for CONNECTED state %d\n", s)
 		return -1
@@ -1087,7 +1124,9 @@ func (cb *rcb) clientSession(test func() int) int {
 		cb.joinCQThread()
 		return ret
 	}
+	cb.setTesting(true)
 	ret := test()
+	cb.setTesting(false)
 	if ret != 0 {
 		cb.errf("%s client failed: %d\n", cb.tool(), ret)
 	}
@@ -1098,6 +1137,32 @@ func (cb *rcb) clientSession(test func() int) int {
 		time.Sleep(time.Millisecond)
 	}
 	return ret
+}
+
+// waitSaying is wait, printing line() to stderr once if nothing happens
+// for d: what the tool is waiting for, where rping would stay silent.
+func (cb *rcb) waitSaying(d time.Duration, line func() string) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-cb.sem:
+		return
+	case <-t.C:
+		cb.errf("%s\n", line())
+	}
+	cb.wait()
+}
+
+// connectWaitLine says that the server's CM has not answered the REQ yet.
+func (cb *rcb) connectWaitLine() string {
+	cfg := cb.id.Agent().Config()
+	who := "rping: " // krping's errf adds "krping: "
+	if cb.o.prefix != "" {
+		who = ""
+	}
+	return fmt.Sprintf("%sno answer yet from %v: waiting for its connection manager to answer the connection request "+
+		"(resent every %.1f s; UNREACHABLE after %.0f s)", who, cb.id.RemoteAddr(), cfg.Timeout.Seconds(),
+		cfg.GiveUpAfter().Seconds())
 }
 
 func (cb *rcb) runClient() int { return cb.clientSession(cb.testClient) }

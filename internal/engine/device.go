@@ -62,6 +62,7 @@ type Stats struct {
 	NAKsSent           atomic.Uint64 // other NAKs (0x61-0x63)
 	NAKsRcvd           atomic.Uint64
 	DupRequests        atomic.Uint64 // duplicate requests answered
+	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now
 	MWs                atomic.Uint64 // allocated memory windows now
