@@ -30,10 +30,10 @@ type ctools struct {
 	env []string // environment for them
 }
 
-var ctoolNames = []string{"dada_db", "dada_diskdb", "dada_dbdisk", "dada_junkdb", "dada_dbmonitor"}
+var ctoolNames = []string{"dada_db", "dada_diskdb", "dada_dbdisk", "dada_junkdb", "dada_dbmonitor", "dada_header"}
 
 const ctoolsSkip = "psrdada's tools are not available: set PSRDADA_PREFIX to a psrdada 1.1 install prefix (bin/ and lib/), " +
-	"or put dada_db, dada_diskdb, dada_dbdisk, dada_junkdb and dada_dbmonitor on PATH and libpsrdada on LD_LIBRARY_PATH"
+	"or put dada_db, dada_diskdb, dada_dbdisk, dada_junkdb, dada_dbmonitor and dada_header on PATH and libpsrdada on LD_LIBRARY_PATH"
 
 func findCTools(t *testing.T) *ctools {
 	t.Helper()
@@ -163,6 +163,19 @@ func (c *ctools) checkCounters(t *testing.T, ctx context.Context, h *HDU, when s
 	}
 	if bad {
 		t.Errorf("%s: %v: a reader that read every transfer must have R = W (psrdada 1.1.0)", when, cm)
+	}
+}
+
+// checkHeaderWaits runs psrdada's dada_header (a viewer of the header
+// block) after every header was read: it must wait for the next header, not
+// print the one already read.
+func (c *ctools) checkHeaderWaits(t *testing.T, ctx context.Context, k Key) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	out, _ := c.cmd(ctx, "dada_header", "-k", k.Short()).Output()
+	if len(out) > 0 {
+		t.Errorf("dada_header printed a header that was already read instead of waiting for the next one:\n%s", out)
 	}
 }
 
@@ -401,6 +414,7 @@ func TestCToolsMatrix(t *testing.T) {
 				waitErr(t, ctx, "writer", wdone)
 				c.checkCounters(t, ctx, h, fmt.Sprintf("after transfer %d", i))
 			}
+			c.checkHeaderWaits(t, ctx, h.Key())
 		})
 	}
 	t.Run("two-mixed-readers", func(t *testing.T) {
