@@ -43,7 +43,7 @@ func runDada(args []string, stdout, stderr io.Writer) int {
 		if len(args) == 0 {
 			w = stderr
 		}
-		fmt.Fprintln(w, "usage: softroce dada SUBCOMMAND [flags]\n\nsubcommands:")
+		fmt.Fprintln(w, "Usage: softroce dada SUBCOMMAND [options]\n\nSubcommands:")
 		names := make([]string, 0, len(dadaSubs))
 		for n := range dadaSubs {
 			names = append(names, n)
