@@ -417,3 +417,47 @@ func TestRdmaCMNoAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestRpingPersistentHalfOpenBounds: under a flood of REQs that never
+// complete, a -P server holds at most rpingMaxHalfOpen connections at a
+// time (the others are rejected) and drops each after 4 CM timeouts
+// without its RTU, before the CM's own budget (16 × 100 ms here) runs out.
+func TestRpingPersistentHalfOpenBounds(t *testing.T) {
+	shortCMConfig(t)
+	toolCMConfig.MaxRetries = 15
+	a1, _ := loopPair()
+	srv := netip.MustParseAddr(a1)
+	port := 20000 + rand.IntN(30000)
+	var so, se syncBuf
+	done := make(chan int, 1)
+	go func() { done <- runRping([]string{"-s", "-P", "-a", a1, "-p", strconv.Itoa(port)}, &so, &se) }()
+	var ag *cm.Agent
+	waitUntil(t, 10*time.Second, "the server's CM agent", func() bool { ag = agentAt(srv); return ag != nil })
+	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(ag, srv, port) })
+	mrs0 := ag.Device().Stats().MRs.Load()
+	base := srv.As4()
+	most := 0
+	for i := range 300 {
+		peer := netip.AddrFrom4([4]byte{base[0], base[1], byte(i >> 8), byte(i)})
+		ag.Input(peer, spoofedREQ(peer, srv, uint16(port), uint32(5000+i)))
+		if i%10 == 0 {
+			most = max(most, goroutinesIn("(*rcb).serveConn"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if most > rpingMaxHalfOpen {
+		t.Errorf("%d connections half-open at once, bound %d", most, rpingMaxHalfOpen)
+	}
+	waitUntil(t, 30*time.Second, "the half-open connections to be dropped", func() bool {
+		return goroutinesIn("(*rcb).serveConn") == 0 && ag.Device().Stats().MRs.Load() == mrs0
+	})
+	if !strings.Contains(se.String(), "no RTU from") {
+		t.Errorf("no half-open connection dropped on time:\n%s", se.String())
+	}
+	t.Logf("at most %d half-open; %d REJs sent", most, ag.Stats().RejectsSent.Load())
+	select {
+	case code := <-done:
+		t.Fatalf("the -P server exited (%d)", code)
+	default:
+	}
+}
