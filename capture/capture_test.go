@@ -26,8 +26,8 @@ func unhex(t testing.TB, s string) []byte {
 	return b
 }
 
-// v1 is test vector V1 of ../shared/reference/roce-wire.md §4: IPv4 header,
-// UDP header, RC SEND_ONLY with a valid ICRC.
+// v1 is ICRC test vector V1 of wire/icrc_test.go: IPv4 header, UDP header,
+// RC SEND_ONLY with a valid ICRC (docs/protocol.md §4).
 const v1 = "45000038123440004011a52dc0a80101c0a80102 c13212b700240000 0400ffff0000001280000001 526f43457632207465737421 a83d6211"
 
 // v4 is test vector V4 (IPv6 UD SEND_ONLY_WITH_IMMEDIATE).
@@ -147,7 +147,7 @@ func TestWriterRecomputesICRC(t *testing.T) {
 				if h[1] != 0x02 || h[8] != 1 || h[6] != 0x40 || binary.BigEndian.Uint16(h[4:]) != 0 {
 					t.Errorf("IPv4 header %x: want TOS 2, TTL 1, DF, ID 0", h)
 				}
-				if ipv4Checksum(append(bytes.Clone(h[:10]), append([]byte{0, 0}, h[12:]...)...)) != binary.BigEndian.Uint16(h[10:]) {
+				if wire.IPv4Checksum(h) != 0 {
 					t.Error("bad IPv4 header checksum")
 				}
 			}

@@ -30,6 +30,11 @@ type Live struct {
 
 	closed atomic.Bool
 
+	// pending holds the rest of a UDP GSO super-packet that ReadFrame
+	// split (SplitGSO), returned one by one with pendingTS.
+	pending   [][]byte
+	pendingTS time.Time
+
 	mu    sync.Mutex
 	stats LiveStats
 }
@@ -132,12 +137,19 @@ func (l *Live) Snaplen() int { return l.snaplen }
 func (l *Live) SetReadDeadline(t time.Time) error { return l.f.SetReadDeadline(t) }
 
 // ReadFrame blocks until a frame arrives and copies up to len(buf) bytes of
-// it into buf. It returns the bytes copied, the frame's length on the wire
+// it into buf. A UDP GSO super-packet is returned as the datagrams the
+// kernel cuts it into (SplitGSO), one per call. It returns the bytes copied, the frame's length on the wire
 // and the kernel's receive timestamp. After Close it returns an error
 // wrapping os.ErrClosed.
 func (l *Live) ReadFrame(buf []byte) (n, wireLen int, ts time.Time, err error) {
 	if len(buf) == 0 {
 		return 0, 0, time.Time{}, errors.New("capture: ReadFrame with an empty buffer")
+	}
+	if len(l.pending) > 0 {
+		f := l.pending[0]
+		l.pending[0] = nil
+		l.pending = l.pending[1:]
+		return copy(buf, f), len(f), l.pendingTS, nil
 	}
 	var (
 		iov   unix.Iovec
@@ -167,6 +179,12 @@ func (l *Live) ReadFrame(buf []byte) (n, wireLen int, ts time.Time, err error) {
 	wireLen = int(r)
 	n = min(wireLen, len(buf))
 	ts = l.timestamp(int(msg.Controllen))
+	if segs := SplitGSO(l.linkType, buf[:n], 0); segs != nil {
+		// A UDP GSO super-packet (seen whole on loopback and on the
+		// sending host): return its datagrams as the wire carries them.
+		l.pending, l.pendingTS = segs[1:], ts
+		return copy(buf, segs[0]), len(segs[0]), ts, nil
+	}
 	return n, wireLen, ts, nil
 }
 

@@ -137,10 +137,51 @@ func (r *Reader) Stats() ReaderStats { return r.stats }
 // buffer and stay valid until the next call.
 func (r *Reader) Next(p *Packet) error {
 	for {
+		data, lt, err := r.nextFrame(p)
+		if err != nil {
+			return err
+		}
+		if lt.Supported() && ParseFrame(lt, data, p) && slices.Contains(r.ports, p.Dst.Port()) {
+			r.stats.RoCE++
+			return nil
+		}
+		r.stats.Skipped++
+	}
+}
+
+// Frame is one link-layer frame of a capture, whatever it carries.
+type Frame struct {
+	// Time is the capture timestamp.
+	Time time.Time
+	// Number is the 1-based number of the frame in the file.
+	Number uint64
+	// LinkType is the link type of the frame's interface.
+	LinkType LinkType
+	// Data is the frame as captured (from the link-layer header on); it
+	// aliases the Reader's buffer and is valid until the next call.
+	Data []byte
+	// WireLen is the frame's length on the wire, as recorded in the file.
+	WireLen int
+}
+
+// NextFrame fills f with the next frame of the file, whatever it carries
+// (for what Next skips: TCP, ARP, ...; see ParseFrame for the UDP
+// datagrams among them). It returns io.EOF at the end of the file.
+func (r *Reader) NextFrame(f *Frame) error {
+	var p Packet
+	data, lt, err := r.nextFrame(&p)
+	if err != nil {
+		return err
+	}
+	*f = Frame{Time: p.Time, Number: p.Frame, LinkType: lt, Data: data, WireLen: p.WireLen}
+	return nil
+}
+
+// nextFrame reads the next packet record and sets p's time, frame number
+// and wire length.
+func (r *Reader) nextFrame(p *Packet) (data []byte, lt LinkType, err error) {
+	for {
 		var (
-			data    []byte
-			lt      LinkType
-			err     error
 			ok      bool
 			wireLen int
 		)
@@ -151,7 +192,7 @@ func (r *Reader) Next(p *Packet) error {
 			lt, ok = r.linkType, true
 		}
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		if !ok {
 			continue // not a packet block
@@ -159,11 +200,7 @@ func (r *Reader) Next(p *Packet) error {
 		r.stats.Frames++
 		p.Frame = r.stats.Frames
 		p.WireLen = wireLen
-		if lt.Supported() && ParseFrame(lt, data, p) && slices.Contains(r.ports, p.Dst.Port()) {
-			r.stats.RoCE++
-			return nil
-		}
-		r.stats.Skipped++
+		return data, lt, nil
 	}
 }
 
@@ -332,4 +369,30 @@ func (r *Reader) readIDB(body []byte) error {
 	}
 	r.ifaces = append(r.ifaces, ifc)
 	return nil
+}
+
+// ReadAll returns all the RoCEv2 datagrams of the pcap or pcapng stream r
+// (see NewReader for opts). Unlike Next's, the packets' slices are their
+// own: they stay valid. It is meant for tests and tools that look at a
+// whole capture at once.
+func ReadAll(r io.Reader, opts *ReaderOptions) ([]Packet, error) {
+	rd, err := NewReader(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	var out []Packet
+	for {
+		var p Packet
+		if err := rd.Next(&p); err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			return out, err
+		}
+		b := make([]byte, len(p.IPHdr)+len(p.Payload))
+		n := copy(b, p.IPHdr)
+		copy(b[n:], p.Payload)
+		p.IPHdr, p.Payload = b[:n:n], b[n:]
+		out = append(out, p)
+	}
 }

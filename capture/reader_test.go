@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -378,4 +379,90 @@ func FuzzParseFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNextFrame reads every frame of a capture that mixes RoCE with the
+// TCP exchange of ibv_srq_pingpong: NextFrame returns all of them, in
+// order, and ParseFrame finds among them exactly the packets Next returns.
+func TestNextFrame(t *testing.T) {
+	img, err := os.ReadFile("../testdata/captures/srq_pingpong.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(img), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]byte
+	for {
+		var p Packet
+		if err := r.Next(&p); err != nil {
+			break
+		}
+		want = append(want, bytes.Clone(p.Payload))
+	}
+	st := r.Stats()
+	if st.Skipped == 0 {
+		t.Fatal("the capture has no frames besides RoCE: pick another")
+	}
+	r, _ = NewReader(bytes.NewReader(img), nil)
+	var got [][]byte
+	var frames uint64
+	for {
+		var f Frame
+		if err := r.NextFrame(&f); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		frames++
+		if f.Number != frames || f.LinkType != LinkTypeEthernet || len(f.Data) == 0 || f.Time.IsZero() {
+			t.Fatalf("frame %d: %+v", frames, f)
+		}
+		var p Packet
+		if ParseFrame(f.LinkType, f.Data, &p) && p.Dst.Port() == wire.UDPPort {
+			got = append(got, bytes.Clone(p.Payload))
+		}
+	}
+	if frames != st.Frames {
+		t.Errorf("NextFrame returned %d frames, Next saw %d", frames, st.Frames)
+	}
+	if !cmp.Equal(got, want) {
+		t.Errorf("the RoCE frames among NextFrame's (%d) differ from Next's (%d)", len(got), len(want))
+	}
+}
+
+// TestReadAll: ReadAll returns the packets Next does, each with bytes of
+// its own (Next's alias the Reader's buffer).
+func TestReadAll(t *testing.T) {
+	img, err := os.ReadFile("../testdata/captures/rc_pingpong_small.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := ReadAll(bytes.NewReader(img), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewReader(bytes.NewReader(img), nil)
+	i := 0
+	for ; ; i++ {
+		var p Packet
+		if err := r.Next(&p); err != nil {
+			break
+		}
+		if i >= len(all) {
+			t.Fatalf("ReadAll returned %d packets, Next more", len(all))
+		}
+		a := all[i]
+		if a.Frame != p.Frame || a.Src != p.Src || a.Dst != p.Dst || !bytes.Equal(a.IPHdr, p.IPHdr) || !bytes.Equal(a.Payload, p.Payload) {
+			t.Errorf("packet %d (frame %d) differs from Next's", i, p.Frame)
+		}
+	}
+	if i != len(all) || i == 0 {
+		t.Errorf("ReadAll returned %d packets, Next %d", len(all), i)
+	}
+	if _, err := ReadAll(bytes.NewReader(img[:100]), nil); err == nil {
+		t.Error("a cut capture gave no error")
+	}
 }

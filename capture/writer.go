@@ -259,7 +259,6 @@ func (w *Writer) WritePacket(ts time.Time, src, dst netip.AddrPort, udpPayload [
 			b = binary.BigEndian.AppendUint16(b, etherTypeIPv6)
 		}
 	}
-	ipOff := len(b)
 	var ipv4ID uint16
 	if sa.Is4() {
 		if len(udpPayload) >= wire.ICRCLen && w.opts.PreserveICRC {
@@ -267,21 +266,12 @@ func (w *Writer) WritePacket(ts time.Time, src, dst netip.AddrPort, udpPayload [
 				ipv4ID = id
 			}
 		}
-		s4, d4 := sa.As4(), da.As4()
-		b = append(b, 0x45, w.opts.TOS)
-		b = binary.BigEndian.AppendUint16(b, uint16(ipv4HdrLen+ulen))
-		b = binary.BigEndian.AppendUint16(b, ipv4ID)
-		b = append(b, 0x40, 0, w.opts.TTL, 17, 0, 0) // DF, TTL, UDP, checksum
-		b = append(b, s4[:]...)
-		b = append(b, d4[:]...)
-		binary.BigEndian.PutUint16(b[ipOff+10:], ipv4Checksum(b[ipOff:]))
+		ih := wire.IPv4Header{TOS: w.opts.TOS, TotalLen: uint16(wire.IPv4HeaderLen + ulen), ID: ipv4ID, DF: true, TTL: w.opts.TTL,
+			Src: sa.As4(), Dst: da.As4()}
+		b = ih.Append(b)
 	} else {
-		s16, d16 := sa.As16(), da.As16()
-		b = append(b, 0x60|w.opts.TOS>>4, w.opts.TOS<<4, 0, 0)
-		b = binary.BigEndian.AppendUint16(b, uint16(ulen))
-		b = append(b, 17, w.opts.TTL)
-		b = append(b, s16[:]...)
-		b = append(b, d16[:]...)
+		ih := wire.IPv6Header{TrafficClass: w.opts.TOS, PayloadLen: uint16(ulen), HopLimit: w.opts.TTL, Src: sa.As16(), Dst: da.As16()}
+		b = ih.Append(b)
 	}
 	b = binary.BigEndian.AppendUint16(b, sport)
 	b = binary.BigEndian.AppendUint16(b, dport)
@@ -295,17 +285,4 @@ func (w *Writer) WritePacket(ts time.Time, src, dst netip.AddrPort, udpPayload [
 	frame := len(b) - 16
 	w.buf = w.appendRecordHeader(b[:0], ts, frame)[:len(b)]
 	return w.commit(frame)
-}
-
-// ipv4Checksum returns the header checksum of a 20-byte IPv4 header whose
-// checksum field is zero.
-func ipv4Checksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i < ipv4HdrLen; i += 2 {
-		s += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for s > 0xFFFF {
-		s = s>>16 + s&0xFFFF
-	}
-	return ^uint16(s)
 }

@@ -19,13 +19,18 @@ import (
 // Config tunes an Agent. The zero value gives Linux's timing.
 type Config struct {
 	// Timeout is how long the CM waits for an answer (REP, RTU, DREP,
-	// SIDR_REP) before it resends a MAD. Its log2 in units of 4.096 µs is
-	// the CM response timeout sent in REQs. Default 4.096 µs × 2^20 ≈ 4.3 s,
-	// rdma_cm's CMA_CM_RESPONSE_TIMEOUT.
+	// SIDR_REP) before it resends a MAD. Default 6.144 s, Linux ib_cm's wait
+	// over RoCE: the CM response timeout (rdma_cm's CMA_CM_RESPONSE_TIMEOUT
+	// 20, 4096 ms as ib_cm converts it) plus twice the packet lifetime (18,
+	// 1024 ms); kernel rxe resends an unanswered REQ every 6.1-6.4 s. A
+	// nonzero Timeout is also announced in REQs as the CM response timeout
+	// (its log2 in 4.096 µs units); the default announces 20, as rdma_cm.
 	Timeout time.Duration
 	// MaxRetries is how many times a MAD is resent before the CM gives up
 	// (UNREACHABLE, or DISCONNECTED for a DREQ). Default 15
-	// (CMA_MAX_CM_RETRIES); negative means 0.
+	// (CMA_MAX_CM_RETRIES): an unanswered REQ is sent 16 times and gives
+	// UNREACHABLE (ETIMEDOUT) after 16 × Timeout ≈ 98 s, as with Linux
+	// rdma_cm. Negative means 0.
 	MaxRetries int
 	// TimeWait is how long a closed connection's IDs stay known, to answer
 	// duplicates, before TIMEWAIT_EXIT. Default: Timeout.
@@ -39,13 +44,19 @@ type Config struct {
 	ServiceTimeout uint8
 	// RecvDepth is the number of receive buffers of the GSI QP (default 256).
 	RecvDepth int
+	// Resolve, if set, checks that dst can be reached from the device's
+	// address src, as rdma_resolve_addr's neighbour (ARP/ND) resolution
+	// does; ID.ResolveAddr waits for it up to its timeout and reports
+	// ADDR_ERROR with the errno it returns (ETIMEDOUT when ctx ends). Nil:
+	// every address of the device's family resolves at once.
+	Resolve func(ctx context.Context, src, dst netip.Addr) error
 	// Logger receives debug logs of every MAD (nil: silent).
 	Logger *slog.Logger
 }
 
 func (c *Config) normalize() {
 	if c.Timeout <= 0 {
-		c.Timeout = expDuration(20)
+		c.Timeout = DefaultTimeout
 	}
 	if c.MaxRetries == 0 {
 		c.MaxRetries = 15
@@ -67,6 +78,23 @@ func (c *Config) normalize() {
 	if c.RecvDepth <= 0 {
 		c.RecvDepth = 256
 	}
+}
+
+// DefaultTimeout is Config.Timeout's default: ib_cm's cm_convert_to_ms of
+// the CM response timeout 20 (4096 ms) plus twice that of the RoCE packet
+// lifetime 18 (1024 ms).
+const DefaultTimeout = (4096 + 2*1024) * time.Millisecond
+
+// cmResponseTimeout is rdma_cm's CMA_CM_RESPONSE_TIMEOUT, announced in REQs.
+const cmResponseTimeout = 20
+
+// GiveUpAfter returns how long the CM waits for an answer to a MAD before
+// it gives up: the first transmission and MaxRetries resends, Timeout
+// apart (with the defaults 16 × 6.144 s ≈ 98 s). An MRA from the peer
+// extends it.
+func (c Config) GiveUpAfter() time.Duration {
+	c.normalize()
+	return time.Duration(c.MaxRetries+1) * c.Timeout
 }
 
 // expDuration is 4.096 µs × 2^e, the IBA timeout encoding.
@@ -91,6 +119,9 @@ type Stats struct {
 	Timeouts     atomic.Uint64 // exchanges given up after all retries
 	SendErrors   atomic.Uint64 // MADs the GSI QP refused
 	RejectsSent  atomic.Uint64
+	// Every received MAD is counted once (MADsReceived) and once in one
+	// of Handled, Duplicates or the drops.
+	Handled atomic.Uint64 // MADs acted on (state change, event, or the protocol's answer)
 	// Drops by reason.
 	DropMalformed  atomic.Uint64 // not a valid CM MAD (bad length, version, class, method, fields)
 	DropUnknown    atomic.Uint64 // unknown or unsupported attribute (ClassPortInfo, LAP, APR)
@@ -109,6 +140,8 @@ type Agent struct {
 	sgid  uint8      // GID index of addr
 	guid  uint64
 	mtu   wire.MTU
+	// respExp is the CM response timeout announced in REQs.
+	respExp uint8
 
 	pd   *verbs.PD // GSI resources, and the default PD of IDs on this device
 	scq  *verbs.CQ
@@ -152,8 +185,12 @@ func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
 	}
 	a := &Agent{dev: dev, clock: dev.Clock(), byLocal: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
 		ahs: map[netip.Addr]*verbs.AH{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
+	a.respExp = cmResponseTimeout
 	if cfg != nil {
 		a.cfg = *cfg
+		if cfg.Timeout > 0 {
+			a.respExp = durationExp(cfg.Timeout)
+		}
 	}
 	a.cfg.normalize()
 	a.log = a.cfg.Logger

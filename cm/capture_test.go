@@ -1,9 +1,6 @@
 package cm
 
 import (
-	"encoding/binary"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,8 +13,7 @@ import (
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 
-	"github.com/google/gopacket/pcapgo"
-
+	"github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/wire"
 )
@@ -50,35 +46,22 @@ func readCapture(t testing.TB, name string) []captured {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []captured
-	for {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(data) < 42 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
+	for _, p := range pkts {
+		if !p.Src.Addr().Is4() {
 			continue
 		}
-		ip := data[14:]
-		ihl := int(ip[0]&15) * 4
-		udp := ip[ihl:binary.BigEndian.Uint16(ip[2:])]
-		if ip[9] != 17 || binary.BigEndian.Uint16(udp[2:]) != wire.UDPPort {
-			continue
-		}
-		c := captured{src: netip.AddrFrom4([4]byte(ip[12:16])), dst: netip.AddrFrom4([4]byte(ip[16:20])),
-			sport: binary.BigEndian.Uint16(udp)}
-		if err := c.pkt.Parse(udp[8:binary.BigEndian.Uint16(udp[4:])]); err != nil {
+		c := captured{src: p.Src.Addr(), dst: p.Dst.Addr(), sport: p.Src.Port()}
+		if err := c.pkt.Parse(p.Payload); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, c)
 	}
+	return out
 }
 
 // TestCaptureFlowLabel checks rdma_cm's flow label rule and the UDP source

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,13 @@ type Options struct {
 	// Prepare is called with the new connection after its QP is created (in
 	// INIT) and before the REQ or REP is sent: post receive buffers here.
 	Prepare func(c *Conn) error
+	// Release is called once for every connection Prepare was called on,
+	// after its QP is destroyed and before its CQs and PD are freed: from
+	// Conn.Close, or when the connection fails, is rejected or is dropped
+	// before Dial or Accept returns it (also when Prepare itself failed).
+	// Deregister here what Prepare registered; the PD cannot be freed
+	// while it has MRs. c.QP is nil by then.
+	Release func(c *Conn)
 	// Decide is called by a Listener for each connection request (after
 	// Prepare); a non-nil error rejects it, with the private data of a
 	// *RejectedError. It may set c.AcceptParam.
@@ -48,6 +56,15 @@ type Options struct {
 	// established but not yet accepted (default 128); further requests wait
 	// (the CM sends MRAs) until Accept makes room.
 	Backlog int
+	// HalfOpen bounds a Listener's half-open connections, whose REP is sent
+	// and whose RTU has not arrived (default and at most Backlog): a request
+	// that finds them all taken drops the oldest (REJ, resources released),
+	// as a SYN cache does, so that spoofed REQs cannot block real peers.
+	HalfOpen int
+	// HalfOpenTimeout bounds how long a connection may wait for its RTU
+	// before the Listener drops it (default 4 × the CM's Timeout: the REP
+	// and three resends, ≈ 25 s).
+	HalfOpenTimeout time.Duration
 	// ACKTimeout sets the RC QP's local ACK timeout (0: 19, as rdma_cm).
 	ACKTimeout uint8
 	// MinRNRTimer sets the RC QP's minimum RNR NAK timer (0: 655 ms, as rdma_cm).
@@ -79,6 +96,9 @@ type Conn struct {
 
 	ch       *EventChannel
 	ownPD    bool
+	release  func(c *Conn) // Options.Release, until called
+	halfOpen *time.Timer   // Listener: drops the connection if the RTU is late
+	since    time.Time     // Listener: when the REP was sent
 	disc     chan struct{}
 	discOnce sync.Once
 	done     chan struct{}
@@ -120,8 +140,10 @@ func (c *Conn) run() {
 func (c *Conn) Disconnect() error { return c.ID.Disconnect() }
 
 // Close disconnects (if connected) and frees the ID, QP, CQs and, if
-// Dial/Accept allocated it, the PD. It does not wait for the peer's DREP:
-// the CM keeps answering in time-wait.
+// Dial/Accept allocated it, the PD (after Options.Release). It does not
+// wait for the peer's DREP: the CM keeps answering in time-wait. It
+// returns the PD's error if MRs are still registered on it (EBUSY:
+// deregister them in Options.Release).
 func (c *Conn) Close() error {
 	c.closeMu.Lock()
 	if c.closed {
@@ -141,17 +163,7 @@ func (c *Conn) Close() error {
 	if c.AH != nil {
 		c.AH.Destroy()
 	}
-	c.ID.DestroyQP()
-	if c.SendCQ != nil {
-		c.SendCQ.Destroy()
-	}
-	if c.RecvCQ != nil && c.RecvCQ != c.SendCQ {
-		c.RecvCQ.Destroy()
-	}
-	if c.ownPD && c.PD != nil {
-		c.PD.Dealloc()
-	}
-	return nil
+	return c.free()
 }
 
 func (o *Options) ps() mad.PortSpace {
@@ -199,6 +211,7 @@ func setup(id *ID, o *Options) (*Conn, error) {
 		c.QP, err = id.CreateQP(c.PD, &verbs.QPInitAttr{SendCQ: c.SendCQ, RecvCQ: c.RecvCQ, Cap: cp})
 	}
 	if err == nil && o.Prepare != nil {
+		c.release = o.Release
 		err = o.Prepare(c)
 	}
 	if err != nil {
@@ -215,18 +228,36 @@ func orDefault(v, def uint8) uint8 {
 	return v
 }
 
-// free releases what setup created (the ID is the caller's).
-func (c *Conn) free() {
+// free releases what setup created (the ID is the caller's): the QP, the
+// application's resources (Options.Release), the CQs and an own PD, whose
+// error it returns.
+func (c *Conn) free() error {
 	c.ID.DestroyQP()
+	c.QP = nil
+	if r := c.release; r != nil {
+		c.release = nil
+		r(c)
+	}
 	if c.SendCQ != nil {
 		c.SendCQ.Destroy()
 	}
-	if c.RecvCQ != nil {
+	if c.RecvCQ != nil && c.RecvCQ != c.SendCQ {
 		c.RecvCQ.Destroy()
 	}
 	if c.ownPD && c.PD != nil {
-		c.PD.Dealloc()
+		if err := c.PD.Dealloc(); err != nil {
+			return newErr("close", "the connection's PD cannot be freed ("+err.Error()+"): deregister what Options.Prepare registered in Options.Release", errnoOf(err))
+		}
 	}
+	return nil
+}
+
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return syscall.EBUSY
 }
 
 // ParseAddr parses "ip:port" or "[ipv6]:port".
@@ -356,9 +387,17 @@ type Listener struct {
 	cond    chan struct{} // signalled when ready grows or the listener closes
 	waiting []*Event      // connection requests beyond the backlog
 	ready   []*Conn
-	pending map[*ID]*Conn
+	pending map[*ID]*Conn // half-open: REP sent, no RTU yet
 	closed  bool
-	done    chan struct{}
+	// admitArmed: a timer calls admit when the oldest half-open
+	// connection may be dropped.
+	admitArmed bool
+	done       chan struct{}
+
+	// HalfOpenDrops counts half-open connections dropped because a newer
+	// request needed the room (Options.HalfOpen) or their RTU was late
+	// (Options.HalfOpenTimeout).
+	HalfOpenDrops atomic.Uint64
 }
 
 // Listen listens for connections on addr ("ip:port"; IP 0.0.0.0 or :: for
@@ -375,6 +414,9 @@ func Listen(addr string, opts *Options) (*Listener, error) {
 	}
 	if l.opts.Backlog <= 0 {
 		l.opts.Backlog = 128
+	}
+	if l.opts.HalfOpen <= 0 || l.opts.HalfOpen > l.opts.Backlog {
+		l.opts.HalfOpen = l.opts.Backlog
 	}
 	if l.id, err = l.ch.CreateID(l, l.opts.ps()); err != nil {
 		return nil, err
@@ -422,24 +464,90 @@ func (l *Listener) run() {
 			l.established(c, ev)
 		default:
 			// The request failed before establishment.
-			l.mu.Lock()
-			delete(l.pending, ev.ID)
-			l.mu.Unlock()
-			c.ID.Destroy()
-			c.free()
+			l.drop(c)
 			l.admit()
 		}
 	}
+}
+
+// drop abandons a half-open connection (REJ if the CM still knows it) and
+// releases it, unless it left the pending set already.
+func (l *Listener) drop(c *Conn) bool {
+	l.mu.Lock()
+	if l.pending[c.ID] != c || c.ID.State() == stEstablished.String() {
+		// Gone, or its RTU has arrived: ESTABLISHED is on its way.
+		l.mu.Unlock()
+		return false
+	}
+	delete(l.pending, c.ID)
+	l.mu.Unlock()
+	if c.halfOpen != nil {
+		c.halfOpen.Stop()
+	}
+	c.ID.Destroy()
+	c.free()
+	return true
+}
+
+// oldestHalfOpen returns the half-open connection whose REP went out
+// first (under l.mu).
+func (l *Listener) oldestHalfOpen() *Conn {
+	var old *Conn
+	for _, c := range l.pending {
+		if c.ID.State() == stEstablished.String() {
+			continue // the RTU arrived: not half-open any more
+		}
+		if old == nil || c.since.Before(old.since) {
+			old = c
+		}
+	}
+	return old
 }
 
 // admit handles waiting connection requests while fewer than
 // Options.Backlog connections are established or being established but not
 // yet accepted; the others wait (the CM asks their peers to wait with MRAs)
 // until Accept makes room.
+//
+// Half-open connections are bounded apart (Options.HalfOpen): a waiting
+// request that finds them all taken drops the oldest, whose peer has had
+// the longest to send its RTU, so that peers that never answer (spoofed
+// REQs) cannot hold the listener; a connection younger than the CM's
+// Timeout is not dropped (a real peer's RTU may be on its way): the
+// request waits until the oldest is that old.
 func (l *Listener) admit() {
 	for {
 		l.mu.Lock()
-		if l.closed || len(l.waiting) == 0 || len(l.ready)+len(l.pending) >= l.opts.Backlog {
+		if l.closed || len(l.waiting) == 0 {
+			l.mu.Unlock()
+			return
+		}
+		if len(l.pending) >= l.opts.HalfOpen {
+			old := l.oldestHalfOpen()
+			if old == nil { // all established, their events on the way
+				l.mu.Unlock()
+				return
+			}
+			if wait := old.ID.agent.cfg.Timeout - time.Since(old.since); wait > 0 {
+				if !l.admitArmed {
+					l.admitArmed = true
+					time.AfterFunc(wait, func() {
+						l.mu.Lock()
+						l.admitArmed = false
+						l.mu.Unlock()
+						l.admit()
+					})
+				}
+				l.mu.Unlock()
+				return
+			}
+			l.mu.Unlock()
+			if l.drop(old) {
+				l.HalfOpenDrops.Add(1)
+			}
+			continue
+		}
+		if len(l.ready)+len(l.pending) >= l.opts.Backlog {
 			l.mu.Unlock()
 			return
 		}
@@ -447,6 +555,14 @@ func (l *Listener) admit() {
 		l.waiting = l.waiting[1:]
 		l.mu.Unlock()
 		l.request(ev)
+	}
+}
+
+// expire drops c if it is still half-open (Options.HalfOpenTimeout).
+func (l *Listener) expire(c *Conn) {
+	if l.drop(c) {
+		l.HalfOpenDrops.Add(1)
+		l.admit()
 	}
 }
 
@@ -486,6 +602,7 @@ func (l *Listener) request(ev *Event) {
 	}
 	if id.qpType == verbs.QPTypeRC {
 		l.mu.Lock()
+		c.since = time.Now()
 		l.pending[id] = c
 		l.mu.Unlock()
 	}
@@ -497,6 +614,17 @@ func (l *Listener) request(ev *Event) {
 		id.Destroy()
 		c.free()
 		return
+	}
+	if id.qpType == verbs.QPTypeRC {
+		to := l.opts.HalfOpenTimeout
+		if to <= 0 {
+			to = 4 * id.agent.cfg.Timeout
+		}
+		l.mu.Lock()
+		if l.pending[id] == c { // not established or failed already
+			c.halfOpen = time.AfterFunc(to, func() { l.expire(c) })
+		}
+		l.mu.Unlock()
 	}
 	if id.qpType == verbs.QPTypeUD {
 		l.established(c, nil)
@@ -515,6 +643,9 @@ func (l *Listener) established(c *Conn, ev *Event) {
 	}
 	l.mu.Lock()
 	delete(l.pending, c.ID)
+	if c.halfOpen != nil {
+		c.halfOpen.Stop()
+	}
 	if l.closed {
 		l.mu.Unlock()
 		c.Close()
@@ -589,6 +720,9 @@ func (l *Listener) Close() error {
 		ev.ID.Destroy()
 	}
 	for _, c := range pend {
+		if c.halfOpen != nil {
+			c.halfOpen.Stop()
+		}
 		c.ID.Destroy()
 		c.free()
 	}

@@ -1,6 +1,8 @@
 package cm
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"sync/atomic"
@@ -74,6 +76,8 @@ type ID struct {
 	counted  bool         // passive ID counted in listener.pending
 	minRNR   uint8
 	ackTO    uint8
+	// resolving: Config.Resolve runs (guarded by agent.mu)
+	resolving bool
 
 	// Protocol state, guarded by agent.mu once agent is set.
 	ch         *EventChannel
@@ -345,13 +349,14 @@ func (id *ID) Listen(backlog int) error {
 // ResolveAddr resolves dst (and src, if valid) to a device
 // (rdma_resolve_addr): the device with address src, or the one that
 // reaches dst. It posts ADDR_RESOLVED, or ADDR_ERROR when no attached
-// device fits. timeout is accepted for API compatibility.
+// device fits. With a Config.Resolve on the device's agent, dst must also
+// answer it within timeout (default 2 s, as the rdma_cm tools use), else
+// ADDR_ERROR with status -ETIMEDOUT, as when ARP gets no answer.
 func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
-	_ = timeout
 	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
 		return newErr("resolve addr", "destination address missing", syscall.EINVAL)
 	}
-	if id.st != stIdle || id.destroyed {
+	if id.st != stIdle || id.destroyed || id.resolving {
 		return ErrState
 	}
 	var a *Agent
@@ -381,11 +386,48 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		}
 	}
 	id.remote = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	if a.cfg.Resolve != nil && id.remote.Addr() != a.addr {
+		if timeout <= 0 {
+			timeout = 2 * time.Second
+		}
+		a.mu.Lock()
+		id.resolving = true
+		a.mu.Unlock()
+		go id.resolve(a, id.remote.Addr(), timeout)
+		return nil
+	}
 	a.mu.Lock()
 	id.st = stAddrResolved
 	id.ch.post(&Event{Type: EventAddrResolved, ID: id})
 	a.mu.Unlock()
 	return nil
+}
+
+// resolve runs Config.Resolve for dst and posts the outcome.
+func (id *ID) resolve(a *Agent, dst netip.Addr, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := a.cfg.Resolve(ctx, a.addr, dst)
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	cancel()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id.resolving = false
+	if id.destroyed || id.st != stIdle {
+		return
+	}
+	if err != nil {
+		st := -int(syscall.ETIMEDOUT)
+		var errno syscall.Errno
+		if errors.As(err, &errno) && errno != 0 {
+			st = -int(errno)
+		}
+		id.post(&Event{Type: EventAddrError, Status: st})
+		return
+	}
+	id.st = stAddrResolved
+	id.post(&Event{Type: EventAddrResolved})
 }
 
 // ResolveRoute resolves the path to the resolved address
@@ -636,7 +678,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	id.mtu = a.mtu
 	id.flowLabel = flowLabel(id.local.Port(), id.remote.Port())
 	id.retry, id.rnr = min(cp.RetryCount, 7), min(cp.RNRRetryCount, 7)
-	exp := durationExp(a.cfg.Timeout)
+	exp := a.respExp
 	m := mad.REQ{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, ServiceID: id.serviceID,
 		LocalCAGUID: a.guid, LocalQPN: qpn, ResponderResources: clampRd(cp.ResponderResources),
 		InitiatorDepth: clampRd(cp.InitiatorDepth), RemoteCMResponseTimeout: exp, TransportType: mad.TransportRC,
@@ -836,9 +878,20 @@ func (id *ID) Destroy() error {
 	id.destroyed = true
 	id.uncount()
 	switch id.st {
-	case stEstablished, stRepSent, stRepRcvd:
+	case stEstablished:
 		id.qpErr()
 		id.sendDREQ()
+	case stRepSent, stRepRcvd:
+		// Not established yet: reject, as ib_cm's cm_destroy_id does (a
+		// DREQ to a peer that never answered the REP would be resent for
+		// the whole retry budget).
+		id.qpErr()
+		kind := mad.MsgOther // the message rejected, as ib_cm's cm_format_rej
+		if id.st == stRepRcvd {
+			kind = mad.MsgREP
+		}
+		b := id.sendREJ(kind, mad.RejConsumerDefined, nil)
+		id.enterTimeWait(b)
 	case stReqSent:
 		id.sendREJ(mad.MsgOther, mad.RejTimeout, nil)
 		id.forget()

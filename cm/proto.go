@@ -191,6 +191,7 @@ func (a *Agent) Input(peer netip.Addr, b []byte) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
+		a.stats.DropUnexpected.Add(1)
 		return
 	}
 	switch h.AttrID {
@@ -243,6 +244,11 @@ func (a *Agent) lookup(peer netip.Addr, comm uint32) *ID {
 
 func (a *Agent) unexpected() { a.stats.DropUnexpected.Add(1) }
 
+// handled counts a MAD that was acted on: an ID's state changed, an event
+// was posted, or it was answered as the protocol says (a REJ or SIDR_REP
+// for a service nobody listens on).
+func (a *Agent) handled() { a.stats.Handled.Add(1) }
+
 func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 	key := remoteKey{peer, m.LocalCommID, false}
 	if id := a.byRemote[key]; id != nil {
@@ -257,6 +263,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 	}
 	ps, port, ok := mad.ParseServiceID(m.ServiceID)
 	if !ok || m.TransportType != mad.TransportRC {
+		a.handled()
 		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
 		return
 	}
@@ -268,6 +275,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 	}
 	l := findListener(ps, port, hdr.Dst)
 	if l == nil || l.qpType != verbs.QPTypeRC {
+		a.handled()
 		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
 		return
 	}
@@ -296,6 +304,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 	id.myPSN = rand.Uint32() & wire.PSNMask
 	a.byLocal[id.localComm] = id
 	a.byRemote[key] = id
+	a.handled()
 	id.post(&Event{Type: EventConnectRequest, Listen: l, Param: ConnParam{
 		PrivateData: append([]byte(nil), user...), ResponderResources: id.respRes, InitiatorDepth: id.initDep,
 		FlowControl: m.EndToEndFlowControl, RetryCount: m.RetryCount, RNRRetryCount: m.RNRRetryCount,
@@ -316,6 +325,7 @@ func (a *Agent) onMRA(peer netip.Addr, m *mad.MRA) {
 		}
 		id.mraWait = true
 		id.arm(expDuration(m.ServiceTimeout) + a.cfg.Timeout)
+		a.handled()
 	default:
 		a.unexpected()
 	}
@@ -348,11 +358,13 @@ func (a *Agent) onREJ(peer netip.Addr, m *mad.REJ) {
 		id.qpErr()
 		id.forget()
 		id.st = stIdle
+		a.handled()
 		id.post(ev)
 	case stEstablished:
 		if m.Reason == mad.RejStaleConn || m.Reason == mad.RejTimeout {
 			id.qpErr()
 			id.enterTimeWait(nil)
+			a.handled()
 			id.post(&Event{Type: EventDisconnected})
 			return
 		}
@@ -393,6 +405,7 @@ func (a *Agent) onREP(peer netip.Addr, m *mad.REP) {
 	if id.qp == nil {
 		id.st = stRepRcvd
 		id.answer = nil
+		a.handled()
 		id.post(&Event{Type: EventConnectResponse, Param: param})
 		return
 	}
@@ -407,12 +420,14 @@ func (a *Agent) onREP(peer netip.Addr, m *mad.REP) {
 		b := id.sendREJ(mad.MsgREP, mad.RejNoQP, nil)
 		id.qpErr()
 		id.enterTimeWait(b)
+		a.handled()
 		id.post(&Event{Type: EventConnectError, Status: -int(syscall.EINVAL)})
 		return
 	}
 	id.sendRTU()
 	id.st = stEstablished
 	id.wasUp = true
+	a.handled()
 	id.post(&Event{Type: EventEstablished, Param: param})
 }
 
@@ -430,6 +445,7 @@ func (a *Agent) onRTU(peer netip.Addr, m *mad.RTU) {
 	id.st = stEstablished
 	id.wasUp = true
 	id.resend = nil
+	a.handled()
 	id.post(&Event{Type: EventEstablished, Param: ConnParam{PrivateData: append([]byte(nil), m.PrivateData...),
 		ResponderResources: id.respRes, InitiatorDepth: id.initDep, QPNum: id.peerQPN}})
 }
@@ -453,6 +469,7 @@ func (a *Agent) onDREQ(peer netip.Addr, m *mad.DREQ) {
 		id.qpErr()
 		b := drep(id)
 		id.enterTimeWait(b)
+		a.handled()
 		id.post(&Event{Type: EventDisconnected})
 	case stTimeWait:
 		a.stats.Duplicates.Add(1)
@@ -477,6 +494,7 @@ func (a *Agent) onDREP(peer netip.Addr, m *mad.DREP) {
 		return
 	}
 	id.enterTimeWait(nil)
+	a.handled()
 	id.post(&Event{Type: EventDisconnected})
 }
 
@@ -496,6 +514,7 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 	}
 	ps, port, ok := mad.ParseServiceID(m.ServiceID)
 	if !ok {
+		a.handled()
 		reply(mad.SIDRUnsupported)
 		return
 	}
@@ -507,6 +526,7 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 	}
 	l := findListener(ps, port, hdr.Dst)
 	if l == nil || l.qpType != verbs.QPTypeUD {
+		a.handled()
 		reply(mad.SIDRUnsupported)
 		return
 	}
@@ -522,6 +542,7 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 	id.localComm = a.newCommID()
 	a.byLocal[id.localComm] = id
 	a.byRemote[key] = id
+	a.handled()
 	id.post(&Event{Type: EventConnectRequest, Listen: l, Param: ConnParam{PrivateData: append([]byte(nil), user...)}})
 }
 
@@ -540,10 +561,12 @@ func (a *Agent) onSIDRREP(peer netip.Addr, m *mad.SIDRREP) {
 	pdata := append([]byte(nil), m.PrivateData...)
 	if m.Status != mad.SIDRSuccess {
 		// rdma_cm reports a failed SIDR as UNREACHABLE with the SIDR status.
+		a.handled()
 		id.post(&Event{Type: EventUnreachable, Status: int(m.Status), Param: ConnParam{PrivateData: pdata}})
 		return
 	}
 	id.peerQPN = m.QPN
+	a.handled()
 	id.post(&Event{Type: EventEstablished, Param: ConnParam{PrivateData: pdata, QPNum: m.QPN},
 		UD: &UDParam{QPNum: m.QPN, QKey: m.QKey, PrivateData: pdata, AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1,
 			GRH: verbs.GlobalRoute{DGID: id.peerGID, SGIDIndex: a.sgid, HopLimit: defaultHopLimit}}}})

@@ -269,6 +269,51 @@ func (r *Ring) lockRead(ctx context.Context) error {
 	return nil
 }
 
+// rejoinPoint looks at a reader slot that lockRead found left locked-in by
+// an earlier reader (state READING: that reader exited without unlocking).
+// psrdada's reader simply continues at r_bufs, which with 1.1.0 counters is
+// the first buffer of the next transfer when the earlier reader stopped
+// between transfers. There this reader starts as a fresh one (READER, so
+// the next buffer is taken from the transfer's start and its SOD is
+// acknowledged, which the C re-join leaves out). It reports whether the
+// slot is at such a boundary and whether the earlier reader died holding
+// the buffer at r_bufs (its FULL already taken), which nextRead then reads
+// without taking FULL again.
+func (r *Ring) rejoinPoint() (atBoundary, held bool) {
+	s := r.sync
+	i := r.iread
+	x := s.getAt(offRXfers, i)
+	var b uint64
+	if x > 0 {
+		px := (x - 1) % Xfers
+		if s.eod(px) {
+			b = s.getAt(offEBuf, int(px)) + 1
+		} else {
+			b = ^uint64(0)
+		}
+	}
+	rb := s.getAt(offRBufs, i)
+	// FULL counts the buffers filled and not yet taken by this slot; one
+	// fewer than w_buf_curr - r_bufs means the buffer at r_bufs was taken
+	// and never cleared. The writer raises w_buf_curr before FULL, so read
+	// until the pair is stable.
+	for range 100 {
+		c1 := s.get(offWBufCurr)
+		full := r.semval(r.semData[i], semFull)
+		c2 := s.get(offWBufCurr)
+		if c1 == c2 && full >= 0 && c1 >= rb {
+			held = int64(c1-rb)-int64(full) == 1
+			break
+		}
+	}
+	if !held && rb == b {
+		r.state = StateReader
+		s.setRState(i, StateReader)
+		return true, false
+	}
+	return false, held
+}
+
 // unlockRead releases the reader slot and lock (ipcbuf_unlock_read).
 func (r *Ring) unlockRead() error {
 	if !r.isReader() || r.iread < 0 {
@@ -284,6 +329,7 @@ func (r *Ring) unlockRead() error {
 	r.state = StateViewer
 	r.sync.setRState(r.iread, StateDiscon)
 	r.iread = -1
+	r.held = false
 	return nil
 }
 
@@ -298,7 +344,10 @@ func (r *Ring) nextRead(ctx context.Context) (slot int, count uint64, data []byt
 		return 0, 0, nil, r.stateErr("read a buffer")
 	}
 	s := r.sync
-	if err := r.semop(ctx, r.semData[r.iread], semFull, -1, 0); err != nil {
+	if r.held {
+		// a dead predecessor took this buffer's FULL (see rejoinPoint)
+		r.held = false
+	} else if err := r.semop(ctx, r.semData[r.iread], semFull, -1, 0); err != nil {
 		return 0, 0, nil, err
 	}
 	var start uint64
@@ -344,6 +393,9 @@ func (r *Ring) markCleared() (eod bool, err error) {
 	if s.eod(r.xfer) && s.getAt(offRBufs, i) == s.getAt(offEBuf, int(r.xfer)) {
 		r.state = StateRStop
 		s.setRState(i, StateRStop)
+		// psrdada 1.1.0 steps r_bufs past the end-of-data buffer too, so
+		// that a reader re-joining in READING starts at the next transfer
+		s.setAt(offRBufs, i, s.getAt(offRBufs, i)+1)
 		x := s.getAt(offRXfers, i) + 1
 		s.setAt(offRXfers, i, x)
 		r.xfer = x % Xfers

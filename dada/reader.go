@@ -19,6 +19,23 @@ type Reader struct {
 	have   bool // a buffer from nextRead is held
 	direct bool // the held buffer was handed out by NextBlock
 	read   uint64
+	rejoin Rejoin
+	skip   bool // ReadHeader first skips the rest of a transfer (see Rejoin)
+}
+
+// Rejoin describes a reader slot that OpenReader took over from an earlier
+// reader which exited without unlocking it (killed): psrdada leaves such a
+// slot's state behind and the next reader continues from it.
+type Rejoin struct {
+	// Rejoined is true when the slot was left by an earlier reader.
+	Rejoined bool
+	// Skip is true when that reader had taken the header of transfer Xfer
+	// but not read its data to the end. Its header is gone, so the first
+	// ReadHeader skips the rest of that transfer's data (waiting for the
+	// writer to end it) and returns the next transfer's header.
+	Skip bool
+	// Xfer is the data block's transfer number the slot is at.
+	Xfer uint64
 }
 
 // OpenReader locks the HDU for reading (dada_hdu_lock_read): a reader slot
@@ -32,8 +49,38 @@ func (h *HDU) OpenReader(ctx context.Context) (*Reader, error) {
 		h.Header.unlockRead()
 		return nil, err
 	}
-	return &Reader{hdu: h, ctx: ctx}, nil
+	r := &Reader{hdu: h, ctx: ctx}
+	hr, d := h.Header, h.Data
+	var rj Rejoin
+	if hr.state == StateReading {
+		rj.Rejoined = true
+		_, hr.held = hr.rejoinPoint()
+	}
+	dataMid := false
+	if d.state == StateReading {
+		rj.Rejoined = true
+		var at bool
+		at, d.held = d.rejoinPoint()
+		dataMid = !at
+	}
+	if rj.Rejoined {
+		hx := hr.sync.getAt(offRXfers, hr.iread)
+		rj.Xfer = d.sync.getAt(offRXfers, d.iread)
+		// one header per transfer (psrdada 1.1 writers end each header
+		// with an end of data): a header count one ahead of the data's
+		// means that transfer's header was taken and its data not finished
+		rj.Skip = dataMid || hx == rj.Xfer+1
+		r.skip = rj.Skip
+		d.logger().Info("dada: reader slot taken over from a reader that exited without unlocking",
+			"key", d.key.Short(), "slot", d.iread, "xfer", rj.Xfer, "skip_rest_of_transfer", rj.Skip)
+	}
+	r.rejoin = rj
+	return r, nil
 }
+
+// Rejoin tells whether OpenReader took over a slot left by a reader that
+// died, and what the first ReadHeader does about it.
+func (r *Reader) Rejoin() Rejoin { return r.rejoin }
 
 // Slot returns the reader slot (0..NReaders-1) this reader holds in the data
 // block.
@@ -41,7 +88,8 @@ func (r *Reader) Slot() int { return r.hdu.Data.iread }
 
 // ReadHeader waits for the next transfer's header (as dada_client_read
 // does), copies HDR_SIZE bytes of it and releases the header buffer. If the
-// previous transfer's data was not read to its end, the remaining buffers
+// previous transfer's data was not read to its end (by this reader, or by a
+// dead reader whose slot it took over, see Rejoin), the remaining buffers
 // are skipped first.
 func (r *Reader) ReadHeader() (*Header, error) { return r.ReadHeaderContext(r.ctx) }
 
@@ -57,8 +105,10 @@ func (r *Reader) ReadHeaderContext(ctx context.Context) (*Header, error) {
 		}
 		r.cur, r.pos, r.have, r.direct = nil, 0, false, false
 	}
-	if d.state == StateReading {
-		// skip the rest of the previous transfer
+	if d.state == StateReading || r.skip {
+		// skip the rest of the previous transfer (not read to its end by
+		// this reader, or by the dead one whose slot this reader took)
+		r.skip = false
 		for {
 			if _, err := r.NextBlockContext(ctx); err != nil {
 				if errors.Is(err, io.EOF) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"syscall"
@@ -81,6 +82,7 @@ type Ring struct {
 	xfer    uint64 // current transfer slot
 	iread   int    // reader slot, -1 if none
 	soclock uint64
+	held    bool // the buffer at r_bufs was taken by a reader that died (rejoinPoint)
 	sb      [1]sysv.Sembuf
 }
 
@@ -201,6 +203,9 @@ func createRing(key Key, cfg ringConfig, opt AttachOptions) (r *Ring, err error)
 	if cfg.nreaders < 1 || cfg.nreaders > MaxReaders {
 		return nil, fmt.Errorf("%w: %d readers: must be 1..%d", ErrInvalidConfig, cfg.nreaders, MaxReaders)
 	}
+	if cfg.bufsz > (math.MaxInt64-syncSegSize(min(cfg.nbufs, 65000)))/cfg.nbufs {
+		return nil, fmt.Errorf("%w: %d buffers of %d bytes: the ring's size overflows 64 bits", ErrInvalidConfig, cfg.nbufs, cfg.bufsz)
+	}
 	if cfg.nbufs > 65000 {
 		return nil, fmt.Errorf("%w: %d buffers: the derived keys would wrap into other rings' keys; use fewer, larger buffers", ErrInvalidConfig, cfg.nbufs)
 	}
@@ -317,7 +322,7 @@ func createErr(ring, used Key, role, kind string, size, total uint64, err error)
 	switch {
 	case errors.Is(err, syscall.EEXIST):
 		if used == ring {
-			return fmt.Errorf("%w: ring %s exists (%s at key %s); destroy it with 'softroce dada db -d -k %s' or choose another key", ErrExists, ring.Short(), kind, used, ring.Short())
+			return fmt.Errorf("%w: ring %s exists (%s at key %s): destroy it first or choose another key", ErrExists, ring.Short(), kind, used)
 		}
 		owners := ownersOf(used)
 		if used == ring+1 && kind == "shared memory segment" {
@@ -396,7 +401,7 @@ func connectRing(key Key, opt AttachOptions) (r *Ring, err error) {
 	id, err := sysv.ShmGet(int32(key), SyncSize, sysv.Perm)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
-			return nil, fmt.Errorf("%w %s; create it first with 'softroce dada db -k %s' (or psrdada's dada_db)", ErrNotFound, key.Short(), key.Short())
+			return nil, fmt.Errorf("%w %s: create the ring first", ErrNotFound, key.Short())
 		}
 		if errors.Is(err, syscall.EINVAL) {
 			return nil, fmt.Errorf("%w: the segment at key %s is smaller than a psrdada sync segment (%d bytes)", ErrBadLayout, key, SyncSize)
@@ -454,8 +459,8 @@ func connectRing(key Key, opt AttachOptions) (r *Ring, err error) {
 
 func attachErr(ring, k Key, role string, err error) error {
 	if errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("%w: ring %s is incomplete: its %s (key %s) is missing; destroy it with 'softroce dada db -d -k %s' and recreate it",
-			ErrBadLayout, ring.Short(), role, k, ring.Short())
+		return fmt.Errorf("%w: ring %s is incomplete: its %s (key %s) is missing; destroy it and create it again",
+			ErrBadLayout, ring.Short(), role, k)
 	}
 	return fmt.Errorf("dada: ring %s: %s (key %s): %w", ring.Short(), role, k, err)
 }
@@ -506,8 +511,12 @@ func (r *Ring) attachContiguous() error {
 			err = fmt.Errorf("kernel placed it at %#x instead of %#x", uintptr(unsafe.Pointer(&b[0])), addr)
 		}
 		if err != nil {
+			// keep the reservation until every block is out of it, so
+			// that the final Release unmaps nothing but our own range
 			for j := 0; j < i; j++ {
-				sysv.ShmDetach(r.blocks[j])
+				if sysv.Unattach(r.blocks[j]) != nil {
+					sysv.ShmDetach(r.blocks[j])
+				}
 				r.blocks[j] = nil
 			}
 			sysv.Release(base, size)
@@ -519,15 +528,34 @@ func (r *Ring) attachContiguous() error {
 	return nil
 }
 
+// detachBlocks detaches every data segment. Blocks inside the contiguous
+// reservation are replaced by reserved (PROT_NONE) pages rather than shmdt'd,
+// so the reserved range stays this process's own until Release unmaps it:
+// an address freed early could be handed to another thread's mapping, which
+// the Release would then destroy.
 func (r *Ring) detachBlocks() {
+	ok := true
 	for i, b := range r.blocks {
-		if b != nil {
-			sysv.ShmDetach(b)
-			r.blocks[i] = nil
+		if b == nil {
+			continue
 		}
+		if r.resv != nil {
+			if err := sysv.Unattach(b); err != nil {
+				// cannot keep the range: detach, and leak the rest of
+				// the reservation rather than unmap what may be foreign
+				r.logger().Warn("dada: keeping a detached block reserved failed", "key", r.key.Short(), "block", i, "err", err)
+				sysv.ShmDetach(b)
+				ok = false
+			}
+		} else {
+			sysv.ShmDetach(b)
+		}
+		r.blocks[i] = nil
 	}
 	if r.resv != nil {
-		sysv.Release(r.resv, r.resvLen)
+		if ok {
+			sysv.Release(r.resv, r.resvLen)
+		}
 		r.resv, r.resvLen = nil, 0
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -197,7 +198,9 @@ func TestInvalidConfig(t *testing.T) {
 	needIPC(t)
 	k := randomKey(t)
 	noStrays(t, k)
-	for _, c := range []Config{{Key: k, NReaders: 9}, {Key: k, HeaderSize: 100}, {Key: k, NBufs: 70000}} {
+	for _, c := range []Config{{Key: k, NReaders: 9}, {Key: k, HeaderSize: 100}, {Key: k, NBufs: 70000},
+		// sizes whose product overflows 64 bits
+		{Key: k, BufSize: math.MaxUint64}, {Key: k, NBufs: 1, BufSize: math.MaxUint64}, {Key: k, NBufs: 8, BufSize: 1 << 61}} {
 		if _, err := Create(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("Create(%+v) = %v", c, err)
 		}
@@ -282,6 +285,15 @@ func TestSingleReaderTransfers(t *testing.T) {
 	}
 	if hs := h.Header.Stats(); hs.WXfer != 4 || hs.WBufCurr != 4 {
 		t.Fatalf("header stats %+v", hs)
+	}
+	// psrdada 1.1.0: after a transfer is read to its end, the reader's
+	// r_bufs equals w_buf_curr (the monitor's R and W columns agree)
+	for _, rg := range []*Ring{h.Data, h.Header} {
+		st := rg.Stats()
+		if st.Readers[0].RBuf != st.WBufCurr || st.Readers[0].RXfer != st.WXfer {
+			t.Errorf("ring %s after reading every transfer: r_bufs %d r_xfers %d, want w_buf_curr %d w_xfer %d",
+				rg.Key().Short(), st.Readers[0].RBuf, st.Readers[0].RXfer, st.WBufCurr, st.WXfer)
+		}
 	}
 }
 

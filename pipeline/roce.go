@@ -41,7 +41,7 @@ type RoCEReceiver struct {
 // NewRoCEReceiver allocates a PD on dev and registers the data blocks of hdu
 // (see RegisterRing).
 func NewRoCEReceiver(dev *verbs.Device, hdu *dada.HDU, cfg RoCERecvConfig) (*RoCEReceiver, error) {
-	if bs := hdu.Data.BufSize(); bs > 1<<31 {
+	if bs := hdu.Data.BufSize(); int64(bs) > 1<<31 {
 		return nil, fmt.Errorf("%w: %d-byte blocks: an RDMA message carries at most 2 GiB", ErrConfig, bs)
 	}
 	n := hdu.Data.NBufs()
@@ -83,270 +83,384 @@ func (rr *RoCEReceiver) Close() error {
 // short block ends the transfer. If the sender fails or ctx ends, the
 // transfer is ended after the last complete block. Receive does not close
 // ctrlConn.
-func (rr *RoCEReceiver) Receive(ctx context.Context, ctrlConn net.Conn) (sum Summary, err error) {
-	c := newCtrl(ctrlConn)
-	fail := func(e error) (Summary, error) {
-		c.send(msgError, []byte(e.Error()))
-		return sum, e
+func (rr *RoCEReceiver) Receive(ctx context.Context, ctrlConn net.Conn) (Summary, error) {
+	x := &roceRecv{rr: rr, ctx: ctx, c: newCtrl(ctrlConn), st: rr.cfg.Stats, bufsz: rr.hdu.Data.BufSize()}
+	defer x.close()
+	err := x.run()
+	return x.sum, err
+}
+
+// roceRecv is the state of one Receive: set up (hello, QPs, header,
+// accept), then a granter goroutine grants blocks while the completion loop
+// marks them filled (relay), then finish.
+type roceRecv struct {
+	rr   *RoCEReceiver
+	ctx  context.Context
+	c    *ctrl
+	st   *Stats
+	conn *rcGroup
+	w    *dada.Writer
+
+	useSend bool
+	chunk   int // SEND size
+	chunks  int // receives per block
+	bufsz   int // block size
+	nqp     int
+
+	// The granter opens blocks (waiting for readers: backpressure), posts
+	// a receive for each and grants it; the completion loop marks them
+	// filled. mu serialises the dada writer between the two.
+	mu        sync.Mutex
+	opened    []uint64 // block numbers opened, oldest first (guarded by mu)
+	tokens    chan struct{}
+	gctx      context.Context
+	stopGrant context.CancelFunc
+	gerr      chan error
+
+	// The sender's control messages: only an error (or a close) is expected
+	// during the transfer; it stops the completion loop.
+	peerErr  chan error
+	pctx     context.Context
+	stopPoll context.CancelFunc
+	perr     atomic.Value
+
+	// Blocks complete in order on each QP but not across QPs: a completed
+	// block waits in pend until every earlier one is marked filled.
+	pend   []int // bytes of block b at b%C, -1: not complete
+	part   []int // SEND: bytes of block b received so far
+	expect uint64
+	ended  bool
+	eod    bool // the end of data (a short block) was marked filled
+	xerr   error
+
+	t0  time.Time
+	sum Summary
+}
+
+func (x *roceRecv) close() {
+	if x.stopPoll != nil {
+		x.stopPoll()
 	}
-	hello, err := c.expect(msgHello, helloFixed)
+	if x.conn != nil {
+		x.conn.close()
+	}
+}
+
+// fail tells the sender about e and returns it.
+func (x *roceRecv) fail(e error) error {
+	x.c.send(msgError, []byte(e.Error()))
+	return e
+}
+
+func (x *roceRecv) run() error {
+	remote, hdr, err := x.hello()
 	if err != nil {
-		return sum, fmt.Errorf("pipeline: waiting for the sender's hello: %w", err)
+		return err
+	}
+	if err := x.setup(remote, hdr); err != nil {
+		return err
+	}
+	x.t0 = time.Now()
+	x.startGranter()
+	x.watchPeer()
+	x.relay()
+	return x.finish()
+}
+
+// hello reads and checks the sender's hello: version, verb, chunk size,
+// QPs and the observation header.
+func (x *roceRecv) hello() ([]qpInfo, *dada.Header, error) {
+	hello, err := x.c.expect(msgHello, helloFixed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipeline: waiting for the sender's hello: %w", err)
 	}
 	if v := binary.BigEndian.Uint16(hello); v != protoVersion {
-		return fail(fmt.Errorf("%w: sender speaks version %d, this receiver %d", ErrProtocol, v, protoVersion))
+		return nil, nil, x.fail(fmt.Errorf("%w: sender speaks version %d, this receiver %d", ErrProtocol, v, protoVersion))
 	}
-	useSend, chunk := hello[2] == verbSend, int(binary.BigEndian.Uint32(hello[3:]))
-	bufsz := rr.hdu.Data.BufSize()
-	if useSend && chunk <= 0 {
-		return fail(fmt.Errorf("%w: SEND chunk of %d bytes", ErrProtocol, chunk))
+	x.useSend, x.chunk = hello[2] == verbSend, int(binary.BigEndian.Uint32(hello[3:]))
+	if x.useSend && x.chunk <= 0 {
+		return nil, nil, x.fail(fmt.Errorf("%w: SEND chunk of %d bytes", ErrProtocol, x.chunk))
 	}
-	chunk = min(chunk, bufsz)
-	chunks := 1 // receives per block
-	if useSend {
-		chunks = (bufsz + chunk - 1) / chunk
+	x.chunk = min(x.chunk, x.bufsz)
+	x.chunks = 1
+	if x.useSend {
+		x.chunks = (x.bufsz + x.chunk - 1) / x.chunk
 	}
 	remote, rest, err := parseQPInfos(hello[helloFixed:])
 	if err != nil {
-		return fail(err)
+		return nil, nil, x.fail(err)
 	}
 	hdr := dada.ParseHeader(rest)
-	if err := hdr.Validate(rr.hdu.Header.BufSize()); err != nil {
-		return fail(fmt.Errorf("pipeline: the sender's header: %w", err))
+	if err := hdr.Validate(x.rr.hdu.Header.BufSize()); err != nil {
+		return nil, nil, x.fail(fmt.Errorf("pipeline: the sender's header: %w", err))
 	}
-	nqp := len(remote)
-	conn, err := newRCGroup(rr.pd, nqp, 4, ((rr.cfg.Credits+nqp-1)/nqp+1)*chunks)
+	return remote, hdr, nil
+}
+
+// setup connects the QPs, opens the ring for writing, writes the header
+// and sends the accept (QPs, block size and count, registration mode).
+func (x *roceRecv) setup(remote []qpInfo, hdr *dada.Header) error {
+	rr := x.rr
+	x.nqp = len(remote)
+	conn, err := newRCGroup(rr.pd, x.nqp, 4, ((rr.cfg.Credits+x.nqp-1)/x.nqp+1)*x.chunks)
 	if err != nil {
-		return fail(err)
+		return x.fail(err)
 	}
-	defer conn.close()
+	x.conn = conn
 	if err := conn.connect(remote); err != nil {
-		return fail(err)
+		return x.fail(err)
 	}
 	local, err := conn.infos()
 	if err != nil {
-		return fail(err)
+		return x.fail(err)
 	}
-	w, err := rr.hdu.OpenWriter(ctx, dada.WriterOptions{})
+	w, err := rr.hdu.OpenWriter(x.ctx, dada.WriterOptions{})
 	if err != nil {
-		return fail(err)
+		return x.fail(err)
 	}
 	if err := w.WriteHeader(hdr); err != nil {
 		w.Close()
-		return fail(err)
+		return x.fail(err)
 	}
 	acc := appendQPInfos(nil, local)
-	acc = binary.BigEndian.AppendUint64(acc, uint64(bufsz))
+	acc = binary.BigEndian.AppendUint64(acc, uint64(x.bufsz))
 	acc = binary.BigEndian.AppendUint32(acc, uint32(rr.hdu.Data.NBufs()))
 	acc = append(acc, byte(rr.mrs.Mode))
-	if err := c.send(msgAccept, acc); err != nil {
+	if err := x.c.send(msgAccept, acc); err != nil {
 		w.Close()
-		return sum, err
+		return err
 	}
-	sum.Header = hdr
-	sum.Via = fmt.Sprintf("RDMA WRITE WITH IMM over %d QPs", nqp)
-	if useSend {
-		sum.Via = fmt.Sprintf("SEND of %d-byte chunks over %d QPs", chunk, nqp)
+	x.w = w
+	x.sum.Header = hdr
+	x.sum.Via = fmt.Sprintf("RDMA WRITE WITH IMM over %d QPs", x.nqp)
+	if x.useSend {
+		x.sum.Via = fmt.Sprintf("SEND of %d-byte chunks over %d QPs", x.chunk, x.nqp)
 	}
-	st := rr.cfg.Stats
-	t0 := time.Now()
+	return nil
+}
 
-	// The granter opens blocks (waiting for readers: backpressure), posts a
-	// receive for each and grants it; the completion loop below marks them
-	// filled. mu serialises the dada writer between the two.
-	var mu sync.Mutex
-	tokens := make(chan struct{}, rr.cfg.Credits)
-	for range rr.cfg.Credits {
-		tokens <- struct{}{}
+// startGranter starts the goroutine that grants blocks, one per token.
+func (x *roceRecv) startGranter() {
+	x.tokens = make(chan struct{}, x.rr.cfg.Credits)
+	for range x.rr.cfg.Credits {
+		x.tokens <- struct{}{}
 	}
-	gctx, stopGrant := context.WithCancel(ctx)
-	gerr := make(chan error, 1)
-	var opened []uint64 // block numbers opened, oldest first (guarded by mu)
-	go func() {
-		var next uint64
-		for {
-			select {
-			case <-gctx.Done():
-				gerr <- nil
-				return
-			case <-tokens:
-			}
-			mu.Lock()
-			t := time.Now()
-			b, err := w.OpenBlockContext(gctx)
-			st.WaitNanos.Add(int64(time.Since(t)))
-			if err == nil {
-				opened = append(opened, next)
-			}
-			mu.Unlock()
-			if err != nil {
-				if gctx.Err() != nil {
-					err = nil
-				}
-				gerr <- err
-				return
-			}
-			bm, addr, ok := rr.mrs.Lookup(b.Data)
-			if !ok {
-				gerr <- fmt.Errorf("pipeline: block %d is not in the registered ring", b.Index)
-				return
-			}
-			// RDMA WRITE WITH IMMEDIATE consumes one receive (no buffer);
-			// SENDs land in receives whose buffers are the block's chunks,
-			// with the block's lkey (one MR, or the block's own).
-			rwr := []verbs.RecvWR{{WRID: next}}
-			if useSend {
-				rwr = make([]verbs.RecvWR, chunks)
-				for k := range rwr {
-					l := min(chunk, bufsz-k*chunk)
-					rwr[k] = verbs.RecvWR{WRID: next, SGList: []verbs.SGE{{Addr: addr + uint64(k*chunk), Length: uint32(l), LKey: bm.LKey}}}
-				}
-			}
-			if _, err := conn.qps[next%uint64(nqp)].PostRecv(rwr); err != nil {
-				gerr <- fmt.Errorf("pipeline: posting a receive: %w", err)
-				return
-			}
-			if err := c.send(msgCredit, credit{Block: next, Addr: addr, RKey: bm.RKey, Len: uint32(bufsz)}.append(nil)); err != nil {
-				gerr <- err
-				return
-			}
-			next++
+	x.gctx, x.stopGrant = context.WithCancel(x.ctx)
+	x.gerr = make(chan error, 1)
+	go x.grantLoop()
+}
+
+// grantLoop opens, arms and grants a block per token until stopped; its
+// result goes to gerr.
+func (x *roceRecv) grantLoop() {
+	for next := uint64(0); ; next++ {
+		select {
+		case <-x.gctx.Done():
+			x.gerr <- nil
+			return
+		case <-x.tokens:
 		}
-	}()
-	// The sender's control messages: only an error (or a close) is expected now.
-	peerErr := make(chan error, 1)
+		b, err := x.openBlock(next)
+		if err != nil {
+			if x.gctx.Err() != nil {
+				err = nil
+			}
+			x.gerr <- err
+			return
+		}
+		if err := x.grant(next, b); err != nil {
+			x.gerr <- err
+			return
+		}
+	}
+}
+
+// openBlock opens the ring's next block as block next, waiting for readers.
+func (x *roceRecv) openBlock(next uint64) (dada.Block, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	t := time.Now()
+	b, err := x.w.OpenBlockContext(x.gctx)
+	x.st.WaitNanos.Add(int64(time.Since(t)))
+	if err == nil {
+		x.opened = append(x.opened, next)
+	}
+	return b, err
+}
+
+// grant posts the receives of block next and sends the sender its credit.
+func (x *roceRecv) grant(next uint64, b dada.Block) error {
+	bm, addr, ok := x.rr.mrs.Lookup(b.Data)
+	if !ok {
+		return fmt.Errorf("pipeline: block %d is not in the registered ring", b.Index)
+	}
+	// RDMA WRITE WITH IMMEDIATE consumes one receive (no buffer); SENDs
+	// land in receives whose buffers are the block's chunks, with the
+	// block's lkey (one MR, or the block's own).
+	rwr := []verbs.RecvWR{{WRID: next}}
+	if x.useSend {
+		rwr = make([]verbs.RecvWR, x.chunks)
+		for k := range rwr {
+			l := min(x.chunk, x.bufsz-k*x.chunk)
+			rwr[k] = verbs.RecvWR{WRID: next, SGList: []verbs.SGE{{Addr: addr + uint64(k*x.chunk), Length: uint32(l), LKey: bm.LKey}}}
+		}
+	}
+	if _, err := x.conn.qps[next%uint64(x.nqp)].PostRecv(rwr); err != nil {
+		return fmt.Errorf("pipeline: posting a receive: %w", err)
+	}
+	return x.c.send(msgCredit, credit{Block: next, Addr: addr, RKey: bm.RKey, Len: uint32(x.bufsz)}.append(nil))
+}
+
+// watchPeer starts watching the control connection: a message from the
+// sender now is an error, and stops the completion loop.
+func (x *roceRecv) watchPeer() {
+	x.peerErr = make(chan error, 1)
 	go func() {
-		_, _, err := c.recv()
+		_, _, err := x.c.recv()
 		if err == nil {
 			err = fmt.Errorf("%w: unexpected message during the transfer", ErrProtocol)
 		}
-		peerErr <- err
+		x.peerErr <- err
 	}()
-	pctx, stopPoll := context.WithCancel(ctx)
-	defer stopPoll()
-	var perr atomic.Value
+	x.pctx, x.stopPoll = context.WithCancel(x.ctx)
 	go func() {
 		select {
-		case e := <-peerErr:
-			perr.Store(e)
-			stopPoll()
-		case <-pctx.Done():
+		case e := <-x.peerErr:
+			x.perr.Store(e)
+			x.stopPoll()
+		case <-x.pctx.Done():
 		}
 	}()
-	var xerr error
+}
 
+// relay takes receive completions and marks the blocks filled in order
+// until the end of data, an error or a stop.
+func (x *roceRecv) relay() {
 	wcs := make([]verbs.WC, 16)
-	// Blocks complete in order on each QP but not across QPs: a completed
-	// block waits in pend until every earlier one is marked filled.
-	C := uint64(rr.cfg.Credits)
-	pend := make([]int, C) // bytes of block b at b%C, -1: not complete
-	part := make([]int, C) // SEND: bytes of block b received so far
-	for i := range pend {
-		pend[i] = -1
+	C := x.rr.cfg.Credits
+	x.pend, x.part = make([]int, C), make([]int, C)
+	for i := range x.pend {
+		x.pend[i] = -1
 	}
-	var expect uint64
-	ended, eod := false, false
-	for !ended {
-		n, err := conn.poll(pctx, wcs)
+	for !x.ended {
+		n, err := x.conn.poll(x.pctx, wcs)
 		if err != nil {
 			break
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != verbs.WCSuccess {
-				xerr = fmt.Errorf("%w: receive completion %v", ErrTransfer, wc.Status)
-				ended = true
+			if err := x.complete(wc); err != nil {
+				x.xerr, x.ended = err, true
 				break
-			}
-			b := wc.WRID
-			want := verbs.WCRecvRDMAWithImm
-			if useSend {
-				want = verbs.WCRecv
-			}
-			imm := wc.Flags&verbs.WCWithImm != 0
-			if wc.Opcode != want || (imm || !useSend) && wc.ImmData != uint32(b) || b < expect || b >= expect+C ||
-				part[b%C]+int(wc.ByteLen) > bufsz {
-				xerr = fmt.Errorf("%w: completion %v imm %d for block %d (%d bytes), want %v for blocks %d..%d",
-					ErrProtocol, wc.Opcode, wc.ImmData, b, wc.ByteLen, want, expect, expect+C-1)
-				ended = true
-				break
-			}
-			part[b%C] += int(wc.ByteLen)
-			if imm || !useSend { // the block's last message
-				pend[b%C], part[b%C] = part[b%C], 0
 			}
 		}
-		for !ended && pend[expect%C] >= 0 {
-			nb := pend[expect%C]
-			pend[expect%C] = -1
-			mu.Lock()
-			err := w.MarkFilled(nb)
-			opened = opened[1:]
-			if err == nil {
-				st.Full.Store(fullBlocks(rr.hdu.Data))
-			}
-			mu.Unlock()
-			if err != nil {
-				xerr = err
-				ended = true
-				break
-			}
-			expect++
-			st.Blocks.Add(1)
-			st.Packets.Add(1)
-			st.Bytes.Add(uint64(nb))
-			sum.Blocks++
-			sum.Bytes += uint64(nb)
-			if nb < bufsz {
-				ended, eod = true, true
-				break
-			}
-			tokens <- struct{}{}
+		for !x.ended && x.pend[x.expect%uint64(C)] >= 0 {
+			x.fillNext()
 		}
 	}
-	stopGrant()
-	if e := <-gerr; xerr == nil && e != nil && !eod {
-		xerr = e // after the end of data the granter may fail to open one more block: harmless
+}
+
+// complete accounts for one receive completion; a block is complete with
+// its last message (the one with the immediate).
+func (x *roceRecv) complete(wc verbs.WC) error {
+	C := uint64(x.rr.cfg.Credits)
+	if wc.Status != verbs.WCSuccess {
+		return fmt.Errorf("%w: receive completion %v", ErrTransfer, wc.Status)
 	}
-	if !eod {
-		// A sender that gave up explains the rest (flushed completions, a
-		// closed socket); its message may be just behind.
-		stopPoll()
-		peer, _ := perr.Load().(error)
-		if peer == nil && xerr != nil {
-			select {
-			case peer = <-peerErr:
-			case <-time.After(100 * time.Millisecond):
-				peer, _ = perr.Load().(error)
-			}
-		}
-		if peer != nil && (xerr == nil || errors.Is(peer, ErrPeer)) {
-			xerr = fmt.Errorf("pipeline: sender: %w", peer)
-		}
+	b := wc.WRID
+	want := verbs.WCRecvRDMAWithImm
+	if x.useSend {
+		want = verbs.WCRecv
 	}
-	sum.Elapsed = time.Since(t0)
-	mu.Lock()
-	if !eod && len(opened) > 0 {
+	imm := wc.Flags&verbs.WCWithImm != 0
+	if wc.Opcode != want || (imm || !x.useSend) && wc.ImmData != uint32(b) || b < x.expect || b >= x.expect+C ||
+		x.part[b%C]+int(wc.ByteLen) > x.bufsz {
+		return fmt.Errorf("%w: completion %v imm %d for block %d (%d bytes), want %v for blocks %d..%d",
+			ErrProtocol, wc.Opcode, wc.ImmData, b, wc.ByteLen, want, x.expect, x.expect+C-1)
+	}
+	x.part[b%C] += int(wc.ByteLen)
+	if imm || !x.useSend { // the block's last message
+		x.pend[b%C], x.part[b%C] = x.part[b%C], 0
+	}
+	return nil
+}
+
+// fillNext marks the next complete block filled and returns its token to
+// the granter; a short block is the end of data.
+func (x *roceRecv) fillNext() {
+	C := uint64(x.rr.cfg.Credits)
+	nb := x.pend[x.expect%C]
+	x.pend[x.expect%C] = -1
+	x.mu.Lock()
+	err := x.w.MarkFilled(nb)
+	x.opened = x.opened[1:]
+	if err == nil {
+		x.st.Full.Store(fullBlocks(x.rr.hdu.Data))
+	}
+	x.mu.Unlock()
+	if err != nil {
+		x.xerr, x.ended = err, true
+		return
+	}
+	x.expect++
+	x.st.Blocks.Add(1)
+	x.st.Packets.Add(1)
+	x.st.Bytes.Add(uint64(nb))
+	x.sum.Blocks++
+	x.sum.Bytes += uint64(nb)
+	if nb < x.bufsz {
+		x.ended, x.eod = true, true
+		return
+	}
+	x.tokens <- struct{}{}
+}
+
+// finish stops the granter, explains an early end, ends the transfer and
+// tells the sender the outcome.
+func (x *roceRecv) finish() error {
+	x.stopGrant()
+	if e := <-x.gerr; x.xerr == nil && e != nil && !x.eod {
+		x.xerr = e // after the end of data the granter may fail to open one more block: harmless
+	}
+	if !x.eod {
+		x.blamePeer()
+	}
+	x.sum.Elapsed = time.Since(x.t0)
+	x.mu.Lock()
+	if !x.eod && len(x.opened) > 0 {
 		// aborted: end the transfer after the last complete block
-		w.MarkFilled(0)
+		x.w.MarkFilled(0)
 	}
-	mu.Unlock()
-	if err := w.Close(); xerr == nil && err != nil {
-		xerr = err
+	x.mu.Unlock()
+	if err := x.w.Close(); x.xerr == nil && err != nil {
+		x.xerr = err
 	}
-	if xerr == nil && !eod {
-		if xerr = ctx.Err(); xerr == nil {
-			xerr = fmt.Errorf("%w: the transfer stopped before its end", ErrTransfer)
+	if x.xerr == nil && !x.eod {
+		if x.xerr = x.ctx.Err(); x.xerr == nil {
+			x.xerr = fmt.Errorf("%w: the transfer stopped before its end", ErrTransfer)
 		}
 	}
-	if xerr != nil {
-		c.send(msgError, []byte(xerr.Error()))
-		return sum, xerr
+	if x.xerr != nil {
+		return x.fail(x.xerr)
 	}
-	st.Transfers.Add(1)
-	done := binary.BigEndian.AppendUint64(nil, sum.Bytes)
-	done = binary.BigEndian.AppendUint64(done, sum.Blocks)
-	if err := c.send(msgDone, done); err != nil {
-		return sum, err
+	x.st.Transfers.Add(1)
+	done := binary.BigEndian.AppendUint64(nil, x.sum.Bytes)
+	done = binary.BigEndian.AppendUint64(done, x.sum.Blocks)
+	return x.c.send(msgDone, done)
+}
+
+// blamePeer lets a sender that gave up explain the rest (flushed
+// completions, a closed socket); its message may be just behind.
+func (x *roceRecv) blamePeer() {
+	x.stopPoll()
+	peer, _ := x.perr.Load().(error)
+	if peer == nil && x.xerr != nil {
+		select {
+		case peer = <-x.peerErr:
+		case <-time.After(100 * time.Millisecond):
+			peer, _ = x.perr.Load().(error)
+		}
 	}
-	return sum, nil
+	if peer != nil && (x.xerr == nil || errors.Is(peer, ErrPeer)) {
+		x.xerr = fmt.Errorf("pipeline: sender: %w", peer)
+	}
 }

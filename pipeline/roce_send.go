@@ -36,8 +36,8 @@ type RoCESendConfig struct {
 	FillOnce bool
 	// UseSend sends each block as SENDs of ChunkSize bytes (the last one
 	// SEND WITH IMMEDIATE) into receives the receiver posts on the block's
-	// chunks, as the receive loop of the user's note does, instead of one
-	// RDMA WRITE WITH IMMEDIATE.
+	// chunks, as a classic verbs receive loop does (one receive per chunk),
+	// instead of one RDMA WRITE WITH IMMEDIATE.
 	UseSend bool
 	// ChunkSize is the SEND size (default 1 MiB, at most the block size).
 	ChunkSize int
@@ -56,6 +56,10 @@ type RoCESendConfig struct {
 // sendSQDepth is the send queue depth of SEND mode.
 const sendSQDepth = 4096
 
+// ringSlot is the source-buffer number (the low byte of a work request ID)
+// of a block written straight from the relayed ring.
+const ringSlot = 0xff
+
 type srcBuf struct {
 	mr   *verbs.MR
 	buf  []byte
@@ -69,23 +73,108 @@ type srcBuf struct {
 // short, or empty when the data end on a block boundary). It returns when
 // the receiver confirms the end of the transfer. SendRoCE does not close
 // ctrlConn; close it afterwards.
-func SendRoCE(ctx context.Context, ctrlConn net.Conn, dev *verbs.Device, cfg RoCESendConfig) (sum Summary, err error) {
-	var rd *dada.Reader
-	if cfg.Source != nil {
-		if rd, err = cfg.Source.OpenReader(ctx); err != nil {
-			return sum, err
+func SendRoCE(ctx context.Context, ctrlConn net.Conn, dev *verbs.Device, cfg RoCESendConfig) (Summary, error) {
+	s := &roceSender{ctx: ctx, cfg: cfg, c: newCtrl(ctrlConn)}
+	defer s.close()
+	err := s.run(dev)
+	return s.sum, err
+}
+
+// roceSender is the state of one SendRoCE: set up (source, QPs, handshake,
+// buffers), then per block wait for a grant and write (relay), then finish.
+type roceSender struct {
+	ctx  context.Context
+	cfg  RoCESendConfig
+	st   *Stats
+	c    *ctrl
+	rd   *dada.Reader // relay: the local ring's reader
+	pd   *verbs.PD
+	conn *rcGroup
+	ring *RingMRs // relay: the local ring's registration
+	srcs []srcBuf
+	undo []func() // releases, in the order of acquisition
+
+	bufsz int // the receiver's block size
+	chunk int // SEND size
+	cpb   int // work requests per block
+
+	credits chan credit // grants from the receiver
+	doneMsg chan error  // the receiver's final word (nil: done)
+	quit    chan struct{}
+
+	wcs       []verbs.WC
+	sge       []verbs.SGE
+	wr        []verbs.SendWR
+	ringBusy  bool // relay: a ring block is being written
+	haveBlock bool // relay: a ring block is held
+	t0        time.Time
+	pos       uint64 // stream bytes posted
+	sum       Summary
+}
+
+// close releases what run acquired, the last first.
+func (s *roceSender) close() {
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		s.undo[i]()
+	}
+}
+
+// fail tells the receiver about e and returns it.
+func (s *roceSender) fail(e error) error {
+	s.c.send(msgError, []byte(e.Error()))
+	return e
+}
+
+func (s *roceSender) run(dev *verbs.Device) error {
+	if err := s.openSource(); err != nil {
+		return err
+	}
+	local, err := s.setupQPs(dev)
+	if err != nil {
+		return err
+	}
+	if err := s.handshake(local); err != nil {
+		return err
+	}
+	if err := s.setupBuffers(); err != nil {
+		return err
+	}
+	s.sum.Header = s.cfg.Header
+	s.listen()
+	s.t0 = time.Now()
+	for blk := uint64(0); ; blk++ {
+		last, err := s.sendBlock(blk)
+		if err != nil {
+			return err
 		}
-		defer rd.Close()
+		if last {
+			break
+		}
+	}
+	return s.finish()
+}
+
+// openSource opens the relayed ring's next transfer (if any) and applies
+// the configuration's defaults.
+func (s *roceSender) openSource() error {
+	cfg := &s.cfg
+	if cfg.Source != nil {
+		rd, err := cfg.Source.OpenReader(s.ctx)
+		if err != nil {
+			return err
+		}
+		s.rd = rd
+		s.undo = append(s.undo, func() { rd.Close() })
 		h, err := rd.ReadHeader()
 		if err != nil {
-			return sum, err
+			return err
 		}
 		if cfg.Header == nil {
 			cfg.Header = h
 		}
 	}
 	if cfg.Header == nil {
-		return sum, fmt.Errorf("%w: SendRoCE needs an observation header", ErrConfig)
+		return fmt.Errorf("%w: SendRoCE needs an observation header", ErrConfig)
 	}
 	if cfg.Fill == nil {
 		cfg.Fill = FillPattern
@@ -94,38 +183,40 @@ func SendRoCE(ctx context.Context, ctrlConn net.Conn, dev *verbs.Device, cfg RoC
 		cfg.QPs = 4
 	}
 	if cfg.QPs > maxQPs {
-		return sum, fmt.Errorf("%w: %d QPs (at most %d)", ErrConfig, cfg.QPs, maxQPs)
+		return fmt.Errorf("%w: %d QPs (at most %d)", ErrConfig, cfg.QPs, maxQPs)
 	}
 	if cfg.Buffers <= 0 {
 		cfg.Buffers = cfg.QPs + 1
 	}
-	st := cfg.Stats
-	if st == nil {
-		st = new(Stats)
+	if s.st = cfg.Stats; s.st == nil {
+		s.st = new(Stats)
 	}
-	c := newCtrl(ctrlConn)
-	fail := func(e error) (Summary, error) {
-		c.send(msgError, []byte(e.Error()))
-		return sum, e
-	}
+	return nil
+}
+
+// setupQPs creates the PD and the RC QPs and describes them for the peer.
+func (s *roceSender) setupQPs(dev *verbs.Device) ([]qpInfo, error) {
 	pd, err := dev.AllocPD()
 	if err != nil {
-		return sum, err
+		return nil, err
 	}
-	defer pd.Dealloc()
-	sqDepth := cfg.Buffers + 2
-	if cfg.UseSend {
+	s.pd = pd
+	s.undo = append(s.undo, func() { pd.Dealloc() })
+	sqDepth := s.cfg.Buffers + 2
+	if s.cfg.UseSend {
 		sqDepth = sendSQDepth
 	}
-	conn, err := newRCGroup(pd, cfg.QPs, sqDepth, 1)
-	if err != nil {
-		return sum, err
+	if s.conn, err = newRCGroup(pd, s.cfg.QPs, sqDepth, 1); err != nil {
+		return nil, err
 	}
-	defer conn.close()
-	local, err := conn.infos()
-	if err != nil {
-		return sum, err
-	}
+	s.undo = append(s.undo, s.conn.close)
+	return s.conn.infos()
+}
+
+// handshake sends the hello (version, verb, chunk size, QPs, header), reads
+// the receiver's accept (QPs, block size) and connects the QPs.
+func (s *roceSender) handshake(local []qpInfo) error {
+	cfg := &s.cfg
 	if cfg.ChunkSize <= 0 {
 		cfg.ChunkSize = 1 << 20
 	}
@@ -138,273 +229,331 @@ func SendRoCE(ctx context.Context, ctrlConn net.Conn, dev *verbs.Device, cfg RoC
 	hello = binary.BigEndian.AppendUint32(hello, uint32(cfg.ChunkSize))
 	hello = appendQPInfos(hello, local)
 	hello = append(hello, cfg.Header.Bytes()...)
-	if err := c.send(msgHello, hello); err != nil {
-		return sum, err
+	if err := s.c.send(msgHello, hello); err != nil {
+		return err
 	}
-	acc, err := c.expect(msgAccept, 1)
+	acc, err := s.c.expect(msgAccept, 1)
 	if err != nil {
-		return sum, fmt.Errorf("pipeline: waiting for the receiver: %w", err)
+		return fmt.Errorf("pipeline: waiting for the receiver: %w", err)
 	}
 	remote, acc, err := parseQPInfos(acc)
 	if err != nil || len(acc) < 8+4+1 {
-		return fail(fmt.Errorf("%w: bad accept message", ErrProtocol))
+		return s.fail(fmt.Errorf("%w: bad accept message", ErrProtocol))
 	}
 	bufsz := int(binary.BigEndian.Uint64(acc))
-	if bufsz <= 0 || bufsz > 1<<31 {
-		return fail(fmt.Errorf("%w: receiver's block size %d", ErrProtocol, bufsz))
+	if bufsz <= 0 || int64(bufsz) > 1<<31 {
+		return s.fail(fmt.Errorf("%w: receiver's block size %d", ErrProtocol, bufsz))
 	}
-	if err := conn.connect(remote); err != nil {
-		return fail(err)
+	if err := s.conn.connect(remote); err != nil {
+		return s.fail(err)
 	}
-	chunk := min(cfg.ChunkSize, bufsz)
-	cpb := 1 // work requests per block
+	s.bufsz, s.chunk, s.cpb = bufsz, min(cfg.ChunkSize, bufsz), 1
 	if cfg.UseSend {
-		cpb = (bufsz + chunk - 1) / chunk
-		if perQP := (max(cfg.Buffers, 1) + cfg.QPs - 1) / cfg.QPs; perQP*cpb > sendSQDepth {
-			return fail(fmt.Errorf("%w: %d SENDs of %d bytes per %d-byte block, %d blocks in flight per QP: more than %d work requests; use a larger chunk",
-				ErrConfig, cpb, chunk, bufsz, perQP, sendSQDepth))
+		s.cpb = (bufsz + s.chunk - 1) / s.chunk
+		if perQP := (max(cfg.Buffers, 1) + cfg.QPs - 1) / cfg.QPs; perQP*s.cpb > sendSQDepth {
+			return s.fail(fmt.Errorf("%w: %d SENDs of %d bytes per %d-byte block, %d blocks in flight per QP: more than %d work requests; use a larger chunk",
+				ErrConfig, s.cpb, s.chunk, bufsz, perQP, sendSQDepth))
 		}
 	}
-	var ringMRs *RingMRs
+	return nil
+}
+
+// setupBuffers registers the relayed ring, or allocates and registers the
+// source buffers of generated data.
+func (s *roceSender) setupBuffers() error {
+	cfg := &s.cfg
 	if cfg.Source != nil {
-		if lb := cfg.Source.Data.BufSize(); lb != bufsz {
-			return fail(fmt.Errorf("%w: the local ring's blocks are %d bytes, the receiver's %d: relaying needs equal block sizes", ErrConfig, lb, bufsz))
+		if lb := cfg.Source.Data.BufSize(); lb != s.bufsz {
+			return s.fail(fmt.Errorf("%w: the local ring's blocks are %d bytes, the receiver's %d: relaying needs equal block sizes", ErrConfig, lb, s.bufsz))
 		}
-		if ringMRs, err = RegisterRing(pd, cfg.Source.Data, RegisterOptions{Access: verbs.AccessLocalWrite, Logger: cfg.Logger}); err != nil {
-			return fail(err)
+		ring, err := RegisterRing(s.pd, cfg.Source.Data, RegisterOptions{Access: verbs.AccessLocalWrite, Logger: cfg.Logger})
+		if err != nil {
+			return s.fail(err)
 		}
-		defer ringMRs.Close()
+		s.ring = ring
+		s.undo = append(s.undo, func() { ring.Close() })
 		cfg.Buffers = 0
 	}
-	srcs := make([]srcBuf, cfg.Buffers)
-	for i := range srcs {
-		srcs[i].buf = make([]byte, bufsz)
-		if srcs[i].mr, err = pd.RegMR(srcs[i].buf, verbs.AccessLocalWrite); err != nil {
-			return fail(err)
+	s.srcs = make([]srcBuf, cfg.Buffers)
+	for i := range s.srcs {
+		src := &s.srcs[i]
+		src.buf = make([]byte, s.bufsz)
+		mr, err := s.pd.RegMR(src.buf, verbs.AccessLocalWrite)
+		if err != nil {
+			return s.fail(err)
 		}
-		defer srcs[i].mr.Deregister()
+		src.mr = mr
+		s.undo = append(s.undo, func() { mr.Deregister() })
 		if cfg.FillOnce {
-			cfg.Fill(srcs[i].buf, uint64(i*bufsz))
+			cfg.Fill(src.buf, uint64(i*s.bufsz))
 		}
 	}
-	sum.Header = cfg.Header
+	s.wcs = make([]verbs.WC, 8)
+	s.sge = make([]verbs.SGE, s.cpb)
+	s.wr = make([]verbs.SendWR, s.cpb)
+	return nil
+}
 
-	// Credits and the final confirmation arrive on the control connection.
-	credits := make(chan credit, 64)
-	doneMsg := make(chan error, 1)
-	quit := make(chan struct{})
-	defer close(quit)
+// listen starts the reader of the control connection: credits and the
+// final confirmation arrive there.
+func (s *roceSender) listen() {
+	s.credits = make(chan credit, 64)
+	s.doneMsg = make(chan error, 1)
+	s.quit = make(chan struct{})
+	s.undo = append(s.undo, func() { close(s.quit) })
 	go func() {
 		for {
-			t, b, err := c.recv()
+			t, b, err := s.c.recv()
 			switch {
 			case err != nil:
-				doneMsg <- err
+				s.doneMsg <- err
 				return
 			case t == msgCredit && len(b) >= creditLen:
 				select {
-				case credits <- parseCredit(b):
-				case <-quit:
+				case s.credits <- parseCredit(b):
+				case <-s.quit:
 					return
 				}
 			case t == msgDone:
-				doneMsg <- nil
+				s.doneMsg <- nil
 				return
 			default:
-				doneMsg <- fmt.Errorf("%w: unexpected message %q", ErrProtocol, t)
+				s.doneMsg <- fmt.Errorf("%w: unexpected message %q", ErrProtocol, t)
 				return
 			}
 		}
 	}()
-	wcs := make([]verbs.WC, 8)
-	ringBusy, haveBlock := false, false // relay: a ring block is being written / held
-	reap := func(block bool) error {
-		for {
-			var n int
-			if block {
-				var err error
-				if n, err = conn.poll(ctx, wcs); err != nil {
-					return err
-				}
-			} else {
-				n = conn.cq.Poll(wcs)
-			}
-			for _, wc := range wcs[:n] {
-				if wc.Status != verbs.WCSuccess {
-					return fmt.Errorf("%w: RDMA WRITE of block %d: %v", ErrTransfer, wc.WRID>>8, wc.Status)
-				}
-				if i := wc.WRID & 0xff; i == 0xff {
-					ringBusy = false
-				} else {
-					srcs[i].busy = false
-				}
-			}
-			if n < len(wcs) {
-				return nil
-			}
-			block = false
+}
+
+// sendBlock sends block blk: it takes the data (the next ring block, or a
+// free source buffer filled), waits for the block's grant and posts the
+// writes. last reports the end of the transfer (a short block).
+func (s *roceSender) sendBlock(blk uint64) (last bool, err error) {
+	n := 0
+	if s.rd == nil {
+		n = int(min(uint64(s.bufsz), s.cfg.Bytes-s.pos))
+	}
+	s.pace()
+	var sg verbs.SGE
+	si := ringSlot
+	if s.rd != nil {
+		if sg, n, err = s.nextRingBlock(); err != nil {
+			return false, err
+		}
+	} else {
+		if si, err = s.freeBuffer(); err != nil {
+			return false, err
+		}
+		src := &s.srcs[si]
+		if !s.cfg.FillOnce && n > 0 {
+			s.cfg.Fill(src.buf[:n], s.pos)
+		}
+		sg = verbs.SGE{Addr: src.mr.Addr(), Length: uint32(n), LKey: src.mr.LKey()}
+	}
+	cr, err := s.grant(blk, n)
+	if err != nil {
+		return false, err
+	}
+	if err := s.post(blk, si, sg, n, cr); err != nil {
+		return false, err
+	}
+	s.pos += uint64(n)
+	s.st.Packets.Add(1)
+	s.st.Blocks.Add(1)
+	s.st.Bytes.Add(uint64(n))
+	s.sum.Blocks++
+	return n < s.bufsz, nil
+}
+
+// pace waits until the stream position is due at cfg.Rate.
+func (s *roceSender) pace() {
+	if s.cfg.Rate <= 0 {
+		return
+	}
+	if ahead := float64(s.pos)/s.cfg.Rate - time.Since(s.t0).Seconds(); ahead > 0 {
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(time.Duration(ahead * float64(time.Second))):
 		}
 	}
-	inflight := func() int {
-		k := 0
-		if ringBusy {
+}
+
+// nextRingBlock waits until the previous ring block is written, releases
+// it and takes the next one (none at the end of the transfer: n is 0).
+func (s *roceSender) nextRingBlock() (sg verbs.SGE, n int, err error) {
+	for s.ringBusy {
+		if err := s.reap(true); err != nil {
+			return sg, 0, s.fail(err)
+		}
+	}
+	if s.haveBlock {
+		if err := s.rd.MarkCleared(); err != nil {
+			return sg, 0, s.fail(err)
+		}
+		s.haveBlock = false
+	}
+	b, err := s.rd.NextBlockContext(s.ctx)
+	switch {
+	case err == io.EOF:
+		return sg, 0, nil
+	case err != nil:
+		return sg, 0, s.fail(err)
+	}
+	s.haveBlock, n = true, len(b.Data)
+	if n > 0 {
+		bm, addr, ok := s.ring.Lookup(b.Data)
+		if !ok {
+			return sg, 0, s.fail(fmt.Errorf("pipeline: local block %d is not in the registered ring", b.Index))
+		}
+		sg = verbs.SGE{Addr: addr, Length: uint32(n), LKey: bm.LKey}
+	}
+	return sg, n, nil
+}
+
+// freeBuffer returns a source buffer no write is using, reaping
+// completions (waiting for one if all are busy).
+func (s *roceSender) freeBuffer() (int, error) {
+	for {
+		if err := s.reap(false); err != nil {
+			return 0, s.fail(err)
+		}
+		for i := range s.srcs {
+			if !s.srcs[i].busy {
+				return i, nil
+			}
+		}
+		if err := s.reap(true); err != nil {
+			return 0, s.fail(err)
+		}
+	}
+}
+
+// grant waits for the receiver's credit for block blk of n bytes.
+func (s *roceSender) grant(blk uint64, n int) (credit, error) {
+	var cr credit
+	t := time.Now()
+	select {
+	case cr = <-s.credits:
+	case err := <-s.doneMsg:
+		if err == nil {
+			err = fmt.Errorf("%w: the receiver ended the transfer early", ErrProtocol)
+		}
+		return cr, err
+	case <-s.ctx.Done():
+		return cr, s.fail(s.ctx.Err())
+	}
+	s.st.WaitNanos.Add(int64(time.Since(t)))
+	if cr.Block != blk || int(cr.Len) < n {
+		return cr, s.fail(fmt.Errorf("%w: credit for block %d of %d bytes, want block %d", ErrProtocol, cr.Block, cr.Len, blk))
+	}
+	return cr, nil
+}
+
+// post writes block blk of n bytes at sg (source buffer si) to the granted
+// block: one RDMA WRITE WITH IMMEDIATE, or SENDs of chunk bytes into the
+// receives posted on the block, the last carrying the block number and
+// signaled.
+func (s *roceSender) post(blk uint64, si int, sg verbs.SGE, n int, cr credit) error {
+	nwr := 1
+	wrid := blk<<8 | uint64(si)
+	wr, sge := s.wr, s.sge
+	if !s.cfg.UseSend {
+		wr[0] = verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
+			ImmData: uint32(blk), RemoteAddr: cr.Addr, RKey: cr.RKey}
+		if n > 0 {
+			sge[0] = sg
+			wr[0].SGList = sge[:1]
+		}
+	} else {
+		chunk := s.chunk
+		nwr = max(1, (n+chunk-1)/chunk)
+		for j := 0; j < nwr; j++ {
+			wr[j] = verbs.SendWR{WRID: wrid, Opcode: verbs.WRSend}
+			if l := min(chunk, n-j*chunk); l > 0 {
+				sge[j] = verbs.SGE{Addr: sg.Addr + uint64(j*chunk), Length: uint32(l), LKey: sg.LKey}
+				wr[j].SGList = sge[j : j+1]
+			}
+		}
+		wr[nwr-1].Opcode, wr[nwr-1].ImmData, wr[nwr-1].Flags = verbs.WRSendWithImm, uint32(blk), verbs.SendSignaled
+	}
+	if k, err := s.conn.qps[blk%uint64(s.cfg.QPs)].PostSend(wr[:nwr]); err != nil || k != nwr {
+		return s.fail(fmt.Errorf("pipeline: posting block %d (%d of %d work requests): %w", blk, k, nwr, err))
+	}
+	if si == ringSlot {
+		s.ringBusy = true
+	} else {
+		s.srcs[si].busy = true
+	}
+	return nil
+}
+
+// reap takes send completions (waiting for the first if block) and frees
+// the buffers whose writes completed.
+func (s *roceSender) reap(block bool) error {
+	for {
+		var n int
+		if block {
+			var err error
+			if n, err = s.conn.poll(s.ctx, s.wcs); err != nil {
+				return err
+			}
+		} else {
+			n = s.conn.cq.Poll(s.wcs)
+		}
+		for _, wc := range s.wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				return fmt.Errorf("%w: RDMA WRITE of block %d: %v", ErrTransfer, wc.WRID>>8, wc.Status)
+			}
+			if i := wc.WRID & 0xff; i == ringSlot {
+				s.ringBusy = false
+			} else {
+				s.srcs[i].busy = false
+			}
+		}
+		if n < len(s.wcs) {
+			return nil
+		}
+		block = false
+	}
+}
+
+// inflight counts the writes not yet completed.
+func (s *roceSender) inflight() int {
+	k := 0
+	if s.ringBusy {
+		k++
+	}
+	for i := range s.srcs {
+		if s.srcs[i].busy {
 			k++
 		}
-		for i := range srcs {
-			if srcs[i].busy {
-				k++
-			}
-		}
-		return k
 	}
-	t0 := time.Now()
-	var pos uint64
-	sge := make([]verbs.SGE, cpb)
-	wr := make([]verbs.SendWR, cpb)
-	for blk := uint64(0); ; blk++ {
-		n := 0
-		if rd == nil {
-			n = int(min(uint64(bufsz), cfg.Bytes-pos))
-		}
-		if cfg.Rate > 0 {
-			if ahead := float64(pos)/cfg.Rate - time.Since(t0).Seconds(); ahead > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Duration(ahead * float64(time.Second))):
-				}
-			}
-		}
-		// relay: the next ring block, once the previous one is written
-		var sg verbs.SGE
-		si := -1
-		if rd != nil {
-			for ringBusy {
-				if err := reap(true); err != nil {
-					return fail(err)
-				}
-			}
-			if haveBlock {
-				if err := rd.MarkCleared(); err != nil {
-					return fail(err)
-				}
-				haveBlock = false
-			}
-			b, err := rd.NextBlockContext(ctx)
-			switch {
-			case err == io.EOF:
-			case err != nil:
-				return fail(err)
-			default:
-				haveBlock, n = true, len(b.Data)
-				if n > 0 {
-					bm, addr, ok := ringMRs.Lookup(b.Data)
-					if !ok {
-						return fail(fmt.Errorf("pipeline: local block %d is not in the registered ring", b.Index))
-					}
-					sg = verbs.SGE{Addr: addr, Length: uint32(n), LKey: bm.LKey}
-				}
-			}
-			si = 0xff
-		}
-		// a free source buffer, filled while earlier writes are in flight
-		for si < 0 {
-			if err := reap(false); err != nil {
-				return fail(err)
-			}
-			for i := range srcs {
-				if !srcs[i].busy {
-					si = i
-					break
-				}
-			}
-			if si < 0 {
-				if err := reap(true); err != nil {
-					return fail(err)
-				}
-			}
-		}
-		if si != 0xff {
-			s := &srcs[si]
-			if !cfg.FillOnce && n > 0 {
-				cfg.Fill(s.buf[:n], pos)
-			}
-			sg = verbs.SGE{Addr: s.mr.Addr(), Length: uint32(n), LKey: s.mr.LKey()}
-		}
-		var cr credit
-		t := time.Now()
-		select {
-		case cr = <-credits:
-		case err := <-doneMsg:
-			if err == nil {
-				err = fmt.Errorf("%w: the receiver ended the transfer early", ErrProtocol)
-			}
-			return sum, err
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		}
-		st.WaitNanos.Add(int64(time.Since(t)))
-		if cr.Block != blk || int(cr.Len) < n {
-			return fail(fmt.Errorf("%w: credit for block %d of %d bytes, want block %d", ErrProtocol, cr.Block, cr.Len, blk))
-		}
-		nwr := 1
-		wrid := blk<<8 | uint64(si)
-		if !cfg.UseSend {
-			wr[0] = verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
-				ImmData: uint32(blk), RemoteAddr: cr.Addr, RKey: cr.RKey}
-			if n > 0 {
-				sge[0] = sg
-				wr[0].SGList = sge[:1]
-			}
-		} else {
-			// SENDs of chunk bytes into the receives posted on the block;
-			// the last carries the block number and is the one signaled
-			nwr = max(1, (n+chunk-1)/chunk)
-			for j := 0; j < nwr; j++ {
-				wr[j] = verbs.SendWR{WRID: wrid, Opcode: verbs.WRSend}
-				if l := min(chunk, n-j*chunk); l > 0 {
-					sge[j] = verbs.SGE{Addr: sg.Addr + uint64(j*chunk), Length: uint32(l), LKey: sg.LKey}
-					wr[j].SGList = sge[j : j+1]
-				}
-			}
-			wr[nwr-1].Opcode, wr[nwr-1].ImmData, wr[nwr-1].Flags = verbs.WRSendWithImm, uint32(blk), verbs.SendSignaled
-		}
-		if k, err := conn.qps[blk%uint64(cfg.QPs)].PostSend(wr[:nwr]); err != nil || k != nwr {
-			return fail(fmt.Errorf("pipeline: posting block %d (%d of %d work requests): %w", blk, k, nwr, err))
-		}
-		if si == 0xff {
-			ringBusy = true
-		} else {
-			srcs[si].busy = true
-		}
-		pos += uint64(n)
-		st.Packets.Add(1)
-		st.Blocks.Add(1)
-		st.Bytes.Add(uint64(n))
-		sum.Blocks++
-		if n < bufsz {
-			break
+	return k
+}
+
+// finish waits for the last writes, releases the last ring block and waits
+// for the receiver's confirmation.
+func (s *roceSender) finish() error {
+	for s.inflight() > 0 {
+		if err := s.reap(true); err != nil {
+			return s.fail(err)
 		}
 	}
-	for inflight() > 0 {
-		if err := reap(true); err != nil {
-			return fail(err)
+	if s.haveBlock {
+		if err := s.rd.MarkCleared(); err != nil {
+			return s.fail(err)
 		}
 	}
-	if haveBlock {
-		if err := rd.MarkCleared(); err != nil {
-			return fail(err)
-		}
-	}
-	sum.Bytes = pos
+	s.sum.Bytes = s.pos
 	select {
-	case err := <-doneMsg:
-		sum.Elapsed = time.Since(t0)
+	case err := <-s.doneMsg:
+		s.sum.Elapsed = time.Since(s.t0)
 		if err != nil {
-			return sum, fmt.Errorf("pipeline: receiver: %w", err)
+			return fmt.Errorf("pipeline: receiver: %w", err)
 		}
-	case <-ctx.Done():
-		return sum, ctx.Err()
+	case <-s.ctx.Done():
+		return s.ctx.Err()
 	}
-	st.Transfers.Add(1)
-	return sum, nil
+	s.st.Transfers.Add(1)
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/dada"
+	"github.com/softroce/softroce/link/udp"
 )
 
 // UDPRecvConfig controls RecvUDP.
@@ -153,33 +154,66 @@ func RecvUDP(ctx context.Context, conn *net.UDPConn, hdu *dada.HDU, cfg UDPRecvC
 	return r.sum, err
 }
 
-func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
-	B := r.cfg.Batch
+// rxBatch is the receive buffers of one RecvUDP: up to B messages of K
+// datagram slots each (K > 1 with GRO), every slot a header buffer and a
+// payload buffer aimed at the ring slot of the packet expected there (or at
+// scratch).
+type rxBatch struct {
+	bc      *udp.BatchConn
+	B, K    int
+	kk      int // datagrams expected per message (GRO adapts it)
+	plen    int
+	hdrs    []byte
+	scratch []byte
+	trash   []byte
+	inRing  []bool   // slot s is aimed at the ring at its expected index
+	expect  []uint64 // expected index of slot s
+	state   []uint8  // slotEmpty, slotPlaced or slotPending
+}
+
+// Slot states of an rxBatch.
+const (
+	slotEmpty   = iota // empty or bad
+	slotPlaced         // landed in the ring where its sequence number says
+	slotPending        // a good datagram still to be placed (from scratch)
+)
+
+func (x *rxBatch) hdr(s, hl int) []byte { return x.hdrs[s*hl : (s+1)*hl] }
+
+func (x *rxBatch) scr(s, pl int) []byte { return x.scratch[s*pl : (s+1)*pl] }
+
+// newRxBatch turns GRO on if wanted and allocates the receive buffers.
+func (r *udpRecv) newRxBatch(conn *net.UDPConn) (*rxBatch, error) {
 	f := r.f
-	plen := f.PacketLen()
-	// K: datagram slots per message (more than one with GRO).
-	K := 1
-	gro := !r.cfg.NoGRO && enableGRO(conn)
-	if gro {
-		K = max(1, min(64, 65535/plen))
+	x := &rxBatch{B: r.cfg.Batch, K: 1, kk: 1, plen: f.PacketLen()}
+	r.gro = !r.cfg.NoGRO && udp.EnableGRO(conn)
+	if r.gro {
+		x.K = max(1, min(64, 65535/x.plen))
 	}
-	r.gro = gro
-	bc, err := newBatchConn(conn, B, 2*K+1)
+	bc, err := udp.NewBatchConn(conn, x.B, 2*x.K+1)
+	if err != nil {
+		return nil, err
+	}
+	slots := x.B * x.K
+	x.bc = bc
+	x.hdrs = make([]byte, slots*f.HeaderLen)
+	x.scratch = make([]byte, slots*f.PayloadSize)
+	x.trash = make([]byte, x.B)
+	x.inRing = make([]bool, slots)
+	x.expect = make([]uint64, slots)
+	x.state = make([]uint8, slots)
+	return x, nil
+}
+
+// loop receives batches and places their packets until the packet limit,
+// the idle timeout or the end of ctx.
+func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
+	x, err := r.newRxBatch(conn)
 	if err != nil {
 		return err
 	}
-	slots := B * K
-	hdrs := make([]byte, slots*f.HeaderLen)
-	scratch := make([]byte, slots*f.PayloadSize)
-	trash := make([]byte, B)
-	inRing := make([]bool, slots)   // slot s landed in the ring at its expected index
-	expect := make([]uint64, slots) // expected index of slot s
-	state := make([]uint8, slots)   // 0: empty/bad, 1: placed in pass 1, 2: pending in scratch
-	hdr := func(s int) []byte { return hdrs[s*f.HeaderLen : (s+1)*f.HeaderLen] }
-	scr := func(s int) []byte { return scratch[s*f.PayloadSize : (s+1)*f.PayloadSize] }
 	last := time.Now()
 	slice := min(r.cfg.IdleTimeout, 100*time.Millisecond)
-	kk := 1 // datagrams expected per message (GRO adapts it)
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -187,26 +221,9 @@ func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
 		if r.started && (r.limitHit || time.Since(last) >= r.cfg.IdleTimeout) {
 			return nil
 		}
-		M := max(1, B/kk)
-		// aim each datagram's payload at the ring slot of the next indices
-		for i := 0; i < M; i++ {
-			for j := 0; j < K; j++ {
-				s := i*K + j
-				e := r.next + uint64(i*kk+j)
-				dst, ok := r.slot(e)
-				inRing[s] = ok && j < kk
-				expect[s] = e
-				if !inRing[s] {
-					dst = scr(s)
-				}
-				bc.add(i, 2*j, hdr(s))
-				bc.add(i, 2*j+1, dst)
-			}
-			bc.add(i, 2*K, trash[i:i+1])
-			bc.setLen(i, 2*K+1)
-		}
+		M := r.aim(x)
 		conn.SetReadDeadline(time.Now().Add(slice))
-		n, err := bc.recv(M, gro)
+		n, err := x.bc.Recv(M, r.gro)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
@@ -218,110 +235,18 @@ func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
 			r.t0 = last
 		}
 		r.last = last
-		// datagrams per message
-		for i := 0; i < n; i++ {
-			L, g := bc.length(i), bc.gsoSize(i)
-			cnt := 1
-			if g > 0 {
-				cnt = (L + g - 1) / g
-			}
-			if i == 0 {
-				kk = 1
-				if g == plen {
-					kk = min(cnt, K)
-				}
-			}
-			for j := 0; j < K; j++ {
-				state[i*K+j] = 0
-			}
-			if g != 0 && g != plen {
-				r.st.Bad.Add(uint64(cnt))
-				continue
-			}
-			for j := 0; j < cnt; j++ {
-				if j >= K || (j == cnt-1 && L-j*plen != plen) {
-					r.st.Bad.Add(1)
-					continue
-				}
-				state[i*K+j] = 2
-			}
-		}
-		// reordering: a packet that arrives after a later one
+		r.classify(x, n)
 		if r.started {
-			hi := r.next
-			for s := 0; s < n*K; s++ {
-				if state[s] != 2 {
-					continue
-				}
-				if idx, ok := r.index(f.Seq(hdr(s))); ok {
-					if idx < hi {
-						r.st.Reordered.Add(1)
-					}
-					hi = max(hi, idx+1)
-				}
-			}
+			r.countReordered(x, n)
 		}
-		// pass 1: keep in-place packets, move the others out of the ring
-		for s := 0; s < n*K; s++ {
-			if state[s] != 2 || !inRing[s] {
+		r.keepInPlace(x, n)
+		for s := 0; s < n*x.K; s++ {
+			if x.state[s] != slotPending {
 				continue
 			}
-			idx, ok := r.index(f.Seq(hdr(s)))
-			if ok && idx == expect[s] {
-				r.mark(idx)
-				state[s] = 1
-				continue
+			if err := r.place(x, s); err != nil {
+				return err
 			}
-			dst, _ := r.slot(expect[s])
-			copy(scr(s), dst)
-		}
-		// pass 2: place the others where their sequence number says
-		for s := 0; s < n*K; s++ {
-			if state[s] != 2 {
-				continue
-			}
-			seq := f.Seq(hdr(s))
-			if !r.started {
-				if err := r.begin(seq, r.t0); err != nil {
-					return err
-				}
-			}
-			idx, ok := r.index(seq)
-			if !ok {
-				if seq < r.start {
-					r.st.Late.Add(1)
-				} else {
-					r.st.Bad.Add(1)
-				}
-				continue
-			}
-			if r.cfg.Packets > 0 && idx >= r.cfg.Packets {
-				r.limitHit = true
-				continue
-			}
-			blk := idx / r.ppb
-			if blk < r.winStart {
-				r.st.Late.Add(1)
-				continue
-			}
-			if blk-r.winStart >= uint64(len(r.win))+r.cfg.MaxGap {
-				r.st.Bad.Add(1)
-				continue
-			}
-			for blk >= r.winStart+uint64(len(r.win)) {
-				if err := r.advance(); err != nil {
-					return err
-				}
-			}
-			dst, _ := r.slot(idx)
-			ob := &r.win[blk-r.winStart]
-			k := idx % r.ppb
-			if ob.bits[k/64]&(1<<(k%64)) != 0 {
-				r.st.Dup.Add(1)
-				continue
-			}
-			copy(dst, scr(s))
-			r.mark(idx)
 		}
 		if r.cfg.Packets > 0 && r.received >= r.cfg.Packets {
 			r.limitHit = true
@@ -329,6 +254,146 @@ func (r *udpRecv) loop(ctx context.Context, conn *net.UDPConn) error {
 		// idle counts from here: waiting for a free block is not idleness
 		last = time.Now()
 	}
+}
+
+// aim points each datagram slot's payload at the ring slot of the next
+// indices (or at scratch) and returns how many messages to receive.
+func (r *udpRecv) aim(x *rxBatch) int {
+	M, K := max(1, x.B/x.kk), x.K
+	for i := 0; i < M; i++ {
+		for j := 0; j < K; j++ {
+			s := i*K + j
+			e := r.next + uint64(i*x.kk+j)
+			dst, ok := r.slot(e)
+			x.inRing[s] = ok && j < x.kk
+			x.expect[s] = e
+			if !x.inRing[s] {
+				dst = x.scr(s, r.f.PayloadSize)
+			}
+			x.bc.Add(i, 2*j, x.hdr(s, r.f.HeaderLen))
+			x.bc.Add(i, 2*j+1, dst)
+		}
+		x.bc.Add(i, 2*K, x.trash[i:i+1])
+		x.bc.SetLen(i, 2*K+1)
+	}
+	return M
+}
+
+// classify splits each of the n messages received into datagrams, marks
+// the good ones pending and counts the bad ones; the first message sets how
+// many datagrams the next batch expects per message.
+func (r *udpRecv) classify(x *rxBatch, n int) {
+	K, plen := x.K, x.plen
+	for i := 0; i < n; i++ {
+		L, g := x.bc.Len(i), x.bc.GSOSize(i)
+		cnt := 1
+		if g > 0 {
+			cnt = (L + g - 1) / g
+		}
+		if i == 0 {
+			x.kk = 1
+			if g == plen {
+				x.kk = min(cnt, K)
+			}
+		}
+		for j := 0; j < K; j++ {
+			x.state[i*K+j] = slotEmpty
+		}
+		if g != 0 && g != plen {
+			r.st.Bad.Add(uint64(cnt))
+			continue
+		}
+		for j := 0; j < cnt; j++ {
+			if j >= K || (j == cnt-1 && L-j*plen != plen) {
+				r.st.Bad.Add(1)
+				continue
+			}
+			x.state[i*K+j] = slotPending
+		}
+	}
+}
+
+// countReordered counts the packets that arrive after a later one.
+func (r *udpRecv) countReordered(x *rxBatch, n int) {
+	hi := r.next
+	for s := 0; s < n*x.K; s++ {
+		if x.state[s] != slotPending {
+			continue
+		}
+		if idx, ok := r.index(r.f.Seq(x.hdr(s, r.f.HeaderLen))); ok {
+			if idx < hi {
+				r.st.Reordered.Add(1)
+			}
+			hi = max(hi, idx+1)
+		}
+	}
+}
+
+// keepInPlace keeps the packets that landed at their own ring slot and
+// moves the others that landed in the ring out to scratch.
+func (r *udpRecv) keepInPlace(x *rxBatch, n int) {
+	for s := 0; s < n*x.K; s++ {
+		if x.state[s] != slotPending || !x.inRing[s] {
+			continue
+		}
+		idx, ok := r.index(r.f.Seq(x.hdr(s, r.f.HeaderLen)))
+		if ok && idx == x.expect[s] {
+			r.mark(idx)
+			x.state[s] = slotPlaced
+			continue
+		}
+		dst, _ := r.slot(x.expect[s])
+		copy(x.scr(s, r.f.PayloadSize), dst)
+	}
+}
+
+// place puts the pending packet of slot s where its sequence number says
+// (starting the observation at the first packet, advancing the window),
+// or counts it late, bad, duplicate or beyond the limit.
+func (r *udpRecv) place(x *rxBatch, s int) error {
+	seq := r.f.Seq(x.hdr(s, r.f.HeaderLen))
+	if !r.started {
+		if err := r.begin(seq, r.t0); err != nil {
+			return err
+		}
+	}
+	idx, ok := r.index(seq)
+	if !ok {
+		if seq < r.start {
+			r.st.Late.Add(1)
+		} else {
+			r.st.Bad.Add(1)
+		}
+		return nil
+	}
+	if r.cfg.Packets > 0 && idx >= r.cfg.Packets {
+		r.limitHit = true
+		return nil
+	}
+	blk := idx / r.ppb
+	if blk < r.winStart {
+		r.st.Late.Add(1)
+		return nil
+	}
+	if blk-r.winStart >= uint64(len(r.win))+r.cfg.MaxGap {
+		r.st.Bad.Add(1)
+		return nil
+	}
+	for blk >= r.winStart+uint64(len(r.win)) {
+		if err := r.advance(); err != nil {
+			return err
+		}
+	}
+	dst, _ := r.slot(idx)
+	ob := &r.win[blk-r.winStart]
+	k := idx % r.ppb
+	if ob.bits[k/64]&(1<<(k%64)) != 0 {
+		r.st.Dup.Add(1)
+		return nil
+	}
+	copy(dst, x.scr(s, r.f.PayloadSize))
+	r.mark(idx)
+	return nil
 }
 
 // index converts a sequence number to a packet index of the observation.
@@ -552,112 +617,168 @@ type UDPSendConfig struct {
 // packet index i carries stream bytes from (StartSeq/SeqStep + i) ×
 // PayloadSize) on the connected socket conn.
 func SendUDP(ctx context.Context, conn *net.UDPConn, cfg UDPSendConfig) error {
-	f, err := cfg.Format.withDefaults()
+	s, err := newUDPSender(conn, cfg)
 	if err != nil {
 		return err
+	}
+	defer s.stopTimer()
+	for i := uint64(0); i < s.cfg.Packets; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.pace(ctx); err != nil {
+			return err
+		}
+		n := int(min(uint64(s.cfg.Batch), s.cfg.Packets-i))
+		s.generate(i, n)
+		if err := s.send(); err != nil {
+			return err
+		}
+		s.st.Packets.Add(uint64(len(s.order)))
+		s.st.Bytes.Add(uint64(len(s.order) * s.f.PayloadSize))
+		s.sent += uint64(n * s.f.PayloadSize)
+		i += uint64(n)
+	}
+	s.st.Transfers.Add(1)
+	return nil
+}
+
+// udpSender is the state of one SendUDP.
+type udpSender struct {
+	cfg   UDPSendConfig
+	f     PacketFormat
+	st    *Stats
+	bc    *udp.BatchConn
+	k     int // datagrams per message: more with UDP GSO
+	rng   *rand.Rand
+	hdrs  []byte
+	pays  []byte
+	order []int // the batch's packets to send, in sending order
+	start time.Time
+	sent  uint64 // payload bytes generated (sent or skipped), for pacing
+	timer *time.Timer
+}
+
+// newUDPSender applies the defaults, probes GSO and allocates the buffers
+// of one batch.
+func newUDPSender(conn *net.UDPConn, cfg UDPSendConfig) (*udpSender, error) {
+	f, err := cfg.Format.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 64
 	}
-	st := cfg.Stats
-	if st == nil {
-		st = new(Stats)
+	s := &udpSender{cfg: cfg, f: f, st: cfg.Stats, k: 1}
+	if s.st == nil {
+		s.st = new(Stats)
 	}
-	plen := f.PacketLen()
-	k := 1 // datagrams per message: more with UDP GSO
-	if !cfg.NoGSO && gsoSupported(conn) {
-		k = max(1, min(64, 65507/plen))
-		cfg.Batch = max(k, cfg.Batch/k*k)
+	if !cfg.NoGSO && udp.GSOSupported(conn) {
+		s.k = max(1, min(64, 65507/f.PacketLen()))
+		s.cfg.Batch = max(s.k, cfg.Batch/s.k*s.k)
 	}
-	bc, err := newBatchConn(conn, cfg.Batch, 2*k)
-	if err != nil {
-		return err
+	B := s.cfg.Batch
+	if s.bc, err = udp.NewBatchConn(conn, B, 2*s.k); err != nil {
+		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	B := cfg.Batch
-	hdrs := make([]byte, B*f.HeaderLen)
-	pays := make([]byte, B*f.PayloadSize)
-	order := make([]int, 0, B)
-	start := time.Now()
-	var sent uint64 // payload bytes generated (sent or skipped), for pacing
-	var timer *time.Timer
-	for i := uint64(0); i < cfg.Packets; {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if cfg.Rate > 0 {
-			if ahead := float64(sent)/cfg.Rate - time.Since(start).Seconds(); ahead > 0 {
-				d := time.Duration(ahead * float64(time.Second))
-				if timer == nil {
-					timer = time.NewTimer(d)
-				} else {
-					timer.Reset(d)
-				}
-				select {
-				case <-ctx.Done():
-					timer.Stop()
-					return ctx.Err()
-				case <-timer.C:
-				}
-			}
-		}
-		n := int(min(uint64(B), cfg.Packets-i))
-		order = order[:0]
-		for j := 0; j < n; j++ {
-			idx := i + uint64(j)
-			seq := cfg.StartSeq + idx*f.SeqStep
-			h := hdrs[j*f.HeaderLen : (j+1)*f.HeaderLen]
-			p := pays[j*f.PayloadSize : (j+1)*f.PayloadSize]
-			f.PutSeq(h, seq)
-			FillPattern(p, (seq/f.SeqStep)*uint64(f.PayloadSize))
-			if cfg.Loss > 0 && rng.Float64() < cfg.Loss {
-				st.Skipped.Add(1)
-				continue
-			}
-			order = append(order, j)
-		}
-		if cfg.Reorder > 0 {
-			for q := 0; q+1 < len(order); q++ {
-				if rng.Float64() < cfg.Reorder {
-					order[q], order[q+1] = order[q+1], order[q]
-					q++
-				}
-			}
-		}
-		for len(order) > 0 {
-			msgs := 0
-			for m := 0; m < len(order); m += k {
-				grp := order[m:min(m+k, len(order))]
-				for q, j := range grp {
-					bc.add(msgs, 2*q, hdrs[j*f.HeaderLen:(j+1)*f.HeaderLen])
-					bc.add(msgs, 2*q+1, pays[j*f.PayloadSize:(j+1)*f.PayloadSize])
-				}
-				bc.setLen(msgs, 2*len(grp))
-				if len(grp) > 1 {
-					bc.setGSO(msgs, plen)
-				} else {
-					bc.setGSO(msgs, 0)
-				}
-				msgs++
-			}
-			err := bc.send(msgs)
-			if err != nil && k > 1 && gsoFailed(err) {
-				k = 1 // the kernel or the route refuses GSO: send datagram by datagram
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("pipeline: sending: %w", err)
-			}
-			break
-		}
-		st.Packets.Add(uint64(len(order)))
-		st.Bytes.Add(uint64(len(order) * f.PayloadSize))
-		sent += uint64(n * f.PayloadSize)
-		i += uint64(n)
+	s.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	s.hdrs = make([]byte, B*f.HeaderLen)
+	s.pays = make([]byte, B*f.PayloadSize)
+	s.order = make([]int, 0, B)
+	s.start = time.Now()
+	return s, nil
+}
+
+func (s *udpSender) stopTimer() {
+	if s.timer != nil {
+		s.timer.Stop()
 	}
-	if timer != nil {
-		timer.Stop()
+}
+
+// pace waits until the bytes generated so far are due at cfg.Rate.
+func (s *udpSender) pace(ctx context.Context) error {
+	if s.cfg.Rate <= 0 {
+		return nil
 	}
-	st.Transfers.Add(1)
+	ahead := float64(s.sent)/s.cfg.Rate - time.Since(s.start).Seconds()
+	if ahead <= 0 {
+		return nil
+	}
+	d := time.Duration(ahead * float64(time.Second))
+	if s.timer == nil {
+		s.timer = time.NewTimer(d)
+	} else {
+		s.timer.Reset(d)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.timer.C:
+		return nil
+	}
+}
+
+// generate fills the batch with packets i to i+n-1 and chooses which to
+// send in which order (test loss and reordering).
+func (s *udpSender) generate(i uint64, n int) {
+	f, cfg := s.f, &s.cfg
+	s.order = s.order[:0]
+	for j := 0; j < n; j++ {
+		seq := cfg.StartSeq + (i+uint64(j))*f.SeqStep
+		f.PutSeq(s.hdrs[j*f.HeaderLen:(j+1)*f.HeaderLen], seq)
+		FillPattern(s.pays[j*f.PayloadSize:(j+1)*f.PayloadSize], (seq/f.SeqStep)*uint64(f.PayloadSize))
+		if cfg.Loss > 0 && s.rng.Float64() < cfg.Loss {
+			s.st.Skipped.Add(1)
+			continue
+		}
+		s.order = append(s.order, j)
+	}
+	if cfg.Reorder > 0 {
+		for q := 0; q+1 < len(s.order); q++ {
+			if s.rng.Float64() < cfg.Reorder {
+				s.order[q], s.order[q+1] = s.order[q+1], s.order[q]
+				q++
+			}
+		}
+	}
+}
+
+// send sends the batch's chosen packets, k datagrams per GSO message; if
+// the kernel or the route refuses GSO, it sends them again one by one and
+// keeps doing so.
+func (s *udpSender) send() error {
+	for len(s.order) > 0 {
+		err := s.bc.Send(s.gather())
+		if err != nil && s.k > 1 && udp.GSOFailed(err) {
+			s.k = 1
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("pipeline: sending: %w", err)
+		}
+		break
+	}
 	return nil
+}
+
+// gather points the messages at the chosen packets, k per message, and
+// returns the number of messages.
+func (s *udpSender) gather() int {
+	f := s.f
+	msgs := 0
+	for m := 0; m < len(s.order); m += s.k {
+		grp := s.order[m:min(m+s.k, len(s.order))]
+		for q, j := range grp {
+			s.bc.Add(msgs, 2*q, s.hdrs[j*f.HeaderLen:(j+1)*f.HeaderLen])
+			s.bc.Add(msgs, 2*q+1, s.pays[j*f.PayloadSize:(j+1)*f.PayloadSize])
+		}
+		s.bc.SetLen(msgs, 2*len(grp))
+		if len(grp) > 1 {
+			s.bc.SetGSO(msgs, f.PacketLen())
+		} else {
+			s.bc.SetGSO(msgs, 0)
+		}
+		msgs++
+	}
+	return msgs
 }

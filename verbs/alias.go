@@ -84,6 +84,7 @@ type Config = engine.Config
 //		RNRNAKsRcvd		atomic.Uint64
 //		SeqNAKsSent		atomic.Uint64
 //		SeqNAKsRcvd		atomic.Uint64
+//		SeqNAKsIgnored		atomic.Uint64	// sequence-error NAKs received while a retry was under way (rxe ignores them too)
 //		NAKsSent		atomic.Uint64	// other NAKs (0x61-0x63)
 //		NAKsRcvd		atomic.Uint64
 //		DupRequests		atomic.Uint64	// duplicate requests answered
@@ -102,6 +103,7 @@ type Config = engine.Config
 //		DropNoRecv	atomic.Uint64	// UD packet with no receive WQE
 //		DropLength	atomic.Uint64	// UD packet too large for the receive WQE or the MTU
 //		DropResponse	atomic.Uint64	// stray, duplicate or out-of-order responses
+//		DropBadResponse	atomic.Uint64	// responses answering nothing sent or outstanding, or of the wrong kind (forged?)
 //		DropDuplicate	atomic.Uint64	// duplicates that need no answer
 //		DropOutOfSeq	atomic.Uint64	// requests after a PSN gap (NAK sent once)
 //		DropUCResync	atomic.Uint64	// UC packets dropped while resynchronising (§6)

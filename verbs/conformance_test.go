@@ -405,7 +405,17 @@ func TestOperations(t *testing.T) {
 				// SEND, SEND_WITH_IMM, SEND_WITH_INV, WRITE, WRITE_WITH_IMM.
 				b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b.sge(0, 16384)}, {WRID: 2, SGList: b.sge(0, 16384)},
 					{WRID: 3, SGList: b.sge(0, 16384)}, {WRID: 4, SGList: b.sge(0, 0)}})
-				inv := must[*verbs.MR](t)(b.pd.RegMR(b.buf[500000:501000], verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+				// SEND_WITH_INV may invalidate a type 2 window bound to b's QP
+				// (an ordinary MR is refused, as rxe).
+				invMR := must[*verbs.MR](t)(b.pd.RegMR(b.buf[500000:501000], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessMWBind))
+				inv := must[*verbs.MW](t)(b.pd.AllocMW(verbs.MWType2))
+				if _, err := b.qp.PostSend([]verbs.SendWR{{WRID: 99, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, MW: inv, RKey: verbs.IncRKey(inv.RKey()),
+					BindInfo: verbs.MWBindInfo{MR: invMR, Addr: invMR.Addr(), Length: 1000, Access: verbs.AccessRemoteWrite}}}); err != nil {
+					t.Fatal(err)
+				}
+				if wc := poll(t, b.cq, 1)[0]; wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCBindMW {
+					t.Fatalf("bind: %+v", wc)
+				}
 				wrs := []verbs.SendWR{
 					{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, size)},
 					{WRID: 2, Opcode: verbs.WRSendWithImm, ImmData: 0xdeadbeef, Flags: verbs.SendSignaled, SGList: a.sge(0, size)},
@@ -443,10 +453,11 @@ func TestOperations(t *testing.T) {
 					}
 				}
 				sync(t, a, b)
-				if inv.Valid() {
-					t.Fatal("SEND_WITH_INV did not invalidate the MR")
+				if inv.Bound() {
+					t.Fatal("SEND_WITH_INV did not invalidate the window")
 				}
-				inv.Deregister()
+				inv.Dealloc()
+				invMR.Deregister()
 				if !bytes.Equal(b.buf[:size], a.buf[:size]) || !bytes.Equal(b.buf[100000:100000+size], a.buf[:size]) ||
 					!bytes.Equal(b.buf[200000:200000+size], a.buf[:size]) || !bytes.Equal(a.buf[300000:300000+size], a.buf[:size]) {
 					t.Fatalf("size %d: data mismatch", size)

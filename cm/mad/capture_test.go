@@ -1,16 +1,12 @@
 package mad
 
 import (
-	"encoding/binary"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
-
+	"github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -44,34 +40,17 @@ func readRoCE(t testing.TB, name string) []roceFrame {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	var out []roceFrame
-	for i := 0; ; i++ {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s frame %d: %v", name, i, err)
-		}
-		if len(data) < 14+20+8 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
+	for _, p := range pkts {
+		if !p.Src.Addr().Is4() {
 			continue
 		}
-		ip := data[14:]
-		ihl := int(ip[0]&15) * 4
-		if ip[9] != 17 || len(ip) < ihl+8 {
-			continue
-		}
-		tot := int(binary.BigEndian.Uint16(ip[2:]))
-		udp := ip[ihl:tot]
-		if binary.BigEndian.Uint16(udp[2:]) != wire.UDPPort {
-			continue
-		}
-		fr := roceFrame{index: i, src: netip.AddrFrom4([4]byte(ip[12:16])), dst: netip.AddrFrom4([4]byte(ip[16:20])),
-			udp: udp[8:binary.BigEndian.Uint16(udp[4:])]}
+		i := int(p.Frame) - 1
+		fr := roceFrame{index: i, src: p.Src.Addr(), dst: p.Dst.Addr(), udp: p.Payload}
 		if err := fr.pkt.Parse(fr.udp); err != nil {
 			t.Fatalf("%s frame %d: wire parse: %v", name, i, err)
 		}

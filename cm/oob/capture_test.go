@@ -1,6 +1,7 @@
 package oob
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -9,8 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
-
+	pcap "github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -56,50 +56,60 @@ func readCapture(t testing.TB, name string) capture {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	r, err := pcap.NewReader(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var c capture
 	for {
-		data, _, err := r.ReadPacketData()
+		var fr pcap.Frame
+		err := r.NextFrame(&fr)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(data) < 34 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
-			continue
-		}
-		ip := data[14:]
-		ihl := int(ip[0]&15) * 4
-		l4 := ip[ihl:binary.BigEndian.Uint16(ip[2:])]
-		src := netip.AddrFrom4([4]byte(ip[12:16]))
-		switch ip[9] {
-		case 6: // TCP; the captures have no retransmissions or reordering
-			pl := l4[int(l4[12]>>4)*4:]
-			if len(pl) == 0 {
+		var p pcap.Packet
+		if pcap.ParseFrame(fr.LinkType, fr.Data, &p) {
+			if p.Dst.Port() != wire.UDPPort {
 				continue
 			}
-			fc := src == clientIP
-			if n := len(c.turns); n > 0 && c.turns[n-1].fromClient == fc {
-				c.turns[n-1].data = append(c.turns[n-1].data, pl...)
-			} else {
-				c.turns = append(c.turns, turn{fc, append([]byte(nil), pl...)})
-			}
-		case 17:
-			if binary.BigEndian.Uint16(l4[2:]) != wire.UDPPort {
-				continue
-			}
-			fr := roceFrame{src: src}
-			if err := fr.pkt.Parse(l4[8:]); err != nil {
+			rf := roceFrame{src: p.Src.Addr()}
+			if err := rf.pkt.Parse(bytes.Clone(p.Payload)); err != nil {
 				t.Fatal(err)
 			}
-			c.roce = append(c.roce, fr)
+			c.roce = append(c.roce, rf)
+			continue
 		}
+		c.addTCP(fr.Data)
 	}
 	return c
+}
+
+// addTCP adds the payload of an Ethernet/IPv4 TCP frame to the turns (the
+// captures have no retransmissions or reordering); capture.Reader finds
+// only UDP, so TCP is taken apart here.
+func (c *capture) addTCP(data []byte) {
+	if len(data) < 34 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
+		return
+	}
+	ip := data[14:]
+	ihl := int(ip[0]&15) * 4
+	if ip[9] != 6 {
+		return
+	}
+	l4 := ip[ihl:binary.BigEndian.Uint16(ip[2:])]
+	pl := l4[int(l4[12]>>4)*4:]
+	if len(pl) == 0 {
+		return
+	}
+	fc := netip.AddrFrom4([4]byte(ip[12:16])) == clientIP
+	if n := len(c.turns); n > 0 && c.turns[n-1].fromClient == fc {
+		c.turns[n-1].data = append(c.turns[n-1].data, pl...)
+	} else {
+		c.turns = append(c.turns, turn{fc, append([]byte(nil), pl...)})
+	}
 }
 
 // firstPSN returns the PSN and destination QP of the first request packet

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -32,7 +31,7 @@ func init() {
 const dadaCtrlPort = "18520"
 
 // streamPacketFlags are the UDP packet layout flags shared by send and recv.
-func streamPacketFlags(fs *flag.FlagSet) *pipeline.PacketFormat {
+func streamPacketFlags(fs *getopt) *pipeline.PacketFormat {
 	f := &pipeline.PacketFormat{}
 	fs.IntVar(&f.HeaderLen, "hdr-len", 8, "UDP: packet header bytes before the payload")
 	fs.IntVar(&f.PayloadSize, "payload", 8192, "UDP: payload bytes per packet")
@@ -119,13 +118,14 @@ func (p *streamProgress) run() {
 
 func (p *streamProgress) finish() { close(p.stop); <-p.done }
 
-// streamOpenDevice opens a softroce device on the address -d names.
-func streamOpenDevice(name string) (*verbs.Device, error) {
-	d, err := resolveDevice(name)
+// streamOpenDevice opens a softroce device on the address -d names; with
+// pcap set (--pcap) it writes the device's traffic there. close closes both.
+func streamOpenDevice(name, pcap string) (dev *verbs.Device, close func() error, err error) {
+	td, err := openToolDevice(name, pcap)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return verbs.OpenUDP(d.Addr.String(), nil)
+	return td.dev, td.Close, nil
 }
 
 func streamOnOff(b bool) string {
@@ -172,6 +172,7 @@ func dadaRecv(args []string, stdout, stderr io.Writer) int {
 	udp := fs.Bool("udp", false, "receive plain UDP packets with sequence numbers instead of RoCE")
 	listen := fs.String("l", "", "listen address: RoCE control TCP (default :"+dadaCtrlPort+"), or UDP data (default :4000)")
 	devName := fs.String("d", "", "RoCE: softroce device (link name, netdev or IP[:port]; default 127.0.0.1:4791)")
+	pcapPath := fs.String("pcap", "", "RoCE: write the device's RoCEv2 traffic to this pcap file")
 	nobs := fs.Int("n", 1, "observations (transfers) to receive, 0: until interrupted")
 	regMode := fs.String("reg", "auto", "RoCE: ring registration: auto, single (one MR, blocks remapped contiguously) or per-block")
 	credits := fs.Int("credits", 4, "RoCE: ring blocks the sender may fill ahead (at most nbufs-1)")
@@ -244,11 +245,11 @@ func dadaRecv(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	dev, err := streamOpenDevice(*devName)
+	dev, closeDev, err := streamOpenDevice(*devName, *pcapPath)
 	if err != nil {
 		return fail(err)
 	}
-	defer dev.Close()
+	defer closeDev()
 	addr := *listen
 	if addr == "" {
 		addr = ":" + dadaCtrlPort
@@ -300,6 +301,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 	udp := fs.Bool("udp", false, "send plain UDP packets with sequence numbers instead of RoCE")
 	to := fs.String("c", "", "receiver: RoCE control address (port "+dadaCtrlPort+" if none), or UDP destination (port 4000 if none)")
 	devName := fs.String("d", "", "RoCE: softroce device (link name, netdev or IP[:port]; default 127.0.0.1:4791)")
+	pcapPath := fs.String("pcap", "", "RoCE: write the device's RoCEv2 traffic to this pcap file")
 	total := fs.Int64("b", -1, "bytes to send (UDP: rounded up to whole packets)")
 	secs := fs.Float64("t", 10, "seconds to send at the rate given (when -b is not given)")
 	rate := fs.Float64("r", 0, "data rate in MiB/s (0: as fast as possible)")
@@ -331,7 +333,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	relay := false
-	fs.Visit(func(f *flag.Flag) { relay = relay || f.Name == "k" })
+	fs.Visit(func(f *optFlag) { relay = relay || f.Name == "k" })
 	if relay && *udp {
 		fmt.Fprintln(stderr, "softroce dada send: -k (relay a ring) works in RoCE mode only")
 		return 2
@@ -413,11 +415,11 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 	if _, _, err := net.SplitHostPort(dst); err != nil {
 		dst = net.JoinHostPort(dst, dadaCtrlPort)
 	}
-	dev, err := streamOpenDevice(*devName)
+	dev, closeDev, err := streamOpenDevice(*devName, *pcapPath)
 	if err != nil {
 		return fail(err)
 	}
-	defer dev.Close()
+	defer closeDev()
 	var c net.Conn
 	deadline := time.Now().Add(*wait)
 	for {

@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -34,20 +34,39 @@ type demoEnd struct {
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addrA := fs.String("a", "127.0.0.1:4791", "first device's UDP address")
-	addrB := fs.String("b", "127.0.0.2:4791", "second device's UDP address")
-	usePipe := fs.Bool("pipe", false, "use the in-memory link instead of UDP")
-	dur := fs.Duration("time", time.Second, "duration of each speed measurement")
-	verbose := fs.Bool("v", false, "print the devices' counters at the end")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	g := getopt{prog: "softroce demo", longOnly: true, synopsis: "[-a ADDR:PORT] [-b ADDR:PORT] [--pipe] [--time DURATION] [-v]"}
+	addrA, addrB := "127.0.0.1:4791", "127.0.0.2:4791"
+	var usePipe, verbose bool
+	dur := time.Second
+	g.str('a', "", &addrA).describe("addr:port", "first device's UDP address (default 127.0.0.1:4791)")
+	g.str('b', "", &addrB).describe("addr:port", "second device's UDP address (default 127.0.0.2:4791)")
+	g.flag(0, "pipe", &usePipe).describe("", "use the in-memory link instead of UDP")
+	g.dur(0, "time", &dur).describe("duration", "duration of each speed measurement (default 1s)")
+	g.flag('v', "", &verbose).describe("", "print the devices' counters at the end")
+	ops, code, ok := g.parseArgs(args, stdout, stderr, nil)
+	if !ok {
+		return code
 	}
-	da, db, how, err := demoDevices(*addrA, *addrB, *usePipe)
+	if len(ops) > 0 {
+		return usageErr(stderr, g.prog, "unexpected argument %q", ops[0])
+	}
+	for _, o := range []struct {
+		name, v string
+	}{{"-a", addrA}, {"-b", addrB}} {
+		if _, err := netip.ParseAddrPort(o.v); err != nil {
+			return usageErr(stderr, g.prog, "%s %q: want IP:PORT, like 127.0.0.1:4791", o.name, o.v)
+		}
+	}
+	// Explicit addresses must be used as given: no fallback to other ports
+	// or to the in-memory link.
+	explicit := g.opts[0].seen || g.opts[1].seen
+	if argsOnly {
+		return exitOK
+	}
+	da, db, how, err := demoDevices(addrA, addrB, usePipe, explicit)
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
-		return 1
+		return exitFailure
 	}
 	defer da.Close()
 	defer db.Close()
@@ -62,8 +81,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
 	}
-	err = demoSpeed(stdout, a, b, *dur)
-	if *verbose {
+	err = demoSpeed(stdout, a, b, dur)
+	if verbose {
 		for _, d := range []*verbs.Device{da, db} {
 			fmt.Fprintf(stdout, "\n%v counters:\n", d.LocalAddr())
 			printStats(stdout, d.Stats())
@@ -78,7 +97,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 
 // demoDevices opens two devices on UDP loopback (ephemeral ports if 4791 is
 // taken), or on link/pipe if UDP is impossible or asked for.
-func demoDevices(a, b string, usePipe bool) (*verbs.Device, *verbs.Device, string, error) {
+func demoDevices(a, b string, usePipe, explicit bool) (*verbs.Device, *verbs.Device, string, error) {
 	if !usePipe {
 		da, err := verbs.OpenUDP(a, nil)
 		if err == nil {
@@ -87,6 +106,11 @@ func demoDevices(a, b string, usePipe bool) (*verbs.Device, *verbs.Device, strin
 				return da, db, "UDP", nil
 			}
 			da.Close()
+			if explicit {
+				return nil, nil, "", fmt.Errorf("-b %s: %w", b, err)
+			}
+		} else if explicit {
+			return nil, nil, "", fmt.Errorf("-a %s: %w", a, err)
 		}
 		// Port 4791 busy (e.g. kernel rxe loaded): ephemeral ports.
 		ha, _, _ := net.SplitHostPort(a)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +16,7 @@ func init() {
 	register(&command{name: "devinfo", summary: "print device and port attributes, like ibv_devinfo", run: runDevinfo})
 }
 
-const devinfoUsage = `usage: softroce devinfo [-d NAME] [-i PORT] [-l] [-v]
+const devinfoUsage = `Usage: softroce devinfo [-d NAME] [-i PORT] [-l] [-v]
 
 Prints the attributes of softroce devices in the layout of rdma-core's
 ibv_devinfo. Without -d every link is shown (or the default loopback device
@@ -30,41 +29,23 @@ when there are no links).
 `
 
 func runDevinfo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, devinfoUsage) }
+	g := getopt{prog: "softroce devinfo"}
 	var dev string
 	var port int
 	var list, verbose bool
-	for _, n := range []string{"d", "ib-dev"} {
-		fs.StringVar(&dev, n, "", "device")
+	g.str('d', "ib-dev", &dev)
+	g.numIn('i', "ib-port", &port, 1, 255)
+	g.flag('l', "list", &list)
+	g.flag('v', "verbose", &verbose)
+	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { fmt.Fprint(w, devinfoUsage) })
+	if !ok {
+		return code
 	}
-	for _, n := range []string{"i", "ib-port"} {
-		fs.IntVar(&port, n, 0, "port")
+	if len(ops) > 0 {
+		return usageErr(stderr, g.prog, "unexpected argument %q", ops[0])
 	}
-	for _, n := range []string{"l", "list"} {
-		fs.BoolVar(&list, n, false, "list")
-	}
-	for _, n := range []string{"v", "verbose"} {
-		fs.BoolVar(&verbose, n, false, "verbose")
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "devinfo: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
-	}
-	portSet := false
-	fs.Visit(func(f *flag.Flag) { portSet = portSet || f.Name == "i" || f.Name == "ib-port" })
-	if portSet && port <= 0 {
-		fmt.Fprintf(stderr, "devinfo: port must be at least 1\n")
-		fs.Usage()
-		return 2
+	if argsOnly {
+		return exitOK
 	}
 	var devs []Device
 	if dev != "" {

@@ -79,7 +79,7 @@ func TestDevinfoCommand(t *testing.T) {
 		{[]string{"-l"}, 0, "1 HCA found:\n\t", ""},
 		{[]string{"-d", "no-such-dev"}, 1, "", "no such device"},
 		{[]string{"extra"}, 2, "", "unexpected argument"},
-		{[]string{"-i", "0"}, 2, "", "port must be at least 1"},
+		{[]string{"-i", "0"}, 2, "", "option -i/--ib-port: 0 is out of range (1..255)"},
 		{[]string{"-l"}, 0, "1 HCA found:\n\trxe7\n\n", ""}, // after "link add rxe7 netdev lo" below
 		{[]string{}, 0, "hca_id:\trxe7\n", ""},
 		{[]string{"-d", "rxe7"}, 0, "hca_id:\trxe7\n", ""},

@@ -6,9 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -42,77 +42,64 @@ type dumpConfig struct {
 }
 
 func runDump(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("softroce dump", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	g := getopt{prog: "softroce dump", longOnly: true}
 	var c dumpConfig
-	var portList string
-	var t1, t2, t3, t4, t5 bool
-	fs.StringVar(&c.read, "r", "", "read packets from pcap/pcapng `file` (- for stdin) and print them")
-	fs.StringVar(&c.iface, "i", "", "capture on `interface` (any for all); needs root or CAP_NET_RAW")
-	fs.StringVar(&c.write, "w", "", "with -i: write the captured frames to pcap `file` instead of printing them")
-	fs.IntVar(&c.count, "c", 0, "with -i: stop after `count` packets (0: until Ctrl-C or SIGTERM)")
-	fs.StringVar(&portList, "port", "4791", "UDP destination `ports` carrying RoCEv2, comma-separated")
-	fs.IntVar(&c.snaplen, "s", 0, "with -i: keep at most `snaplen` bytes of each frame (0: 262144)")
-	fs.BoolVar(&c.noPromisc, "p", false, "with -i: do not put the interface in promiscuous mode")
-	fs.BoolVar(&c.flushEach, "U", false, "with -w: flush the file after every packet")
-	fs.BoolVar(&c.verbose, "v", false, "also print UDP source port, IP TTL/TOS/ID, P_Key, pad count and ICRC")
-	fs.BoolVar(&c.hexdump, "x", false, "print each packet's UDP payload in hex")
-	fs.BoolVar(&t1, "t", false, "print no timestamps")
-	fs.BoolVar(&t2, "tt", false, "print timestamps as seconds since the epoch")
-	fs.BoolVar(&t3, "ttt", false, "print the time since the previous packet")
-	fs.BoolVar(&t4, "tttt", false, "print date and time of day")
-	fs.BoolVar(&t5, "ttttt", false, "print the time since the first packet")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: softroce dump -r FILE [-v] [-x] [-t...] [-port LIST]
-       softroce dump -i IFACE [-w FILE [-U]] [-c COUNT] [-s SNAPLEN] [-p] [-port LIST]
+	portList := "4791"
+	var ts, verbose, hex, numeric int
+	g.str('r', "", &c.read).describe("file", "read packets from a pcap/pcapng file (- for stdin) and print them")
+	g.str('i', "", &c.iface).describe("interface", "capture on an interface (any for all); needs root or CAP_NET_RAW")
+	g.str('w', "", &c.write).describe("file", "write the captured frames to a pcap file instead of printing them")
+	g.numIn('c', "", &c.count, 1, math.MaxInt).describe("count", "stop after this many packets (default: until Ctrl-C or SIGTERM)")
+	g.str(0, "port", &portList).describe("ports", "UDP destination ports carrying RoCEv2, comma-separated (default 4791)")
+	g.numIn('s', "", &c.snaplen, 0, 262144).describe("snaplen", "with -i: keep at most this many bytes of each frame (0: 262144)")
+	g.flag('p', "", &c.noPromisc).describe("", "with -i: do not put the interface in promiscuous mode")
+	g.flag('U', "", &c.flushEach).describe("", "with -w: flush the file after every packet")
+	g.count('v', "", &verbose).describe("", "also print UDP source port, IP TTL/TOS/ID, P_Key, pad count and ICRC")
+	g.count('x', "", &hex).describe("", "print each packet's UDP payload in hex")
+	g.count('n', "", &numeric).describe("", "do not resolve addresses (accepted: softroce dump never does; -nn too)")
+	g.count('t', "", &ts).describe("", "timestamps: -t none, -tt epoch seconds, -ttt since the previous packet, -tttt date and time, -ttttt since the first packet")
+	g.synopsis = `-r FILE [-vx] [-nn] [-t...] [-c COUNT] [--port LIST]
+       softroce dump -i IFACE [-w FILE [-U]] [-c COUNT] [-s SNAPLEN] [-p] [--port LIST]
 
 Decodes RoCEv2 packets (BTH and extension headers, CM MADs on QP1; bad ICRCs
 flagged) from a pcap or pcapng file, or captures UDP port 4791 on an interface
-into a pcap file (Ethernet framing, readable by Wireshark) like ibdump.
-
-`)
-		fs.PrintDefaults()
+into a pcap file (Ethernet framing, readable by Wireshark) like ibdump. The
+options are tcpdump's.`
+	ops, code, ok := g.parseArgs(args, stdout, stderr, nil)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if len(ops) > 0 {
+		return usageErr(stderr, g.prog, "unexpected argument %q (filters are not supported; use --port)", ops[0])
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "softroce dump: unexpected argument %q (filters are not supported; use -port)\n", fs.Arg(0))
-		return 2
-	}
-	for i, b := range []bool{t1, t2, t3, t4, t5} {
-		if b {
-			c.tsMode = i + 1
-		}
-	}
+	c.verbose, c.hexdump = verbose > 0, hex > 0
+	c.tsMode = min(ts, 5)
 	c.local = time.Local
 	for p := range strings.SplitSeq(portList, ",") {
 		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 16)
 		if err != nil || n == 0 {
-			fmt.Fprintf(stderr, "softroce dump: bad -port %q: want UDP ports 1-65535, comma-separated\n", p)
-			return 2
+			return usageErr(stderr, g.prog, "bad --port %q: want UDP ports 1-65535, comma-separated", p)
 		}
 		c.ports = append(c.ports, uint16(n))
 	}
 	switch {
 	case c.read != "" && c.iface != "":
-		fmt.Fprintln(stderr, "softroce dump: give -r FILE (decode) or -i IFACE (capture), not both")
-		return 2
+		return usageErr(stderr, g.prog, "give -r FILE (decode) or -i IFACE (capture), not both")
 	case c.read != "":
-		if c.write != "" || c.count != 0 {
-			fmt.Fprintln(stderr, "softroce dump: -w and -c go with -i (capture)")
-			return 2
+		if c.write != "" {
+			return usageErr(stderr, g.prog, "-w goes with -i (capture)")
+		}
+		if argsOnly {
+			return exitOK
 		}
 		return dumpRead(&c, stdout, stderr)
 	case c.iface != "":
+		if argsOnly {
+			return exitOK
+		}
 		return dumpLive(&c, stdout, stderr)
 	}
-	fmt.Fprintln(stderr, "softroce dump: give -r FILE to decode a capture or -i IFACE to capture")
-	fs.Usage()
-	return 2
+	return usageErr(stderr, g.prog, "give -r FILE to decode a capture or -i IFACE to capture")
 }
 
 // dumpCounts is the summary of a decode.
@@ -151,7 +138,7 @@ func dumpRead(c *dumpConfig, stdout, stderr io.Writer) int {
 	d := &dumpDecoder{c: c, out: bw}
 	var p capture.Packet
 	code := 0
-	for {
+	for c.count == 0 || d.n.packets < uint64(c.count) {
 		err := r.Next(&p)
 		if err == io.EOF {
 			break

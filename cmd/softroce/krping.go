@@ -18,7 +18,7 @@ func init() {
 }
 
 func krpingUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: softroce krping server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
+	fmt.Fprintln(w, "Usage: softroce krping [--pcap FILE] server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
 	fmt.Fprintln(w, "                      [,wlat|,rlat|,bw][,duplex][,txdepth=N][,poll]")
 	fmt.Fprintln(w, "  the option string written to /proc/krping, e.g. \"client,addr=192.168.11.22,port=9999,count=1\"")
 	fmt.Fprintln(w, "  ping (default): client advertises, server RDMA READs and WRITEs back (validate checks every ping)")
@@ -28,17 +28,25 @@ func krpingUsage(w io.Writer) {
 }
 
 func runKrping(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 || args[0] == "-h" || args[0] == "--help" {
-		krpingUsage(stdout)
-		if len(args) == 1 {
-			return 0
-		}
-		return 22
+	// softroce's own options (--pcap) use the shared grammar; the operand
+	// is krping's option string, as written to /proc/krping.
+	g := getopt{prog: "softroce krping"}
+	var pcap string
+	g.str(0, "pcap", &pcap)
+	ops, code, ok := g.parseArgs(args, stdout, stderr, krpingUsage)
+	if !ok {
+		return code
 	}
-	o, err := parseKrpingOpts(args[0])
+	if len(ops) != 1 {
+		return usageErr(stderr, g.prog, "want one option string, like client,addr=192.168.11.22,port=9999,count=1")
+	}
+	o, err := parseKrpingOpts(ops[0])
 	if err != nil {
-		fmt.Fprintln(stderr, "krping:", err)
-		return 22
+		return usageErr(stderr, g.prog, "%v", err)
+	}
+	o.pcap = pcap
+	if argsOnly {
+		return exitOK
 	}
 	return krpingMain(o, stdout, stderr)
 }
@@ -74,6 +82,9 @@ func parseKrpingOpts(s string) (*rpingOpts, error) {
 			}
 		case "port":
 			o.port, err = num()
+			if err == nil && (o.port < 1 || o.port > 65535) {
+				err = fmt.Errorf("port %d out of range (1..65535)", o.port)
+			}
 		case "count":
 			o.count, err = num()
 			if err == nil && o.count < 0 {
@@ -177,15 +188,24 @@ func (cb *rcb) krpingServer() int {
 		if !cb.spinSendCompletion() {
 			return -1
 		}
+		ok := true
 		switch {
 		case cb.o.wlat:
-			cb.wlatTest()
+			ok = cb.wlatTest()
 		case cb.o.bw && cb.o.duplex:
-			cb.bwTest()
+			ok = cb.bwTest()
 		}
 		// Wait for the client to disconnect.
 		for cb.getState() != stDisconnected && cb.getState() != stError {
 			cb.wait()
+		}
+		cb.mu.Lock()
+		peerDone := cb.peerDone
+		cb.mu.Unlock()
+		// duplex: the client finishing first and disconnecting cuts the
+		// server's last WRITEs short; that is krping's protocol, not a failure.
+		if (!ok && !peerDone) || cb.getState() == stError {
+			return -1
 		}
 		return 0
 	})
@@ -212,13 +232,20 @@ func (cb *rcb) krpingClient() int {
 				return -1
 			}
 		}
+		// A failed completion or a test that ended without its result
+		// line is a failure (krping's tests return nothing: the module
+		// load succeeds whatever happened).
+		ok := false
 		switch {
 		case cb.o.wlat:
-			cb.wlatTest()
+			ok = cb.wlatTest()
 		case cb.o.rlat:
-			cb.rlatTest()
+			ok = cb.rlatTest()
 		case cb.o.bw:
-			cb.bwTest()
+			ok = cb.bwTest()
+		}
+		if !ok {
+			return -1
 		}
 		return 0
 	})
@@ -228,11 +255,13 @@ func (cb *rcb) krpingClient() int {
 // handler does; it fails when the connection breaks.
 func (cb *rcb) spinRecv() bool {
 	var wc [1]verbs.WC
-	for cb.cq.Poll(wc[:]) == 0 {
+	since := time.Now()
+	for cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]) {
 		if s := cb.getState(); s == stError || s == stDisconnected {
 			cb.errf("state %d waiting for the peer's advertisement\n", s)
 			return false
 		}
+		cb.maybeProbe(&since)
 		time.Sleep(10 * time.Microsecond)
 	}
 	if wc[0].Status != verbs.WCSuccess {
@@ -249,7 +278,7 @@ func (cb *rcb) spinRecv() bool {
 func (cb *rcb) spinSendCompletion() bool {
 	var wc [1]verbs.WC
 	for {
-		for cb.cq.Poll(wc[:]) == 0 {
+		for cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]) {
 			if s := cb.getState(); s == stError || s == stDisconnected {
 				return false
 			}
@@ -281,7 +310,7 @@ func pause(n int) {
 
 // pollOne busy-polls one completion (krping's do { ib_poll_cq } while (ne == 0)).
 func (cb *rcb) pollOne(wc *[1]verbs.WC) bool {
-	for n := 0; cb.cq.Poll(wc[:]) == 0; n++ {
+	for n := 0; cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]); n++ {
 		if n&255 == 255 {
 			if s := cb.getState(); s == stError || s == stDisconnected {
 				cb.errf("state = ERROR, bailing\n")
@@ -308,7 +337,16 @@ func (cb *rcb) wcError(wc *verbs.WC) bool {
 	if wc.Status == verbs.WCWRFlushErr && cb.getState() == stDisconnected {
 		// duplex: the peer finished first and disconnected
 		cb.errf("peer disconnected before the test ended (work request %d flushed)\n", int(wc.WRID))
+		cb.mu.Lock()
+		cb.peerDone = true
+		cb.mu.Unlock()
 		return true
+	}
+	cb.setCQErr()
+	cb.setState(stError)
+	if wc.Status == verbs.WCRetryExcErr {
+		cb.errf("%sconnection lost: the peer stopped answering (a work request got no ACK after the transport's retries: status %d, %v)\n",
+			cb.whoPrefix(), int(wc.Status), wc.Status)
 	}
 	cb.errf("Completion wth error at %s:\n", cb.role())
 	cb.errf("Failed status %d: wr_id %d\n", wc.Status, int(wc.WRID))
@@ -380,7 +418,7 @@ func (cb *rcb) report(start time.Time, iters int, cs *cycleStats) {
 // wlatTest is krping's wlat_test: an RDMA WRITE ping-pong; each side spins
 // on the first byte of its start buffer, which the peer's WRITE sets to
 // the iteration number.
-func (cb *rcb) wlatTest() {
+func (cb *rcb) wlatTest() bool {
 	iters := cb.o.count
 	cs := &cycleStats{n: min(1000, iters)}
 	server := cb.o.server == 1
@@ -390,12 +428,16 @@ func (cb *rcb) wlatTest() {
 	for scnt < iters || ccnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt < 1 && !server) {
 			rcnt++
+			since := time.Now()
 			for n := 0; firstByte(cb.startBuf) != byte(rcnt); n++ {
 				if n&255 == 255 {
-					if s := cb.getState(); s == stError || s == stDisconnected {
+					if s := cb.getState(); s == stError || s == stDisconnected || cb.reapProbe() {
 						cb.errf("state = ERROR, bailing\n")
-						return
+						return false
 					}
+					// Our WRITEs are all complete here: a dead peer
+					// would leave this loop spinning forever.
+					cb.maybeProbe(&since)
 				}
 				pause(n)
 			}
@@ -403,47 +445,49 @@ func (cb *rcb) wlatTest() {
 		if scnt < iters {
 			cb.rdmaBuf[0] = byte(scnt + 1)
 			if !cb.postTimed(scnt, cs) {
-				return
+				return false
 			}
 			scnt++
 		}
 		if ccnt < iters {
 			if !cb.pollTimed(&wc, ccnt, cs) {
-				return
+				return false
 			}
 			ccnt++
 			if cb.wcError(&wc[0]) {
 				cb.errf("scnt=%d, rcnt=%d, ccnt=%d\n", scnt, rcnt, ccnt)
-				return
+				return false
 			}
 		}
 	}
 	cb.report(start, scnt, cs)
+	return true
 }
 
 // rlatTest is krping's rlat_test: count RDMA READs of size bytes, one at a
 // time, waiting for each (busy-polling with poll, else on CQ events).
-func (cb *rcb) rlatTest() {
+func (cb *rcb) rlatTest() bool {
 	var wc [1]verbs.WC
 	start := time.Now()
 	scnt := 0
 	for ; scnt < cb.o.count; scnt++ {
 		if err := cb.postRDMA(verbs.WRRDMARead, cb.o.size); err != nil {
 			cb.errf("Couldn't post send: ret=%v scnt %d\n", err, scnt)
-			return
+			return false
 		}
 		if cb.o.poll {
 			if !cb.pollOne(&wc) {
-				return
+				return false
 			}
 		} else if !cb.waitOne(&wc) {
-			return
+			return false
 		}
 		if cb.wcError(&wc[0]) {
-			return
+			return false
 		}
 	}
 	cb.report(start, scnt, nil)
+	return true
 }
 
 // waitOne waits for one completion through the completion channel.
@@ -472,7 +516,7 @@ func (cb *rcb) waitOne(wc *[1]verbs.WC) bool {
 
 // bwTest is krping's bw_test: count RDMA WRITEs of size bytes with up to
 // txdepth in flight.
-func (cb *rcb) bwTest() {
+func (cb *rcb) bwTest() bool {
 	iters := cb.o.count
 	cs := &cycleStats{n: min(1000, iters)}
 	var scnt, ccnt int
@@ -481,19 +525,20 @@ func (cb *rcb) bwTest() {
 	for scnt < iters || ccnt < iters {
 		for scnt < iters && scnt-ccnt < cb.o.txdepth {
 			if !cb.postTimed(scnt, cs) {
-				return
+				return false
 			}
 			scnt++
 		}
 		if ccnt < iters {
 			if !cb.pollTimed(&wc, ccnt, cs) {
-				return
+				return false
 			}
 			ccnt++
 			if cb.wcError(&wc[0]) {
-				return
+				return false
 			}
 		}
 	}
 	cb.report(start, scnt, cs)
+	return true
 }

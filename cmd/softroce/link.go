@@ -12,10 +12,11 @@ func init() {
 		name:    "link",
 		summary: "add, show and delete softroce links (like 'rdma link')",
 		run:     runLink,
+		subs:    []string{"show", "add", "delete"},
 	})
 }
 
-const linkUsage = `usage: softroce link [show] [-j] [NAME]
+const linkUsage = `Usage: softroce link [show] [-j] [NAME]
        softroce link add NAME [type rxe] netdev DEV [addr IP[:PORT]]
        softroce link add NAME addr IP[:PORT]
        softroce link delete NAME
@@ -29,18 +30,19 @@ else ~/.local/state/softroce/links.json.
 `
 
 func runLink(args []string, stdout, stderr io.Writer) int {
+	g := getopt{prog: "softroce link", longOnly: true}
 	jsonOut := false
-	var rest []string
-	for _, a := range args {
-		switch a {
-		case "-j", "--json", "-json":
-			jsonOut = true
-		case "-h", "--help", "-help", "help":
-			fmt.Fprint(stdout, linkUsage)
-			return 0
-		default:
-			rest = append(rest, a)
-		}
+	g.flag('j', "json", &jsonOut)
+	rest, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { fmt.Fprint(w, linkUsage) })
+	if !ok {
+		return code
+	}
+	if len(rest) > 0 && rest[0] == "help" {
+		fmt.Fprint(stdout, linkUsage)
+		return exitOK
+	}
+	if argsOnly {
+		return exitOK
 	}
 	if len(rest) == 0 {
 		return linkShow(nil, jsonOut, stdout, stderr)
@@ -53,9 +55,7 @@ func runLink(args []string, stdout, stderr io.Writer) int {
 	case "delete", "del", "remove", "rm":
 		return linkDelete(rest[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "softroce link: unknown subcommand %q (want show, add or delete)\n", rest[0])
-	fmt.Fprint(stderr, linkUsage)
-	return 2
+	return usageErr(stderr, g.prog, "unknown subcommand %q (want show, add or delete)", rest[0])
 }
 
 // linkStatus is one line of 'link show'.
@@ -111,8 +111,7 @@ func linkStatusOf(l *linkEntry, host []hostIface) linkStatus {
 
 func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 	if len(args) > 1 {
-		fmt.Fprint(stderr, linkUsage)
-		return 2
+		return usageErr(stderr, "softroce link", "show takes one link name at most, got %q", args)
 	}
 	st, err := loadState()
 	if err != nil {
@@ -161,48 +160,53 @@ func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 func linkAdd(args []string, stdout, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
-		return 1
+		return exitFailure
+	}
+	// usage reports a malformed command line (exit 2); fail a request that
+	// cannot be carried out here (exit 1).
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
+		return exitUsage
 	}
 	if len(args) < 2 {
-		fmt.Fprint(stderr, linkUsage)
-		return 2
+		return usageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")
 	}
 	l := linkEntry{Name: args[0]}
 	if !validLinkName.MatchString(l.Name) {
-		return fail("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
+		return usage("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
 	}
 	kv := args[1:]
 	for len(kv) > 0 {
 		if len(kv) < 2 {
-			return fail("%q needs a value", kv[0])
+			return usage("%q needs a value", kv[0])
 		}
 		k, v := kv[0], kv[1]
 		kv = kv[2:]
 		switch k {
 		case "type":
 			if v != "rxe" && v != "softroce" {
-				return fail("type %q is not supported: softroce links are RoCEv2 like rxe (use 'type rxe' or leave it out)", v)
+				return usage("type %q is not supported: softroce links are RoCEv2 like rxe (use 'type rxe' or leave it out)", v)
 			}
 		case "netdev", "dev":
 			l.Netdev = v
 		case "addr", "address":
 			ap, err := parseDeviceAddr(v)
 			if err != nil {
-				return fail("%v", err)
+				return usage("%v", err)
 			}
 			if a := ap.Addr(); a.IsUnspecified() || a.IsMulticast() {
-				return fail("%s cannot be a device address: give a unicast address of this host", a)
+				return usage("%s cannot be a device address: give a unicast address of this host", a)
 			}
 			l.Addr = ap.String()
 			if ap.Port() == 4791 {
 				l.Addr = ap.Addr().String()
 			}
 		default:
-			return fail("unknown keyword %q (want netdev, addr or type)", k)
+			return usage("unknown keyword %q (want netdev, addr or type)", k)
 		}
 	}
 	if l.Netdev == "" && l.Addr == "" {
-		return fail("give 'netdev DEV' or 'addr IP[:PORT]'")
+		return usage("give 'netdev DEV' or 'addr IP[:PORT]'")
 	}
 	st, err := loadState()
 	if err != nil {
@@ -257,8 +261,7 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 
 func linkDelete(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
-		fmt.Fprint(stderr, linkUsage)
-		return 2
+		return usageErr(stderr, "softroce link", "delete takes one link name, got %q", args)
 	}
 	st, err := loadState()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 )
@@ -17,8 +18,11 @@ type command struct {
 	name    string
 	summary string // one line for the command list
 	// run executes the command with the arguments after its name. It returns
-	// the process exit code; errors are printed by the command itself.
+	// the process exit code (exitOK, exitFailure or exitUsage); errors are
+	// printed by the command itself.
 	run func(args []string, stdout, stderr io.Writer) int
+	// subs names the subcommands, for completion and the table test of bad values.
+	subs []string
 }
 
 var commands = map[string]*command{}
@@ -30,42 +34,100 @@ func register(c *command) {
 	commands[c.name] = c
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: softroce COMMAND [flags] [args]")
-	fmt.Fprintln(w, "\ncommands:")
+func commandNames() []string {
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	return names
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: softroce COMMAND [options] [args]\n       softroce --version | completion bash|zsh|fish")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, n := range commandNames() {
 		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'softroce COMMAND -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'softroce COMMAND -h' for a command's options. Exit codes: 0 success,\n1 runtime failure, 2 usage error.")
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "-help", "help":
 		usage(stdout)
-		return 0
+		return exitOK
+	case "--version", "-version", "version":
+		fmt.Fprintln(stdout, versionLine())
+		return exitOK
+	case "completion":
+		return runCompletion(args[1:], stdout, stderr)
+	case completeCmd:
+		return runComplete(args[1:], stdout)
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "softroce: unknown command %q\n", args[0])
+		if strings.HasPrefix(args[0], "-") {
+			return usageErr(stderr, "softroce", "unknown option %q: options go after the command", args[0])
+		}
 		var near []string
-		for n := range commands {
-			if strings.HasPrefix(n, args[0][:1]) {
-				near = append(near, n)
+		if args[0] != "" {
+			for _, n := range commandNames() {
+				if strings.HasPrefix(n, args[0][:1]) {
+					near = append(near, n)
+				}
 			}
 		}
-		sort.Strings(near)
+		hint := ""
 		if len(near) > 0 {
-			fmt.Fprintf(stderr, "did you mean one of: %s?\n", strings.Join(near, ", "))
+			hint = "; did you mean one of: " + strings.Join(near, ", ") + "?"
 		}
-		usage(stderr)
-		return 2
+		return usageErr(stderr, "softroce", "unknown command %q%s", args[0], hint)
 	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// versionLine is "softroce VERSION (REVISION[, modified], DATE) GOVERSION"
+// from the build information the Go toolchain embeds.
+func versionLine() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "softroce (unknown version: no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, when string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	line := "softroce " + v
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if modified {
+			rev += ", modified"
+		}
+		if when != "" {
+			rev += ", " + when
+		}
+		line += " (" + rev + ")"
+	}
+	return line + " " + bi.GoVersion
 }

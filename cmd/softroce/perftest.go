@@ -179,26 +179,28 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	c := &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
 		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
 		connectTO: 10 * time.Second}
-	var g getopt
+	g := getopt{prog: "softroce " + t.name}
 	g.flag('a', "all", &c.all)
 	g.str('c', "connection", &c.conn)
 	g.str('d', "ib-dev", &c.dev)
-	g.num('D', "duration", &c.duration)
+	g.numIn('D', "duration", &c.duration, 0, math.MaxInt32)
 	var cpuFreq bool
 	g.flag('F', "CPU-freq", &cpuFreq)
 	g.num('i', "ib-port", &c.ibPort)
 	g.num('m', "mtu", &c.mtu)
 	g.num('n', "iters", &c.iters).set = ptSetNum(&c.iters, &c.itersSet)
-	g.num('p', "port", &c.tcpPort)
-	g.num('q', "qp", &c.numQP)
+	g.numIn('p', "port", &c.tcpPort, 0, 65535)
+	g.numIn('q', "qp", &c.numQP, 1, ptMaxQPs)
 	g.num('s', "size", &c.size).set = ptSetNum(&c.size, &c.sizeSet)
-	g.num('t', "tx-depth", &c.txDepth)
-	g.num('r', "rx-depth", &c.rxDepth)
-	g.num('Q', "cq-mod", &c.cqMod)
-	g.num('I', "inline_size", &c.inline)
-	g.num('o', "outs", &c.outReads)
+	// -1 marks "not given" (perftest's defaults depend on the test): the
+	// user's values must be in range.
+	g.numIn('t', "tx-depth", &c.txDepth, 1, 16384)
+	g.numIn('r', "rx-depth", &c.rxDepth, 1, 16384)
+	g.numIn('Q', "cq-mod", &c.cqMod, 1, 1024)
+	g.numIn('I', "inline_size", &c.inline, 0, verbs.MaxInline)
+	g.numIn('o', "outs", &c.outReads, 1, 128)
 	g.str('A', "atomic_type", &c.atomicType)
-	g.num('x', "gid-index", &c.gidx)
+	g.numIn('x', "gid-index", &c.gidx, 0, 255)
 	g.num('S', "sl", &c.sl)
 	g.num('u', "qp-timeout", &c.qpTimeout)
 	g.num('T', "tos", &c.tos)
@@ -218,34 +220,30 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	g.refuse('H', "report-histogram", false, "histograms are not implemented")
 	g.refuse('U', "report-unsorted", false, "unsorted reports are not implemented")
 	g.refuse('C', "report-cycles", false, "softroce measures time, not CPU cycles")
-	ops, err := g.parse(args)
-	if errors.Is(err, errGetoptHelp) {
-		ptUsage(t, stdout)
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", t.name, err)
-		fmt.Fprintf(stderr, "Run 'softroce %s -h' for the options.\n", t.name)
-		return 1
+	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
+	if !ok {
+		return code
 	}
 	if len(ops) > 1 {
-		fmt.Fprintf(stderr, "%s: one server address at most, got %q\n", t.name, ops)
-		return 1
+		return usageErr(stderr, g.prog, "one server address at most, got %q", ops)
 	}
 	if len(ops) == 1 {
 		c.server = ops[0]
 	}
 	if msg := c.finish(); msg != "" {
-		fmt.Fprintf(stderr, " %s\n", msg)
-		return 1
+		fmt.Fprintf(stderr, " %s\n", msg) // perftest's messages, as perftest prints them
+		return exitUsage
+	}
+	if argsOnly {
+		return exitOK
 	}
 	ctx, cancel := toolSignalCtx()
 	defer cancel()
 	if err := ptRun(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, " %v\n", err)
-		return 1
+		return exitFailure
 	}
-	return 0
+	return exitOK
 }
 
 func ptSetNum(p *int, set *bool) func(string) error {
@@ -512,11 +510,12 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 	}
 	var pc ptSide
 	var pcm *ptCM
+	var watch *ptPeerWatch // the TCP side channel's liveness (nil with -z/-R)
 	if c.isServer() {
 		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
 	if c.cmComm {
-		if pcm, err = startPtCM(ctx, c, td); err != nil {
+		if pcm, err = startPtCM(ctx, c, td, stderr); err != nil {
 			return err
 		}
 		defer pcm.close()
@@ -533,11 +532,13 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		}
 		pc = oob.NewPerftestConn(conn, !c.isServer())
 		defer conn.Close()
+		watch = newPtPeerWatch(conn, c.qpTimeout)
 	}
 	r, err := newPtRes(c, td, gid)
 	if err != nil {
 		return err
 	}
+	r.watch = watch
 	localMTU := td.dev.ActiveMTU()
 	if c.mtu != 0 {
 		localMTU = min(localMTU, ppMTUEnum(c.mtu))
@@ -608,6 +609,10 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		}
 		res, err := r.traffic(ctx, size, prog)
 		if err != nil {
+			if !c.tool.lat && errors.Is(err, errWCFailed) {
+				// perftest's main after a failed run_iter_bw.
+				return fmt.Errorf("%w\n Failed to complete run_iter_bw function successfully", err)
+			}
 			return err
 		}
 		prog.clear()
@@ -631,6 +636,10 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 			}
 		}
 		if printsResults {
+			if !c.hasResult(res) {
+				// A result line without iterations would hide a failed run.
+				return fmt.Errorf("no iteration of %d bytes completed: no result to report", size)
+			}
 			c.printResult(stdout, res)
 		}
 	}
@@ -684,6 +693,17 @@ type ptResult struct {
 	latAvg  time.Duration   // -D: average per iteration
 	latIter uint64
 	size    int
+}
+
+// hasResult reports whether r holds measured iterations.
+func (c *ptConfig) hasResult(r ptResult) bool {
+	switch {
+	case !c.tool.lat:
+		return r.bw.Iters > 0
+	case c.duration > 0:
+		return r.latIter > 0
+	}
+	return len(r.lat) > 0
 }
 
 func (c *ptConfig) printResult(w io.Writer, r ptResult) {

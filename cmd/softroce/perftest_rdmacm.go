@@ -286,10 +286,6 @@ type ptCMPipe struct {
 
 // prepare registers the buffers and posts the receive (cm.Options.Prepare).
 func (p *ptCMPipe) prepare(c *cm.Conn) error {
-	if p.mr != nil { // an earlier, rejected attempt
-		p.mr.Deregister()
-		p.mr = nil
-	}
 	p.conn = c
 	p.buf = make([]byte, 2*ptCMDestLen)
 	var err error
@@ -297,6 +293,15 @@ func (p *ptCMPipe) prepare(c *cm.Conn) error {
 		return fmt.Errorf("Couldn't register the rdma_cm side channel's buffer: %w", err)
 	}
 	return p.postRecv()
+}
+
+// release deregisters the buffers (cm.Options.Release): the connection
+// closes or an attempt failed.
+func (p *ptCMPipe) release(*cm.Conn) {
+	if p.mr != nil {
+		p.mr.Deregister()
+		p.mr = nil
+	}
 }
 
 func (p *ptCMPipe) postRecv() error {
@@ -366,10 +371,8 @@ func (p *ptCMPipe) close(active bool, grace time.Duration) {
 		return
 	}
 	ptCMClose(p.conn, active, grace)
-	if p.mr != nil {
-		p.mr.Deregister()
-	}
-	p.conn.Close()
+	p.conn.Close() // and release
+
 }
 
 // ptCMClose disconnects c (active) or waits up to grace for the peer to.
@@ -431,14 +434,15 @@ func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
 // startPtCM attaches the CM to the device and sets up the side channel:
 // the server accepts one connection on port -p, the client connects to it
 // (retrying while the server is not listening yet, for c.connectTO).
-func startPtCM(ctx context.Context, c *ptConfig, td *toolDevice) (*ptCM, error) {
-	ag, err := cm.Attach(td.dev, nil)
+func startPtCM(ctx context.Context, c *ptConfig, td *toolDevice, stderr io.Writer) (*ptCM, error) {
+	ag, err := cm.Attach(td.dev, toolAgentConfig())
 	if err != nil {
 		return nil, fmt.Errorf("Unable to create RDMA_CM resources: %w", err)
 	}
 	p := &ptCM{c: c, td: td, agent: ag}
 	o := &cm.Options{Src: td.info.Addr.Addr(), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
-		CQE: 1, CompChannel: true, Param: ptCMCommParam(), Prepare: p.comm.prepare}
+		CQE: 1, CompChannel: true, Param: ptCMCommParam(), Prepare: p.comm.prepare,
+		Release: p.comm.release}
 	var conn *cm.Conn
 	if c.isServer() {
 		conn, err = ptCMAcceptOne(ctx, netip.AddrPortFrom(td.info.Addr.Addr(), uint16(c.tcpPort)), o)
@@ -446,13 +450,10 @@ func startPtCM(ctx context.Context, c *ptConfig, td *toolDevice) (*ptCM, error) 
 		var ip netip.Addr
 		if ip, err = resolveIPv4(ctx, c.server); err == nil {
 			p.addr = netip.AddrPortFrom(ip, uint16(c.tcpPort)).String()
-			conn, err = ptCMDial(ctx, p.addr, o, c.connectTO)
+			conn, err = ptCMDial(ctx, p.addr, o, c.connectTO, ag.Config(), stderr)
 		}
 	}
 	if err != nil {
-		if p.comm.mr != nil {
-			p.comm.mr.Deregister()
-		}
 		ag.Close()
 		return nil, err
 	}
@@ -479,23 +480,55 @@ func ptCMAcceptOne(ctx context.Context, ap netip.AddrPort, o *cm.Options) (*cm.C
 	return conn, nil
 }
 
-// ptCMDial connects to addr, retrying every 100 ms for grace while the
-// server rejects (not listening yet), like perftest's connection retries.
-func ptCMDial(ctx context.Context, addr string, o *cm.Options, grace time.Duration) (*cm.Conn, error) {
+// ptCMDial connects to addr as perftest's rdma_client_connect: an address
+// that does not resolve (ADDR_ERROR, 2 s each) is tried 10 times; any
+// other failed event ends it with perftest's lines. Unlike perftest, a
+// REJECTED (nothing listens yet) is retried every 100 ms for grace, and
+// a line on stderr says what is being waited for when the server's CM
+// does not answer within cfg.Timeout.
+func ptCMDial(ctx context.Context, addr string, o *cm.Options, grace time.Duration, cfg cm.Config, stderr io.Writer) (*cm.Conn, error) {
+	const resolveTries = 10 // perftest's NUM_OF_RETRIES
 	deadline := time.Now().Add(grace)
+	addrErrs, saidRejected := 0, false
 	for {
+		said := time.AfterFunc(cfg.Timeout, func() {
+			fmt.Fprintf(stderr, " No answer yet from %s: waiting for its connection manager to answer the connection request"+
+				" (resent every %.1f s; UNREACHABLE after %.0f s)\n", addr, cfg.Timeout.Seconds(), cfg.GiveUpAfter().Seconds())
+		})
 		conn, err := cm.Dial(ctx, addr, o)
+		said.Stop()
 		if err == nil {
 			return conn, nil
 		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("interrupted while connecting to %s: %w", addr, ctx.Err())
+		}
 		var rj *cm.RejectedError
-		if ctx.Err() != nil || time.Now().After(deadline) || !errors.As(err, &rj) {
-			return nil, fmt.Errorf("Unable to perform rdma_client function (%s): %w", addr, err)
+		var ee *cm.EventError
+		switch {
+		case errors.As(err, &ee) && ee.Event == cm.EventAddrError:
+			if addrErrs++; addrErrs < resolveTries {
+				continue
+			}
+			fmt.Fprintf(stderr, "Received %d times ADDR_ERROR\n", resolveTries)
+		case errors.As(err, &rj) && time.Now().Before(deadline):
+			if !saidRejected {
+				saidRejected = true
+				fmt.Fprintf(stderr, " Waiting for a server to listen on %s (rejected: nothing listens there yet); retrying for %v\n",
+					addr, grace)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		case errors.As(err, &rj):
+			fmt.Fprintf(stderr, "Unexpected CM event bl blka %d\n", int(cm.EventRejected))
+		case errors.As(err, &ee):
+			fmt.Fprintf(stderr, "Unexpected CM event bl blka %d\n", int(ee.Event))
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+		fmt.Fprintln(stderr, " Unable to perform rdma_client function")
+		return nil, fmt.Errorf("Unable to init the socket connection (%s: %w)", addr, err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -18,7 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/gopacket/pcapgo"
+	"github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/wire"
@@ -49,35 +48,22 @@ func readCMPcap(t testing.TB, path string, client netip.Addr) *rdmacmCapture {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sideQP uint32
 	c := &rdmacmCapture{}
 	var order []string
-	for {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(data) < 42 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
-			continue
-		}
-		ip := data[14:]
-		ihl := int(ip[0]&15) * 4
-		udp := ip[ihl:binary.BigEndian.Uint16(ip[2:])]
-		if ip[9] != 17 || binary.BigEndian.Uint16(udp[2:]) != wire.UDPPort {
+	for _, cp := range pkts {
+		if !cp.Src.Addr().Is4() {
 			continue
 		}
 		var p wire.Packet
-		if err := p.Parse(udp[8:binary.BigEndian.Uint16(udp[4:])]); err != nil {
+		if err := p.Parse(cp.Payload); err != nil {
 			t.Fatal(err)
 		}
-		fromClient := netip.AddrFrom4([4]byte(ip[12:16])) == client
+		fromClient := cp.Src.Addr() == client
 		if p.BTH.DestQP == 1 {
 			m, err := mad.ParseMessage(p.Payload)
 			if err != nil {
@@ -470,7 +456,7 @@ func atoi(t *testing.T, s string) int {
 func TestPerftestRdmaCMRefused(t *testing.T) {
 	for _, args := range [][]string{{"-R", "-c", "UC"}, {"-R", "-c", "UD"}} {
 		var o, e strings.Builder
-		if code := runPerftest(ptTools[0], args, &o, &e); code != 1 || !strings.Contains(e.String(), "-R (rdma_cm)") {
+		if code := runPerftest(ptTools[0], args, &o, &e); code != exitUsage || !strings.Contains(e.String(), "-R (rdma_cm)") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, e.String())
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"time"
@@ -35,24 +36,30 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		size, iters = ptDefSizeLat, ptDefItersLat
 	}
 	var bind string
-	var g getopt
-	g.num('s', "size", &size)
-	g.num('n', "iters", &iters)
-	g.num('D', "duration", &dur)
-	g.num('p', "port", &port)
+	g := getopt{prog: "softroce " + name}
+	g.numIn('s', "size", &size, 1, ptMaxSize)
+	g.numIn('n', "iters", &iters, 1, math.MaxInt32)
+	g.numIn('D', "duration", &dur, 0, math.MaxInt32)
+	g.numIn('p', "port", &port, 0, 65535)
 	g.str('d', "bind", &bind)
-	ops, err := g.parse(args)
-	if errors.Is(err, errGetoptHelp) {
-		fmt.Fprintf(stdout, "usage: softroce %s [-d BIND_IP] [-p PORT (default %d)] [-s SIZE] [-n ITERS] [-D SECONDS] [HOST]\n", name, oob.DefaultPort+1)
-		return 0
+	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: softroce %s [-d BIND_IP] [-p PORT (default %d)] [-s SIZE] [-n ITERS] [-D SECONDS] [HOST]\n", name, oob.DefaultPort+1)
+	})
+	if !ok {
+		return code
 	}
-	if err == nil && (len(ops) > 1 || size < 1 || size > ptMaxSize || iters < 1 || dur < 0 || lat && dur > 0) {
-		err = errors.New("bad arguments (see -h; tcp_lat has no -D)")
+	switch {
+	case len(ops) > 1:
+		return usageErr(stderr, g.prog, "one server host at most, got %q", ops)
+	case lat && dur > 0:
+		return usageErr(stderr, g.prog, "tcp_lat has no -D")
+	case bind != "" && net.ParseIP(bind) == nil:
+		return usageErr(stderr, g.prog, "-d %q is not an IP address", bind)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
+	if argsOnly {
+		return exitOK
 	}
+	var err error
 	ctx, cancel := toolSignalCtx()
 	defer cancel()
 	var conn net.Conn

@@ -35,6 +35,7 @@ type ptRes struct {
 	mtu     verbs.MTU
 	posted  bool              // receives posted
 	qpAttr  *verbs.QPInitAttr // -R: for rdma_cm's QPs
+	watch   *ptPeerWatch      // nil: no TCP side channel to watch
 }
 
 func (r *ptRes) sendOff(q int) int { return 2 * q * r.region }
@@ -223,17 +224,35 @@ func (r *ptRes) sendWR(q, size int) verbs.SendWR {
 
 func (r *ptRes) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) *cqWaiter {
 	w := &cqWaiter{ctx: ctx, cq: cq, ch: ch}
+	if r.watch != nil {
+		w.alive = r.watch.check
+	}
 	if r.c.events {
 		w.spin = 1
 	}
 	return w
 }
 
-var errWCFailed = errors.New("completion with error")
+// errWCFailed marks a failed completion; its text is empty so that the
+// message keeps perftest's words.
+var errWCFailed = errors.New("")
 
-func wcError(side string, e *verbs.WC, done uint64) error {
-	return fmt.Errorf("Completion with error at %s:\n Failed status %d: wr_id %d syndrom 0x%x (%s)\n done %d: %w",
-		side, e.Status, e.WRID, e.VendorErr, e.Status, done, errWCFailed)
+// wcError is perftest's NOTIFY_COMP_ERROR_SEND (client: the counts of
+// posted and completed sends) or NOTIFY_COMP_ERROR_RECV (server: the
+// receives), printed after a leading space.
+func wcError(side string, e *verbs.WC, a, b uint64) error {
+	counts := fmt.Sprintf("scnt=%d, ccnt=%d", a, b)
+	if side == "server" {
+		counts = fmt.Sprintf(" rcnt=%d", a)
+	}
+	return fmt.Errorf("Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n%s%w",
+		side, e.Status, e.WRID, e.VendorErr, counts, errWCFailed)
+}
+
+// ptDrainGrace bounds, after a -D run's time is up, the wait for the last
+// completions.
+func (r *ptRes) drainGrace() time.Duration {
+	return 2*ptRetryBudget(r.c.qpTimeout, 7) + 2*time.Second
 }
 
 // traffic runs one message size and returns what the tool reports.
@@ -333,7 +352,11 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 			for i := range wc[:ne] {
 				e := &wc[i]
 				if e.Status != verbs.WCSuccess {
-					return oob.BWReport{}, wcError("client", e, totC.Load())
+					var posted int
+					for _, v := range scnt {
+						posted += v
+					}
+					return oob.BWReport{}, wcError("client", e, uint64(posted), totC.Load())
 				}
 				q := int(e.WRID)
 				if q >= n {
@@ -363,6 +386,9 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 		if done {
 			break
 		}
+		if stopped && time.Since(start) > dur+r.drainGrace() {
+			return oob.BWReport{}, fmt.Errorf("completions still missing %v after the %v of -D: the peer stopped answering", r.drainGrace(), dur)
+		}
 		if ne == 0 {
 			// Do not park while there is room to post.
 			room := false
@@ -377,6 +403,8 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 				}
 			} else if err := ctx.Err(); err != nil {
 				return oob.BWReport{}, errors.New("interrupted")
+			} else if err := r.watch.check(); err != nil {
+				return oob.BWReport{}, err
 			}
 		}
 	}
@@ -445,6 +473,9 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 		if ud && !last.IsZero() && now.Sub(last) > 2*time.Second {
 			break // UD drops are not retransmitted: report what arrived
 		}
+		if dur > 0 && now.Sub(begin) > dur+r.drainGrace() {
+			return oob.BWReport{}, fmt.Errorf("no end of traffic %v after the %v of -D: the peer stopped sending", r.drainGrace(), dur)
+		}
 		ne := r.rcq.Poll(wc[:])
 		if ne == 0 {
 			if err := w.idle(); err != nil {
@@ -461,7 +492,7 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 		for i := range wc[:ne] {
 			e := &wc[i]
 			if e.Status != verbs.WCSuccess {
-				return oob.BWReport{}, wcError("server", e, rcnt.Load())
+				return oob.BWReport{}, wcError("server", e, rcnt.Load(), 0)
 			}
 			q := int(e.WRID)
 			if q >= n {
@@ -504,11 +535,14 @@ var errPtDeadline = errors.New("duration over")
 
 // ptSpinWait spins (yielding) until cond holds, checking ctx and the
 // deadline (zero: none) now and then.
-func ptSpinWait(ctx context.Context, deadline time.Time, cond func() bool) error {
+func ptSpinWait(ctx context.Context, deadline time.Time, watch *ptPeerWatch, cond func() bool) error {
 	for n := 1; !cond(); n++ {
 		if n&1023 == 0 {
 			if ctx.Err() != nil {
 				return errors.New("interrupted")
+			}
+			if err := watch.check(); err != nil {
+				return err
 			}
 			if !deadline.IsZero() && time.Now().After(deadline) {
 				return errPtDeadline
@@ -527,7 +561,7 @@ func ptSpinWait(ctx context.Context, deadline time.Time, cond func() bool) error
 }
 
 // ptWaitOne waits for one completion on cq (until the deadline, if set).
-func ptWaitOne(w *cqWaiter, cq *verbs.CQ, side string, done int, deadline time.Time) (verbs.WC, error) {
+func ptWaitOne(w *cqWaiter, cq *verbs.CQ, side string, posted, done int, deadline time.Time) (verbs.WC, error) {
 	var wc [1]verbs.WC
 	for cq.Poll(wc[:]) == 0 {
 		if !deadline.IsZero() && time.Now().After(deadline) {
@@ -539,7 +573,10 @@ func ptWaitOne(w *cqWaiter, cq *verbs.CQ, side string, done int, deadline time.T
 	}
 	w.progress()
 	if wc[0].Status != verbs.WCSuccess {
-		return wc[0], wcError(side, &wc[0], uint64(done))
+		if side == "server" {
+			return wc[0], wcError(side, &wc[0], uint64(done), 0)
+		}
+		return wc[0], wcError(side, &wc[0], uint64(posted), uint64(done))
 	}
 	return wc[0], nil
 }
@@ -608,7 +645,7 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, recv func(n int
 			}
 		}
 		if ccnt < limit {
-			if _, err := ptWaitOne(w, r.scq, r.side(), ccnt, deadline); err != nil {
+			if _, err := ptWaitOne(w, r.scq, r.side(), scnt, ccnt, deadline); err != nil {
 				if errors.Is(err, errPtDeadline) {
 					break
 				}
@@ -636,7 +673,7 @@ func (r *ptRes) latWrite(ctx context.Context, size int, prog *ptProgress) (ptLat
 	recvAt := r.recvOff(0) + size - 1
 	return r.ptLatLoop(ctx, prog, func(n int, deadline time.Time) error {
 		want := byte(n)
-		return ptSpinWait(ctx, deadline, func() bool { return loadByte(r.buf, recvAt) == want })
+		return ptSpinWait(ctx, deadline, r.watch, func() bool { return loadByte(r.buf, recvAt) == want })
 	}, func(n int) error {
 		sendBuf[size-1] = byte(n)
 		_, err := r.qps[0].PostSend(wr[:])
@@ -651,7 +688,7 @@ func (r *ptRes) latSend(ctx context.Context, size int, prog *ptProgress) (ptLatR
 	rwr := r.recvWR(0)
 	rw := r.waiter(ctx, r.rcq, r.rch)
 	return r.ptLatLoop(ctx, prog, func(n int, deadline time.Time) error {
-		if _, err := ptWaitOne(rw, r.rcq, r.side(), n-1, deadline); err != nil {
+		if _, err := ptWaitOne(rw, r.rcq, r.side(), n, n-1, deadline); err != nil {
 			return err
 		}
 		if _, err := r.qps[0].PostRecv(rwr[:]); err != nil {
@@ -690,7 +727,7 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.
 		if _, err := r.qps[0].PostSend(wr[:]); err != nil {
 			return nil, 0, 0, fmt.Errorf("Couldn't post send: scnt=%d: %w", n, err)
 		}
-		if _, err := ptWaitOne(w, r.scq, "client", n, time.Time{}); err != nil {
+		if _, err := ptWaitOne(w, r.scq, "client", n+1, n, time.Time{}); err != nil {
 			return nil, 0, 0, err
 		}
 		n++

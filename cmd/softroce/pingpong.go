@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
@@ -62,6 +64,11 @@ const ppQKey = 0x11111111
 // ppGRHLen is the room ibv_ud_pingpong leaves for the GRH in receive buffers.
 const ppGRHLen = 40
 
+// ppPeerTimeout is the default --peer-timeout. A live peer answers within
+// the transport's retry budget (timeout 14, retry 7: about 0.5 s); rdma-core's
+// tools wait forever.
+const ppPeerTimeout = 5 * time.Second
+
 // ppPageSize is the page size of the -c pattern (sysconf(_SC_PAGESIZE) on
 // the machines the real tools run on).
 const ppPageSize = 4096
@@ -84,6 +91,9 @@ type ppConfig struct {
 	pcap      string
 	server    string // host to connect to; "" for the server
 	connectTO time.Duration
+	// peerTimeout ends a run in which no completion arrives for this long
+	// (a peer killed while this side waits for its next message).
+	peerTimeout time.Duration
 }
 
 func ppUsage(c *ppConfig, w io.Writer) {
@@ -115,16 +125,18 @@ Options:
                          rdma-core's default, no GID, cannot work over RoCE)
   -c, --chk              validate received buffer
       --pcap=<file>      write the device's RoCEv2 traffic to a pcap file
+      --peer-timeout=<d> fail when no completion arrives for <d> during the
+                         exchanges: the peer is gone (default 5s; 0: wait forever)
 `)
 }
 
 func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writer) int {
 	c := &ppConfig{tool: tool, kind: kind, tcpPort: oob.DefaultPort, ibPort: 1, size: 4096, mtu: 1024,
-		rxDepth: 500, iters: 1000, gidx: 1, numQP: 16, connectTO: 10 * time.Second}
+		rxDepth: 500, iters: 1000, gidx: 1, numQP: 16, connectTO: 10 * time.Second, peerTimeout: ppPeerTimeout}
 	if kind == ppUD {
 		c.size = 2048
 	}
-	var g getopt
+	g := getopt{prog: "softroce " + tool}
 	g.num('p', "port", &c.tcpPort)
 	g.str('d', "ib-dev", &c.dev)
 	g.num('i', "ib-port", &c.ibPort)
@@ -149,35 +161,31 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	g.refuse('j', "dm", false, "softroce has no device memory")
 	var newSend bool
 	g.flag('N', "new_send", &newSend) // the ibv_wr_* API: identical traffic, nothing to change
-	ops, err := g.parse(args)
-	if errors.Is(err, errGetoptHelp) {
-		ppUsage(c, stdout)
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", tool, err)
-		ppUsage(c, stderr)
-		return 1
+	g.durOrZero(0, "peer-timeout", &c.peerTimeout)
+	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { ppUsage(c, w) })
+	if !ok {
+		return code
 	}
 	switch len(ops) {
 	case 0:
 	case 1:
 		c.server = ops[0]
 	default:
-		ppUsage(c, stderr)
-		return 1
+		return usageErr(stderr, g.prog, "one server host at most, got %q", ops)
 	}
 	if msg := c.check(); msg != "" {
-		fmt.Fprintf(stderr, "%s: %s\n", tool, msg)
-		return 1
+		return usageErr(stderr, g.prog, "%s", msg)
+	}
+	if argsOnly {
+		return exitOK
 	}
 	ctx, cancel := toolSignalCtx()
 	defer cancel()
 	if err := ppRun(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, err)
-		return 1
+		return exitFailure
 	}
-	return 0
+	return exitOK
 }
 
 func (c *ppConfig) check() string {
@@ -245,6 +253,8 @@ type ppCtx struct {
 	sendSGE [1]verbs.SGE
 	recvWR  [1]verbs.RecvWR
 	recvSGE [1]verbs.SGE
+	// watchdog fires after --peer-timeout without a completion.
+	watchdog *time.Timer
 }
 
 func randPSN() uint32 {
@@ -350,7 +360,7 @@ func (p *ppCtx) init() error {
 	}
 	p.buf = make([]byte, n)
 	for i := range p.buf {
-		p.buf[i] = 0x7b
+		p.buf[i] = p.fillByte()
 	}
 	// The channel serves -e, and parks the poller between bursts (cqWaiter).
 	p.ch = p.dev.CreateCompChannel()
@@ -496,6 +506,9 @@ func (p *ppCtx) exchange(ctx context.Context) error {
 	return nil
 }
 
+// errConnRefused matches a TCP connection refused (the server is not listening yet).
+var errConnRefused error = syscall.ECONNREFUSED
+
 // ppDial connects to the server, retrying while it is not listening yet
 // (the C tools fail at once; a short grace period helps scripts that start
 // both sides together).
@@ -584,6 +597,7 @@ type cqWaiter struct {
 	empty int
 	spin  int // empty polls before parking (0: spinPolls)
 	timer *time.Timer
+	alive func() error // when set, checked while parked: the peer is still there
 }
 
 // spinPolls is how many empty polls cqWaiter spins before parking.
@@ -614,6 +628,9 @@ func (w *cqWaiter) idle() error {
 	case <-w.ch.C():
 		w.cq.AckEvents(1)
 	case <-w.timer.C:
+		if w.alive != nil {
+			return w.alive()
+		}
 	case <-w.ctx.Done():
 		return errors.New("interrupted")
 	}
@@ -629,6 +646,25 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 		threshold = c.numQP
 	}
 	var wc [2]verbs.WC
+	rcnt, scnt := 0, 0
+	// The peer watchdog: with no completion for peerTimeout, the waits below
+	// end (rdma-core's tools would wait forever for a killed peer).
+	var silent atomic.Bool
+	if c.peerTimeout > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		dog := time.AfterFunc(c.peerTimeout, func() { silent.Store(true); stop() })
+		defer dog.Stop()
+		p.watchdog = dog
+	}
+	peerGone := func(err error) error {
+		if silent.Load() {
+			return fmt.Errorf("no completion for %v after %d sends and %d receives of %d: the peer stopped answering (killed?)",
+				c.peerTimeout, scnt, rcnt, c.iters)
+		}
+		return err
+	}
 	w := cqWaiter{ctx: ctx, cq: p.cq, ch: p.ch}
 	numEvents := 0
 	defer func() {
@@ -636,12 +672,11 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 			p.cq.AckEvents(numEvents)
 		}
 	}()
-	rcnt, scnt := 0, 0
 	for rcnt < c.iters || scnt < c.iters {
 		if c.events {
 			cq, err := p.ch.GetCQEvent(ctx)
 			if err != nil {
-				return fmt.Errorf("Failed to get cq_event: %w", err)
+				return peerGone(fmt.Errorf("Failed to get cq_event: %w", err))
 			}
 			numEvents++
 			if cq != p.cq {
@@ -655,12 +690,15 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 		if ne == 0 {
 			if !c.events {
 				if err := w.idle(); err != nil {
-					return err
+					return peerGone(err)
 				}
 			}
 			continue
 		}
 		w.progress()
+		if p.watchdog != nil {
+			p.watchdog.Reset(c.peerTimeout)
+		}
 		for i := range wc[:ne] {
 			e := &wc[i]
 			if e.Status != verbs.WCSuccess {
@@ -707,9 +745,18 @@ func (p *ppCtx) payload() []byte {
 	return p.buf
 }
 
+// fillByte is the byte rdma-core's tools fill their buffer with: 0x7b in
+// ibv_rc/uc/ud_pingpong, 0 in ibv_srq_pingpong.
+func (p *ppCtx) fillByte() byte {
+	if p.c.kind == ppSRQ {
+		return 0
+	}
+	return 0x7b
+}
+
 // fillPattern is the client's -c preparation, as rdma-core does it: the
 // first byte of every page is set to i / page_size % sizeof(char), which
-// is 0; the rest of the buffer keeps its 0x7b fill.
+// is 0; the rest of the buffer keeps its fill (fillByte).
 func (p *ppCtx) fillPattern() {
 	b := p.payload()
 	for i := 0; i < len(b); i += ppPageSize {
@@ -720,7 +767,7 @@ func (p *ppCtx) fillPattern() {
 // checkPattern validates the received buffer. rdma-core's server checks
 // the first byte of each page ("invalid data in page N"); softroce checks
 // every byte of the message against the same image (0 at page starts,
-// 0x7b elsewhere), on both sides, and fails the run on a mismatch.
+// fillByte elsewhere), on both sides, and fails the run on a mismatch.
 func (p *ppCtx) checkPattern(w io.Writer) bool {
 	b := p.payload()[:p.c.size]
 	bad := false
@@ -730,9 +777,10 @@ func (p *ppCtx) checkPattern(w io.Writer) bool {
 			bad = true
 		}
 	}
+	fill := p.fillByte()
 	for i, v := range b {
-		if i%ppPageSize != 0 && v != 0x7b {
-			fmt.Fprintf(w, "invalid data at byte %d (page %d): 0x%02x, want 0x7b\n", i, i/ppPageSize, v)
+		if i%ppPageSize != 0 && v != fill {
+			fmt.Fprintf(w, "invalid data at byte %d (page %d): 0x%02x, want 0x%02x\n", i, i/ppPageSize, v, fill)
 			bad = true
 			break
 		}

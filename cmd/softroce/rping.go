@@ -8,14 +8,15 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -64,6 +65,7 @@ type rpingOpts struct {
 	wlat, rlat, bw, duplex, poll bool
 	txdepth                      int
 	prefix                       string // "krping: " for krping's lines
+	pcap                         string // --pcap: write the device's traffic there
 }
 
 // rcb is one rping endpoint (rping's struct rping_cb): the CM ID, the QP and
@@ -98,8 +100,13 @@ type rcb struct {
 	mu     sync.Mutex
 	state  int
 	failed bool // an error event arrived (rping exits from its CM thread)
-	sem    chan struct{}
-	accept chan struct{} // persistent server: ready for another request
+	cqErr  bool // a work request completed in error
+	// krping duplex: the peer finished and disconnected during the test
+	peerDone bool
+	testing  bool // the test runs: keepalives on (rping_live.go)
+	probing  bool // a keepalive WRITE is outstanding
+	sem      chan struct{}
+	accept   chan struct{} // persistent server: ready for another request
 
 	cqCancel context.CancelFunc
 	cqDone   chan struct{}
@@ -109,7 +116,7 @@ type rcb struct {
 func (cb *rcb) setState(s int) { cb.mu.Lock(); cb.state = s; cb.mu.Unlock() }
 func (cb *rcb) getState() int  { cb.mu.Lock(); defer cb.mu.Unlock(); return cb.state }
 func (cb *rcb) post()          { cb.sem <- struct{}{} }
-func (cb *rcb) wait()          { <-cb.sem }
+func (cb *rcb) wait()          { cb.waitLive() }
 
 func (cb *rcb) printf(w io.Writer, format string, args ...any) {
 	cb.outMu.Lock()
@@ -147,12 +154,18 @@ func cstr(b []byte) []byte {
 
 func runRping(args []string, stdout, stderr io.Writer) int {
 	o, err := parseRpingArgs(args)
-	if err != nil {
-		if err != errUsage {
-			fmt.Fprintln(stderr, err)
-		}
+	if errors.Is(err, errGetoptHelp) {
 		rpingUsage(stdout)
-		return 22 // EINVAL, as rping returns
+		return exitOK
+	}
+	if err != nil {
+		if errors.Is(err, errUsage) {
+			return usageErr(stderr, "softroce rping", "give -s (server) or -c (client)")
+		}
+		return usageErr(stderr, "softroce rping", "%v", err)
+	}
+	if argsOnly {
+		return exitOK
 	}
 	return rpingMain(o, stdout, stderr)
 }
@@ -174,47 +187,47 @@ func rpingUsage(w io.Writer) {
 	fmt.Fprintln(w, "\t-p port\t\tport")
 	fmt.Fprintln(w, "\t-P\t\tpersistent server mode allowing multiple connections")
 	fmt.Fprintln(w, "\t-q\t\tuse self-created, self-modified QP")
+	fmt.Fprintln(w, "\t--pcap file\twrite the device's RoCEv2 traffic to a pcap file")
 }
 
-// parseRpingArgs parses rping's getopt string "a:I:Pp:C:S:t:scvVdq"
-// (grouped flags like -vV and attached values like -C10 work).
+// parseRpingArgs parses rping's getopt string "a:I:Pp:C:S:t:scvVdq" with
+// the shared grammar (grouped flags like -vV, attached values like -C10,
+// options after operands).
 func parseRpingArgs(args []string) (*rpingOpts, error) {
 	o := &rpingOpts{server: -1, port: rpingDefPort, size: 64}
-	withArg := "aIpCSt"
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
+	g := getopt{prog: "softroce rping"}
+	for _, c := range "aIpCSt" {
+		c := byte(c)
+		opt := g.add(c, "", true, func(v string) error { return o.set(c, v) })
+		if c != 'a' && c != 'I' {
+			opt.kind = kindNum
 		}
-		if len(a) < 2 || a[0] != '-' {
-			return nil, fmt.Errorf("rping: unexpected argument %q", a)
-		}
-		for j := 1; j < len(a); j++ {
-			c := a[j]
-			var val string
-			if strings.IndexByte(withArg, c) >= 0 {
-				if j+1 < len(a) {
-					val = a[j+1:]
-				} else if i+1 < len(args) {
-					i++
-					val = args[i]
-				} else {
-					return nil, fmt.Errorf("rping: option -%c needs a value", c)
-				}
-				j = len(a)
-			}
-			if err := o.set(c, val); err != nil {
-				return nil, err
-			}
-		}
+	}
+	for _, c := range "PscvVdq" {
+		c := byte(c)
+		g.add(c, "", false, func(v string) error { return o.set(c, v) })
+	}
+	g.str(0, "pcap", &o.pcap)
+	ops, err := g.parse(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(ops) > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", ops[0])
 	}
 	if o.server == -1 {
 		return nil, errUsage
 	}
 	if o.server == 0 && !o.addr.IsValid() {
-		return nil, errors.New("rping: the client needs the server's address (-a addr)")
+		return nil, errors.New("the client needs the server's address (-a addr)")
 	}
 	return o, nil
+}
+
+// rpingNum parses an rping number (strtol syntax) into an int.
+func rpingNum(val string) (int, error) {
+	v, err := parseNum(val, 32)
+	return int(v), err
 }
 
 func (o *rpingOpts) set(c byte, val string) error {
@@ -227,25 +240,29 @@ func (o *rpingOpts) set(c byte, val string) error {
 	case 'P':
 		o.persistent = true
 	case 'p':
-		o.port, err = strconv.Atoi(val)
+		o.port, err = rpingNum(val)
 		if err == nil && (o.port < 0 || o.port > 65535) {
-			err = fmt.Errorf("rping: port %d out of range", o.port)
+			err = fmt.Errorf("port %d out of range", o.port)
 		}
 	case 's':
 		o.server = 1
 	case 'c':
 		o.server = 0
 	case 'S':
-		o.size, err = strconv.Atoi(val)
+		o.size, err = rpingNum(val)
 		if err == nil && (o.size < rpingMinSize || o.size > rpingBufSize-1) {
 			err = fmt.Errorf("Invalid size %d (valid range is %d to %d)", o.size, rpingMinSize, rpingBufSize)
 		}
 	case 'C':
-		o.count, err = strconv.Atoi(val)
+		o.count, err = rpingNum(val)
 		if err == nil && o.count < 0 {
 			err = fmt.Errorf("Invalid count %d", o.count)
 		}
-	case 't': // type of service: accepted, unused by softroce
+	case 't': // type of service: checked, unused by softroce
+		var tos int
+		if tos, err = rpingNum(val); err == nil && (tos < 0 || tos > 255) {
+			err = fmt.Errorf("tos %d out of range (0..255)", tos)
+		}
 	case 'v':
 		o.verbose = true
 	case 'V':
@@ -273,29 +290,73 @@ func lookupAddr(s string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
+// toolCMConfig configures the CM agents of the rdma_cm tools (nil: Linux's
+// timing); tests shorten the timers.
+var toolCMConfig *cm.Config
+
+// toolAgentConfig is the CM configuration of the tools' devices:
+// toolCMConfig, resolving addresses through the kernel's neighbour table
+// (rdma_resolve_addr's ARP) unless it says otherwise.
+func toolAgentConfig() *cm.Config {
+	var c cm.Config
+	if toolCMConfig != nil {
+		c = *toolCMConfig
+	}
+	if c.Resolve == nil && neighResolve != nil {
+		c.Resolve = neighResolve
+	}
+	return &c
+}
+
 // cmDevice opens a softroce device on addr (UDP port 4791) with a CM agent.
 type cmDevice struct {
 	dev   *verbs.Device
 	agent *cm.Agent
+	pcap  *capture.Writer // --pcap, else nil
+	tee   *capture.TeeEndpoint
 }
 
-func openCMDevice(addr netip.Addr) (*cmDevice, error) {
+// openCMDevice opens the device; with pcapPath set (--pcap) it writes every
+// datagram the device sends and receives there.
+func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
 	cfg := &verbs.Config{Name: "softroce0", MAC: macOf(addr)}
-	dev, err := verbs.OpenUDP(netip.AddrPortFrom(addr, 4791).String(), cfg)
+	ep, err := udp.Listen(netip.AddrPortFrom(addr, 4791))
 	if err != nil {
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
 	}
-	ag, err := cm.Attach(dev, nil)
-	if err != nil {
-		dev.Close()
+	d := &cmDevice{}
+	var lep link.Endpoint = ep
+	if pcapPath != "" {
+		if d.pcap, err = capture.Create(pcapPath, nil); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		d.tee = capture.Tee(ep, d.pcap)
+		lep = d.tee
+	}
+	if d.dev, err = verbs.Open(lep, cfg); err != nil {
+		lep.Close()
+		if d.pcap != nil {
+			d.pcap.Close()
+		}
+		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
+	}
+	if d.agent, err = cm.Attach(d.dev, toolAgentConfig()); err != nil {
+		d.dev.Close()
+		if d.pcap != nil {
+			d.pcap.Close()
+		}
 		return nil, err
 	}
-	return &cmDevice{dev: dev, agent: ag}, nil
+	return d, nil
 }
 
 func (d *cmDevice) Close() {
 	d.agent.Close()
 	d.dev.Close()
+	if d.pcap != nil {
+		d.pcap.Close()
+	}
 }
 
 // macOf returns the hardware address of the interface holding addr (zero
@@ -373,7 +434,7 @@ func withRCB(tool string, o *rpingOpts, stdout, stderr io.Writer, body func(cb *
 		fmt.Fprintln(stderr, tool+":", err)
 		return 1
 	}
-	d, err := openCMDevice(local)
+	d, err := openCMDevice(local, o.pcap)
 	if err != nil {
 		fmt.Fprintln(stderr, tool+":", err)
 		return 1
@@ -509,6 +570,9 @@ func (cb *rcb) setupQP(id *cm.ID) error {
 	}
 	if err = cb.cq.ReqNotify(false); err != nil {
 		return err
+	}
+	if toolACKTimeout != 0 {
+		id.SetACKTimeout(toolACKTimeout)
 	}
 	attr := &verbs.QPInitAttr{SendCQ: cb.cq, RecvCQ: cb.cq, QPType: verbs.QPTypeRC,
 		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}
@@ -656,12 +720,23 @@ func (cb *rcb) cqHandler() int {
 	flushed := 0
 	for cb.cq.Poll(wc[:]) == 1 {
 		w := &wc[0]
+		if w.WRID == probeWRID {
+			if cb.probeDone(w) {
+				return -1
+			}
+			continue
+		}
+		if w.Status == verbs.WCRetryExcErr {
+			cb.lostOp(w)
+			return -1
+		}
 		if w.Status != verbs.WCSuccess {
 			if w.Status == verbs.WCWRFlushErr {
 				flushed = 1
 				continue
 			}
 			cb.errf("cq completion failed status %d\n", w.Status)
+			cb.setCQErr()
 			cb.setState(stError)
 			cb.post()
 			return -1
@@ -752,6 +827,13 @@ func (cb *rcb) connParam() *cm.ConnParam {
 	return p
 }
 
+// flushQP moves the QP to ERR so that the CQ thread sees the flush and ends.
+func (cb *rcb) flushQP() {
+	if cb.qp != nil {
+		cb.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+	}
+}
+
 func (cb *rcb) disconnect(id *cm.ID) {
 	if cb.own {
 		cb.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
@@ -774,11 +856,21 @@ func (cb *rcb) acceptConn() int {
 		return -1
 	}
 	cb.wait()
-	if cb.getState() == stError {
+	// An error event (the REP unanswered: UNREACHABLE; the client gave up:
+	// REJECTED, CONNECT_ERROR) leaves the state as it was; rping's CM thread
+	// would exit the process. A -P server ends only this connection.
+	if cb.getState() == stError || cb.isFailed() {
 		cb.errf("wait for CONNECTED state %d\n", cb.getState())
 		return -1
 	}
 	return 0
+}
+
+// isFailed reports whether an error event arrived for the connection.
+func (cb *rcb) isFailed() bool {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.failed
 }
 
 func (cb *rcb) bindServer() int {
@@ -819,10 +911,14 @@ func (cb *rcb) serveConn(test func() int) int {
 	cb.startCQThread()
 	if ret := cb.acceptConn(); ret != 0 {
 		cb.errf("connect error %d\n", ret)
+		cb.child.Destroy()
+		cb.flushQP()
 		cb.joinCQThread()
 		return ret
 	}
+	cb.setTesting(true)
 	ret := test()
+	cb.setTesting(false)
 	if ret != 0 {
 		cb.errf("%s server failed: %d\n", cb.tool(), ret)
 	}
@@ -927,12 +1023,36 @@ func (cb *rcb) testServer() int {
 	}
 }
 
-// endRet is rping's "return (cb->state == DISCONNECTED) ? 0 : ret".
+// endRet is rping's "return (cb->state == DISCONNECTED) ? 0 : ret", except
+// that a failed completion is a failure even when the peer disconnected.
 func (cb *rcb) endRet(ret int) int {
-	if cb.getState() == stDisconnected {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if cb.state == stDisconnected && !cb.cqErr {
 		return 0
 	}
 	return ret
+}
+
+// clientEndRet is endRet for a client with a ping count: stopping short
+// of it (the server went away) is a failure, where rping exits 0.
+func (cb *rcb) clientEndRet(ret int) int {
+	if cb.o.count > 0 {
+		return ret
+	}
+	return cb.endRet(ret)
+}
+
+func (cb *rcb) setTesting(on bool) {
+	cb.mu.Lock()
+	cb.testing = on
+	cb.mu.Unlock()
+}
+
+func (cb *rcb) setCQErr() {
+	cb.mu.Lock()
+	cb.cqErr = true
+	cb.mu.Unlock()
 }
 
 // bindClient is rping_bind_client: resolve address and route.
@@ -959,7 +1079,7 @@ func (cb *rcb) connectClient() int {
 		cb.errf("rdma_connect: %v\n", err)
 		return -1
 	}
-	cb.wait()
+	cb.waitSaying(cb.id.Agent().Config().Timeout, cb.connectWaitLine)
 	if s := cb.getState(); s != stConnected {
 		cb.errf("wait for CONNECTED state %d\n", s)
 		return -1
@@ -1000,10 +1120,13 @@ func (cb *rcb) clientSession(test func() int) int {
 	cb.startCQThread()
 	if ret := cb.connectClient(); ret != 0 {
 		cb.errf("connect error %d\n", ret)
+		cb.flushQP()
 		cb.joinCQThread()
 		return ret
 	}
+	cb.setTesting(true)
 	ret := test()
+	cb.setTesting(false)
 	if ret != 0 {
 		cb.errf("%s client failed: %d\n", cb.tool(), ret)
 	}
@@ -1016,6 +1139,32 @@ func (cb *rcb) clientSession(test func() int) int {
 	return ret
 }
 
+// waitSaying is wait, printing line() to stderr once if nothing happens
+// for d: what the tool is waiting for, where rping would stay silent.
+func (cb *rcb) waitSaying(d time.Duration, line func() string) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-cb.sem:
+		return
+	case <-t.C:
+		cb.errf("%s\n", line())
+	}
+	cb.wait()
+}
+
+// connectWaitLine says that the server's CM has not answered the REQ yet.
+func (cb *rcb) connectWaitLine() string {
+	cfg := cb.id.Agent().Config()
+	who := "rping: " // krping's errf adds "krping: "
+	if cb.o.prefix != "" {
+		who = ""
+	}
+	return fmt.Sprintf("%sno answer yet from %v: waiting for its connection manager to answer the connection request "+
+		"(resent every %.1f s; UNREACHABLE after %.0f s)", who, cb.id.RemoteAddr(), cfg.Timeout.Seconds(),
+		cfg.GiveUpAfter().Seconds())
+}
+
 func (cb *rcb) runClient() int { return cb.clientSession(cb.testClient) }
 
 // testClient is rping_test_client.
@@ -1026,26 +1175,26 @@ func (cb *rcb) testClient() int {
 		cb.formatSend(cb.startMR)
 		if err := cb.postSendInfo(); err != nil {
 			cb.errf("post send error %v\n", err)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		cb.wait()
 		if s := cb.getState(); s != stWriteAdv {
 			cb.errf("wait for RDMA_WRITE_ADV state %d\n", s)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		cb.formatSend(cb.rdmaMR)
 		if err := cb.postSendInfo(); err != nil {
 			cb.errf("post send error %v\n", err)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		cb.wait()
 		if s := cb.getState(); s != stWriteComplete {
 			cb.errf("wait for RDMA_WRITE_COMPLETE state %d\n", s)
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		if cb.o.validate && !bytes.Equal(cb.startBuf, cb.rdmaBuf) {
 			cb.errf("data mismatch!\n")
-			return cb.endRet(-1)
+			return cb.clientEndRet(-1)
 		}
 		if cb.o.verbose {
 			cb.printf(cb.stdout, "%sping data: %s\n", cb.o.prefix, cstr(cb.rdmaBuf))

@@ -9,7 +9,8 @@ import (
 // may inject a fake one; the default is the real clock.
 type Clock interface {
 	Now() time.Time
-	// AfterFunc calls f in its own goroutine after d.
+	// AfterFunc calls f once, after d, in a goroutine other than the
+	// caller's (RealClock: a new one per call).
 	AfterFunc(d time.Duration, f func()) Timer
 }
 

@@ -16,9 +16,15 @@ func TestFakeClockRetry(t *testing.T) {
 	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 	a, _ := newPair(t, pairOpts{filterA: drop, timeout: 31, retry: 3, rnrRetry: 7, exact: true, clock: clk})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 100)})
-	step := 3 * time.Hour
+	// Each wait is 2.4 h, doubled after a timeout, plus up to a quarter.
+	step := time.Minute
 	for i := 1; i <= 3; i++ {
-		clk.Advance(step)
+		for n := 0; a.dev.Stats().RetryTimeouts.Load() < uint64(i); n++ {
+			if n > 7*60 {
+				t.Fatalf("no timeout %d within 7 hours", i)
+			}
+			clk.Advance(step)
+		}
 		if got := a.dev.Stats().RetryTimeouts.Load(); got != uint64(i) {
 			t.Fatalf("after %d timeouts the counter says %d", i, got)
 		}
@@ -26,7 +32,7 @@ func TestFakeClockRetry(t *testing.T) {
 			t.Fatalf("completion after %d retries", i)
 		}
 	}
-	clk.Advance(step)
+	clk.Advance(7 * time.Hour)
 	wc := waitWC(t, a.scq, 1, time.Second)
 	if wc[0].Status != WCRetryExcErr {
 		t.Fatalf("%+v", wc[0])

@@ -21,6 +21,9 @@ type Config struct {
 	// Name is the device name (default "softroce0").
 	Name string
 	// Clock drives the retransmit and RNR timers (default: the real clock).
+	// On the real clock (nil or RealClock) a device keeps all its QPs'
+	// timers in one heap served by one goroutine; any other Clock (a
+	// FakeClock) gets the QPs' timers directly.
 	Clock Clock
 	// Logger receives debug logs (nil: silent).
 	Logger *slog.Logger
@@ -55,9 +58,11 @@ type Stats struct {
 	RNRNAKsRcvd        atomic.Uint64
 	SeqNAKsSent        atomic.Uint64
 	SeqNAKsRcvd        atomic.Uint64
+	SeqNAKsIgnored     atomic.Uint64 // sequence-error NAKs received while a retry was under way (rxe ignores them too)
 	NAKsSent           atomic.Uint64 // other NAKs (0x61-0x63)
 	NAKsRcvd           atomic.Uint64
 	DupRequests        atomic.Uint64 // duplicate requests answered
+	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now
 	MWs                atomic.Uint64 // allocated memory windows now
@@ -73,6 +78,7 @@ type Stats struct {
 	DropNoRecv      atomic.Uint64 // UD packet with no receive WQE
 	DropLength      atomic.Uint64 // UD packet too large for the receive WQE or the MTU
 	DropResponse    atomic.Uint64 // stray, duplicate or out-of-order responses
+	DropBadResponse atomic.Uint64 // responses answering nothing sent or outstanding, or of the wrong kind (forged?)
 	DropDuplicate   atomic.Uint64 // duplicates that need no answer
 	DropOutOfSeq    atomic.Uint64 // requests after a PSN gap (NAK sent once)
 	DropUCResync    atomic.Uint64 // UC packets dropped while resynchronising (§6)
@@ -84,7 +90,8 @@ type Stats struct {
 type Device struct {
 	ep    link.Endpoint
 	cfg   Config
-	clock Clock
+	clock Clock      // drives the QP timers: timers, or the configured clock
+	timer *timerHeap // the QP timers when the clock is the real one
 	log   *slog.Logger
 	local netip.AddrPort
 	gids  []GID
@@ -110,10 +117,9 @@ type Device struct {
 	memOnce sync.Once
 	memReg  *mem.Registry
 	mwFree  []uint32
-	qpMu    sync.RWMutex                   // serialises QP table writers; guards mcast
-	qps     atomic.Pointer[map[uint32]*QP] // copy-on-write: lookups are one atomic load
-	mcast   map[netip.Addr][]*QP           // multicast groups (under qpMu)
-	nextQPN uint32
+	qpMu    sync.RWMutex         // serialises QP table writers; guards mcast
+	qps     *qpTable             // lookups are lock-free
+	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
 }
 
 // Default limits (rxe, §10).
@@ -131,17 +137,25 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 	if ep == nil {
 		return nil, newErr("open device", "nil link endpoint", syscall.EINVAL)
 	}
-	d := &Device{ep: ep, done: make(chan struct{}), events: make(chan AsyncEvent, eventQueue), nextQPN: firstQPN}
-	d.qps.Store(&map[uint32]*QP{})
+	d := &Device{ep: ep, done: make(chan struct{}), events: make(chan AsyncEvent, eventQueue),
+		qps: newQPTable(firstQPN, maxQPN)}
 	if cfg != nil {
 		d.cfg = *cfg
 	}
 	if d.cfg.Name == "" {
 		d.cfg.Name = "softroce0"
 	}
-	d.clock = d.cfg.Clock
-	if d.clock == nil {
-		d.clock = RealClock
+	if d.cfg.Clock == nil || d.cfg.Clock == RealClock {
+		// One heap and one goroutine for all the QPs' timers.
+		d.timer = newTimerHeap()
+		d.clock = d.timer
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.timer.run(d.done)
+		}()
+	} else {
+		d.clock = d.cfg.Clock
 	}
 	d.log = d.cfg.Logger
 	d.local = ep.LocalAddr()
@@ -189,8 +203,15 @@ func (d *Device) LocalAddr() netip.AddrPort { return d.local }
 // Stats returns the device's live counters.
 func (d *Device) Stats() *Stats { return &d.stats }
 
-// Clock returns the device's clock.
-func (d *Device) Clock() Clock { return d.clock }
+// Clock returns the clock the device was configured with (RealClock by
+// default). The device runs its own QP timers on one per-device heap
+// rather than on RealClock's runtime timers.
+func (d *Device) Clock() Clock {
+	if d.cfg.Clock == nil {
+		return RealClock
+	}
+	return d.cfg.Clock
+}
 
 // QueryDevice returns the device attributes (ibv_query_device), rxe's limits (§10).
 func (d *Device) QueryDevice() DeviceAttr {
@@ -315,11 +336,8 @@ func (d *Device) Close() error {
 	}
 	d.event(AsyncEvent{Type: EventPortErr, Port: 1})
 	d.qpMu.Lock()
-	tab := *d.qps.Load()
-	qps := make([]*QP, 0, len(tab))
-	for _, qp := range tab {
-		qps = append(qps, qp)
-	}
+	var qps []*QP
+	d.qps.each(func(qp *QP) { qps = append(qps, qp) })
 	d.qpMu.Unlock()
 	for _, qp := range qps {
 		qp.mu.Lock()
@@ -329,7 +347,8 @@ func (d *Device) Close() error {
 	close(d.done)
 	err := d.ep.Close()
 	d.wg.Wait()
-	// Wait for timer callbacks that may still be running.
+	// Wait for callbacks of a configured clock that may still be running
+	// (the device's own timer goroutine has exited).
 	for _, qp := range qps {
 		qp.mu.Lock()
 		qp.stopTimers()
@@ -445,7 +464,7 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 		d.multicastInput(lp, p, batched)
 		return
 	}
-	qp := (*d.qps.Load())[qpn]
+	qp := d.qps.get(qpn)
 	if qp == nil {
 		d.stats.DropNoQP.Add(1)
 		return
@@ -552,66 +571,43 @@ func (d *Device) send(pkts []link.Packet) {
 	d.txMu.Unlock()
 }
 
-// addQP assigns a QPN (or the requested one) and inserts qp.
+// addQP assigns a QPN (or the requested one) and inserts qp, in O(1).
 func (d *Device) addQP(qp *QP, want uint32) error {
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
 	if d.closed.Load() {
 		return ErrClosed
 	}
-	old := *d.qps.Load()
 	if want != 0 {
-		if old[want] != nil {
+		if d.qps.get(want) != nil {
 			return newErr("create qp", "QPN already in use (one GSI QP per device)", syscall.EBUSY)
 		}
 		qp.qpn = want
 	} else {
-		found := false
-		for range maxQPN {
-			n := d.nextQPN
-			d.nextQPN++
-			if d.nextQPN > maxQPN {
-				d.nextQPN = firstQPN
-			}
-			if old[n] == nil {
-				qp.qpn, found = n, true
-				break
-			}
+		n, ok := d.qps.alloc()
+		if !ok {
+			return newErr("create qp", "no free QP numbers: destroy QPs first", syscall.ENOMEM)
 		}
-		if !found {
-			return newErr("create qp", "no free QP numbers", syscall.ENOMEM)
-		}
+		qp.qpn = n
 	}
-	tab := make(map[uint32]*QP, len(old)+1)
-	for k, v := range old {
-		tab[k] = v
-	}
-	tab[qp.qpn] = qp
-	d.qps.Store(&tab)
+	d.qps.put(qp.qpn, qp)
 	return nil
 }
 
 func (d *Device) removeQP(qp *QP) {
 	d.qpMu.Lock()
-	old := *d.qps.Load()
-	if old[qp.qpn] == qp {
-		tab := make(map[uint32]*QP, len(old))
-		for k, v := range old {
-			if k != qp.qpn {
-				tab[k] = v
+	d.qps.del(qp.qpn, qp)
+	if qp.typ == QPTypeUD { // only UD QPs join multicast groups
+		for g, l := range d.mcast {
+			for i, q := range l {
+				if q == qp {
+					d.mcast[g] = append(l[:i:i], l[i+1:]...)
+					break
+				}
 			}
-		}
-		d.qps.Store(&tab)
-	}
-	for g, l := range d.mcast {
-		for i, q := range l {
-			if q == qp {
-				d.mcast[g] = append(l[:i:i], l[i+1:]...)
-				break
+			if len(d.mcast[g]) == 0 {
+				delete(d.mcast, g)
 			}
-		}
-		if len(d.mcast[g]) == 0 {
-			delete(d.mcast, g)
 		}
 	}
 	d.qpMu.Unlock()

@@ -30,7 +30,9 @@ func TestProviderRegion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := newPair(t, pairOpts{})
+	// timeout 14: a spurious retry of the READ under load would reach the
+	// responder after the revocation and be NAKed there.
+	a, b := newPair(t, pairOpts{timeout: 14})
 	mr, err := b.pd.RegRegion(region, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)

@@ -316,13 +316,14 @@ func (qp *QP) execBind(wr *SendWR) bool {
 }
 
 // invalidate invalidates a type 2 window whose current key is key, bound
-// in pd (LOCAL_INV or SEND_WITH_INV). Type 1 windows cannot be invalidated.
-func (mw *MW) invalidate(pd *PD, key uint32) bool {
+// in pd (LOCAL_INV, or SEND_WITH_INV received on remote, the QP it is
+// bound to). Type 1 windows cannot be invalidated.
+func (mw *MW) invalidate(pd *PD, key uint32, remote *QP) bool {
 	if mw == nil {
 		return false
 	}
 	mw.mu.Lock()
-	if mw.typ != MWType2 || mw.state != mwValid || mw.key != key || mw.pd != pd {
+	if mw.typ != MWType2 || mw.state != mwValid || mw.key != key || mw.pd != pd || (remote != nil && mw.qp != remote) {
 		mw.mu.Unlock()
 		return false
 	}

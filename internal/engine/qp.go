@@ -84,8 +84,11 @@ type QP struct {
 	retryArmed  bool
 	retryTimer  Timer
 	rnrTimer    Timer
-	rewound     bool // a retry sequence started and no progress yet
-	rewoundPSN  uint32
+	rewound     bool   // a retry sequence started and no positive answer yet (rxe: started_retry)
+	sentPSN     uint32 // one past the newest PSN sent
+	backoff     int    // consecutive retransmit timeouts of the same PSN
+	narrow      int    // send window reduction after retries (window = maxUnackedPSNs - narrow)
+	rng         uint64 // retransmit jitter generator state
 
 	// Receive queue and responder state.
 	rq   recvRing
@@ -164,6 +167,7 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 		qp.attr.QKey = wire.GSIQKey
 	}
 	qp.sport = rxeSport(qp.qpn)
+	qp.rng = uint64(qp.qpn)*0x9E3779B97F4A7C15 | 1
 	qp.retryTimer = d.clock.AfterFunc(1<<62, qp.onRetryTimer)
 	qp.retryTimer.Stop()
 	qp.rnrTimer = d.clock.AfterFunc(1<<62, qp.onRNRTimer)
@@ -431,7 +435,7 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 	}
 	if m&QPAttrSQPSN != 0 {
 		q.SQPSN = a.SQPSN
-		qp.nextPSN = a.SQPSN
+		qp.nextPSN, qp.sentPSN = a.SQPSN, a.SQPSN
 	}
 	if m&QPAttrMaxDestRdAtomic != 0 {
 		q.MaxDestRdAtomic = a.MaxDestRdAtomic
@@ -490,7 +494,7 @@ func (qp *QP) enter(s QPState) {
 			qp.sq[i] = sendWQE{inline: qp.sq[i].inline[:0]}
 		}
 		qp.rq.head, qp.rq.n = 0, 0
-		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound = 0, 0, false, false
+		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound, qp.backoff, qp.narrow = 0, 0, false, false, 0, 0
 		res := qp.resp.res
 		for i := range res {
 			res[i] = respRes{}
@@ -629,7 +633,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 			return errNoAH
 		}
 		w.dst = wr.AH.dst
-		w.tos, w.ttl = wr.AH.attr.GRH.TrafficClass, wr.AH.attr.GRH.HopLimit
+		w.tos, w.ttl = wr.AH.attr.GRH.TrafficClass, 0 // the route's hop limit, as the kernel (see grh)
 		w.wr.AH = nil
 	}
 	w.length = uint32(length)

@@ -1,10 +1,9 @@
 package engine
 
-// Replays of captures of the Linux kernel's rdma_rxe (testdata/*.pcap,
-// copied from the project's shared captures; see their README for the tool
-// command lines). softroce plays the server (10.77.0.11): every packet the
-// client sent is fed to a device, whose ICRC check runs in full against the
-// captured IP header, and every response softroce's responder emits (ACK,
+// Replays of captures of the Linux kernel's rdma_rxe (the repository's
+// testdata/captures; see its README for the tool command lines). softroce
+// plays the server (10.77.0.11): every packet the client sent is fed to a
+// device, whose ICRC check runs in full against the captured IP header, and every response softroce's responder emits (ACK,
 // NAK, READ response, ATOMIC ACK) must match the kernel's byte for byte,
 // ICRC aside (it covers the IPv4 Identification, which differs).
 
@@ -13,12 +12,12 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/pcapgo"
-
+	"github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/wire"
@@ -36,38 +35,24 @@ var (
 	clientIP = netip.MustParseAddr("10.77.0.12")
 )
 
+// readCapture returns the RoCEv2 packets of a capture in the repository's
+// testdata/captures.
 func readCapture(t *testing.T, name string) []capPkt {
-	f, err := os.Open("testdata/" + name)
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "captures", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []capPkt
-	for {
-		data, _, err := r.ReadPacketData()
-		if err != nil {
-			break
-		}
-		if len(data) < 14+20+8 || binary.BigEndian.Uint16(data[12:]) != 0x0800 || data[14+9] != 17 {
+	for _, cp := range pkts {
+		if !cp.Src.Addr().Is4() {
 			continue
 		}
-		ihl := int(data[14]&0xF) * 4
-		ip := data[14 : 14+ihl]
-		udp := data[14+ihl:]
-		if binary.BigEndian.Uint16(udp[2:]) != wire.UDPPort {
-			continue
-		}
-		ulen := int(binary.BigEndian.Uint16(udp[4:]))
-		c := capPkt{
-			src:   netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), binary.BigEndian.Uint16(udp[0:])),
-			dst:   netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(udp[2:])),
-			ipHdr: ip,
-			roce:  udp[8:ulen],
-		}
+		c := capPkt{src: cp.Src, dst: cp.Dst, ipHdr: cp.IPHdr, roce: cp.Payload}
 		if err := c.p.Parse(c.roce); err != nil {
 			t.Fatalf("%s: captured packet does not parse: %v", name, err)
 		}

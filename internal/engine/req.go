@@ -39,8 +39,13 @@ func (qp *QP) newPacket(h *wire.Packet, payloadLen int, dst netip.AddrPort, tos,
 // cancelPacket drops the slot newPacket returned last.
 func (qp *QP) cancelPacket() { qp.txn-- }
 
+// grh returns the traffic class and the TTL / hop limit of the QP's
+// packets. The TTL is 0, the link's default (the route's hop limit, 64
+// on Linux), whatever the address vector's hop_limit says: the kernel
+// sends the route's hop limit because ib_core overwrites the AH's (the
+// tools set 1, 64 or 255, and TTL 1 never crosses a router).
 func (qp *QP) grh() (tos, ttl uint8) {
-	return qp.attr.AHAttr.GRH.TrafficClass, qp.attr.AHAttr.GRH.HopLimit
+	return qp.attr.AHAttr.GRH.TrafficClass, 0
 }
 
 // compPSN is the oldest PSN not yet acknowledged (or answered).
@@ -166,7 +171,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			return true
 		}
 		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
-		if wire.PSNDiff(psn, qp.compPSN()) >= maxUnackedPSNs {
+		if wire.PSNDiff(psn, qp.compPSN()) >= int32(qp.window()) {
 			return false
 		}
 		h.BTH = wire.BTH{DestQP: qp.attr.DestQPNum, PSN: psn, AckReq: true}
@@ -195,14 +200,22 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		}
 		_, pl := qp.newPacket(&h, len(payload), qp.dst, tos, ttl)
 		copy(pl, payload)
+		qp.noteSent(wire.PSNAdd(w.lastPSN, 1))
 		qp.noAckPkts = 0
 		qp.reqPkt = w.npkts
 		return true
 	}
 	for qp.reqPkt < w.npkts {
 		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
-		if rc && wire.PSNDiff(psn, qp.compPSN()) >= maxUnackedPSNs {
-			return false
+		edge := false
+		if rc {
+			d, w := wire.PSNDiff(psn, qp.compPSN()), int32(qp.window())
+			if d >= w {
+				return false
+			}
+			// A window narrowed after a retry closes before rxe's
+			// AckReq cadence asks for an ACK: ask at its edge.
+			edge = d == w-1 && w < maxUnackedPSNs
 		}
 		off := qp.reqPkt * qp.pmtu
 		plen := min(qp.pmtu, int(w.length)-off)
@@ -258,7 +271,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		// AckReq on the last packet and after more than 64 packets without
 		// one (§5), exactly as rxe counts: ack = last || noack++ > 64.
 		if rc {
-			ack := last
+			ack := last || edge
 			if !ack {
 				ack = qp.noAckPkts > maxPktPerAck
 				qp.noAckPkts++
@@ -276,9 +289,17 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			qp.failWQE(w, WCLocProtErr)
 			return false
 		}
+		qp.noteSent(wire.PSNAdd(psn, 1))
 		qp.reqPkt++
 	}
 	return true
+}
+
+// noteSent records that the PSNs before end were sent.
+func (qp *QP) noteSent(end uint32) {
+	if wire.PSNDiff(end, qp.sentPSN) > 0 {
+		qp.sentPSN = end
+	}
 }
 
 // sendUD emits a UD WQE's single packet (§6) and completes it.
@@ -344,7 +365,7 @@ func (qp *QP) execLocal(w *sendWQE) {
 		return
 	}
 	if w.wr.ImmData>>8 > maxMRIndex {
-		if !qp.dev.lookupMW(w.wr.ImmData).invalidate(qp.pd, w.wr.ImmData) {
+		if !qp.dev.lookupMW(w.wr.ImmData).invalidate(qp.pd, w.wr.ImmData, nil) {
 			w.status = WCLocQPOpErr
 			qp.toError()
 		}
@@ -399,8 +420,32 @@ func (qp *QP) outstanding() bool {
 	return qp.sq[qp.sqHead%uint32(len(qp.sq))].started
 }
 
-// armRetry (re)starts the retransmit timer while packets are unanswered;
-// timeout 0 disables it (§5).
+// Retransmit timer (§5): one try waits the QP's local ACK timeout,
+// 4.096 us x 2^timeout (at least minAckTimeout). Consecutive timeouts of the
+// same PSN back off, and every wait gets a little random extra, so that the
+// thousand QPs a loss burst stalled together do not retransmit in step. The
+// limits keep the worst case of retry_cnt 7 at timeout 14 (67.1 ms) at
+// 67.1 ms x (1 + 7 x retryBackoffMax) x (1 + 1/retryJitterDiv) = 1.26 s.
+const (
+	retryBackoffMax = 2 // the wait multiplier after consecutive timeouts: 1, 2, 2, ...
+	retryJitterDiv  = 4 // each wait is lengthened by a random 0..1/retryJitterDiv of itself
+)
+
+// retryWait is the retransmit timer's next interval.
+func (qp *QP) retryWait() time.Duration {
+	d := max(wire.AckTimeout(qp.attr.Timeout), minAckTimeout)
+	d *= time.Duration(min(1<<min(qp.backoff, 8), retryBackoffMax))
+	// xorshift64: a cheap per-QP generator for the jitter.
+	x := qp.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	qp.rng = x
+	return d + time.Duration(x%uint64(d/retryJitterDiv+1))
+}
+
+// armRetry starts the retransmit timer while packets are unanswered (if it
+// is not running); timeout 0 disables it (§5).
 func (qp *QP) armRetry() {
 	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.rnrWait {
 		if qp.retryArmed {
@@ -411,14 +456,47 @@ func (qp *QP) armRetry() {
 	}
 	if !qp.retryArmed {
 		qp.retryArmed = true
-		qp.retryTimer.Reset(max(wire.AckTimeout(qp.attr.Timeout), minAckTimeout))
+		qp.retryTimer.Reset(qp.retryWait())
 	}
 }
 
-// progressed restarts the timer and the retry budgets after an answer
-// moved the window (rxe resets them when a WQE completes).
-func (qp *QP) progressed() {
+// rearmRetry restarts the running retransmit timer from now.
+func (qp *QP) rearmRetry() {
+	if qp.retryArmed {
+		qp.retryArmed = false
+		qp.armRetry()
+	}
+}
+
+// renewRetry renews the retry budgets and the timer backoff and widens a
+// narrowed send window: the oldest unacknowledged PSN moved (retry_cnt
+// counts retries of the same PSN).
+func (qp *QP) renewRetry() {
 	qp.retryLeft, qp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
+	qp.backoff = 0
+	qp.narrow = max(qp.narrow-windowGrow, 0)
+}
+
+// Send window (PSNs in flight). rxe always allows RXE_MAX_UNACKED_PSNS; the
+// responder drops everything after a gap, so each retry resends what is in
+// flight. softroce halves the window at each retry sequence (down to
+// minWindow) and widens it again by windowGrow per answer that moves it
+// (additive increase, multiplicative decrease): on a reordering or lossy
+// path a go-back-N then costs a fraction of the full window. On a clean
+// path the window stays at rxe's.
+const (
+	minWindow  = 8
+	windowGrow = 8
+)
+
+// window is the number of PSNs the requester may have unacknowledged.
+func (qp *QP) window() int { return max(maxUnackedPSNs-qp.narrow, minWindow) }
+
+// progressed restarts the timer and the retry budgets after an answer
+// moved the window (rxe resets them when a WQE completes), and ends a
+// retry sequence.
+func (qp *QP) progressed() {
+	qp.renewRetry()
 	qp.rewound = false
 	if qp.retryArmed {
 		qp.retryTimer.Stop()
@@ -440,18 +518,22 @@ func (qp *QP) onRetryTimer() {
 		return
 	}
 	qp.dev.stats.RetryTimeouts.Add(1)
+	qp.backoff++
 	qp.retry()
 }
 
-// retry starts a retry sequence, spending retry_cnt (never when it is 7, as rxe, §5).
+// retry starts a retry sequence, spending one of retry_cnt's retries. As
+// the IBTA spec and hardware RNICs (and unlike rxe, which never spends
+// retry_cnt 7), retry_cnt N allows N retries for every value 0..7: the next
+// failure completes the oldest WQE with RETRY_EXC_ERR and moves the QP to
+// ERR. Only rnr_retry 7 means infinite (§5).
 func (qp *QP) retry() {
-	if qp.attr.RetryCnt != 7 {
-		if qp.retryLeft <= 0 {
-			qp.failHead(WCRetryExcErr)
-			return
-		}
-		qp.retryLeft--
+	if qp.retryLeft <= 0 {
+		qp.failHead(WCRetryExcErr)
+		return
 	}
+	qp.retryLeft--
+	qp.narrow = maxUnackedPSNs - max(qp.window()/2, minWindow)
 	qp.rewind()
 }
 
@@ -475,7 +557,7 @@ func (qp *QP) rewind() {
 	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
 	qp.reqIdx, qp.reqPkt = qp.sqHead, w.acked
 	qp.noAckPkts = 0
-	qp.rewound, qp.rewoundPSN = true, qp.compPSN()
+	qp.rewound = true
 	qp.dev.stats.Retransmits.Add(1)
 	qp.reqProgress()
 }
@@ -491,9 +573,10 @@ func (qp *QP) failHead(st WCStatus) {
 
 // ackBefore completes SEND/WRITE WQEs whose packets all precede psn
 // (a response or NAK with PSN P acknowledges everything before P, §5).
-// inclusive extends it to psn itself (an ACK). It reports progress and
-// whether an unanswered read/atomic was passed (its response was lost).
-func (qp *QP) ackBefore(psn uint32, inclusive bool) (progress, lost bool) {
+// inclusive extends it to psn itself (an ACK). It reports progress, whether
+// a WQE completed, and whether an unanswered read/atomic was passed (its
+// response was lost).
+func (qp *QP) ackBefore(psn uint32, inclusive bool) (progress, completed, lost bool) {
 	n := uint32(len(qp.sq))
 	for qp.sqHead != qp.sqTail {
 		w := &qp.sq[qp.sqHead%n]
@@ -502,7 +585,7 @@ func (qp *QP) ackBefore(psn uint32, inclusive bool) (progress, lost bool) {
 		}
 		if w.done {
 			qp.completeHead()
-			progress = true
+			progress, completed = true, true
 			continue
 		}
 		d := wire.PSNDiff(psn, w.lastPSN)
@@ -516,7 +599,7 @@ func (qp *QP) ackBefore(psn uint32, inclusive bool) (progress, lost bool) {
 			w.done = true
 			w.acked = w.npkts
 			qp.completeHead()
-			progress = true
+			progress, completed = true, true
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
 				return
 			}
@@ -547,35 +630,118 @@ func nakStatus(code uint8) WCStatus {
 	return WCRemOpErr
 }
 
-// completer handles ACK, NAK, read responses and atomic ACKs (§5).
+// wqeAt returns the started WQE whose PSN range holds psn, nil if none.
+// The caller checked that psn is not older than the oldest outstanding
+// WQE: the search stops at the first WQE that ends at or after psn.
+func (qp *QP) wqeAt(psn uint32) *sendWQE {
+	n := uint32(len(qp.sq))
+	for i := qp.sqHead; i != qp.sqTail; i++ {
+		w := &qp.sq[i%n]
+		if !w.started {
+			return nil
+		}
+		if w.kind == kindLocal {
+			continue
+		}
+		if wire.PSNDiff(psn, w.lastPSN) <= 0 {
+			if wire.PSNDiff(psn, w.firstPSN) < 0 {
+				return nil
+			}
+			return w
+		}
+	}
+	return nil
+}
+
+// oldestPSN is the first PSN of the oldest outstanding WQE.
+func (qp *QP) oldestPSN() (uint32, bool) {
+	n := uint32(len(qp.sq))
+	for i := qp.sqHead; i != qp.sqTail; i++ {
+		w := &qp.sq[i%n]
+		if !w.started {
+			return 0, false
+		}
+		if w.kind != kindLocal {
+			return w.firstPSN, true
+		}
+	}
+	return 0, false
+}
+
+// dropBad counts a response that answers nothing this QP sent.
+func (qp *QP) dropBad() {
+	qp.dev.stats.DropBadResponse.Add(1)
+}
+
+// completer handles ACK, NAK, read responses and atomic ACKs (§5). It
+// takes rxe's steps (check_psn, check_ack in rxe_comp.c) before a response
+// may change anything: its PSN must lie between the oldest outstanding WQE
+// and the last PSN sent and inside a WQE that is waiting for it, and its
+// opcode must fit that WQE (an ACK or NAK for any request, a read response
+// for a READ, FLUSH or ATOMIC_WRITE, an atomic ACK for an atomic).
+// Anything else is dropped and counted (Stats.DropBadResponse; answers
+// older than what is still unacknowledged in Stats.DropResponse): one
+// spoofed packet must not move the QP to ERR or complete work never sent.
 func (qp *QP) completer(p *wire.Packet) {
+	st := &qp.dev.stats
 	if qp.state != QPStateRTS && qp.state != QPStateSQD {
-		qp.dev.stats.DropQPState.Add(1)
+		st.DropQPState.Add(1)
 		return
 	}
 	psn := p.BTH.PSN
-	st := &qp.dev.stats
-	// Ignore answers for PSNs never sent.
-	if wire.PSNDiff(psn, qp.nextPSN) >= 0 {
-		st.DropResponse.Add(1)
+	if wire.PSNDiff(psn, qp.sentPSN) >= 0 {
+		qp.dropBad() // a PSN never sent
 		return
 	}
+	oldest, ok := qp.oldestPSN()
+	if !ok {
+		st.DropResponse.Add(1) // nothing outstanding: a late duplicate (or forged)
+		return
+	}
+	// The peer answers: restart the retransmit timer (rxe's completer
+	// re-arms it after every response it takes). Without this, a long
+	// stream of duplicate read responses after a retry runs into the
+	// timer, whose retry makes the peer replay the rest once more.
+	qp.rearmRetry()
+	if wire.PSNDiff(psn, oldest) < 0 {
+		st.DropResponse.Add(1) // answers a completed WQE (a duplicate)
+		return
+	}
+	w := qp.wqeAt(psn)
+	if w == nil {
+		qp.dropBad()
+		return
+	}
+	comp := qp.compPSN()
 	if p.BTH.Opcode == wire.RCAcknowledge {
 		a := p.AETH
+		if wire.PSNDiff(psn, comp) < 0 {
+			st.DropResponse.Add(1) // acknowledges nothing new
+			return
+		}
 		switch {
 		case a.IsACK():
-			progress, lost := qp.ackBefore(psn, true)
-			if lost && !qp.rewound {
-				qp.retry()
-				return
-			}
+			progress, _, lost := qp.ackBefore(psn, true)
 			if progress {
 				qp.progressed()
+			} else if !lost {
+				st.DropResponse.Add(1) // inside an unanswered read: tells nothing
+			}
+			if lost && !qp.rewound && (qp.state == QPStateRTS || qp.state == QPStateSQD) {
+				qp.retry()
 			}
 		case a.IsRNR():
+			if w.kind.rdLike() { // RNR answers a SEND or WRITE with immediate only
+				qp.dropBad()
+				return
+			}
 			st.RNRNAKsRcvd.Add(1)
-			if progress, _ := qp.ackBefore(psn, false); progress {
+			if progress, _, _ := qp.ackBefore(psn, false); progress {
+				qp.renewRetry()
 				qp.completeReady()
+			}
+			if qp.state != QPStateRTS && qp.state != QPStateSQD {
+				return
 			}
 			if qp.attr.RNRRetry != 7 { // 7 = infinite (§5)
 				if qp.rnrLeft <= 0 {
@@ -589,40 +755,67 @@ func (qp *QP) completer(p *wire.Packet) {
 			qp.retryArmed = false
 			qp.rnrTimer.Reset(wire.RNRTimeout(a.Value()))
 		case a.Value() == wire.NAKPSNSeqError:
+			if w.kind.rdLike() && psn != w.firstPSN {
+				qp.dropBad() // a responder expects a request's first PSN
+				return
+			}
 			st.SeqNAKsRcvd.Add(1)
-			progress, _ := qp.ackBefore(psn, false)
+			// A NAK implicitly acknowledges the packets before its PSN. As
+			// rxe, it starts a retry only if none is under way: the retry
+			// state is cleared by a positive ACK, a read response or atomic
+			// ACK, or a completed WQE, not by a NAK that moves the window
+			// inside a message (with reordering each gap draws its own NAK,
+			// and rewinding on each multiplies the traffic).
+			progress, completed, _ := qp.ackBefore(psn, false)
 			if progress {
-				qp.retryLeft, qp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
-				qp.rewound = false
+				qp.renewRetry()
 				qp.completeReady()
 			}
-			if qp.rnrWait || (qp.rewound && qp.rewoundPSN == psn) {
-				return // the RNR timer restarts the requester, or already retrying from there
+			if completed {
+				qp.rewound = false
+			}
+			if qp.state != QPStateRTS && qp.state != QPStateSQD {
+				return
+			}
+			if qp.rnrWait || qp.rewound {
+				st.SeqNAKsIgnored.Add(1) // the RNR timer restarts the requester, or a retry is under way
+				return
 			}
 			qp.retry()
 		default:
 			st.NAKsRcvd.Add(1)
 			qp.ackBefore(psn, false)
+			if qp.state != QPStateRTS && qp.state != QPStateSQD {
+				return
+			}
+			if h := &qp.sq[qp.sqHead%uint32(len(qp.sq))]; h != w {
+				// An earlier read or atomic was not answered: its
+				// response was lost (rxe: retry).
+				if !qp.rewound {
+					qp.retry()
+				}
+				return
+			}
 			qp.failHead(nakStatus(a.Value()))
 		}
 		return
 	}
-	progress, _ := qp.ackBefore(psn, false)
-	if qp.sqHead == qp.sqTail || qp.state != QPStateRTS && qp.state != QPStateSQD {
-		st.DropResponse.Add(1)
+	isAtomicAck := p.BTH.Opcode == wire.RCAtomicAcknowledge
+	okKind := (isAtomicAck && w.kind == kindAtomic) || (!isAtomicAck && p.Mask&wire.IsReadResponse != 0 &&
+		(w.kind == kindRead || (w.kind == kindFlush || w.kind == kindAtomicWrite) && p.BTH.Opcode == wire.RCReadResponseOnly))
+	if !okKind || !p.AETH.IsACK() {
+		// An answer of the wrong kind for the WQE its PSN names (rxe errors
+		// the QP; a spoofed packet must not).
+		qp.dropBad()
 		return
 	}
-	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
-	if !w.started || wire.PSNDiff(psn, w.firstPSN) < 0 {
-		st.DropResponse.Add(1) // duplicate
-		if progress {
-			qp.progressed()
-		}
+	progress, _, _ := qp.ackBefore(psn, false)
+	if qp.state != QPStateRTS && qp.state != QPStateSQD {
 		return
 	}
-	if wire.PSNDiff(psn, w.lastPSN) > 0 {
-		// The answer to a later request arrived first: this WQE's response was
-		// lost (or is late); retry from it (§5).
+	if h := &qp.sq[qp.sqHead%uint32(len(qp.sq))]; h != w {
+		// The answer to a later request arrived first: the earlier
+		// read's or atomic's response was lost (or is late); retry from it (§5).
 		if !qp.rewound {
 			qp.retry()
 		} else if progress {
@@ -630,22 +823,12 @@ func (qp *QP) completer(p *wire.Packet) {
 		}
 		return
 	}
-	isAtomicAck := p.BTH.Opcode == wire.RCAtomicAcknowledge
-	okKind := (isAtomicAck && w.kind == kindAtomic) || (!isAtomicAck && p.Mask&wire.IsReadResponse != 0 &&
-		(w.kind == kindRead || w.kind == kindFlush || w.kind == kindAtomicWrite))
-	if !okKind {
-		// A read response for a non-read WQE: FATAL_ERR as rxe (§5).
-		qp.failHead(WCFatalErr)
-		return
-	}
-	expect := wire.PSNAdd(w.firstPSN, w.acked)
-	if psn != expect {
-		if wire.PSNDiff(psn, expect) < 0 {
-			st.DropResponse.Add(1)
-		} else if !qp.rewound { // gap: responses lost
-			qp.retry()
-			return
-		}
+	if expect := wire.PSNAdd(w.firstPSN, w.acked); psn != expect {
+		// A duplicate, or a gap (responses lost): dropped, as rxe. The
+		// retransmit timer, which every response restarts, asks for the
+		// rest once the stream has ended; re-asking at each gap would make
+		// the responder replay the remainder once per gap.
+		st.DropResponse.Add(1)
 		if progress {
 			qp.progressed()
 		}

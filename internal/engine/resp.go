@@ -347,21 +347,20 @@ func (qp *QP) finishSend(p *wire.Packet) {
 	}
 }
 
+// remoteInvalidate executes a SEND_WITH_INVALIDATE's invalidation (§7,
+// o10-37): only a type 2 memory window bound to this QP may be invalidated
+// remotely. rxe also allows fast-registration MRs (IB_MR_TYPE_MEM_REG),
+// which softroce does not implement; an ordinary MR is refused (rxe
+// rxe_invalidate_mr), as is a type 1 window, a key of another PD or QP, or
+// an unknown key. A refusal is counted in Stats.BadInvalidates; the caller
+// completes the receive with REM_INV_REQ_ERR and moves the QP to ERR
+// (rxe: RESPST_ERR_INVALIDATE_RKEY), the requester gets a normal ACK.
 func (qp *QP) remoteInvalidate(key uint32) bool {
-	if key>>8 > maxMRIndex {
-		return qp.dev.lookupMW(key).invalidate(qp.pd, key)
+	if key>>8 > maxMRIndex && qp.dev.lookupMW(key).invalidate(qp.pd, key, qp) {
+		return true
 	}
-	mr := qp.dev.lookupMR(key)
-	if mr == nil {
-		return false
-	}
-	mr.mu.Lock()
-	defer mr.mu.Unlock()
-	if mr.key != key || mr.pd != qp.pd || mr.dereg || !mr.valid || mr.numMW > 0 {
-		return false
-	}
-	mr.valid = false
-	return true
+	qp.dev.stats.BadInvalidates.Add(1)
+	return false
 }
 
 func (qp *QP) rcWrite(p *wire.Packet) {

@@ -167,8 +167,24 @@ func Reserve(size uintptr) (unsafe.Pointer, error) {
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 }
 
-// Release unmaps a range obtained from Reserve (segments attached inside it
-// must be detached first).
+// Unattach detaches a segment that was attached with ShmRemap inside a
+// range from Reserve, and keeps that part of the range reserved: one
+// mmap(MAP_FIXED, PROT_NONE) replaces the segment's mapping, which the
+// kernel counts as its detach. Plain shmdt would free the addresses at once,
+// and a mapping another thread (the Go runtime included) makes there before
+// Release would then be unmapped by Release.
+func Unattach(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&b[0]), uintptr(len(b)), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	return err
+}
+
+// Release unmaps a range obtained from Reserve. Segments attached inside it
+// must be taken out with Unattach first (never ShmDetach), so that the whole
+// range is still this caller's own when it is unmapped.
 func Release(addr unsafe.Pointer, size uintptr) error {
 	return unix.MunmapPtr(addr, size)
 }

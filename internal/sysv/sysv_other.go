@@ -59,6 +59,9 @@ func PageSize() int { return 4096 }
 // Reserve is not supported on this system.
 func Reserve(size uintptr) (unsafe.Pointer, error) { return nil, ErrUnsupported }
 
+// Unattach is not supported on this system.
+func Unattach(b []byte) error { return ErrUnsupported }
+
 // Release is not supported on this system.
 func Release(addr unsafe.Pointer, size uintptr) error { return ErrUnsupported }
 

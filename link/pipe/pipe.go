@@ -1,7 +1,6 @@
 package pipe
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -655,28 +654,13 @@ func putIPHeader(h []byte, q *link.Packet) int {
 	}
 	ulen := 8 + q.N
 	if q.Src.Addr().Is4() {
-		h[0], h[1] = 0x45, q.TOS
-		binary.BigEndian.PutUint16(h[2:], uint16(20+ulen))
-		h[4], h[5], h[6], h[7] = 0, 0, 0x40, 0 // ID 0, DF
-		h[8], h[9], h[10], h[11] = ttl, 17, 0, 0
-		s, d := q.Src.Addr().As4(), q.Dst.Addr().As4()
-		copy(h[12:16], s[:])
-		copy(h[16:20], d[:])
-		var sum uint32
-		for i := 0; i < 20; i += 2 {
-			sum += uint32(binary.BigEndian.Uint16(h[i:]))
-		}
-		for sum > 0xFFFF {
-			sum = sum&0xFFFF + sum>>16
-		}
-		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
-		return 20
+		ih := wire.IPv4Header{TOS: q.TOS, TotalLen: uint16(wire.IPv4HeaderLen + ulen), DF: true, TTL: ttl,
+			Src: q.Src.Addr().As4(), Dst: q.Dst.Addr().As4()}
+		ih.Put(h)
+		return wire.IPv4HeaderLen
 	}
-	h[0], h[1], h[2], h[3] = 0x60|q.TOS>>4, q.TOS<<4, 0, 0
-	binary.BigEndian.PutUint16(h[4:], uint16(ulen))
-	h[6], h[7] = 17, ttl
-	s, d := q.Src.Addr().As16(), q.Dst.Addr().As16()
-	copy(h[8:24], s[:])
-	copy(h[24:40], d[:])
-	return 40
+	ih := wire.IPv6Header{TrafficClass: q.TOS, PayloadLen: uint16(ulen), HopLimit: ttl,
+		Src: q.Src.Addr().As16(), Dst: q.Dst.Addr().As16()}
+	ih.Put(h)
+	return wire.IPv6HeaderLen
 }

@@ -14,15 +14,15 @@ type mmsghdr struct {
 	n   uint32
 }
 
-func recvmmsg(fd uintptr, h []mmsghdr) (int, unix.Errno) {
-	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), 0, 0, 0)
+// mmsg runs recvmmsg or sendmmsg (nr) on fd for the messages h.
+func mmsg(nr, fd uintptr, h []mmsghdr, flags int) (int, unix.Errno) {
+	r, _, e := unix.Syscall6(nr, fd, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), uintptr(flags), 0, 0)
 	return int(r), e
 }
 
-func sendmmsg(fd uintptr, h []mmsghdr) (int, unix.Errno) {
-	r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), 0, 0, 0)
-	return int(r), e
-}
+func recvmmsg(fd uintptr, h []mmsghdr) (int, unix.Errno) { return mmsg(unix.SYS_RECVMMSG, fd, h, 0) }
+
+func sendmmsg(fd uintptr, h []mmsghdr) (int, unix.Errno) { return mmsg(unix.SYS_SENDMMSG, fd, h, 0) }
 
 // sockaddr is large enough for both sockaddr_in and sockaddr_in6.
 type sockaddr = unix.RawSockaddrInet6

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"time"
+)
+
+// errPeerClosed ends a test whose peer closed the TCP side channel (it
+// exited or was killed) while this side waited for traffic.
+var errPeerClosed = errors.New("the peer closed the side channel during the test (killed?): no more traffic will come")
+
+// ptPeerWatch notices, while a test waits, that the peer's end of the
+// side channel is gone (perftest itself waits forever). It peeks, never
+// consuming the peer's next message. After the close it allows the
+// transport's retry budget for the error completion that names the
+// failure, then gives up with errPeerClosed.
+type ptPeerWatch struct {
+	rc       syscall.RawConn
+	next     time.Time
+	closedAt time.Time
+	grace    time.Duration
+}
+
+// ptPeerCheckEvery is how often a waiting side looks at the side channel.
+const ptPeerCheckEvery = 50 * time.Millisecond
+
+// ptRetryBudget is how long an RC requester retries an unanswered request
+// before the error completion: (retry_cnt+1) × 4.096 µs × 2^timeout.
+func ptRetryBudget(timeout, retry int) time.Duration {
+	if timeout == 0 {
+		return 0 // infinite
+	}
+	return time.Duration(retry+1) * (4096 * time.Nanosecond << timeout)
+}
+
+func newPtPeerWatch(conn net.Conn, qpTimeout int) *ptPeerWatch {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	// The budget of perftest's QPs (retry_cnt 7; about 0.5 s, 1.2 s measured
+	// from the kill), four times, plus two seconds for a loaded machine.
+	return &ptPeerWatch{rc: rc, grace: 4*ptRetryBudget(qpTimeout, 7) + 2*time.Second}
+}
+
+// check returns errPeerClosed once the peer is gone and the grace is over.
+func (p *ptPeerWatch) check() error {
+	if p == nil {
+		return nil
+	}
+	now := time.Now()
+	if now.Before(p.next) {
+		return nil
+	}
+	p.next = now.Add(ptPeerCheckEvery)
+	if p.closedAt.IsZero() {
+		if !peerClosed(p.rc) {
+			return nil
+		}
+		p.closedAt = now
+	}
+	if now.Sub(p.closedAt) > p.grace {
+		return errPeerClosed
+	}
+	return nil
+}
