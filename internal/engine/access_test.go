@@ -134,8 +134,9 @@ func checkRemote(t *testing.T, a, b *side, op WROpcode, addr uint64, rkey uint32
 	mustEqual(t, a.buf, wantA)
 }
 
-// TestInvalidateChecks: SEND_WITH_INV and LOCAL_INV invalidate only a
-// valid MR or bound type 2 window of the QP's PD with the exact key; the
+// TestInvalidateChecks: LOCAL_INV invalidates only a valid MR or bound
+// type 2 window of the QP's PD with the exact key; SEND_WITH_INV only a
+// type 2 window bound to the receiving QP, never an ordinary MR (rxe). The
 // "control" cases show the same invalidation succeeds.
 func TestInvalidateChecks(t *testing.T) {
 	type target struct {
@@ -159,10 +160,9 @@ func TestInvalidateChecks(t *testing.T) {
 		return mw, bind2(t, s, mw, MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: AccessRemoteWrite})
 	}
 	cases := []struct {
-		name   string
-		setup  func(t *testing.T, a, b *side) target
-		ok     bool
-		remote bool // only for SEND_WITH_INV (LOCAL_INV of an invalid MR succeeds)
+		name              string
+		setup             func(t *testing.T, a, b *side) target
+		okLocal, okRemote bool
 	}{
 		{"MR control", func(t *testing.T, a, b *side) target { mr := mrOf(t, b.pd, b); return mrTarget(mr, mr.RKey()) }, true, false},
 		{"MR wrong key8", func(t *testing.T, a, b *side) target {
@@ -180,15 +180,10 @@ func TestInvalidateChecks(t *testing.T) {
 			bind2(t, b, mw, MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 64, Access: AccessRemoteRead})
 			return mrTarget(mr, mr.RKey())
 		}, false, false},
-		{"MR already invalid", func(t *testing.T, a, b *side) target {
-			mr := mrOf(t, b.pd, b)
-			mr.Invalidate()
-			return target{mr.RKey(), func() bool { return !mr.Valid() }} // stays invalid
-		}, false, true},
 		{"window control", func(t *testing.T, a, b *side) target {
 			mw, key := win2(t, b, b.pd, b)
 			return target{key, mw.Bound}
-		}, true, false},
+		}, true, true},
 		{"window wrong key8", func(t *testing.T, a, b *side) target {
 			mw, key := win2(t, b, b.pd, b)
 			return target{IncRKey(key), mw.Bound}
@@ -198,15 +193,16 @@ func TestInvalidateChecks(t *testing.T) {
 			mw, key := win2(t, extraQP(t, a, b, pd), pd, b)
 			return target{key, mw.Bound}
 		}, false, false},
+		{"window bound on another QP", func(t *testing.T, a, b *side) target {
+			mw, key := win2(t, extraQP(t, a, b, b.pd), b.pd, b)
+			return target{key, mw.Bound}
+		}, true, false},
 	}
 	for _, remote := range []bool{true, false} {
 		for _, c := range cases {
-			if c.remote && !remote {
-				continue
-			}
-			name := "LOCAL_INV/" + c.name
+			name, ok := "LOCAL_INV/"+c.name, c.okLocal
 			if remote {
-				name = "SEND_WITH_INV/" + c.name
+				name, ok = "SEND_WITH_INV/"+c.name, c.okRemote
 			}
 			t.Run(name, func(t *testing.T) {
 				a, b := remotePair(t)
@@ -218,7 +214,7 @@ func TestInvalidateChecks(t *testing.T) {
 					postRecv(t, b, 1, 0, 64)
 					post(t, a.qp, SendWR{WRID: 1, Opcode: WRSendWithInv, Flags: SendSignaled, SGList: sge(a, 0, 16), ImmData: tg.key})
 					wantWC(t, a.scq, WCSuccess, WCSend)
-					if !c.ok {
+					if !ok {
 						wantWC(t, b.rcq, WCRemInvReqErr, WCRecv)
 						waitState(t, b.qp, QPStateErr)
 					} else if wc := wantWC(t, b.rcq, WCSuccess, WCRecv); wc.Flags&WCWithInv == 0 || wc.ImmData != tg.key {
@@ -226,14 +222,14 @@ func TestInvalidateChecks(t *testing.T) {
 					}
 				} else {
 					post(t, b.qp, SendWR{WRID: 1, Opcode: WRLocalInv, Flags: SendSignaled, ImmData: tg.key})
-					if c.ok {
+					if ok {
 						wantWC(t, b.scq, WCSuccess, WCLocalInv)
 					} else {
 						wantWC(t, b.scq, WCLocQPOpErr, WCLocalInv)
 					}
 				}
-				if tg.valid() != !c.ok {
-					t.Fatalf("target valid %v after the invalidation, want %v", tg.valid(), !c.ok)
+				if tg.valid() != !ok {
+					t.Fatalf("target valid %v after the invalidation, want %v", tg.valid(), !ok)
 				}
 			})
 		}
