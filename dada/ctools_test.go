@@ -550,7 +550,9 @@ func TestCToolsKilledWriter(t *testing.T) {
 		}
 		defer r.Close()
 		hf := filepath.Join(t.TempDir(), "junk.hdr")
-		os.WriteFile(hf, []byte(xfer{src: "junk"}.header(0).String()), 0o644)
+		if err := os.WriteFile(hf, []byte(xfer{src: "junk"}.header(0).String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		// 64 MiB/s for 10 s: far more than the ring holds; it blocks when full
 		cmd := c.cmd(ctx, "dada_junkdb", "-k", h.Key().Short(), "-c", "J", "-r", "64", "-t", "10", hf)
 		if err := cmd.Start(); err != nil {

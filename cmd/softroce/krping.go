@@ -18,7 +18,7 @@ func init() {
 }
 
 func krpingUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: softroce krping [--pcap FILE] server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
+	fmt.Fprintln(w, "Usage: softroce krping [--pcap FILE] server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
 	fmt.Fprintln(w, "                      [,wlat|,rlat|,bw][,duplex][,txdepth=N][,poll]")
 	fmt.Fprintln(w, "  the option string written to /proc/krping, e.g. \"client,addr=192.168.11.22,port=9999,count=1\"")
 	fmt.Fprintln(w, "  ping (default): client advertises, server RDMA READs and WRITEs back (validate checks every ping)")
@@ -255,11 +255,13 @@ func (cb *rcb) krpingClient() int {
 // handler does; it fails when the connection breaks.
 func (cb *rcb) spinRecv() bool {
 	var wc [1]verbs.WC
-	for cb.cq.Poll(wc[:]) == 0 {
+	since := time.Now()
+	for cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]) {
 		if s := cb.getState(); s == stError || s == stDisconnected {
 			cb.errf("state %d waiting for the peer's advertisement\n", s)
 			return false
 		}
+		cb.maybeProbe(&since)
 		time.Sleep(10 * time.Microsecond)
 	}
 	if wc[0].Status != verbs.WCSuccess {
@@ -276,7 +278,7 @@ func (cb *rcb) spinRecv() bool {
 func (cb *rcb) spinSendCompletion() bool {
 	var wc [1]verbs.WC
 	for {
-		for cb.cq.Poll(wc[:]) == 0 {
+		for cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]) {
 			if s := cb.getState(); s == stError || s == stDisconnected {
 				return false
 			}
@@ -308,7 +310,7 @@ func pause(n int) {
 
 // pollOne busy-polls one completion (krping's do { ib_poll_cq } while (ne == 0)).
 func (cb *rcb) pollOne(wc *[1]verbs.WC) bool {
-	for n := 0; cb.cq.Poll(wc[:]) == 0; n++ {
+	for n := 0; cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]); n++ {
 		if n&255 == 255 {
 			if s := cb.getState(); s == stError || s == stDisconnected {
 				cb.errf("state = ERROR, bailing\n")
@@ -341,6 +343,11 @@ func (cb *rcb) wcError(wc *verbs.WC) bool {
 		return true
 	}
 	cb.setCQErr()
+	cb.setState(stError)
+	if wc.Status == verbs.WCRetryExcErr {
+		cb.errf("%sconnection lost: the peer stopped answering (a work request got no ACK after the transport's retries: status %d, %v)\n",
+			cb.whoPrefix(), int(wc.Status), wc.Status)
+	}
 	cb.errf("Completion wth error at %s:\n", cb.role())
 	cb.errf("Failed status %d: wr_id %d\n", wc.Status, int(wc.WRID))
 	return true
@@ -421,12 +428,16 @@ func (cb *rcb) wlatTest() bool {
 	for scnt < iters || ccnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt < 1 && !server) {
 			rcnt++
+			since := time.Now()
 			for n := 0; firstByte(cb.startBuf) != byte(rcnt); n++ {
 				if n&255 == 255 {
-					if s := cb.getState(); s == stError || s == stDisconnected {
+					if s := cb.getState(); s == stError || s == stDisconnected || cb.reapProbe() {
 						cb.errf("state = ERROR, bailing\n")
 						return false
 					}
+					// Our WRITEs are all complete here: a dead peer
+					// would leave this loop spinning forever.
+					cb.maybeProbe(&since)
 				}
 				pause(n)
 			}

@@ -103,6 +103,8 @@ type rcb struct {
 	cqErr  bool // a work request completed in error
 	// krping duplex: the peer finished and disconnected during the test
 	peerDone bool
+	testing  bool // the test runs: keepalives on (rping_live.go)
+	probing  bool // a keepalive WRITE is outstanding
 	sem      chan struct{}
 	accept   chan struct{} // persistent server: ready for another request
 
@@ -114,7 +116,7 @@ type rcb struct {
 func (cb *rcb) setState(s int) { cb.mu.Lock(); cb.state = s; cb.mu.Unlock() }
 func (cb *rcb) getState() int  { cb.mu.Lock(); defer cb.mu.Unlock(); return cb.state }
 func (cb *rcb) post()          { cb.sem <- struct{}{} }
-func (cb *rcb) wait()          { <-cb.sem }
+func (cb *rcb) wait()          { cb.waitLive() }
 
 func (cb *rcb) printf(w io.Writer, format string, args ...any) {
 	cb.outMu.Lock()
@@ -569,6 +571,9 @@ func (cb *rcb) setupQP(id *cm.ID) error {
 	if err = cb.cq.ReqNotify(false); err != nil {
 		return err
 	}
+	if toolACKTimeout != 0 {
+		id.SetACKTimeout(toolACKTimeout)
+	}
 	attr := &verbs.QPInitAttr{SendCQ: cb.cq, RecvCQ: cb.cq, QPType: verbs.QPTypeRC,
 		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}
 	if cb.o.selfQP {
@@ -715,6 +720,16 @@ func (cb *rcb) cqHandler() int {
 	flushed := 0
 	for cb.cq.Poll(wc[:]) == 1 {
 		w := &wc[0]
+		if w.WRID == probeWRID {
+			if cb.probeDone(w) {
+				return -1
+			}
+			continue
+		}
+		if w.Status == verbs.WCRetryExcErr {
+			cb.lostOp(w)
+			return -1
+		}
 		if w.Status != verbs.WCSuccess {
 			if w.Status == verbs.WCWRFlushErr {
 				flushed = 1
@@ -901,7 +916,9 @@ func (cb *rcb) serveConn(test func() int) int {
 		cb.joinCQThread()
 		return ret
 	}
+	cb.setTesting(true)
 	ret := test()
+	cb.setTesting(false)
 	if ret != 0 {
 		cb.errf("%s server failed: %d\n", cb.tool(), ret)
 	}
@@ -1026,6 +1043,12 @@ func (cb *rcb) clientEndRet(ret int) int {
 	return cb.endRet(ret)
 }
 
+func (cb *rcb) setTesting(on bool) {
+	cb.mu.Lock()
+	cb.testing = on
+	cb.mu.Unlock()
+}
+
 func (cb *rcb) setCQErr() {
 	cb.mu.Lock()
 	cb.cqErr = true
@@ -1101,7 +1124,9 @@ func (cb *rcb) clientSession(test func() int) int {
 		cb.joinCQThread()
 		return ret
 	}
+	cb.setTesting(true)
 	ret := test()
+	cb.setTesting(false)
 	if ret != 0 {
 		cb.errf("%s client failed: %d\n", cb.tool(), ret)
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -181,5 +183,170 @@ func TestKrpingFailedCompletionExit(t *testing.T) {
 				t.Errorf("client exit %d\nstdout %q\nstderr %q", ccode, cout, cerr)
 			}
 		})
+	}
+}
+
+// TestRpingPeerKilled: the peer of an rping or krping run is killed
+// (SIGKILL: no DREQ) mid-run; the survivor, in this process, exits
+// non-zero with a line saying the connection is lost, within its budget:
+// the keepalive interval plus the transport's retries (shortened here:
+// keepalive 300 ms, ACK timeout 2^12 × 4.096 µs ≈ 17 ms, 7 retries).
+func TestRpingPeerKilled(t *testing.T) {
+	bin := toolBinary(t)
+	shortCMConfig(t)
+	oldKA, oldTO := rpingKeepalive, toolACKTimeout
+	rpingKeepalive, toolACKTimeout = 300*time.Millisecond, 12
+	t.Cleanup(func() { rpingKeepalive, toolACKTimeout = oldKA, oldTO })
+	for _, tc := range []struct {
+		name     string
+		survivor string // "server" or "client"
+		run      func([]string, io.Writer, io.Writer) int
+		server   func(a1, port string) []string
+		client   func(a1, a2, port string) []string
+		progress string // a line that shows the test runs
+	}{
+		{"rping-server-survives", "server", runRping,
+			func(a1, port string) []string { return []string{"-s", "-a", a1, "-p", port, "-v"} },
+			func(a1, a2, port string) []string {
+				return []string{"-c", "-a", a1, "-I", a2, "-p", port, "-v", "-C", "0"}
+			},
+			"ping data: rdma-ping-20:"},
+		{"rping-client-survives", "client", runRping,
+			func(a1, port string) []string { return []string{"-s", "-a", a1, "-p", port, "-v"} },
+			func(a1, a2, port string) []string {
+				return []string{"-c", "-a", a1, "-I", a2, "-p", port, "-v", "-C", "0"}
+			},
+			"ping data: rdma-ping-20:"},
+		{"krping-wlat-server-survives", "server", runKrping,
+			func(a1, port string) []string {
+				return []string{"server,addr=" + a1 + ",port=" + port + ",wlat,count=100000000"}
+			},
+			func(a1, _, port string) []string {
+				return []string{"client,addr=" + a1 + ",port=" + port + ",wlat,count=100000000"}
+			},
+			""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if raceEnabled && strings.Contains(tc.name, "wlat") {
+				t.Skip("wlat spins on memory the engine writes: the race detector reports it")
+			}
+			a1, a2 := loopPair()
+			port := strconv.Itoa(20000 + rand.IntN(30000))
+			tool := "rping"
+			if tc.name[0] == 'k' {
+				tool = "krping"
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var so, se syncBuf
+			done := make(chan int, 1)
+			var peer *exec.Cmd
+			var pout syncBuf
+			if tc.survivor == "server" {
+				go func() { done <- tc.run(tc.server(a1, port), &so, &se) }()
+				time.Sleep(200 * time.Millisecond)
+				for try := 0; ; try++ {
+					pout = syncBuf{}
+					peer = exec.CommandContext(ctx, bin, append([]string{tool}, tc.client(a1, a2, port)...)...)
+					peer.Env = toolEnv(t)
+					peer.Stdout, peer.Stderr = &pout, &pout
+					if err := peer.Start(); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(500 * time.Millisecond)
+					if !strings.Contains(pout.String(), "error 8") || try == 50 {
+						break
+					}
+					peer.Wait()
+				}
+			} else {
+				peer = exec.CommandContext(ctx, bin, append([]string{tool}, tc.server(a1, port)...)...)
+				peer.Env = toolEnv(t)
+				peer.Stdout, peer.Stderr = &pout, &pout
+				if err := peer.Start(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(300 * time.Millisecond)
+				go func() {
+					code := 0
+					for try := 0; try < 50; try++ {
+						// Output of refused tries goes to so/se too; only
+						// the last try's matters, and "error 8" tells them.
+						n := len(se.String())
+						if code = tc.run(tc.client(a1, a2, port), &so, &se); !strings.Contains(se.String()[n:], "error 8\n") {
+							break
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+					done <- code
+				}()
+			}
+			// Let the test run a while, then kill the peer.
+			waitUntil(t, 30*time.Second, "the test to run", func() bool {
+				if tc.progress == "" {
+					time.Sleep(time.Second)
+					return true
+				}
+				return strings.Contains(so.String()+pout.String(), tc.progress)
+			})
+			if err := peer.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			peer.Wait()
+			killed := time.Now()
+			select {
+			case code := <-done:
+				if code == 0 || !strings.Contains(se.String(), "connection lost: the peer stopped answering") {
+					t.Errorf("%s exit %d after the peer was killed; stderr:\n%s", tc.survivor, code, se.String())
+				}
+				t.Logf("%s exited %d, %v after the kill:\n%s", tc.survivor, code, time.Since(killed).Round(time.Millisecond), se.String())
+			case <-ctx.Done():
+				t.Fatalf("%s still running %v after its peer was killed; stderr:\n%s", tc.survivor, time.Since(killed), se.String())
+			}
+		})
+	}
+}
+
+// TestRpingKeepalive: an rping server waits for the client's first
+// advertisement with nothing outstanding; the client's device vanishes
+// (no DREQ, no ACKs). Only the keepalive can tell: the server must say
+// the connection is lost and exit non-zero.
+func TestRpingKeepalive(t *testing.T) {
+	shortCMConfig(t)
+	oldKA, oldTO := rpingKeepalive, toolACKTimeout
+	rpingKeepalive, toolACKTimeout = 300*time.Millisecond, 12
+	t.Cleanup(func() { rpingKeepalive, toolACKTimeout = oldKA, oldTO })
+	a1, a2 := loopPair()
+	port := 20000 + rand.IntN(30000)
+	var so, se syncBuf
+	done := make(chan int, 1)
+	go func() { done <- runRping([]string{"-s", "-a", a1, "-p", strconv.Itoa(port)}, &so, &se) }()
+	d, err := openCMDevice(netip.MustParseAddr(a2), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var c *cm.Conn
+	for try := 0; ; try++ {
+		c, err = cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(a1), uint16(port)).String(), &cm.Options{Src: netip.MustParseAddr(a2)})
+		if err == nil || try == 50 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c
+	time.Sleep(100 * time.Millisecond)
+	d.Close() // the client vanishes: no DREQ, no more ACKs
+	select {
+	case code := <-done:
+		if code == 0 || !strings.Contains(se.String(), "a keepalive RDMA WRITE got no ACK") {
+			t.Errorf("server exit %d; stderr:\n%s", code, se.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("the server still waits for a vanished client; stderr:\n%s", se.String())
 	}
 }

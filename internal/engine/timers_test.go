@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -173,5 +174,38 @@ func TestTimerHeapRun(t *testing.T) {
 	}
 	if late.Reset(time.Millisecond) || h.len() != 0 {
 		t.Fatal("a closed heap queued a timer")
+	}
+}
+
+// BenchmarkTimerRearm re-arms one of n queued timers per op, as an ACK
+// does (Stop, then Reset to a full timeout): the device's heap against a
+// runtime timer per QP.
+func BenchmarkTimerRearm(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		for _, kind := range []string{"heap", "runtime"} {
+			b.Run(kind+"/timers="+strconv.Itoa(n), func(b *testing.B) {
+				var c Clock = RealClock
+				if kind == "heap" {
+					c = newTimerHeap() // not run: nothing fires
+				}
+				ts := make([]Timer, n)
+				for i := range ts {
+					ts[i] = c.AfterFunc(time.Hour+time.Duration(i), func() {})
+				}
+				defer func() {
+					for _, t := range ts {
+						t.Stop()
+					}
+				}()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					t := ts[i%n]
+					i += 7919 // a prime: visit the timers out of order
+					t.Stop()
+					t.Reset(time.Hour)
+				}
+			})
+		}
 	}
 }
