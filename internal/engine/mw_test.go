@@ -191,7 +191,7 @@ func TestMWType2RemoteInvalidate(t *testing.T) {
 
 // TestMWType1RemoteInvalidateFails: type 1 windows cannot be invalidated;
 // a SEND_WITH_INV naming one is ACKed normally but the receive completes
-// with REM_INV_REQ_ERR and the responder QP enters ERR (§5, §7).
+// with REM_INV_REQ_ERR and the responder QP enters ERR (docs/protocol.md §5.7, §7.3).
 func TestMWType1RemoteInvalidateFails(t *testing.T) {
 	a, b, mr := mwPair(t)
 	mw, _ := b.pd.AllocMW(MWType1)
