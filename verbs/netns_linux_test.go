@@ -48,8 +48,10 @@ func TestTwoNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n, err := a.qp.PostSend([]verbs.SendWR{
-		{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, 100000)},
-		{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: a.sge(0, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()},
+		// The WRITE goes before the SEND: B's receive completion, polled
+		// below, then orders the WRITE's data before the test reads it.
+		{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: a.sge(0, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()},
+		{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, 100000)},
 		{WRID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: a.sge(300000, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()},
 	}); err != nil {
 		t.Fatalf("posted %d of 3: %v", n, err)
