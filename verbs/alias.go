@@ -80,6 +80,7 @@ type Config = engine.Config
 //		TxErrors		atomic.Uint64	// packets the link failed to send
 //		Retransmits		atomic.Uint64	// retry sequences started (timeout, NAK, lost response)
 //		RetryTimeouts		atomic.Uint64	// retransmit timer expiries
+//		RetryDeferred		atomic.Uint64	// timer expiries not retried: the peer had answered (no progress) in that period
 //		RNRNAKsSent		atomic.Uint64
 //		RNRNAKsRcvd		atomic.Uint64
 //		SeqNAKsSent		atomic.Uint64
@@ -88,6 +89,7 @@ type Config = engine.Config
 //		NAKsSent		atomic.Uint64	// other NAKs (0x61-0x63)
 //		NAKsRcvd		atomic.Uint64
 //		DupRequests		atomic.Uint64	// duplicate requests answered
+//		BadInvalidates		atomic.Uint64	// SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 //		ICRCErrors		atomic.Uint64
 //		MRs			atomic.Uint64	// registered MRs now
 //		MWs			atomic.Uint64	// allocated memory windows now
