@@ -58,7 +58,7 @@ func SplitGSO(lt LinkType, frame []byte, gsoSize int) [][]byte {
 			binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)+8+n))
 			binary.BigEndian.PutUint16(ip[4:], binary.BigEndian.Uint16(ip[4:])+uint16(i))
 			ip[10], ip[11] = 0, 0
-			binary.BigEndian.PutUint16(ip[10:], ^onesSum(0, ip))
+			binary.BigEndian.PutUint16(ip[10:], wire.IPv4Checksum(ip))
 		} else {
 			binary.BigEndian.PutUint16(ip[4:], uint16(8+n))
 		}

@@ -457,25 +457,26 @@ func watch(check func(last *uint64, waiting *bool)) func() {
 // what it waits for.
 var dadaWatchInterval = time.Second
 
-// dadaFail prints err for "softroce dada cmd" with what the user can do
-// about it, and returns exit status 1.
+// dadaFail prints err for "softroce dada cmd", adding in parentheses the
+// command that does what the library's message asks, and returns exit
+// status 1.
 func dadaFail(stderr io.Writer, cmd string, k dada.Key, err error) int {
 	ks := k.Short()
 	hint := ""
 	switch {
 	case errors.Is(err, dada.ErrNotFound) && cmd != "db":
-		hint = fmt.Sprintf("create it with 'softroce dada db -k %s' (or psrdada's dada_db)", ks)
+		hint = fmt.Sprintf("'softroce dada db -k %s' or psrdada's dada_db", ks)
 	case errors.Is(err, dada.ErrExists):
-		hint = fmt.Sprintf("destroy it with 'softroce dada db -d -k %s' or choose another -k", ks)
+		hint = fmt.Sprintf("'softroce dada db -d -k %s'", ks)
 	case errors.Is(err, dada.ErrBadLayout):
-		hint = fmt.Sprintf("if it is a broken ring, destroy it with 'softroce dada db -d -k %s' and create it again", ks)
+		hint = fmt.Sprintf("'softroce dada db -d -k %s'", ks)
 	case errors.Is(err, dada.ErrWriterDied):
-		hint = fmt.Sprintf("take over with 'softroce dada write -recover -k %s', or destroy the ring with 'softroce dada db -d -k %s'", ks, ks)
+		hint = fmt.Sprintf("'softroce dada write -recover -k %s' takes over; 'softroce dada db -d -k %s' destroys the ring", ks, ks)
 	case errors.Is(err, dada.ErrNoMemory):
-		hint = "use fewer (-n) or smaller (-b) blocks"
+		hint = "-n, -b"
 	}
 	if hint != "" {
-		fmt.Fprintf(stderr, "softroce dada %s: %v; %s\n", cmd, err, hint)
+		fmt.Fprintf(stderr, "softroce dada %s: %v (%s)\n", cmd, err, hint)
 	} else {
 		fmt.Fprintf(stderr, "softroce dada %s: %v\n", cmd, err)
 	}

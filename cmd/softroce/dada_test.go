@@ -147,7 +147,7 @@ func TestDadaErrorHints(t *testing.T) {
 	}
 	var eb bytes.Buffer
 	if rc := run([]string{"dada", "read", "-k", ks}, &bytes.Buffer{}, &eb); rc != 1 ||
-		!strings.Contains(eb.String(), "create it with 'softroce dada db -k "+ks+"'") {
+		!strings.Contains(eb.String(), "create the ring first ('softroce dada db -k "+ks+"'") {
 		t.Errorf("read of a missing ring: exit %d, %s", rc, eb.String())
 	}
 	// a size that overflows is refused before anything is created
@@ -166,7 +166,7 @@ func TestDadaErrorHints(t *testing.T) {
 	}
 	eb.Reset()
 	if rc := run([]string{"dada", "db", "-k", ks}, &bytes.Buffer{}, &eb); rc != 1 ||
-		!strings.Contains(eb.String(), "destroy it with 'softroce dada db -d -k "+ks+"'") || strings.Count(eb.String(), "softroce dada db") != 2 {
+		!strings.Contains(eb.String(), "destroy it first or choose another key ('softroce dada db -d -k "+ks+"')") || strings.Count(eb.String(), "softroce dada db") != 2 {
 		t.Errorf("creating twice: exit %d, %s", rc, eb.String())
 	}
 }

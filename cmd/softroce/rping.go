@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softroce/softroce/capture"
@@ -104,6 +105,8 @@ type rcb struct {
 	// krping duplex: the peer finished and disconnected during the test
 	peerDone bool
 	testing  bool // the test runs: keepalives on (rping_live.go)
+	// halfOpen (-P) counts the server's connections not established yet.
+	halfOpen *atomic.Int32
 	probing  bool // a keepalive WRITE is outstanding
 	sem      chan struct{}
 	accept   chan struct{} // persistent server: ready for another request
@@ -855,7 +858,21 @@ func (cb *rcb) acceptConn() int {
 		cb.errf("rdma_accept: %v\n", err)
 		return -1
 	}
-	cb.wait()
+	if cb.halfOpen != nil {
+		// -P: bound the time a connection may stay half-open (REP sent, no
+		// RTU), as a SYN backlog; spoofed REQs never send an RTU.
+		d := 4 * cb.child.Agent().Config().Timeout
+		t := time.NewTimer(d)
+		select {
+		case <-cb.sem:
+			t.Stop()
+		case <-t.C:
+			cb.errf("rping: no RTU from %v within %v: dropping the half-open connection\n", cb.child.RemoteAddr(), d)
+			return -1
+		}
+	} else {
+		cb.wait()
+	}
 	// An error event (the REP unanswered: UNREACHABLE; the client gave up:
 	// REJECTED, CONNECT_ERROR) leaves the state as it was; rping's CM thread
 	// would exit the process. A -P server ends only this connection.
@@ -894,6 +911,13 @@ func (cb *rcb) bindServer() int {
 // serveConn sets up, accepts and runs one server connection (the body of
 // rping_run_server after the CONNECT_REQUEST).
 func (cb *rcb) serveConn(test func() int) int {
+	var once sync.Once
+	established := func() { // no longer half-open (-P)
+		if cb.halfOpen != nil {
+			once.Do(func() { cb.halfOpen.Add(-1) })
+		}
+	}
+	defer established()
 	defer cb.freeQP(cb.child)
 	if err := cb.setupQP(cb.child); err != nil {
 		cb.errf("setup_qp failed: %v\n", err)
@@ -909,7 +933,9 @@ func (cb *rcb) serveConn(test func() int) int {
 		return -1
 	}
 	cb.startCQThread()
-	if ret := cb.acceptConn(); ret != 0 {
+	ret := cb.acceptConn()
+	established()
+	if ret != 0 {
 		cb.errf("connect error %d\n", ret)
 		cb.child.Destroy()
 		cb.flushQP()
@@ -917,7 +943,7 @@ func (cb *rcb) serveConn(test func() int) int {
 		return ret
 	}
 	cb.setTesting(true)
-	ret := test()
+	ret = test()
 	cb.setTesting(false)
 	if ret != 0 {
 		cb.errf("%s server failed: %d\n", cb.tool(), ret)
@@ -963,10 +989,27 @@ func (cb *rcb) runPersistentServer() int {
 		c.ch, c.id, c.child = cb.ch, cb.id, cb.child
 		c.child.Context = c
 		cb.setState(stIdle)
+		if cb.halfOpen == nil {
+			cb.halfOpen = new(atomic.Int32)
+		}
+		c.halfOpen = cb.halfOpen
+		if c.halfOpen.Add(1) > rpingMaxHalfOpen {
+			// Too many connections not established yet: refuse this one
+			// (a full SYN backlog) rather than grow without bound.
+			c.halfOpen.Add(-1)
+			c.child.Reject(nil)
+			c.child.Destroy()
+			cb.accept <- struct{}{}
+			continue
+		}
 		cb.accept <- struct{}{}
 		go c.serveConn(c.testServer)
 	}
 }
+
+// rpingMaxHalfOpen bounds a -P server's connections between
+// CONNECT_REQUEST and ESTABLISHED.
+const rpingMaxHalfOpen = 64
 
 // testServer is rping_test_server.
 func (cb *rcb) testServer() int {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -348,5 +349,115 @@ func TestRpingKeepalive(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatalf("the server still waits for a vanished client; stderr:\n%s", se.String())
+	}
+}
+
+// TestRdmaCMNoAnswer: a client whose REQ nobody answers (no device at the
+// address) or whose address does not resolve fails as the real tools do,
+// says what it waits for meanwhile, and exits non-zero, in a bounded time
+// (the CM here: 3 × 100 ms; the real one 16 × 6.144 s).
+func TestRdmaCMNoAnswer(t *testing.T) {
+	shortCMConfig(t)
+	noResolve := func(ctx context.Context, src, dst netip.Addr) error {
+		if dst.As4()[3] == 99 {
+			return syscall.ETIMEDOUT // as ARP with nobody answering, sooner
+		}
+		return nil
+	}
+	toolCMConfig.Resolve = noResolve
+	a1, a2 := loopPair()
+	nobody := strings.TrimSuffix(a1, ".1") + ".9" // no device: the REQ goes unanswered
+	unres := strings.TrimSuffix(a1, ".1") + ".99"
+	wait := "no answer yet from " + nobody + ":7174: waiting for its connection manager to answer the connection request"
+	for _, tc := range []struct {
+		name string
+		run  func() (int, string)
+		want []string
+	}{
+		{"rping-unreachable", func() (int, string) {
+			var o, e syncBuf
+			return runRping([]string{"-c", "-a", nobody, "-I", a2, "-C", "1"}, &o, &e), e.String()
+		}, []string{"rping: " + wait, "cma event RDMA_CM_EVENT_UNREACHABLE, error -110\nwait for CONNECTED state 4\nconnect error -1\n"}},
+		{"krping-unreachable", func() (int, string) {
+			var o, e syncBuf
+			return runKrping([]string{"client,addr=" + nobody + ",port=7174"}, &o, &e), e.String()
+		}, []string{"krping: " + wait, "krping: cma event 7, error -110\n"}},
+		{"rping-addr-error", func() (int, string) {
+			var o, e syncBuf
+			return runRping([]string{"-c", "-a", unres, "-I", a2, "-C", "1"}, &o, &e), e.String()
+		}, []string{"cma event RDMA_CM_EVENT_ADDR_ERROR, error -110\n"}},
+		{"write_bw-R-unreachable", func() (int, string) {
+			var o, e syncBuf
+			return runPerftest(ptTools[1], []string{"-R", "-d", a2, "-p", "18515", nobody}, &o, &e), e.String()
+		}, []string{" No answer yet from " + nobody + ":18515: waiting for its connection manager",
+			"Unexpected CM event bl blka 7\n Unable to perform rdma_client function\n Unable to init the socket connection ("}},
+		{"write_bw-R-addr-error", func() (int, string) {
+			var o, e syncBuf
+			return runPerftest(ptTools[1], []string{"-R", "-d", a2, "-p", "18515", unres}, &o, &e), e.String()
+		}, []string{"Received 10 times ADDR_ERROR\n Unable to perform rdma_client function\n Unable to init the socket connection ("}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan struct{})
+			var code int
+			var stderr string
+			go func() { code, stderr = tc.run(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("still running after 30 s")
+			}
+			if code == 0 {
+				t.Errorf("exit 0")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestRpingPersistentHalfOpenBounds: under a flood of REQs that never
+// complete, a -P server holds at most rpingMaxHalfOpen connections at a
+// time (the others are rejected) and drops each after 4 CM timeouts
+// without its RTU, before the CM's own budget (16 × 100 ms here) runs out.
+func TestRpingPersistentHalfOpenBounds(t *testing.T) {
+	shortCMConfig(t)
+	toolCMConfig.MaxRetries = 15
+	a1, _ := loopPair()
+	srv := netip.MustParseAddr(a1)
+	port := 20000 + rand.IntN(30000)
+	var so, se syncBuf
+	done := make(chan int, 1)
+	go func() { done <- runRping([]string{"-s", "-P", "-a", a1, "-p", strconv.Itoa(port)}, &so, &se) }()
+	var ag *cm.Agent
+	waitUntil(t, 10*time.Second, "the server's CM agent", func() bool { ag = agentAt(srv); return ag != nil })
+	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(ag, srv, port) })
+	mrs0 := ag.Device().Stats().MRs.Load()
+	base := srv.As4()
+	most := 0
+	for i := range 300 {
+		peer := netip.AddrFrom4([4]byte{base[0], base[1], byte(i >> 8), byte(i)})
+		ag.Input(peer, spoofedREQ(peer, srv, uint16(port), uint32(5000+i)))
+		if i%10 == 0 {
+			most = max(most, goroutinesIn("(*rcb).serveConn"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if most > rpingMaxHalfOpen {
+		t.Errorf("%d connections half-open at once, bound %d", most, rpingMaxHalfOpen)
+	}
+	waitUntil(t, 30*time.Second, "the half-open connections to be dropped", func() bool {
+		return goroutinesIn("(*rcb).serveConn") == 0 && ag.Device().Stats().MRs.Load() == mrs0
+	})
+	if !strings.Contains(se.String(), "no RTU from") {
+		t.Errorf("no half-open connection dropped on time:\n%s", se.String())
+	}
+	t.Logf("at most %d half-open; %d REJs sent", most, ag.Stats().RejectsSent.Load())
+	select {
+	case code := <-done:
+		t.Fatalf("the -P server exited (%d)", code)
+	default:
 	}
 }

@@ -527,12 +527,22 @@ func (qp *QP) onRetryTimer() {
 // retry_cnt 7), retry_cnt N allows N retries for every value 0..7: the next
 // failure completes the oldest WQE with RETRY_EXC_ERR and moves the QP to
 // ERR. Only rnr_retry 7 means infinite (§5).
+//
+// A retry after the peer was heard from (a response for outstanding work
+// arrived since the last retry, even one without progress) spends
+// nothing: the budget detects a dead path, and a slow peer that is still
+// answering (rxe under load replays a READ's rest seconds late) is not one.
+// A dead peer is still noticed after retry_cnt silent timeouts.
 func (qp *QP) retry() {
-	if qp.retryLeft <= 0 {
-		qp.failHead(WCRetryExcErr)
-		return
+	if qp.heard {
+		qp.heard = false
+	} else {
+		if qp.retryLeft <= 0 {
+			qp.failHead(WCRetryExcErr)
+			return
+		}
+		qp.retryLeft--
 	}
-	qp.retryLeft--
 	qp.narrow = maxUnackedPSNs - max(qp.window()/2, minWindow)
 	qp.rewind()
 }
@@ -703,6 +713,7 @@ func (qp *QP) completer(p *wire.Packet) {
 	// stream of duplicate read responses after a retry runs into the
 	// timer, whose retry makes the peer replay the rest once more.
 	qp.rearmRetry()
+	qp.heard = true
 	if wire.PSNDiff(psn, oldest) < 0 {
 		st.DropResponse.Add(1) // answers a completed WQE (a duplicate)
 		return

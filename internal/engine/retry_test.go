@@ -159,3 +159,40 @@ func TestResponsesRearmRetryTimer(t *testing.T) {
 	}
 	mustEqual(t, a.buf[:4096], b.buf[:4096])
 }
+
+// TestSlowPeerKeepsBudget: timeouts while the peer keeps answering (here
+// with responses that are no progress: a READ's responses after a gap,
+// as from a peer seconds behind, replaying) spend no retries; once the
+// peer falls silent, retry_cnt timeouts later the WQE fails.
+func TestSlowPeerKeepsBudget(t *testing.T) {
+	clk := NewFakeClock(time.Unix(0, 0))
+	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
+	a, b := newPair(t, pairOpts{filterA: drop, clock: clk, timeout: 14, retry: 2, rnrRetry: 7, exact: true})
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 4096), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	T := wire.AckTimeout(14)
+	for i := 0; i < 30; i++ { // 30 x 3T: a timeout in each
+		n := drops(a)
+		h := wire.Packet{}
+		h.BTH = wire.BTH{Opcode: wire.RCReadResponseMiddle, DestQP: a.qp.QPN(), PSN: 102, PKey: wire.DefaultPKey}
+		h.Payload = make([]byte, 1024)
+		buf := h.Append(nil)
+		b.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+		deadline := time.Now().Add(5 * time.Second)
+		for drops(a) == n && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Microsecond)
+		}
+		clk.Advance(3 * T)
+	}
+	if n := a.dev.Stats().RetryTimeouts.Load(); n < 20 {
+		t.Fatalf("only %d timeouts in 90 T", n)
+	}
+	if a.scq.Len() != 0 || a.qp.State() != QPStateRTS {
+		t.Fatalf("retry_cnt 2 spent while the peer answered: QP %v", a.qp.State())
+	}
+	for i := 0; a.scq.Len() == 0 && i < 100; i++ {
+		clk.Advance(T)
+	}
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCRetryExcErr {
+		t.Fatalf("%+v", wc[0])
+	}
+}
