@@ -19,6 +19,10 @@ import (
 // packet: 4096-byte MTU plus the longest headers).
 const maxGSOSegment = 4096 + 128
 
+// maxGSOTries bounds the ICRC checks spent on one datagram whose ICRC is
+// wrong (a hostile or corrupted one need not cost more).
+const maxGSOTries = 64
+
 // SplitGSO splits frame (of link type lt) if it is a UDP GSO super-packet
 // of RoCEv2 packets, each segment gsoSize bytes of UDP payload (the last
 // may be shorter). With gsoSize 0 the size is inferred: the shortest
@@ -54,7 +58,7 @@ func SplitGSO(lt LinkType, frame []byte, gsoSize int) [][]byte {
 			binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)+8+n))
 			binary.BigEndian.PutUint16(ip[4:], binary.BigEndian.Uint16(ip[4:])+uint16(i))
 			ip[10], ip[11] = 0, 0
-			binary.BigEndian.PutUint16(ip[10:], ^onesSum(0, ip))
+			binary.BigEndian.PutUint16(ip[10:], wire.IPv4Checksum(ip))
 		} else {
 			binary.BigEndian.PutUint16(ip[4:], uint16(8+n))
 		}
@@ -69,11 +73,13 @@ func SplitGSO(lt LinkType, frame []byte, gsoSize int) [][]byte {
 	}
 	size := gsoSize
 	if size == 0 {
-		for s := wire.BTHLen + wire.ICRCLen; s < len(pay) && s <= maxGSOSegment; s += 4 {
+		tries := 0
+		for s := wire.BTHLen + wire.ICRCLen; s < len(pay) && s <= maxGSOSegment && tries < maxGSOTries; s += 4 {
 			next := pay[s:]
 			if len(next) < wire.BTHLen || next[2] != pay[2] || next[3] != pay[3] || next[1]&0x0F != pay[1]&0x0F {
 				continue
 			}
+			tries++
 			first := seg(0, 0, s)
 			if wire.VerifyICRC(first[ipOff:udpOff], sport, dport, first[udpOff+8:]) {
 				size = s

@@ -138,6 +138,10 @@ func TestSplitGSO(t *testing.T) {
 	if segs := SplitGSO(LinkTypeEthernet, f[:len(f)-10], 0); segs != nil {
 		t.Errorf("a truncated frame was split into %d", len(segs))
 	}
+	// A hostile datagram that looks like a BTH at every offset: no split.
+	if segs := SplitGSO(LinkTypeEthernet, gsoFrame(src, dst, bytes.Repeat([]byte{0xFF}, 60000)), 0); segs != nil {
+		t.Errorf("an all-0xFF datagram was split into %d", len(segs))
+	}
 }
 
 // FuzzSplitGSO: splitting never panics, and every segment parses.

@@ -57,26 +57,9 @@ func OpenLive(iface string, opts *LiveOptions) (*Live, error) {
 	if o.BufferSize <= 0 {
 		o.BufferSize = 32 << 20
 	}
-	ifindex, loIndex := 0, 0
-	eth := false
-	if iface == "any" {
-		if ifs, err := net.Interfaces(); err == nil {
-			for _, i := range ifs {
-				if i.Flags&net.FlagLoopback != 0 {
-					loIndex = i.Index
-				}
-			}
-		}
-	} else {
-		ifi, err := net.InterfaceByName(iface)
-		if err != nil {
-			return nil, fmt.Errorf("capture: no interface %q (%s)", iface, interfaceList())
-		}
-		ifindex = ifi.Index
-		eth = isEthernet(ifi)
-		if ifi.Flags&net.FlagLoopback != 0 {
-			loIndex = -1
-		}
+	ifindex, loIndex, eth, err := lookupInterface(iface)
+	if err != nil {
+		return nil, err
 	}
 	typ, lt, off := unix.SOCK_DGRAM, LinkTypeRaw, uint32(0)
 	if eth {
@@ -92,30 +75,9 @@ func OpenLive(iface string, opts *LiveOptions) (*Live, error) {
 		}
 		return nil, fmt.Errorf("capture: AF_PACKET socket: %w", err)
 	}
-	fail := func(what string, err error) (*Live, error) {
+	if what, err := setupPacketSocket(fd, ifindex, roceFilter(off, loIndex, o.Ports, uint32(o.Snaplen)), &o); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("capture: %s on %s: %w", what, iface, err)
-	}
-	prog := roceFilter(off, loIndex, o.Ports, uint32(o.Snaplen))
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
-		&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}); err != nil {
-		return fail("attaching the packet filter", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
-		return fail("enabling timestamps", err)
-	}
-	// Best effort: a larger buffer drops less under bursts (FORCE needs CAP_NET_ADMIN).
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, o.BufferSize) != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, o.BufferSize)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
-		return fail("binding", err)
-	}
-	if !o.NoPromisc && ifindex != 0 {
-		mreq := unix.PacketMreq{Ifindex: int32(ifindex), Type: unix.PACKET_MR_PROMISC}
-		if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mreq); err != nil {
-			return fail("entering promiscuous mode", err)
-		}
 	}
 	f := os.NewFile(uintptr(fd), "packet:"+iface)
 	rc, err := f.SyscallConn()
@@ -124,6 +86,57 @@ func OpenLive(iface string, opts *LiveOptions) (*Live, error) {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
 	return &Live{f: f, rc: rc, linkType: lt, snaplen: o.Snaplen}, nil
+}
+
+// lookupInterface returns the index of the named interface (0 for "any"),
+// the loopback index the filter must treat specially (-1: the interface
+// itself is loopback; 0: none), and whether frames carry Ethernet headers.
+func lookupInterface(iface string) (ifindex, loIndex int, eth bool, err error) {
+	if iface == "any" {
+		if ifs, err := net.Interfaces(); err == nil {
+			for _, i := range ifs {
+				if i.Flags&net.FlagLoopback != 0 {
+					loIndex = i.Index
+				}
+			}
+		}
+		return 0, loIndex, false, nil
+	}
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("capture: no interface %q (%s)", iface, interfaceList())
+	}
+	if ifi.Flags&net.FlagLoopback != 0 {
+		loIndex = -1
+	}
+	return ifi.Index, loIndex, isEthernet(ifi), nil
+}
+
+// setupPacketSocket attaches the filter prog, turns on timestamps, sizes
+// the buffer, binds the socket to ifindex (0: all) and enters promiscuous
+// mode unless o says not to; on failure it names the step that failed.
+func setupPacketSocket(fd, ifindex int, prog []unix.SockFilter, o *LiveOptions) (string, error) {
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+		&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}); err != nil {
+		return "attaching the packet filter", err
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return "enabling timestamps", err
+	}
+	// Best effort: a larger buffer drops less under bursts (FORCE needs CAP_NET_ADMIN).
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, o.BufferSize) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, o.BufferSize)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
+		return "binding", err
+	}
+	if !o.NoPromisc && ifindex != 0 {
+		mreq := unix.PacketMreq{Ifindex: int32(ifindex), Type: unix.PACKET_MR_PROMISC}
+		if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mreq); err != nil {
+			return "entering promiscuous mode", err
+		}
+	}
+	return "", nil
 }
 
 // LinkType returns the link type of the frames ReadFrame returns.

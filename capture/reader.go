@@ -370,3 +370,29 @@ func (r *Reader) readIDB(body []byte) error {
 	r.ifaces = append(r.ifaces, ifc)
 	return nil
 }
+
+// ReadAll returns all the RoCEv2 datagrams of the pcap or pcapng stream r
+// (see NewReader for opts). Unlike Next's, the packets' slices are their
+// own: they stay valid. It is meant for tests and tools that look at a
+// whole capture at once.
+func ReadAll(r io.Reader, opts *ReaderOptions) ([]Packet, error) {
+	rd, err := NewReader(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	var out []Packet
+	for {
+		var p Packet
+		if err := rd.Next(&p); err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			return out, err
+		}
+		b := make([]byte, len(p.IPHdr)+len(p.Payload))
+		n := copy(b, p.IPHdr)
+		copy(b[n:], p.Payload)
+		p.IPHdr, p.Payload = b[:n:n], b[n:]
+		out = append(out, p)
+	}
+}

@@ -432,3 +432,37 @@ func TestNextFrame(t *testing.T) {
 		t.Errorf("the RoCE frames among NextFrame's (%d) differ from Next's (%d)", len(got), len(want))
 	}
 }
+
+// TestReadAll: ReadAll returns the packets Next does, each with bytes of
+// its own (Next's alias the Reader's buffer).
+func TestReadAll(t *testing.T) {
+	img, err := os.ReadFile("../testdata/captures/rc_pingpong_small.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := ReadAll(bytes.NewReader(img), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewReader(bytes.NewReader(img), nil)
+	i := 0
+	for ; ; i++ {
+		var p Packet
+		if err := r.Next(&p); err != nil {
+			break
+		}
+		if i >= len(all) {
+			t.Fatalf("ReadAll returned %d packets, Next more", len(all))
+		}
+		a := all[i]
+		if a.Frame != p.Frame || a.Src != p.Src || a.Dst != p.Dst || !bytes.Equal(a.IPHdr, p.IPHdr) || !bytes.Equal(a.Payload, p.Payload) {
+			t.Errorf("packet %d (frame %d) differs from Next's", i, p.Frame)
+		}
+	}
+	if i != len(all) || i == 0 {
+		t.Errorf("ReadAll returned %d packets, Next %d", len(all), i)
+	}
+	if _, err := ReadAll(bytes.NewReader(img[:100]), nil); err == nil {
+		t.Error("a cut capture gave no error")
+	}
+}

@@ -1,9 +1,6 @@
 package cm
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -49,29 +46,22 @@ func readCapture(t testing.TB, name string) []captured {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := capture.NewReader(f, nil)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []captured
-	for {
-		var p capture.Packet
-		err := r.Next(&p)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range pkts {
 		if !p.Src.Addr().Is4() {
 			continue
 		}
 		c := captured{src: p.Src.Addr(), dst: p.Dst.Addr(), sport: p.Src.Port()}
-		if err := c.pkt.Parse(bytes.Clone(p.Payload)); err != nil {
+		if err := c.pkt.Parse(p.Payload); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, c)
 	}
+	return out
 }
 
 // TestCaptureFlowLabel checks rdma_cm's flow label rule and the UDP source

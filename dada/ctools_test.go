@@ -30,10 +30,10 @@ type ctools struct {
 	env []string // environment for them
 }
 
-var ctoolNames = []string{"dada_db", "dada_diskdb", "dada_dbdisk", "dada_junkdb", "dada_dbmonitor"}
+var ctoolNames = []string{"dada_db", "dada_diskdb", "dada_dbdisk", "dada_junkdb", "dada_dbmonitor", "dada_header"}
 
 const ctoolsSkip = "psrdada's tools are not available: set PSRDADA_PREFIX to a psrdada 1.1 install prefix (bin/ and lib/), " +
-	"or put dada_db, dada_diskdb, dada_dbdisk, dada_junkdb and dada_dbmonitor on PATH and libpsrdada on LD_LIBRARY_PATH"
+	"or put dada_db, dada_diskdb, dada_dbdisk, dada_junkdb, dada_dbmonitor and dada_header on PATH and libpsrdada on LD_LIBRARY_PATH"
 
 func findCTools(t *testing.T) *ctools {
 	t.Helper()
@@ -163,6 +163,19 @@ func (c *ctools) checkCounters(t *testing.T, ctx context.Context, h *HDU, when s
 	}
 	if bad {
 		t.Errorf("%s: %v: a reader that read every transfer must have R = W (psrdada 1.1.0)", when, cm)
+	}
+}
+
+// checkHeaderWaits runs psrdada's dada_header (a viewer of the header
+// block) after every header was read: it must wait for the next header, not
+// print the one already read.
+func (c *ctools) checkHeaderWaits(t *testing.T, ctx context.Context, k Key) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	out, _ := c.cmd(ctx, "dada_header", "-k", k.Short()).Output()
+	if len(out) > 0 {
+		t.Errorf("dada_header printed a header that was already read instead of waiting for the next one:\n%s", out)
 	}
 }
 
@@ -401,6 +414,7 @@ func TestCToolsMatrix(t *testing.T) {
 				waitErr(t, ctx, "writer", wdone)
 				c.checkCounters(t, ctx, h, fmt.Sprintf("after transfer %d", i))
 			}
+			c.checkHeaderWaits(t, ctx, h.Key())
 		})
 	}
 	t.Run("two-mixed-readers", func(t *testing.T) {
@@ -534,6 +548,65 @@ func TestCToolsKilledReaderRejoin(t *testing.T) {
 	}
 }
 
+// TestCToolsKilledReaderMidTransfer kills dada_dbdisk in the middle of a
+// transfer; a Reader taking its slot says it skips the rest of that
+// transfer (its header is gone) and gets the next one exactly.
+func TestCToolsKilledReaderMidTransfer(t *testing.T) {
+	c := findCTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h := c.newRing(t, ctx, true, 1)
+	x1 := xfer{"interrupted", pattern(7*ctBufsz+5, 9)}
+	x2 := xfer{"next", pattern(3*ctBufsz+1, 10)}
+	_, cmd, _ := c.startReaderC(t, ctx, h.Key(), false)
+	waitFor(t, ctx, "dada_dbdisk to lock the ring", func() bool { return h.Data.Stats().Read == 0 })
+	wh, err := Connect(h.Key(), AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Detach()
+	w, err := wh.OpenWriter(ctx, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteHeader(x1.header(0))
+	// two blocks marked filled (the third is open), read by dada_dbdisk
+	if _, err := w.Write(x1.data[:2*ctBufsz+1]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "dada_dbdisk to read two blocks", func() bool { return h.Data.Stats().Readers[0].RBuf == 2 })
+	cmd.Process.Signal(syscall.SIGKILL)
+	waitFor(t, ctx, "the killed reader's slot to be free", func() bool { return h.Data.Stats().Read == 1 })
+	r, err := h.OpenReader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if rj := r.Rejoin(); !rj.Rejoined || !rj.Skip || rj.Xfer != 0 {
+		t.Fatalf("Rejoin() = %+v, want a rejoin in transfer 0 that skips its rest", rj)
+	}
+	wdone := make(chan error, 1)
+	go func() {
+		_, err := w.Write(x1.data[2*ctBufsz+1:])
+		err = errors.Join(err, w.Close())
+		if err == nil {
+			err = <-writeAsync(ctx, h.Key(), x2.header(1), x2.data)
+		}
+		wdone <- err
+	}()
+	hdr, err := r.ReadHeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkXfer(t, "the transfer after the interrupted one", hdr, data, x2)
+	waitErr(t, ctx, "writer", wdone)
+	c.checkCounters(t, ctx, h, "after the next transfer")
+}
+
 // TestCToolsKilledWriter kills a writer (SIGKILL) mid-transfer, psrdada's
 // dada_junkdb and this package's, with a reader of the other kind attached;
 // a writer with Recover ends the dead transfer after its last filled block
@@ -550,7 +623,9 @@ func TestCToolsKilledWriter(t *testing.T) {
 		}
 		defer r.Close()
 		hf := filepath.Join(t.TempDir(), "junk.hdr")
-		os.WriteFile(hf, []byte(xfer{src: "junk"}.header(0).String()), 0o644)
+		if err := os.WriteFile(hf, []byte(xfer{src: "junk"}.header(0).String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		// 64 MiB/s for 10 s: far more than the ring holds; it blocks when full
 		cmd := c.cmd(ctx, "dada_junkdb", "-k", h.Key().Short(), "-c", "J", "-r", "64", "-t", "10", hf)
 		if err := cmd.Start(); err != nil {

@@ -90,6 +90,18 @@
 // the dead writer's transfer after the last buffer it marked filled, so
 // readers see a clean end of data, and starts a new one.
 //
+// A reader killed while it held a slot leaves the slot's state behind (its
+// locks come back through SEM_UNDO). As in psrdada 1.1.0, a reader's r_bufs
+// steps past the end-of-data buffer too, so the next reader (Go or C) that
+// takes the slot continues at the next transfer. OpenReader also handles what
+// the C reader does not: a dead reader that held a buffer (its FULL already
+// taken), and one that had taken a transfer's header but not finished its
+// data, whose rest the first ReadHeader skips (Reader.Rejoin tells).
+//
+// Detaching a contiguous attachment replaces each block by reserved pages
+// before the range is unmapped, so it never unmaps addresses another thread
+// mapped in the meantime.
+//
 // # Differences from the C library
 //
 // Header.Set puts a new key on its own line before "DATA" (C joins it to

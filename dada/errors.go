@@ -84,13 +84,13 @@ func (e *NoMemoryError) Error() string {
 	fmt.Fprintf(&b, "Limits: kernel.shmmax=%d bytes, kernel.shmall=%d pages, MemAvailable=%s. ", e.ShmMax, e.ShmAll, humanBytes(e.MemAvail))
 	switch {
 	case e.ShmMax > 0 && e.Bytes > e.ShmMax:
-		fmt.Fprintf(&b, "A block is larger than kernel.shmmax: use smaller blocks (-b) or raise it with 'sysctl -w kernel.shmmax=%d'", e.Bytes)
+		fmt.Fprintf(&b, "A block is larger than kernel.shmmax: use smaller blocks or raise it with 'sysctl -w kernel.shmmax=%d'", e.Bytes)
 	case e.ShmAll > 0 && e.Total/page+1 > e.ShmAll:
 		fmt.Fprintf(&b, "The ring exceeds kernel.shmall: use fewer or smaller blocks or raise it with 'sysctl -w kernel.shmall=%d'", 2*(e.Total/page+1))
 	case e.MemAvail > 0 && e.Total > e.MemAvail:
-		b.WriteString("The machine does not have that much free memory: use fewer or smaller blocks (-n, -b) or free memory")
+		b.WriteString("The machine does not have that much free memory: use fewer or smaller blocks or free memory")
 	default:
-		b.WriteString("Use fewer or smaller blocks (-n, -b), free memory, or check the limits above and kernel.shmmni")
+		b.WriteString("Use fewer or smaller blocks, free memory, or check the limits above and kernel.shmmni")
 	}
 	return b.String()
 }
@@ -125,9 +125,9 @@ func (e *WriterDiedError) Error() string {
 		}
 	}
 	return fmt.Sprintf("dada: %s of the %s %s exited in the middle of transfer %d (state %s, %d buffers filled, %d opened): "+
-		"readers may be waiting for data that will never come; end that transfer cleanly by opening the writer with recovery "+
-		"('softroce dada write -recover', WriterOptions.Recover) or destroy and recreate the ring ('softroce dada db -d -k %s')",
-		who, e.Block, e.Key.Short(), e.WXfer, e.State, e.WBufCurr, e.WBufNext, e.Key.Short())
+		"readers may be waiting for data that will never come; end that transfer cleanly by taking over as writer with recovery "+
+		"(WriterOptions.Recover) or destroy and recreate the ring",
+		who, e.Block, e.Key.Short(), e.WXfer, e.State, e.WBufCurr, e.WBufNext)
 }
 
 // Is matches ErrWriterDied.

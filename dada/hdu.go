@@ -96,8 +96,8 @@ func Connect(key Key, opt AttachOptions) (*HDU, error) {
 	hdr, err := connectRing(key.HeaderKey(), hopt)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("%w %s (no header block at %s); create it first with 'softroce dada db -k %s' (or psrdada's dada_db)",
-				ErrNotFound, key.Short(), key.HeaderKey(), key.Short())
+			return nil, fmt.Errorf("%w %s (no header block at %s): create the ring first",
+				ErrNotFound, key.Short(), key.HeaderKey())
 		}
 		return nil, err
 	}

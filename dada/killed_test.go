@@ -161,7 +161,8 @@ func TestKilledWriter(t *testing.T) {
 // killReaderHelper reads as a child process until it is killed. Mode
 // "between": it reads one whole transfer, says "read N", and waits for the
 // next header. Mode "mid": it reads a header and takes the first data block
-// without clearing it, says "ready", and waits.
+// without clearing it, says "ready", and waits. Mode "header": it reads a
+// header, says "ready" and waits.
 func killReaderHelper(mode string) int {
 	k, err := strconv.ParseInt(os.Getenv("DADA_TEST_KEY"), 10, 64)
 	if err != nil {
@@ -182,6 +183,11 @@ func killReaderHelper(mode string) int {
 	if _, err := r.ReadHeader(); err != nil {
 		fmt.Println("error", err)
 		return 1
+	}
+	if mode == "header" {
+		fmt.Println("ready")
+		time.Sleep(time.Minute)
+		return 0
 	}
 	if mode == "mid" {
 		if _, err := r.NextBlock(); err != nil {
@@ -259,7 +265,7 @@ func TestKilledReaderRejoin(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
 		skip bool
-	}{{"between", false}, {"mid", true}} {
+	}{{"between", false}, {"mid", true}, {"header", true}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			h := newHDU(t, Config{NBufs: 4, BufSize: bufsz})
 			ctx := testCtx(t)
@@ -310,7 +316,7 @@ func TestKilledReaderRejoin(t *testing.T) {
 			if s, _ := got.Get("SOURCE"); s != "second" || !bytes.Equal(data, d2) {
 				t.Fatalf("after the rejoin: SOURCE %q, %d bytes (equal %v), want second, %d bytes", s, len(data), bytes.Equal(data, d2), len(d2))
 			}
-			if tc.mode == "mid" {
+			if tc.mode != "between" {
 				if err := <-w1; err != nil {
 					t.Fatal(err)
 				}

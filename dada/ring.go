@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"syscall"
@@ -202,6 +203,9 @@ func createRing(key Key, cfg ringConfig, opt AttachOptions) (r *Ring, err error)
 	if cfg.nreaders < 1 || cfg.nreaders > MaxReaders {
 		return nil, fmt.Errorf("%w: %d readers: must be 1..%d", ErrInvalidConfig, cfg.nreaders, MaxReaders)
 	}
+	if cfg.bufsz > (math.MaxInt64-syncSegSize(min(cfg.nbufs, 65000)))/cfg.nbufs {
+		return nil, fmt.Errorf("%w: %d buffers of %d bytes: the ring's size overflows 64 bits", ErrInvalidConfig, cfg.nbufs, cfg.bufsz)
+	}
 	if cfg.nbufs > 65000 {
 		return nil, fmt.Errorf("%w: %d buffers: the derived keys would wrap into other rings' keys; use fewer, larger buffers", ErrInvalidConfig, cfg.nbufs)
 	}
@@ -318,7 +322,7 @@ func createErr(ring, used Key, role, kind string, size, total uint64, err error)
 	switch {
 	case errors.Is(err, syscall.EEXIST):
 		if used == ring {
-			return fmt.Errorf("%w: ring %s exists (%s at key %s); destroy it with 'softroce dada db -d -k %s' or choose another key", ErrExists, ring.Short(), kind, used, ring.Short())
+			return fmt.Errorf("%w: ring %s exists (%s at key %s): destroy it first or choose another key", ErrExists, ring.Short(), kind, used)
 		}
 		owners := ownersOf(used)
 		if used == ring+1 && kind == "shared memory segment" {
@@ -397,7 +401,7 @@ func connectRing(key Key, opt AttachOptions) (r *Ring, err error) {
 	id, err := sysv.ShmGet(int32(key), SyncSize, sysv.Perm)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
-			return nil, fmt.Errorf("%w %s; create it first with 'softroce dada db -k %s' (or psrdada's dada_db)", ErrNotFound, key.Short(), key.Short())
+			return nil, fmt.Errorf("%w %s: create the ring first", ErrNotFound, key.Short())
 		}
 		if errors.Is(err, syscall.EINVAL) {
 			return nil, fmt.Errorf("%w: the segment at key %s is smaller than a psrdada sync segment (%d bytes)", ErrBadLayout, key, SyncSize)
@@ -455,8 +459,8 @@ func connectRing(key Key, opt AttachOptions) (r *Ring, err error) {
 
 func attachErr(ring, k Key, role string, err error) error {
 	if errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("%w: ring %s is incomplete: its %s (key %s) is missing; destroy it with 'softroce dada db -d -k %s' and recreate it",
-			ErrBadLayout, ring.Short(), role, k, ring.Short())
+		return fmt.Errorf("%w: ring %s is incomplete: its %s (key %s) is missing; destroy it and create it again",
+			ErrBadLayout, ring.Short(), role, k)
 	}
 	return fmt.Errorf("dada: ring %s: %s (key %s): %w", ring.Short(), role, k, err)
 }

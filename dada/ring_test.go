@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -197,7 +198,9 @@ func TestInvalidConfig(t *testing.T) {
 	needIPC(t)
 	k := randomKey(t)
 	noStrays(t, k)
-	for _, c := range []Config{{Key: k, NReaders: 9}, {Key: k, HeaderSize: 100}, {Key: k, NBufs: 70000}} {
+	for _, c := range []Config{{Key: k, NReaders: 9}, {Key: k, HeaderSize: 100}, {Key: k, NBufs: 70000},
+		// sizes whose product overflows 64 bits
+		{Key: k, BufSize: math.MaxUint64}, {Key: k, NBufs: 1, BufSize: math.MaxUint64}, {Key: k, NBufs: 8, BufSize: 1 << 61}} {
 		if _, err := Create(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("Create(%+v) = %v", c, err)
 		}

@@ -237,25 +237,11 @@ func (g *Registry) RegisterMemory(req Request) (*Region, error) {
 }
 
 func (g *Registry) register(req Request) (*Region, error) {
-	if req.Length == 0 {
-		return nil, ErrZeroLength
+	if err := g.check(req); err != nil {
+		return nil, err
 	}
-	if req.Addr+req.Length < req.Addr {
-		return nil, fmt.Errorf("%w: address %#x + length %#x overflows", ErrOutOfBounds, req.Addr, req.Length)
-	}
-	if max := g.opts.MaxRegionSize; max != 0 && req.Length > max {
-		return nil, &LimitError{Err: ErrRegionTooLarge, Value: req.Length, Max: max}
-	}
-	if req.Length > uint64(maxInt) {
-		return nil, &LimitError{Err: ErrRegionTooLarge, Value: req.Length, Max: uint64(maxInt)}
-	}
-	if max := g.opts.MaxRegions; max > 0 {
-		if n := g.reserve.Add(1); n > int64(max) {
-			g.reserve.Add(-1)
-			return nil, &LimitError{Err: ErrTooManyRegions, Value: uint64(n), Max: uint64(max)}
-		}
-	} else {
-		g.reserve.Add(1)
+	if err := g.reserveSlot(); err != nil {
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -287,44 +273,9 @@ func (g *Registry) register(req Request) (*Region, error) {
 		cc:       cc,
 		reg:      g,
 	}
-	fail := func(op string, err error) (*Region, error) {
-		r.opMu.Lock()
-		r.dereg = true
-		r.guard.Or(flagDereg)
-		r.undo()
-		r.opMu.Unlock()
-		p.Release(cc)
-		if op == "" {
-			return nil, err
-		}
-		return nil, &ProviderError{Provider: r.provName, Op: op, Err: err}
+	if err := r.acquire(req); err != nil {
+		return nil, err
 	}
-	if err := p.GetPages(cc, req.Write, CoreContext{r}); err != nil {
-		return fail("get_pages", err)
-	}
-	r.opMu.Lock()
-	r.pagesHeld = true
-	inv := r.invalid
-	r.opMu.Unlock()
-	if inv {
-		return fail("", ErrInvalidated)
-	}
-	view, err := p.Map(cc)
-	if err != nil {
-		return fail("map", err)
-	}
-	r.opMu.Lock()
-	r.mapped = true
-	inv = r.invalid
-	r.opMu.Unlock()
-	if inv {
-		return fail("", ErrInvalidated)
-	}
-	if uint64(len(view)) != req.Length {
-		return fail("map", fmt.Errorf("%w: got %d bytes, want %d", ErrBadView, len(view), req.Length))
-	}
-	r.view = view
-	r.pageSize = p.PageSize(cc)
 	ok = true
 	g.stats.Registrations.Add(1)
 	g.stats.LiveRegions.Add(1)
@@ -333,6 +284,88 @@ func (g *Registry) register(req Request) (*Region, error) {
 		g.logger.Debug("memory registered", "provider", r.provName, "region", r.id, "addr", req.Addr, "len", req.Length, "declined", len(res.Declines))
 	}
 	return r, nil
+}
+
+// check refuses a request that is empty, wraps around or is too large.
+func (g *Registry) check(req Request) error {
+	if req.Length == 0 {
+		return ErrZeroLength
+	}
+	if req.Addr+req.Length < req.Addr {
+		return fmt.Errorf("%w: address %#x + length %#x overflows", ErrOutOfBounds, req.Addr, req.Length)
+	}
+	if max := g.opts.MaxRegionSize; max != 0 && req.Length > max {
+		return &LimitError{Err: ErrRegionTooLarge, Value: req.Length, Max: max}
+	}
+	if req.Length > uint64(maxInt) {
+		return &LimitError{Err: ErrRegionTooLarge, Value: req.Length, Max: uint64(maxInt)}
+	}
+	return nil
+}
+
+// reserveSlot counts one more region against MaxRegions, or refuses it;
+// the caller gives the slot back (reserve.Add(-1)) if the registration
+// fails.
+func (g *Registry) reserveSlot() error {
+	max := g.opts.MaxRegions
+	if max <= 0 {
+		g.reserve.Add(1)
+		return nil
+	}
+	if n := g.reserve.Add(1); n > int64(max) {
+		g.reserve.Add(-1)
+		return &LimitError{Err: ErrTooManyRegions, Value: uint64(n), Max: uint64(max)}
+	}
+	return nil
+}
+
+// acquire gets the region's pages from its provider and maps them; an
+// invalidation meanwhile, or a view of the wrong size, undoes it all and
+// releases the provider's context.
+func (r *Region) acquire(req Request) error {
+	p, cc := r.prov, r.cc
+	if err := p.GetPages(cc, req.Write, CoreContext{r}); err != nil {
+		return r.abort("get_pages", err)
+	}
+	r.opMu.Lock()
+	r.pagesHeld = true
+	inv := r.invalid
+	r.opMu.Unlock()
+	if inv {
+		return r.abort("", ErrInvalidated)
+	}
+	view, err := p.Map(cc)
+	if err != nil {
+		return r.abort("map", err)
+	}
+	r.opMu.Lock()
+	r.mapped = true
+	inv = r.invalid
+	r.opMu.Unlock()
+	if inv {
+		return r.abort("", ErrInvalidated)
+	}
+	if uint64(len(view)) != req.Length {
+		return r.abort("map", fmt.Errorf("%w: got %d bytes, want %d", ErrBadView, len(view), req.Length))
+	}
+	r.view = view
+	r.pageSize = p.PageSize(cc)
+	return nil
+}
+
+// abort undoes a registration that failed in provider operation op ("":
+// not the provider's fault) and returns the error to report.
+func (r *Region) abort(op string, err error) error {
+	r.opMu.Lock()
+	r.dereg = true
+	r.guard.Or(flagDereg)
+	r.undo()
+	r.opMu.Unlock()
+	r.prov.Release(r.cc)
+	if op == "" {
+		return err
+	}
+	return &ProviderError{Provider: r.provName, Op: op, Err: err}
 }
 
 const maxInt = int(^uint(0) >> 1)

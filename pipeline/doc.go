@@ -34,7 +34,7 @@
 //     leaves a transfer ended after its last complete block. With
 //     RoCESendConfig.UseSend the block travels instead as SENDs into
 //     receives the receiver posts on the block's chunks with the block's
-//     lkey, as the receive loop of the user's note does. SendRoCE can also
+//     lkey, as a classic verbs receive loop does (one receive per chunk). SendRoCE can also
 //     relay a local ring (RoCESendConfig.Source), writing straight from its
 //     blocks.
 //   - UDP (RecvUDP, SendUDP): plain datagrams as telescope digitisers send

@@ -41,7 +41,7 @@ type RoCEReceiver struct {
 // NewRoCEReceiver allocates a PD on dev and registers the data blocks of hdu
 // (see RegisterRing).
 func NewRoCEReceiver(dev *verbs.Device, hdu *dada.HDU, cfg RoCERecvConfig) (*RoCEReceiver, error) {
-	if bs := hdu.Data.BufSize(); bs > 1<<31 {
+	if bs := hdu.Data.BufSize(); int64(bs) > 1<<31 {
 		return nil, fmt.Errorf("%w: %d-byte blocks: an RDMA message carries at most 2 GiB", ErrConfig, bs)
 	}
 	n := hdu.Data.NBufs()

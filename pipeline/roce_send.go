@@ -36,8 +36,8 @@ type RoCESendConfig struct {
 	FillOnce bool
 	// UseSend sends each block as SENDs of ChunkSize bytes (the last one
 	// SEND WITH IMMEDIATE) into receives the receiver posts on the block's
-	// chunks, as the receive loop of the user's note does, instead of one
-	// RDMA WRITE WITH IMMEDIATE.
+	// chunks, as a classic verbs receive loop does (one receive per chunk),
+	// instead of one RDMA WRITE WITH IMMEDIATE.
 	UseSend bool
 	// ChunkSize is the SEND size (default 1 MiB, at most the block size).
 	ChunkSize int
@@ -241,7 +241,7 @@ func (s *roceSender) handshake(local []qpInfo) error {
 		return s.fail(fmt.Errorf("%w: bad accept message", ErrProtocol))
 	}
 	bufsz := int(binary.BigEndian.Uint64(acc))
-	if bufsz <= 0 || bufsz > 1<<31 {
+	if bufsz <= 0 || int64(bufsz) > 1<<31 {
 		return s.fail(fmt.Errorf("%w: receiver's block size %d", ErrProtocol, bufsz))
 	}
 	if err := s.conn.connect(remote); err != nil {

@@ -48,6 +48,9 @@ type CQ = engine.CQ
 //		// Name is the device name (default "softroce0").
 //		Name	string
 //		// Clock drives the retransmit and RNR timers (default: the real clock).
+//		// On the real clock (nil or RealClock) a device keeps all its QPs'
+//		// timers in one heap served by one goroutine; any other Clock (a
+//		// FakeClock) gets the QPs' timers directly.
 //		Clock	Clock
 //		// Logger receives debug logs (nil: silent).
 //		Logger	*slog.Logger
@@ -88,6 +91,7 @@ type Config = engine.Config
 //		NAKsSent		atomic.Uint64	// other NAKs (0x61-0x63)
 //		NAKsRcvd		atomic.Uint64
 //		DupRequests		atomic.Uint64	// duplicate requests answered
+//		BadInvalidates		atomic.Uint64	// SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 //		ICRCErrors		atomic.Uint64
 //		MRs			atomic.Uint64	// registered MRs now
 //		MWs			atomic.Uint64	// allocated memory windows now
@@ -120,7 +124,7 @@ type Stats = engine.Stats
 //   - Name() string: Name returns the device name.
 //   - LocalAddr() netip.AddrPort: LocalAddr returns the link's local address.
 //   - Stats() *Stats: Stats returns the device's live counters.
-//   - Clock() Clock: Clock returns the device's clock.
+//   - Clock() Clock: Clock returns the clock the device was configured with (RealClock by default).
 //   - QueryDevice() DeviceAttr: QueryDevice returns the device attributes (ibv_query_device), rxe's limits (§10).
 //   - QueryPort(port uint8) (PortAttr, error): QueryPort returns port 1's attributes (ibv_query_port).
 //   - QueryGID(port uint8, i int) (GID, error): QueryGID returns GID index i of port 1 (ibv_query_gid).
@@ -289,6 +293,9 @@ type Access = engine.Access
 type WCStatus = engine.WCStatus
 
 // WCOpcode is the operation a work completion reports (enum ibv_wc_opcode values).
+//
+// Methods:
+//   - String() string: String returns the IBV_WC_ name without its prefix, e.g.
 type WCOpcode = engine.WCOpcode
 
 // WCFlags are work completion flags (enum ibv_wc_flags values).

@@ -1,6 +1,7 @@
 package verbs_test
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 
@@ -39,27 +40,42 @@ func TestTwoNamespaces(t *testing.T) {
 	a, b := connected(t, da, db, verbs.QPTypeRC)
 	fill := func(p []byte) {
 		for i := range p {
-			p[i] = byte(i * 7)
+			p[i] = byte(i*7 + i>>8 + i>>16) // not periodic: a shifted copy differs
 		}
 	}
 	fill(a.buf[:100000])
-	b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b.sge(0, 100000)}})
-	a.qp.PostSend([]verbs.SendWR{
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b.sge(0, 100000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.qp.PostSend([]verbs.SendWR{
 		{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, 100000)},
 		{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: a.sge(0, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()},
 		{WRID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: a.sge(300000, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()},
-	})
-	for _, wc := range poll(t, a.cq, 3) {
-		if wc.Status != verbs.WCSuccess {
-			t.Fatalf("%+v", wc)
+	}); err != nil {
+		t.Fatalf("posted %d of 3: %v", n, err)
+	}
+	for i, wc := range poll(t, a.cq, 3) {
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i+1) {
+			t.Fatalf("completion %d: %+v", i, wc)
 		}
 	}
-	if wc := poll(t, b.cq, 1); wc[0].ByteLen != 100000 {
+	if wc := poll(t, b.cq, 1); wc[0].Status != verbs.WCSuccess || wc[0].Opcode != verbs.WCRecv || wc[0].WRID != 1 || wc[0].ByteLen != 100000 {
 		t.Fatalf("%+v", wc)
 	}
-	for i := 0; i < 50000; i++ {
-		if a.buf[300000+i] != a.buf[i] {
-			t.Fatalf("READ data differs at %d", i)
+	for _, c := range []struct {
+		what      string
+		got, want []byte
+	}{
+		{"SEND", b.buf[:100000], a.buf[:100000]},
+		{"WRITE", b.buf[200000:250000], a.buf[:50000]},
+		{"READ", a.buf[300000:350000], a.buf[:50000]},
+	} {
+		if !bytes.Equal(c.got, c.want) {
+			i := 0
+			for c.got[i] == c.want[i] {
+				i++
+			}
+			t.Fatalf("%s data differs at byte %d", c.what, i)
 		}
 	}
 }

@@ -1,10 +1,7 @@
 package wire_test
 
 import (
-	"bytes"
 	"encoding/binary"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -33,24 +30,16 @@ func readRoCE(t testing.TB, path string) []rocePkt {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := capture.NewReader(f, nil)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []rocePkt
-	for {
-		var p capture.Packet
-		err := r.Next(&p)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range pkts {
 		if p.Truncated {
 			t.Fatalf("%s frame %d: truncated", path, p.Frame)
 		}
-		out = append(out, rocePkt{int(p.Frame), bytes.Clone(p.IPHdr), p.Src.Port(), p.Dst.Port(), bytes.Clone(p.Payload)})
+		out = append(out, rocePkt{int(p.Frame), p.IPHdr, p.Src.Port(), p.Dst.Port(), p.Payload})
 	}
 	return out
 }

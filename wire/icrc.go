@@ -6,7 +6,7 @@ import (
 	"net/netip"
 )
 
-// The ICRC (roce-wire §4) is CRC-32 (IEEE, as Ethernet) over eight 0xFF bytes
+// The ICRC (docs/protocol.md §4) is CRC-32 (IEEE, as Ethernet) over eight 0xFF bytes
 // (the masked LRH), the IP header, the UDP header and the packet from the BTH
 // through the pad, with the variant fields masked to all-ones: IPv4 TOS, TTL
 // and header checksum; IPv6 traffic class, flow label and hop limit; the UDP

@@ -16,7 +16,11 @@ func unhex(t testing.TB, s string) []byte {
 	return b
 }
 
-// Test vectors from the wire reference (roce-wire.md §4), IP header through ICRC.
+// ICRC test vectors, IP header through ICRC (the rules: docs/protocol.md
+// §4.1). V1-V3 were made with scapy's contrib/roce module; V4 (IPv6, which
+// scapy does not cover) was computed with hash/crc32 and a bitwise CRC
+// seeded as rxe seeds it, which agree on V1-V3. The "b" variants change only
+// masked fields.
 var icrcVectors = []struct {
 	name string
 	hex  string

@@ -39,7 +39,7 @@ func (h *IPv4Header) Put(b []byte) {
 	b[8], b[9], b[10], b[11] = h.TTL, ProtoUDP, 0, 0
 	copy(b[12:16], h.Src[:])
 	copy(b[16:20], h.Dst[:])
-	binary.BigEndian.PutUint16(b[10:], IPv4Checksum(b))
+	binary.BigEndian.PutUint16(b[10:], IPv4Checksum(b[:IPv4HeaderLen]))
 }
 
 // Append appends the header, with its checksum, to b.
@@ -50,13 +50,13 @@ func (h *IPv4Header) Append(b []byte) []byte {
 	return b
 }
 
-// IPv4Checksum returns the Internet checksum (RFC 1071) of the 20-byte
-// IPv4 header h: with h's checksum field zero it is the value to store
-// there; over a header with a correct checksum it is 0.
+// IPv4Checksum returns the Internet checksum (RFC 1071) of the IPv4 header
+// h (20 bytes, more with options; a multiple of 4 long): with h's checksum
+// field zero it is the value to store there; over a header with a correct
+// checksum it is 0.
 func IPv4Checksum(h []byte) uint16 {
-	h = h[:IPv4HeaderLen]
 	var s uint32
-	for i := 0; i < IPv4HeaderLen; i += 2 {
+	for i := 0; i+1 < len(h); i += 2 {
 		s += uint32(h[i])<<8 | uint32(h[i+1])
 	}
 	for s > 0xFFFF {

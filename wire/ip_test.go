@@ -34,3 +34,17 @@ func TestIPv6Header(t *testing.T) {
 		t.Errorf("Append = %x, want %x", got, want)
 	}
 }
+
+// TestIPv4ChecksumOptions: a header with options (IHL 6) is summed whole.
+func TestIPv4ChecksumOptions(t *testing.T) {
+	h := IPv4Header{TotalLen: 100, DF: true, TTL: 64, Src: [4]byte{10, 0, 0, 1}, Dst: [4]byte{10, 0, 0, 2}}
+	b := h.Append(nil)
+	b[0] = 0x46
+	b = append(b, 0x94, 0x04, 0, 0) // router alert
+	b[10], b[11] = 0, 0
+	c := IPv4Checksum(b)
+	b[10], b[11] = byte(c>>8), byte(c)
+	if IPv4Checksum(b) != 0 || IPv4Checksum(b[:20]) == 0 {
+		t.Errorf("checksum %#04x does not cover the options", c)
+	}
+}

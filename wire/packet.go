@@ -45,7 +45,7 @@ func (p *Packet) Parse(b []byte) error {
 	}
 	off := BTHLen
 	m := info.Mask
-	// Header order (roce-wire §2): DETH, RETH/AtomicETH (FLUSH: FETH then RETH), ImmDt, IETH;
+	// Header order (docs/protocol.md §2.2): DETH, RETH/AtomicETH (FLUSH: FETH then RETH), ImmDt, IETH;
 	// responses: AETH then AtomicAckETH.
 	if m&HasDETH != 0 {
 		p.DETH.Decode(b[off:])

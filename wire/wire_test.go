@@ -35,7 +35,12 @@ func TestParseErrors(t *testing.T) {
 		{"payload on ack", append(good(RCAcknowledge, 0), 0, 0, 0, 0), ErrHeaderMismatch},
 		{"payload on read req", append(good(RCReadRequest, 0), 0, 0, 0, 0), ErrHeaderMismatch},
 		{"oversized", good(RCSendOnly, MaxPayload+4), ErrOversized},
+		{"one byte over MaxPayload", good(RCSendOnly, MaxPayload+1), ErrOversized},
+		{"one byte over MaxPayload, UD", good(UDSendOnlyImm, MaxPayload+1), ErrOversized},
+		{"one byte over MaxPayload, READ response", good(RCReadResponseMiddle, MaxPayload+1), ErrOversized},
 		{"atomic write 4 bytes", good(RCAtomicWrite, 4), ErrHeaderMismatch},
+		{"atomic write 9 bytes", good(RCAtomicWrite, 9), ErrHeaderMismatch},
+		{"atomic write 12 bytes", good(RCAtomicWrite, 12), ErrHeaderMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +54,25 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("error %v is not a *ParseError", err)
 			}
 		})
+	}
+}
+
+// TestParseLimits: the largest payload parses, with every pad count, and
+// so does an ATOMIC_WRITE of exactly 8 bytes.
+func TestParseLimits(t *testing.T) {
+	for _, c := range []struct {
+		op Opcode
+		n  int
+	}{
+		{RCSendOnly, MaxPayload}, {RCSendOnly, MaxPayload - 1}, {RCSendOnly, MaxPayload - 2}, {RCSendOnly, MaxPayload - 3},
+		{RCWriteOnlyImm, MaxPayload}, {RCReadResponseFirst, MaxPayload}, {UDSendOnly, MaxPayload}, {UCSendLast, MaxPayload - 1},
+		{RCAtomicWrite, 8},
+	} {
+		in := (&Packet{BTH: BTH{Opcode: c.op, PKey: DefaultPKey, DestQP: 0x11, PSN: 1}, Payload: make([]byte, c.n)}).Append(nil)
+		var p Packet
+		if err := p.Parse(in); err != nil || len(p.Payload) != c.n {
+			t.Errorf("%v with %d payload bytes: %v, %d bytes parsed", c.op, c.n, err, len(p.Payload))
+		}
 	}
 }
 

@@ -1,9 +1,6 @@
 package mad
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -43,25 +40,17 @@ func readRoCE(t testing.TB, name string) []roceFrame {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := capture.NewReader(f, nil)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	var out []roceFrame
-	for {
-		var p capture.Packet
-		err := r.Next(&p)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	for _, p := range pkts {
 		if !p.Src.Addr().Is4() {
 			continue
 		}
 		i := int(p.Frame) - 1
-		fr := roceFrame{index: i, src: p.Src.Addr(), dst: p.Dst.Addr(), udp: bytes.Clone(p.Payload)}
+		fr := roceFrame{index: i, src: p.Src.Addr(), dst: p.Dst.Addr(), udp: p.Payload}
 		if err := fr.pkt.Parse(fr.udp); err != nil {
 			t.Fatalf("%s frame %d: wire parse: %v", name, i, err)
 		}

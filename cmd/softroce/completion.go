@@ -66,6 +66,9 @@ func runComplete(words []string, stdout io.Writer) int {
 			}
 			for _, g := range commandOptions(c, path) {
 				for _, o := range g.opts {
+					if o.refused {
+						continue
+					}
 					if o.short != 0 {
 						cands = append(cands, "-"+string(o.short))
 					}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,7 +43,7 @@ func runDada(args []string, stdout, stderr io.Writer) int {
 		if len(args) == 0 {
 			w = stderr
 		}
-		fmt.Fprintln(w, "usage: softroce dada SUBCOMMAND [flags]\n\nsubcommands:")
+		fmt.Fprintln(w, "Usage: softroce dada SUBCOMMAND [options]\n\nSubcommands:")
 		names := make([]string, 0, len(dadaSubs))
 		for n := range dadaSubs {
 			names = append(names, n)
@@ -125,8 +127,7 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 	}
 	if *destroy {
 		if err := dada.Destroy(key.k); err != nil {
-			fmt.Fprintf(stderr, "softroce dada db: %v\n", err)
-			return 1
+			return dadaFail(stderr, "db", key.k, err)
 		}
 		fmt.Fprintf(stdout, "destroyed ring %s (data block %s, header block %s)\n", key.k.Short(), key.k, key.k.HeaderKey())
 		return 0
@@ -142,8 +143,7 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 	h, err := dada.Create(dada.Config{Key: key.k, NBufs: *nbufs, BufSize: *bufsz, NReaders: *nread,
 		HeaderSize: *hdrsz, Lock: *lock, Page: *page})
 	if err != nil {
-		fmt.Fprintf(stderr, "softroce dada db: %v\n", err)
-		return 1
+		return dadaFail(stderr, "db", key.k, err)
 	}
 	fmt.Fprintf(stdout, "created ring %s: data block %s, %d × %d bytes (%s) for %d reader(s); header block %s, %d × %d bytes\n",
 		key.k.Short(), key.k, *nbufs, *bufsz, human(uint64(*nbufs)**bufsz), *nread, key.k.HeaderKey(), h.Header.NBufs(), h.Header.BufSize())
@@ -183,10 +183,13 @@ func dadaMonitor(args []string, stdout, stderr io.Writer) int {
 	if rc, ok := parseFlags(fs, args); !ok {
 		return rc
 	}
+	if err := checkMonitorFlags(*interval, *count); err != nil {
+		fmt.Fprintf(stderr, "softroce dada monitor: %v\n", err)
+		return 2
+	}
 	h, err := dada.Connect(key.k, dada.AttachOptions{})
 	if err != nil {
-		fmt.Fprintf(stderr, "softroce dada monitor: %v\n", err)
-		return 1
+		return dadaFail(stderr, "monitor", key.k, err)
 	}
 	defer h.Detach()
 	ctx, stop := signalCtx()
@@ -245,6 +248,12 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 	if rc, ok := parseFlags(fs, args); !ok {
 		return rc
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *optFlag) { set[f.Name] = true })
+	if err := checkWriteFlags(*rate, *rateSI, *total, set["b"], *fill); err != nil {
+		fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
+		return 2
+	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "softroce dada write: a header file must be specified (ASCII 'KEY value' lines with HDR_SIZE)")
 		fs.Usage()
@@ -279,16 +288,14 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 
 	h, err := dada.Connect(key.k, dada.AttachOptions{})
 	if err != nil {
-		fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
-		return 1
+		return dadaFail(stderr, "write", key.k, err)
 	}
 	defer h.Detach()
 	ctx, stop := signalCtx()
 	defer stop()
 	w, err := h.OpenWriter(ctx, dada.WriterOptions{Recover: *recov})
 	if err != nil {
-		fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
-		return 1
+		return dadaFail(stderr, "write", key.k, err)
 	}
 	if err := w.WriteHeader(hdr); err != nil {
 		w.Close()
@@ -307,8 +314,11 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 	}
 	start := time.Now()
 	var done uint64
+	var progress atomic.Uint64 // done, for the watcher
+	stopWatch := watchWriter(stderr, h, key.k, &progress)
 	bufsz := uint64(h.Data.BufSize())
-	for done < size {
+	var werr error
+	for done < size && werr == nil {
 		if bps > 0 {
 			// pace: never more than rate × elapsed bytes
 			if ahead := float64(done) - bps*time.Since(start).Seconds(); ahead > 0 {
@@ -322,37 +332,37 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		if *zero {
-			b, err := w.OpenBlock()
-			if err != nil {
-				fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
+			var b dada.Block
+			if b, werr = w.OpenBlock(); werr != nil {
 				break
 			}
 			n := min(bufsz, size-done)
 			for off := uint64(0); off < n; off += uint64(len(src)) {
 				copy(b.Data[off:n], src)
 			}
-			if err := w.MarkFilled(int(n)); err != nil {
-				fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
-				break
+			if werr = w.MarkFilled(int(n)); werr == nil {
+				done += n
 			}
-			done += n
 		} else {
 			n := min(uint64(len(src)), size-done, max(bufsz, 1<<16))
-			if _, err := w.Write(src[:n]); err != nil {
-				fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
-				break
+			if _, werr = w.Write(src[:n]); werr == nil {
+				done += n
 			}
-			done += n
 		}
+		progress.Store(done)
+	}
+	stopWatch()
+	if werr != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "softroce dada write: %v\n", werr)
 	}
 	cerr := w.Close()
 	el := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "%d bytes transferred in %.3fs (%.1f MB/s)\n", done, el, float64(done)/(1<<20)/max(el, 1e-9))
-	if *verbose {
+	if *verbose && !errors.Is(werr, dada.ErrDestroyed) {
 		st := h.Data.Stats()
 		fmt.Fprintf(stdout, "data block: w_buf_curr=%d w_xfer=%d\n", st.WBufCurr, st.WXfer)
 	}
-	if cerr != nil {
+	if cerr != nil && werr == nil {
 		fmt.Fprintf(stderr, "softroce dada write: closing the transfer: %v\n", cerr)
 		return 1
 	}
@@ -360,6 +370,144 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// watchWriter reports, once per episode, that the writer is waiting for a
+// reader: psrdada's writer blocks silently when the ring is full and no
+// reader is attached (none started, or the reader died). It returns a func
+// that stops the watcher.
+func watchWriter(stderr io.Writer, h *dada.HDU, k dada.Key, progress *atomic.Uint64) func() {
+	return watch(func(last *uint64, waiting *bool) {
+		st := h.Data.Stats()
+		p := progress.Load()
+		moved := p != *last
+		*last = p
+		switch {
+		case moved || st.Read < st.NReaders:
+			if *waiting && st.Read < st.NReaders {
+				fmt.Fprintf(stderr, "softroce dada write: a reader attached to ring %s; continuing\n", k.Short())
+			}
+			*waiting = false
+		case !*waiting && ringFull(st):
+			*waiting = true
+			fmt.Fprintf(stderr, "softroce dada write: waiting for a reader: ring %s is full and no reader is attached "+
+				"(start one, e.g. 'softroce dada read -k %s' or psrdada's dada_dbdisk)\n", k.Short(), k.Short())
+		}
+	})
+}
+
+// ringFull reports whether the writer's next buffer is still held by a
+// reader slot: the writer waits there.
+func ringFull(st dada.Stats) bool {
+	for _, r := range st.Readers {
+		if r.RBuf <= st.WBufNext && st.WBufNext-r.RBuf >= st.NBufs {
+			return true
+		}
+	}
+	return false
+}
+
+// watchReader reports, once per episode, that the reader waits for data
+// from a writer that died in the middle of a transfer (psrdada's reader
+// waits silently until a new writer ends it).
+func watchReader(stderr io.Writer, h *dada.HDU, k dada.Key, slot int) func() {
+	return watch(func(last *uint64, waiting *bool) {
+		st := h.Data.Stats()
+		if slot >= len(st.Readers) {
+			return
+		}
+		p := st.Readers[slot].RBuf + st.WBufCurr<<32
+		moved := p != *last
+		*last = p
+		dead := st.Write == 1 && (st.WState == dada.StateWriting || st.WState == dada.StateWChange && st.WBufNext > st.WBufCurr)
+		switch {
+		case moved || !dead:
+			*waiting = false
+		case !*waiting:
+			*waiting = true
+			fmt.Fprintf(stderr, "softroce dada read: the writer of ring %s exited in the middle of transfer %d; waiting for a new writer to end it "+
+				"('softroce dada write -recover -k %s')\n", k.Short(), st.WXfer, k.Short())
+		}
+	})
+}
+
+// watch calls check every dadaWatchInterval until the returned func is
+// called (which waits for the watcher to stop).
+func watch(check func(last *uint64, waiting *bool)) func() {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(dadaWatchInterval)
+		defer t.Stop()
+		var last uint64
+		var waiting bool
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				check(&last, &waiting)
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}
+
+// dadaWatchInterval is how long a dada command must be stuck before it says
+// what it waits for.
+var dadaWatchInterval = time.Second
+
+// dadaFail prints err for "softroce dada cmd", adding in parentheses the
+// command that does what the library's message asks, and returns exit
+// status 1.
+func dadaFail(stderr io.Writer, cmd string, k dada.Key, err error) int {
+	ks := k.Short()
+	hint := ""
+	switch {
+	case errors.Is(err, dada.ErrNotFound) && cmd != "db":
+		hint = fmt.Sprintf("'softroce dada db -k %s' or psrdada's dada_db", ks)
+	case errors.Is(err, dada.ErrExists):
+		hint = fmt.Sprintf("'softroce dada db -d -k %s'", ks)
+	case errors.Is(err, dada.ErrBadLayout):
+		hint = fmt.Sprintf("'softroce dada db -d -k %s'", ks)
+	case errors.Is(err, dada.ErrWriterDied):
+		hint = fmt.Sprintf("'softroce dada write -recover -k %s' takes over; 'softroce dada db -d -k %s' destroys the ring", ks, ks)
+	case errors.Is(err, dada.ErrNoMemory):
+		hint = "-n, -b"
+	}
+	if hint != "" {
+		fmt.Fprintf(stderr, "softroce dada %s: %v (%s)\n", cmd, err, hint)
+	} else {
+		fmt.Fprintf(stderr, "softroce dada %s: %v\n", cmd, err)
+	}
+	return 1
+}
+
+// checkMonitorFlags validates dada monitor's values after parsing.
+func checkMonitorFlags(interval time.Duration, count int) error {
+	if interval <= 0 {
+		return fmt.Errorf("-i %v: the interval between lines must be positive (for example 1s or 100ms)", interval)
+	}
+	if count < 0 {
+		return fmt.Errorf("-n %d: the number of lines must be 0 (until interrupted) or more", count)
+	}
+	return nil
+}
+
+// checkWriteFlags validates dada write's values after parsing; bSet tells
+// whether -b was given.
+func checkWriteFlags(rate, rateSI float64, total int64, bSet bool, fill string) error {
+	switch {
+	case rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0):
+		return fmt.Errorf("-r %v: the data rate must be a positive number of MiB/s, or 0 for as fast as possible", rate)
+	case rateSI < 0 || math.IsNaN(rateSI) || math.IsInf(rateSI, 0):
+		return fmt.Errorf("-R %v: the data rate must be a positive number of MB/s", rateSI)
+	case bSet && total < 0:
+		return fmt.Errorf("-b %d: the number of bytes to write must be 0 or more", total)
+	case len(fill) > 1:
+		return fmt.Errorf("-c %q: give one fill character", fill)
+	}
+	return nil
 }
 
 func dadaRead(args []string, stdout, stderr io.Writer) int {
@@ -386,16 +534,21 @@ func dadaRead(args []string, stdout, stderr io.Writer) int {
 		time.Sleep(time.Second)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "softroce dada read: %v\n", err)
-		return 1
+		return dadaFail(stderr, "read", key.k, err)
 	}
 	defer h.Detach()
 	r, err := h.OpenReader(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "softroce dada read: %v\n", err)
-		return 1
+		return dadaFail(stderr, "read", key.k, err)
 	}
 	defer r.Close()
+	if rj := r.Rejoin(); rj.Skip {
+		fmt.Fprintf(stderr, "softroce dada read: took over reader slot %d of ring %s from a reader that exited during transfer %d; "+
+			"skipping the rest of that transfer (its header is gone), then waiting for the next one\n", r.Slot(), key.k.Short(), rj.Xfer)
+	} else if rj.Rejoined && *verbose {
+		fmt.Fprintf(stderr, "softroce dada read: took over reader slot %d of ring %s from a reader that exited between transfers\n", r.Slot(), key.k.Short())
+	}
+	defer watchReader(stderr, h, key.k, r.Slot())()
 	for n := 0; ; n++ {
 		hdr, err := r.ReadHeader()
 		if err != nil {

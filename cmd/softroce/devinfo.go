@@ -16,7 +16,7 @@ func init() {
 	register(&command{name: "devinfo", summary: "print device and port attributes, like ibv_devinfo", run: runDevinfo})
 }
 
-const devinfoUsage = `usage: softroce devinfo [-d NAME] [-i PORT] [-l] [-v]
+const devinfoUsage = `Usage: softroce devinfo [-d NAME] [-i PORT] [-l] [-v]
 
 Prints the attributes of softroce devices in the layout of rdma-core's
 ibv_devinfo. Without -d every link is shown (or the default loopback device

@@ -28,7 +28,7 @@ func TestDumpLinkBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "softroce")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Skipf("cannot build the binary (in-process tests cover this): %v\n%s", err, out)
+		t.Fatalf("building the binary: %v\n%s", err, out)
 	}
 	state := filepath.Join(dir, "state", "links.json")
 	env := append(os.Environ(), "SOFTROCE_STATE="+state, "TZ=UTC")

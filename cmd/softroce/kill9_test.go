@@ -95,9 +95,10 @@ func (p *k9Proc) waitLine(t *testing.T, re string, timeout time.Duration) {
 func (p *k9Proc) stdout() string { p.mu.Lock(); defer p.mu.Unlock(); return p.out.String() }
 
 // k9Budget is how long the survivor may take to exit after the kill: the
-// tools' own bounds (pingpong's 5 s --peer-timeout; perftest's retry
-// budget of about 0.5 s, doubled, plus 1 s after the side channel closes)
-// with a wide margin for a loaded machine.
+// tools' own bounds (the retry budget of about 0.5 s: 1.2-1.5 s measured
+// from the kill; pingpong's 5 s --peer-timeout; perftest's 4 × the retry
+// budget plus 2 s after the side channel closes) with a wide margin for a
+// loaded machine.
 const k9Budget = 30 * time.Second
 
 func TestKill9(t *testing.T) {
@@ -118,7 +119,7 @@ func TestKill9(t *testing.T) {
 		{"ud_pingpong", []string{"-n", "100000000", "-s", "64"}, `^  remote address:`, "server",
 			`the peer stopped answering`},
 		{"write_bw", []string{"-D", "60", "-s", "4096"}, `#bytes`, "server",
-			`(?s) Completion with error at client\n Failed status 12: wr_id \d+ syndrom 0x[0-9a-f]+\nscnt=\d+, ccnt=\d+\n Failed to complete run_iter_bw function successfully|closed the side channel`},
+			`(?s) Completion with error at client\n Failed status 12: wr_id \d+ syndrom 0x[0-9a-f]+\nscnt=\d+, ccnt=\d+\n Failed to complete run_iter_bw function successfully`},
 		{"write_bw", []string{"-D", "60", "-s", "4096"}, `#bytes`, "client",
 			`Failed to exchange data between server and clients|closed the side channel`},
 		{"send_lat", []string{"-n", "100000000"}, `#bytes`, "server",

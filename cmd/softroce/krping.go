@@ -18,7 +18,7 @@ func init() {
 }
 
 func krpingUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: softroce krping [--pcap FILE] server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
+	fmt.Fprintln(w, "Usage: softroce krping [--pcap FILE] server|client,addr=IP[,port=N][,count=N][,size=N][,validate][,verbose]")
 	fmt.Fprintln(w, "                      [,wlat|,rlat|,bw][,duplex][,txdepth=N][,poll]")
 	fmt.Fprintln(w, "  the option string written to /proc/krping, e.g. \"client,addr=192.168.11.22,port=9999,count=1\"")
 	fmt.Fprintln(w, "  ping (default): client advertises, server RDMA READs and WRITEs back (validate checks every ping)")

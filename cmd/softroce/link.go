@@ -16,7 +16,7 @@ func init() {
 	})
 }
 
-const linkUsage = `usage: softroce link [show] [-j] [NAME]
+const linkUsage = `Usage: softroce link [show] [-j] [NAME]
        softroce link add NAME [type rxe] netdev DEV [addr IP[:PORT]]
        softroce link add NAME addr IP[:PORT]
        softroce link delete NAME

@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -57,15 +56,17 @@ type getopt struct {
 }
 
 type gopt struct {
-	short  byte   // 0: long only
-	long   string // "": short only
-	hasArg bool
-	kind   optKind
-	meta   string // argument name in the help
-	Usage  string // the help text
-	def    string // default shown in the help
-	set    func(arg string) error
-	seen   bool
+	short   byte   // 0: long only
+	long    string // "": short only
+	hasArg  bool
+	kind    optKind
+	meta    string // argument name in the help
+	Usage   string // the help text
+	def     string // default shown in the help
+	set     func(arg string) error
+	seen    bool
+	zeroOK  bool // a duration of 0 is allowed (it means "never")
+	refused bool // recognised but not supported (not offered by completion)
 }
 
 // parseHook, when set (tests, completion), sees every option set as it parses.
@@ -149,12 +150,16 @@ func (g *getopt) numIn(short byte, long string, p *int, lo, hi int) *gopt {
 
 // dur registers a duration option ("1s", "250ms"); it must be positive.
 func (g *getopt) dur(short byte, long string, p *time.Duration) *gopt {
-	o := g.add(short, long, true, func(s string) error {
+	var o *gopt
+	o = g.add(short, long, true, func(s string) error {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil && o.zeroOK && strings.TrimSpace(s) == "0" {
+			d, err = 0, nil
+		}
 		if err != nil {
 			return fmt.Errorf("%q is not a duration (like 1s or 250ms)", s)
 		}
-		if d <= 0 {
+		if d < 0 || d == 0 && !o.zeroOK {
 			return fmt.Errorf("%q: the duration must be positive", s)
 		}
 		*p = d
@@ -164,9 +169,18 @@ func (g *getopt) dur(short byte, long string, p *time.Duration) *gopt {
 	return o
 }
 
+// durOrZero registers a duration option that may be 0 (never).
+func (g *getopt) durOrZero(short byte, long string, p *time.Duration) *gopt {
+	o := g.dur(short, long, p)
+	o.zeroOK = true
+	return o
+}
+
 // refuse registers an option softroce recognises but cannot honour.
 func (g *getopt) refuse(short byte, long string, hasArg bool, why string) *gopt {
-	return g.add(short, long, hasArg, func(string) error { return errRefused{why} })
+	o := g.add(short, long, hasArg, func(string) error { return errRefused{why} })
+	o.refused = true
+	return o
 }
 
 type errRefused struct{ why string }
@@ -582,6 +596,3 @@ func (g *getopt) Output() io.Writer { return g.out }
 
 // PrintDefaults lists the options to Output.
 func (g *getopt) PrintDefaults() { g.printOptions(g.out) }
-
-// errConnRefused matches a TCP connection refused (the server is not listening yet).
-var errConnRefused error = syscall.ECONNREFUSED

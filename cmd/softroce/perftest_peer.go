@@ -44,9 +44,9 @@ func newPtPeerWatch(conn net.Conn, qpTimeout int) *ptPeerWatch {
 	if err != nil {
 		return nil
 	}
-	// The budget of perftest's QPs (retry_cnt 7), doubled, plus a second
-	// for a loaded machine.
-	return &ptPeerWatch{rc: rc, grace: 2*ptRetryBudget(qpTimeout, 7) + time.Second}
+	// The budget of perftest's QPs (retry_cnt 7; about 0.5 s, 1.2 s measured
+	// from the kill), four times, plus two seconds for a loaded machine.
+	return &ptPeerWatch{rc: rc, grace: 4*ptRetryBudget(qpTimeout, 7) + 2*time.Second}
 }
 
 // check returns errPeerClosed once the peer is gone and the grace is over.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -49,27 +48,19 @@ func readCMPcap(t testing.TB, path string, client netip.Addr) *rdmacmCapture {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := capture.NewReader(f, nil)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sideQP uint32
 	c := &rdmacmCapture{}
 	var order []string
-	for {
-		var cp capture.Packet
-		err := r.Next(&cp)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, cp := range pkts {
 		if !cp.Src.Addr().Is4() {
 			continue
 		}
 		var p wire.Packet
-		if err := p.Parse(bytes.Clone(cp.Payload)); err != nil {
+		if err := p.Parse(cp.Payload); err != nil {
 			t.Fatal(err)
 		}
 		fromClient := cp.Src.Addr() == client

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
@@ -125,7 +126,7 @@ Options:
   -c, --chk              validate received buffer
       --pcap=<file>      write the device's RoCEv2 traffic to a pcap file
       --peer-timeout=<d> fail when no completion arrives for <d> during the
-                         exchanges: the peer is gone (default 5s)
+                         exchanges: the peer is gone (default 5s; 0: wait forever)
 `)
 }
 
@@ -160,7 +161,7 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	g.refuse('j', "dm", false, "softroce has no device memory")
 	var newSend bool
 	g.flag('N', "new_send", &newSend) // the ibv_wr_* API: identical traffic, nothing to change
-	g.dur(0, "peer-timeout", &c.peerTimeout)
+	g.durOrZero(0, "peer-timeout", &c.peerTimeout)
 	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { ppUsage(c, w) })
 	if !ok {
 		return code
@@ -504,6 +505,9 @@ func (p *ppCtx) exchange(ctx context.Context) error {
 	p.remote = r[:len(p.local)]
 	return nil
 }
+
+// errConnRefused matches a TCP connection refused (the server is not listening yet).
+var errConnRefused error = syscall.ECONNREFUSED
 
 // ppDial connects to the server, retrying while it is not listening yet
 // (the C tools fail at once; a short grace period helps scripts that start

@@ -133,3 +133,205 @@ func checkRemote(t *testing.T, a, b *side, op WROpcode, addr uint64, rkey uint32
 	mustEqual(t, b.buf, wantB)
 	mustEqual(t, a.buf, wantA)
 }
+
+// TestInvalidateChecks: LOCAL_INV invalidates only a valid MR or bound
+// type 2 window of the QP's PD with the exact key; SEND_WITH_INV only a
+// type 2 window bound to the receiving QP, never an ordinary MR (rxe). The
+// "control" cases show the same invalidation succeeds.
+func TestInvalidateChecks(t *testing.T) {
+	type target struct {
+		key   uint32
+		valid func() bool // the MR is valid / the window bound
+	}
+	mrOf := func(t *testing.T, pd *PD, b *side) *MR {
+		mr, err := pd.RegMR(b.buf[1024:2048], allRemote)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mr
+	}
+	mrTarget := func(mr *MR, key uint32) target { return target{key, mr.Valid} }
+	win2 := func(t *testing.T, s *side, pd *PD, b *side) (*MW, uint32) {
+		mr := mrOf(t, pd, b)
+		mw, err := pd.AllocMW(MWType2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mw, bind2(t, s, mw, MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: AccessRemoteWrite})
+	}
+	cases := []struct {
+		name              string
+		setup             func(t *testing.T, a, b *side) target
+		okLocal, okRemote bool
+	}{
+		{"MR control", func(t *testing.T, a, b *side) target { mr := mrOf(t, b.pd, b); return mrTarget(mr, mr.RKey()) }, true, false},
+		{"MR wrong key8", func(t *testing.T, a, b *side) target {
+			mr := mrOf(t, b.pd, b)
+			return mrTarget(mr, IncRKey(mr.RKey()))
+		}, false, false},
+		{"MR of other PD", func(t *testing.T, a, b *side) target {
+			pd, _ := b.dev.AllocPD()
+			mr := mrOf(t, pd, b)
+			return mrTarget(mr, mr.RKey())
+		}, false, false},
+		{"MR with a bound window", func(t *testing.T, a, b *side) target {
+			mr := mrOf(t, b.pd, b)
+			mw, _ := b.pd.AllocMW(MWType2)
+			bind2(t, b, mw, MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 64, Access: AccessRemoteRead})
+			return mrTarget(mr, mr.RKey())
+		}, false, false},
+		{"window control", func(t *testing.T, a, b *side) target {
+			mw, key := win2(t, b, b.pd, b)
+			return target{key, mw.Bound}
+		}, true, true},
+		{"window wrong key8", func(t *testing.T, a, b *side) target {
+			mw, key := win2(t, b, b.pd, b)
+			return target{IncRKey(key), mw.Bound}
+		}, false, false},
+		{"window of other PD", func(t *testing.T, a, b *side) target {
+			pd, _ := b.dev.AllocPD()
+			mw, key := win2(t, extraQP(t, a, b, pd), pd, b)
+			return target{key, mw.Bound}
+		}, false, false},
+		{"window bound on another QP", func(t *testing.T, a, b *side) target {
+			mw, key := win2(t, extraQP(t, a, b, b.pd), b.pd, b)
+			return target{key, mw.Bound}
+		}, true, false},
+	}
+	for _, remote := range []bool{true, false} {
+		for _, c := range cases {
+			name, ok := "LOCAL_INV/"+c.name, c.okLocal
+			if remote {
+				name, ok = "SEND_WITH_INV/"+c.name, c.okRemote
+			}
+			t.Run(name, func(t *testing.T) {
+				a, b := remotePair(t)
+				tg := c.setup(t, a, b)
+				if !tg.valid() {
+					t.Fatal("target not valid before the invalidation")
+				}
+				if remote {
+					postRecv(t, b, 1, 0, 64)
+					post(t, a.qp, SendWR{WRID: 1, Opcode: WRSendWithInv, Flags: SendSignaled, SGList: sge(a, 0, 16), ImmData: tg.key})
+					wantWC(t, a.scq, WCSuccess, WCSend)
+					if !ok {
+						wantWC(t, b.rcq, WCRemInvReqErr, WCRecv)
+						waitState(t, b.qp, QPStateErr)
+					} else if wc := wantWC(t, b.rcq, WCSuccess, WCRecv); wc.Flags&WCWithInv == 0 || wc.ImmData != tg.key {
+						t.Fatalf("receive completion %+v", wc)
+					}
+				} else {
+					post(t, b.qp, SendWR{WRID: 1, Opcode: WRLocalInv, Flags: SendSignaled, ImmData: tg.key})
+					if ok {
+						wantWC(t, b.scq, WCSuccess, WCLocalInv)
+					} else {
+						wantWC(t, b.scq, WCLocQPOpErr, WCLocalInv)
+					}
+				}
+				if tg.valid() != !ok {
+					t.Fatalf("target valid %v after the invalidation, want %v", tg.valid(), !ok)
+				}
+			})
+		}
+	}
+}
+
+// TestMWBindChecks: a type 2 bind needs a valid MR of the QP's PD (the
+// control binds the same range).
+func TestMWBindChecks(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T, b *side) *MR
+		ok    bool
+	}{
+		{"control", func(t *testing.T, b *side) *MR { mr, _ := b.pd.RegMR(b.buf[1024:2048], allRemote); return mr }, true},
+		{"MR of other PD", func(t *testing.T, b *side) *MR {
+			pd, _ := b.dev.AllocPD()
+			mr, _ := pd.RegMR(b.buf[1024:2048], allRemote)
+			return mr
+		}, false},
+		{"MR invalidated", func(t *testing.T, b *side) *MR {
+			mr, _ := b.pd.RegMR(b.buf[1024:2048], allRemote)
+			mr.Invalidate()
+			return mr
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := remotePair(t)
+			mr := c.setup(t, b)
+			mw, _ := b.pd.AllocMW(MWType2)
+			key := IncRKey(mw.RKey())
+			post(t, b.qp, SendWR{WRID: 1, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, RKey: key,
+				BindInfo: MWBindInfo{MR: mr, Addr: mr.Addr(), Length: 1024, Access: AccessRemoteRead}})
+			if !c.ok {
+				wantWC(t, b.scq, WCMWBindErr, WCBindMW)
+				if mw.Bound() {
+					t.Fatal("window bound after a failed bind")
+				}
+				return
+			}
+			wantWC(t, b.scq, WCSuccess, WCBindMW)
+			checkRemote(t, a, b, WRRDMARead, mr.Addr()+64, key, 64, 1024+64, WCSuccess)
+		})
+	}
+}
+
+// TestMultiSGE: SEND, WRITE and READ with several SGEs of odd lengths in
+// different MRs gather and scatter each SGE exactly (a receive with three
+// SGEs too), touching no byte outside them.
+func TestMultiSGE(t *testing.T) {
+	a, b := remotePair(t)
+	mrA2, err := a.pd.RegMR(a.buf[40000:41000], AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrB2, err := b.pd.RegMR(b.buf[50000:51000], AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's SGEs: 7 bytes at 100, 1 byte at the end of mrA2, 300 bytes at 5000 (308 in all).
+	src := []SGE{{Addr: a.mr.Addr() + 100, Length: 7, LKey: a.mr.LKey()},
+		{Addr: mrA2.Addr() + 999, Length: 1, LKey: mrA2.LKey()},
+		{Addr: a.mr.Addr() + 5000, Length: 300, LKey: a.mr.LKey()}}
+	data := func(buf []byte) []byte {
+		return append(append(append([]byte(nil), buf[100:107]...), buf[40999]), buf[5000:5300]...)
+	}
+	// b's receive SGEs: 5 at 200, 200 at the end of mrB2, 103 at 9000.
+	dst := []SGE{{Addr: b.mr.Addr() + 200, Length: 5, LKey: b.mr.LKey()},
+		{Addr: mrB2.Addr() + 800, Length: 200, LKey: mrB2.LKey()},
+		{Addr: b.mr.Addr() + 9000, Length: 103, LKey: b.mr.LKey()}}
+	place := func(buf, d []byte) {
+		copy(buf[200:205], d[:5])
+		copy(buf[50800:51000], d[5:205])
+		copy(buf[9000:9103], d[205:308])
+	}
+	fill(a.buf, 0x61)
+	fill(b.buf, 0x00)
+	canaryA := append([]byte(nil), a.buf...)
+	wantB := append([]byte(nil), b.buf...)
+	if _, err := b.qp.PostRecv([]RecvWR{{WRID: 5, SGList: dst}}); err != nil {
+		t.Fatal(err)
+	}
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: src})
+	wantWC(t, a.scq, WCSuccess, WCSend)
+	if wc := wantWC(t, b.rcq, WCSuccess, WCRecv); wc.ByteLen != 308 {
+		t.Fatalf("received %d bytes, want 308", wc.ByteLen)
+	}
+	place(wantB, data(canaryA))
+	mustEqual(t, b.buf, wantB)
+	// WRITE the same SGEs to b at 20000.
+	post(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: src, RemoteAddr: b.mr.Addr() + 20000, RKey: b.mr.RKey()})
+	wantWC(t, a.scq, WCSuccess, WCRDMAWrite)
+	copy(wantB[20000:], data(canaryA))
+	mustEqual(t, b.buf, wantB)
+	// READ b's 308 bytes at 30000 into a's SGEs.
+	fill(b.buf[30000:30308], 0x99)
+	post(t, a.qp, SendWR{WRID: 3, Opcode: WRRDMARead, Flags: SendSignaled, SGList: src, RemoteAddr: b.mr.Addr() + 30000, RKey: b.mr.RKey()})
+	wantWC(t, a.scq, WCSuccess, WCRDMARead)
+	wantA := canaryA
+	r := b.buf[30000:30308]
+	copy(wantA[100:107], r[:7])
+	wantA[40999] = r[7]
+	copy(wantA[5000:5300], r[8:])
+	mustEqual(t, a.buf, wantA)
+}

@@ -29,6 +29,7 @@ type pairOpts struct {
 	mtu      int // link MTU
 	pmtu     wire.MTU
 	timeout  uint8
+	hopLimit uint8 // AV hop_limit (default 64)
 	retry    uint8
 	rnrRetry uint8
 	minRNR   uint8
@@ -75,6 +76,9 @@ func defaults(o *pairOpts) {
 	}
 	if o.minRNR == 0 {
 		o.minRNR = 1
+	}
+	if o.hopLimit == 0 {
+		o.hopLimit = 64
 	}
 	if o.access == 0 {
 		o.access = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal
@@ -154,7 +158,7 @@ func connect(t testing.TB, s, peer *side, o pairOpts) {
 	a = &QPAttr{QPState: QPStateRTR, PathMTU: o.pmtu, DestQPNum: peer.qp.QPN(), RQPSN: 100,
 		MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR,
 		AHAttr: AHAttr{IsGlobal: true, PortNum: 1, DstPort: peer.port,
-			GRH: GlobalRoute{DGID: peer.dev.gids[1], SGIDIndex: 1, HopLimit: 64}}}
+			GRH: GlobalRoute{DGID: peer.dev.gids[1], SGIDIndex: 1, HopLimit: o.hopLimit}}}
 	m = QPAttrState
 	switch o.typ {
 	case QPTypeRC:

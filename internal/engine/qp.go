@@ -87,6 +87,8 @@ type QP struct {
 	rewound     bool   // a retry sequence started and no positive answer yet (rxe: started_retry)
 	sentPSN     uint32 // one past the newest PSN sent
 	backoff     int    // consecutive retransmit timeouts of the same PSN
+	narrow      int    // send window reduction after retries (window = maxUnackedPSNs - narrow)
+	heard       bool   // a response for outstanding work arrived since the last retry
 	rng         uint64 // retransmit jitter generator state
 
 	// Receive queue and responder state.
@@ -493,7 +495,7 @@ func (qp *QP) enter(s QPState) {
 			qp.sq[i] = sendWQE{inline: qp.sq[i].inline[:0]}
 		}
 		qp.rq.head, qp.rq.n = 0, 0
-		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound, qp.backoff = 0, 0, false, false, 0
+		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound, qp.backoff, qp.narrow, qp.heard = 0, 0, false, false, 0, 0, false
 		res := qp.resp.res
 		for i := range res {
 			res[i] = respRes{}
@@ -632,7 +634,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 			return errNoAH
 		}
 		w.dst = wr.AH.dst
-		w.tos, w.ttl = wr.AH.attr.GRH.TrafficClass, wr.AH.attr.GRH.HopLimit
+		w.tos, w.ttl = wr.AH.attr.GRH.TrafficClass, 0 // the route's hop limit, as the kernel (see grh)
 		w.wr.AH = nil
 	}
 	w.length = uint32(length)

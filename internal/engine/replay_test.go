@@ -43,20 +43,16 @@ func readCapture(t *testing.T, name string) []capPkt {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := capture.NewReader(f, nil)
+	pkts, err := capture.ReadAll(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []capPkt
-	for {
-		var cp capture.Packet
-		if err := r.Next(&cp); err != nil {
-			break
-		}
+	for _, cp := range pkts {
 		if !cp.Src.Addr().Is4() {
 			continue
 		}
-		c := capPkt{src: cp.Src, dst: cp.Dst, ipHdr: bytes.Clone(cp.IPHdr), roce: bytes.Clone(cp.Payload)}
+		c := capPkt{src: cp.Src, dst: cp.Dst, ipHdr: cp.IPHdr, roce: cp.Payload}
 		if err := c.p.Parse(c.roce); err != nil {
 			t.Fatalf("%s: captured packet does not parse: %v", name, err)
 		}

@@ -39,8 +39,13 @@ func (qp *QP) newPacket(h *wire.Packet, payloadLen int, dst netip.AddrPort, tos,
 // cancelPacket drops the slot newPacket returned last.
 func (qp *QP) cancelPacket() { qp.txn-- }
 
+// grh returns the traffic class and the TTL / hop limit of the QP's
+// packets. The TTL is 0, the link's default (the route's hop limit, 64
+// on Linux), whatever the address vector's hop_limit says: the kernel
+// sends the route's hop limit because ib_core overwrites the AH's (the
+// tools set 1, 64 or 255, and TTL 1 never crosses a router).
 func (qp *QP) grh() (tos, ttl uint8) {
-	return qp.attr.AHAttr.GRH.TrafficClass, qp.attr.AHAttr.GRH.HopLimit
+	return qp.attr.AHAttr.GRH.TrafficClass, 0
 }
 
 // compPSN is the oldest PSN not yet acknowledged (or answered).
@@ -166,7 +171,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			return true
 		}
 		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
-		if wire.PSNDiff(psn, qp.compPSN()) >= maxUnackedPSNs {
+		if wire.PSNDiff(psn, qp.compPSN()) >= int32(qp.window()) {
 			return false
 		}
 		h.BTH = wire.BTH{DestQP: qp.attr.DestQPNum, PSN: psn, AckReq: true}
@@ -202,8 +207,15 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 	}
 	for qp.reqPkt < w.npkts {
 		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
-		if rc && wire.PSNDiff(psn, qp.compPSN()) >= maxUnackedPSNs {
-			return false
+		edge := false
+		if rc {
+			d, w := wire.PSNDiff(psn, qp.compPSN()), int32(qp.window())
+			if d >= w {
+				return false
+			}
+			// A window narrowed after a retry closes before rxe's
+			// AckReq cadence asks for an ACK: ask at its edge.
+			edge = d == w-1 && w < maxUnackedPSNs
 		}
 		off := qp.reqPkt * qp.pmtu
 		plen := min(qp.pmtu, int(w.length)-off)
@@ -259,7 +271,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		// AckReq on the last packet and after more than 64 packets without
 		// one (§5), exactly as rxe counts: ack = last || noack++ > 64.
 		if rc {
-			ack := last
+			ack := last || edge
 			if !ack {
 				ack = qp.noAckPkts > maxPktPerAck
 				qp.noAckPkts++
@@ -456,12 +468,29 @@ func (qp *QP) rearmRetry() {
 	}
 }
 
-// renewRetry renews the retry budgets and the timer backoff: the oldest
-// unacknowledged PSN moved (retry_cnt counts retries of the same PSN).
+// renewRetry renews the retry budgets and the timer backoff and widens a
+// narrowed send window: the oldest unacknowledged PSN moved (retry_cnt
+// counts retries of the same PSN).
 func (qp *QP) renewRetry() {
 	qp.retryLeft, qp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
 	qp.backoff = 0
+	qp.narrow = max(qp.narrow-windowGrow, 0)
 }
+
+// Send window (PSNs in flight). rxe always allows RXE_MAX_UNACKED_PSNS; the
+// responder drops everything after a gap, so each retry resends what is in
+// flight. softroce halves the window at each retry sequence (down to
+// minWindow) and widens it again by windowGrow per answer that moves it
+// (additive increase, multiplicative decrease): on a reordering or lossy
+// path a go-back-N then costs a fraction of the full window. On a clean
+// path the window stays at rxe's.
+const (
+	minWindow  = 8
+	windowGrow = 8
+)
+
+// window is the number of PSNs the requester may have unacknowledged.
+func (qp *QP) window() int { return max(maxUnackedPSNs-qp.narrow, minWindow) }
 
 // progressed restarts the timer and the retry budgets after an answer
 // moved the window (rxe resets them when a WQE completes), and ends a
@@ -498,12 +527,23 @@ func (qp *QP) onRetryTimer() {
 // retry_cnt 7), retry_cnt N allows N retries for every value 0..7: the next
 // failure completes the oldest WQE with RETRY_EXC_ERR and moves the QP to
 // ERR. Only rnr_retry 7 means infinite (§5).
+//
+// A retry after the peer was heard from (a response for outstanding work
+// arrived since the last retry, even one without progress) spends
+// nothing: the budget detects a dead path, and a slow peer that is still
+// answering (rxe under load replays a READ's rest seconds late) is not one.
+// A dead peer is still noticed after retry_cnt silent timeouts.
 func (qp *QP) retry() {
-	if qp.retryLeft <= 0 {
-		qp.failHead(WCRetryExcErr)
-		return
+	if qp.heard {
+		qp.heard = false
+	} else {
+		if qp.retryLeft <= 0 {
+			qp.failHead(WCRetryExcErr)
+			return
+		}
+		qp.retryLeft--
 	}
-	qp.retryLeft--
+	qp.narrow = maxUnackedPSNs - max(qp.window()/2, minWindow)
 	qp.rewind()
 }
 
@@ -673,6 +713,7 @@ func (qp *QP) completer(p *wire.Packet) {
 	// stream of duplicate read responses after a retry runs into the
 	// timer, whose retry makes the peer replay the rest once more.
 	qp.rearmRetry()
+	qp.heard = true
 	if wire.PSNDiff(psn, oldest) < 0 {
 		st.DropResponse.Add(1) // answers a completed WQE (a duplicate)
 		return

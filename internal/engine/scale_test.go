@@ -29,11 +29,13 @@ type manyQPs struct {
 }
 
 // scaleLink opens two endpoints joined by kind: "udp" (127.0.0.1 and
-// 127.0.0.2 on kernel-chosen ports) or "pipe".
+// 127.0.0.2 on kernel-chosen ports) or "pipe". The pipe's queues hold
+// 32768 datagrams, like the UDP sockets' 32 MiB buffers a few 10,000s: a
+// window of 10,000 WRITEs and their ACKs fits, as it does over UDP.
 func scaleLink(tb testing.TB, kind string) (link.Endpoint, link.Endpoint) {
 	tb.Helper()
 	if kind == "pipe" {
-		a, b, err := pipe.New(pipe.Config{MTU: 65536}, pipe.Config{MTU: 65536})
+		a, b, err := pipe.New(pipe.Config{MTU: 65536, QueueLen: 1 << 15}, pipe.Config{MTU: 65536, QueueLen: 1 << 15})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -130,10 +132,13 @@ func scaleConnect(tb testing.TB, qp, peer *QP, pd *Device, port uint16, access A
 	}
 }
 
-// write posts one signaled 64-byte RDMA WRITE on pair i (WRID i).
+// write posts one signaled 64-byte RDMA WRITE on pair i (WRID i); wr
+// has room for one WR with one SGE (PostSend copies them, so they are
+// reused and the loop allocates nothing).
 func (m *manyQPs) write(wr []SendWR, i int) error {
-	wr[0] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-		SGList:     []SGE{{Addr: m.mra.Addr() + uint64(64*i), Length: 64, LKey: m.mra.LKey()}},
+	sg := wr[0].SGList[:1]
+	sg[0] = SGE{Addr: m.mra.Addr() + uint64(64*i), Length: 64, LKey: m.mra.LKey()}
+	wr[0] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sg,
 		RemoteAddr: m.mrb.Addr() + uint64(64*i), RKey: m.mrb.RKey()}
 	_, err := m.a[i].PostSend(wr)
 	return err
@@ -170,7 +175,7 @@ var manyQPsTimeout = func() uint8 {
 func benchManyQPs(b *testing.B, kind string, n int) {
 	ea, eb := scaleLink(b, kind)
 	m := newManyQPs(b, ea, eb, n, manyQPsTimeout)
-	wr := make([]SendWR, 1)
+	wr := []SendWR{{SGList: make([]SGE, 1)}}
 	wcs := make([]WC, 256)
 	var queued []WC
 	st, stb := m.da.Stats(), m.db.Stats()
@@ -220,6 +225,7 @@ func benchManyQPs(b *testing.B, kind string, n int) {
 		}
 	}
 	el := b.Elapsed()
+	b.ReportAllocs()
 	b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
 	b.ReportMetric(float64(st.Retransmits.Load()-retr0)*1000/float64(b.N), "retrans/kop")
 	b.ReportMetric(float64(st.RetryTimeouts.Load()-tmo0)*1000/float64(b.N), "timeouts/kop")

@@ -4,21 +4,34 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 )
 
-// checkHeap fails unless h is a min-heap whose timers know their places.
+// checkHeap fails unless h is a min-heap on the keys whose timers know
+// their places, active timers are keyed no later than their deadlines,
+// and the counts add up.
 func checkHeap(t *testing.T, h *timerHeap) {
 	t.Helper()
+	active := 0
 	for i, x := range h.heap {
 		if x.idx != i {
 			t.Fatalf("timer at %d says it is at %d", i, x.idx)
 		}
-		if i > 0 && h.heap[(i-1)/2].when > x.when {
-			t.Fatalf("heap order broken at %d: parent %d > %d", i, h.heap[(i-1)/2].when, x.when)
+		if i > 0 && h.heap[(i-1)/2].key > x.key {
+			t.Fatalf("heap order broken at %d: parent %d > %d", i, h.heap[(i-1)/2].key, x.key)
 		}
+		if x.active {
+			active++
+			if x.key > x.when {
+				t.Fatalf("timer at %d keyed %d, after its deadline %d", i, x.key, x.when)
+			}
+		}
+	}
+	if active != h.active || len(h.heap)-active != h.stale {
+		t.Fatalf("%d active and %d stale timers counted, %d and %d queued", h.active, h.stale, active, len(h.heap)-active)
 	}
 }
 
@@ -55,8 +68,8 @@ func TestTimerHeapOrder(t *testing.T) {
 		}
 		checkHeap(t, h)
 	}
-	if len(h.heap) != len(want) {
-		t.Fatalf("heap holds %d timers, want %d", len(h.heap), len(want))
+	if h.active != len(want) {
+		t.Fatalf("heap holds %d active timers, want %d", h.active, len(want))
 	}
 	var whens []int64
 	for f := h.due(math.MaxInt64); f != nil; f = h.due(math.MaxInt64) {
@@ -79,7 +92,45 @@ func TestTimerHeapOrder(t *testing.T) {
 	}
 }
 
-// TestTimerHeapDue: only timers whose deadline has passed are due.
+// TestTimerHeapSweep: stopped timers do not pile up in the heap (a QP's
+// timers are made and stopped at creation, and stopped at destruction),
+// and the sweep keeps the live ones in deadline order.
+func TestTimerHeapSweep(t *testing.T) {
+	h := newTimerHeap()
+	rng := rand.New(rand.NewPCG(3, 4))
+	ts := make([]Timer, 1000)
+	for i := range ts {
+		ts[i] = h.AfterFunc(time.Hour, func() {})
+		ts[i].Stop() // as createQP does
+	}
+	if len(h.heap) > 33 {
+		t.Fatalf("%d stopped timers still queued", len(h.heap))
+	}
+	for _, x := range ts {
+		x.Reset(time.Duration(rng.Int64N(int64(time.Hour))))
+	}
+	for _, x := range ts[:300] {
+		x.Reset(time.Hour + time.Duration(rng.Int64N(int64(time.Hour)))) // later: lazily
+	}
+	for _, x := range ts[300:] {
+		x.Stop()
+	}
+	checkHeap(t, h)
+	if len(h.heap) > 2*300+1 || h.len() != 300 {
+		t.Fatalf("%d timers queued, %d active; want 300 active, stopped ones swept", len(h.heap), h.len())
+	}
+	fired := 0
+	for f := h.due(math.MaxInt64); f != nil; f = h.due(math.MaxInt64) {
+		fired++
+		checkHeap(t, h)
+	}
+	if fired != 300 {
+		t.Fatalf("%d timers fired, want 300", fired)
+	}
+}
+
+// TestTimerHeapDue: only timers whose deadline has passed are due, and a
+// timer re-armed later fires at its new deadline.
 func TestTimerHeapDue(t *testing.T) {
 	h := newTimerHeap()
 	a := h.AfterFunc(time.Hour, func() {}).(*heapTimer)
@@ -92,6 +143,15 @@ func TestTimerHeapDue(t *testing.T) {
 	}
 	if f := h.due(a.when); f != nil || b.idx != 0 {
 		t.Fatal("the later timer fired early")
+	}
+	old := b.when
+	b.Reset(3 * time.Hour) // lazily: b keeps its place
+	if f := h.due(old); f != nil {
+		t.Fatal("a timer re-armed later fired at its old deadline")
+	}
+	checkHeap(t, h)
+	if f := h.due(b.when); f == nil {
+		t.Fatal("a timer re-armed later did not fire at its new deadline")
 	}
 }
 
@@ -173,5 +233,38 @@ func TestTimerHeapRun(t *testing.T) {
 	}
 	if late.Reset(time.Millisecond) || h.len() != 0 {
 		t.Fatal("a closed heap queued a timer")
+	}
+}
+
+// BenchmarkTimerRearm re-arms one of n queued timers per op, as an ACK
+// does (Stop, then Reset to a full timeout): the device's heap against a
+// runtime timer per QP.
+func BenchmarkTimerRearm(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		for _, kind := range []string{"heap", "runtime"} {
+			b.Run(kind+"/timers="+strconv.Itoa(n), func(b *testing.B) {
+				var c Clock = RealClock
+				if kind == "heap" {
+					c = newTimerHeap() // not run: nothing fires
+				}
+				ts := make([]Timer, n)
+				for i := range ts {
+					ts[i] = c.AfterFunc(time.Hour+time.Duration(i), func() {})
+				}
+				defer func() {
+					for _, t := range ts {
+						t.Stop()
+					}
+				}()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					t := ts[i%n]
+					i += 7919 // a prime: visit the timers out of order
+					t.Stop()
+					t.Reset(time.Hour)
+				}
+			})
+		}
 	}
 }

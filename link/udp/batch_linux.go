@@ -156,9 +156,17 @@ func (b *BatchConn) Send(count int) error {
 // EnableGRO turns UDP GRO on for c; false if the kernel refuses.
 func EnableGRO(c *net.UDPConn) bool {
 	rc, err := c.SyscallConn()
-	if err != nil {
-		return false
-	}
+	return err == nil && enableGRO(rc)
+}
+
+// GSOSupported reports whether the kernel accepts UDP_SEGMENT on c.
+func GSOSupported(c *net.UDPConn) bool {
+	rc, err := c.SyscallConn()
+	return err == nil && gsoSupported(rc)
+}
+
+// enableGRO turns UDP GRO on for the socket rc; false if the kernel refuses.
+func enableGRO(rc syscall.RawConn) bool {
 	var serr error
 	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) }); err != nil {
 		return false
@@ -166,12 +174,8 @@ func EnableGRO(c *net.UDPConn) bool {
 	return serr == nil
 }
 
-// GSOSupported reports whether the kernel accepts UDP_SEGMENT on c.
-func GSOSupported(c *net.UDPConn) bool {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return false
-	}
+// gsoSupported reports whether the kernel knows UDP_SEGMENT on the socket rc.
+func gsoSupported(rc syscall.RawConn) bool {
 	var gerr error
 	if err := rc.Control(func(fd uintptr) { _, gerr = unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT) }); err != nil {
 		return false

@@ -7,7 +7,7 @@
 // every IPv4 datagram with DF set and Identification 0, and since the ICRC
 // covers the Identification, WriteBatch can compute each packet's ICRC for
 // the header it will really carry (see package wire and
-// ../shared/reference/roce-wire.md §4; TestRawCapture checks it on lo). A
+// docs/protocol.md §4.2; TestRawCapture checks it on lo). A
 // connected socket, or the default PMTU setting, makes the kernel write
 // unpredictable IDs and kernel rdma_rxe would silently drop the packets.
 // As a consequence a datagram larger than the path MTU is refused with

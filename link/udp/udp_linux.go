@@ -75,6 +75,35 @@ func Open(cfg Config) (*Endpoint, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
+	e, err := bindSocket(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.NoGSO {
+		e.gso.Store(gsoSupported(e.rc)) // the option exists from Linux 4.18 on
+	}
+	a := cfg.Addr.Addr()
+	port := uint16(cfg.Addr.Port())
+	if ua, ok := e.conn.LocalAddr().(*net.UDPAddr); ok {
+		port = uint16(ua.Port)
+	}
+	e.local = netip.AddrPortFrom(a, port)
+	e.mtu = cfg.MTU
+	if e.mtu == 0 {
+		e.mtu = interfaceMTU(a)
+	}
+	if e.mtu == 0 {
+		e.mtu = 1500
+	}
+	if !cfg.NoGRO {
+		e.gro = enableGRO(e.rc)
+	}
+	e.allocBatches()
+	return e, nil
+}
+
+// bindSocket creates the socket with its options (setOptions) and binds it.
+func bindSocket(cfg Config) (*Endpoint, error) {
 	a := cfg.Addr.Addr()
 	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger}
 	network := "udp4"
@@ -108,35 +137,16 @@ func Open(cfg Config) (*Endpoint, error) {
 		e.conn.Close()
 		return nil, fmt.Errorf("udp: %w", err)
 	}
-	if !cfg.NoGSO {
-		// Probe: the option exists from Linux 4.18 on.
-		e.rc.Control(func(fd uintptr) {
-			_, err := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
-			e.gso.Store(err == nil)
-		})
-	}
-	port := uint16(cfg.Addr.Port())
-	if ua, ok := e.conn.LocalAddr().(*net.UDPAddr); ok {
-		port = uint16(ua.Port)
-	}
-	e.local = netip.AddrPortFrom(a, port)
-	e.mtu = cfg.MTU
-	if e.mtu == 0 {
-		e.mtu = interfaceMTU(a)
-	}
-	if e.mtu == 0 {
-		e.mtu = 1500
-	}
+	return e, nil
+}
 
+// allocBatches allocates the receive and send message arrays of BatchSize
+// messages (and the GRO buffers if GRO is on).
+func (e *Endpoint) allocBatches() {
 	n := e.batch
 	e.rx.hdrs, e.rx.iovs, e.rx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
 	e.rx.oob = make([]byte, n*oobLen)
 	e.rx.meta = make([]rxMeta, n)
-	if !cfg.NoGRO {
-		e.rc.Control(func(fd uintptr) {
-			e.gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
-		})
-	}
 	if e.gro {
 		e.rx.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
 	}
@@ -155,7 +165,6 @@ func Open(cfg Config) (*Endpoint, error) {
 	e.tx.fn = e.doWrite
 	e.tx.routes = make(map[netip.Addr]netip.Addr)
 	e.tx.zones = make(map[string]uint32)
-	return e, nil
 }
 
 // setOptions configures the fresh socket before bind.
