@@ -25,6 +25,9 @@ type Config struct {
 	// 1024 ms); kernel rxe resends an unanswered REQ every 6.1-6.4 s. A
 	// nonzero Timeout is also announced in REQs as the CM response timeout
 	// (its log2 in 4.096 µs units); the default announces 20, as rdma_cm.
+	// With the default, a passive side waits for the RTU as ib_cm does: the
+	// REQ's local CM response timeout plus 256 ms (4.35 s for rdma_cm
+	// peers), resending its REP at most the REQ's max CM retries times.
 	Timeout time.Duration
 	// MaxRetries is how many times a MAD is resent before the CM gives up
 	// (UNREACHABLE, or DISCONNECTED for a DREQ). Default 15
@@ -142,6 +145,9 @@ type Agent struct {
 	mtu   wire.MTU
 	// respExp is the CM response timeout announced in REQs.
 	respExp uint8
+	// defaultTiming: Config.Timeout was left to its default (passive IDs
+	// then time their REPs from the REQ, as ib_cm).
+	defaultTiming bool
 
 	pd   *verbs.PD // GSI resources, and the default PD of IDs on this device
 	scq  *verbs.CQ
@@ -185,6 +191,7 @@ func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
 	a := &Agent{dev: dev, clock: dev.Clock(), byLocal: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
 		ahs: map[netip.Addr]*verbs.AH{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
 	a.respExp = cmResponseTimeout
+	a.defaultTiming = cfg == nil || cfg.Timeout <= 0
 	if cfg != nil {
 		a.cfg = *cfg
 		if cfg.Timeout > 0 {

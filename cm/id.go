@@ -78,6 +78,9 @@ type ID struct {
 	ackTO    uint8
 	// resolving: Config.Resolve runs (guarded by agent.mu)
 	resolving bool
+	// Passive IDs: the REP's resend interval and count from the REQ.
+	peerRTO     time.Duration
+	peerRetries int
 
 	// Protocol state, guarded by agent.mu once agent is set.
 	ch         *EventChannel

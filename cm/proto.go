@@ -54,7 +54,34 @@ func (id *ID) startExchange(b []byte) {
 	id.retries = 0
 	id.mraWait = false
 	id.agent.send(id.peer, b)
-	id.arm(id.agent.cfg.Timeout)
+	id.arm(id.timeout())
+}
+
+// timeout is how long the ID waits for an answer before resending:
+// Config.Timeout, or for a passive ID of an agent with Linux's default
+// timing, what ib_cm waits for the RTU after its REP: the REQ's local CM
+// response timeout (as cm_convert_to_ms: 4096 ms for rdma_cm's 20) plus
+// 256 ms (kernel rxe resends an unanswered REP every 4.35 s).
+func (id *ID) timeout() time.Duration {
+	if id.peerRTO > 0 {
+		return id.peerRTO
+	}
+	return id.agent.cfg.Timeout
+}
+
+// maxRetries is Config.MaxRetries, and no more than the peer's REQ asked
+// for on a passive ID (ib_cm resends its REP max_cm_retries times).
+func (id *ID) maxRetries() int {
+	if id.peerRetries > 0 { // the REQ's max CM retries + 1
+		return min(id.agent.cfg.MaxRetries, id.peerRetries-1)
+	}
+	return id.agent.cfg.MaxRetries
+}
+
+// ibCMms is ib_cm's cm_convert_to_ms: 4.096 µs × 2^t, approximated as
+// 2^(t-8) ms.
+func ibCMms(t uint8) time.Duration {
+	return time.Duration(1<<max(int(t)-8, 0)) * time.Millisecond
 }
 
 // forget removes the ID from the agent's tables and stops its timer.
@@ -120,7 +147,7 @@ func (a *Agent) onTimer(id *ID) {
 	case stReqSent, stRepSent, stDREQSent, stSIDRReqSent:
 		if id.mraWait {
 			id.mraWait = false
-		} else if id.retries >= a.cfg.MaxRetries {
+		} else if id.retries >= id.maxRetries() {
 			a.timeout(id)
 			return
 		} else {
@@ -128,7 +155,7 @@ func (a *Agent) onTimer(id *ID) {
 		}
 		a.stats.Retransmits.Add(1)
 		a.send(id.peer, id.resend)
-		id.arm(a.cfg.Timeout)
+		id.arm(id.timeout())
 	case stReqRcvd:
 		// The application is slow: ask the peer to wait.
 		m := mad.MRA{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
@@ -302,6 +329,10 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 	}
 	id.localComm = a.newCommID()
 	id.myPSN = rand.Uint32() & wire.PSNMask
+	id.peerRetries = int(m.MaxCMRetries) + 1
+	if a.defaultTiming {
+		id.peerRTO = ibCMms(m.LocalCMResponseTimeout) + 256*time.Millisecond
+	}
 	a.byLocal[id.localComm] = id
 	a.byRemote[key] = id
 	a.handled()
@@ -324,7 +355,7 @@ func (a *Agent) onMRA(peer netip.Addr, m *mad.MRA) {
 			id.remoteComm = m.LocalCommID
 		}
 		id.mraWait = true
-		id.arm(expDuration(m.ServiceTimeout) + a.cfg.Timeout)
+		id.arm(expDuration(m.ServiceTimeout) + id.timeout())
 		a.handled()
 	default:
 		a.unexpected()

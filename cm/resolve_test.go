@@ -66,3 +66,47 @@ func TestResolveAddrNeighbour(t *testing.T) {
 		t.Errorf("dial: %v", err)
 	}
 }
+
+// TestPassiveREPTiming: with Linux's default timing, a passive side resends
+// an unanswered REP as ib_cm does (kernel rxe measured: every 4.35 s for
+// rdma_cm's response timeout 20, max_cm_retries times), not on the active
+// side's 6.144 s × 16 budget: here the REQ asks for 64 ms and 2 retries.
+func TestPassiveREPTiming(t *testing.T) {
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, &Config{})
+	ch := NewEventChannel()
+	defer ch.Close()
+	l, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+	if err := l.BindAddr(netip.AddrPortFrom(p.addrB(), 7400)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(0); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Destroy()
+	peer := netip.MustParseAddr("10.97.0.5")
+	m := spoofREQ(peer, p.addrB(), 7400, 0x777)
+	var req mad.REQ
+	if err := req.Parse(m); err != nil {
+		t.Fatal(err)
+	}
+	req.LocalCMResponseTimeout, req.MaxCMRetries = 14, 2
+	m, _ = req.Append(nil)
+	p.ab.Input(peer, m)
+	ev := expect(t, ch, EventConnectRequest)
+	if err := ev.ID.Accept(&ConnParam{QPNum: 0x99}); err != nil {
+		t.Fatal(err)
+	}
+	// ~1 s expected; the active side's timing would take 3 × 6.144 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev2, err := ch.Get(ctx)
+	if err != nil {
+		t.Fatalf("no UNREACHABLE for the unanswered REP: %v (retransmits %d)", err, p.ab.Stats().Retransmits.Load())
+	}
+	if ev2.Type != EventUnreachable || ev2.Status != -int(syscall.ETIMEDOUT) {
+		t.Errorf("got %v status %d", ev2.Type, ev2.Status)
+	}
+	if got := p.ab.Stats().Retransmits.Load(); got != 2 {
+		t.Errorf("REP resent %d times, want the REQ's 2", got)
+	}
+}
