@@ -66,7 +66,8 @@ var families = []family{
 	perftest("read_bw", "", 65536, 200, false),
 	perftest("atomic_bw", "", 0, 200, false),
 	perftest("write_lat", "", 64, 200, false),
-	perftest("send_lat", "", 64, 200, false),
+	perftest("send_lat", "", 64, 200, false).knownBug(
+		"softroce's send_lat client waits for the server's first SEND, as its write_lat does; perftest's send_lat client sends first (tools, H5)"),
 	perftest("read_lat", "", 64, 200, false),
 	perftest("atomic_lat", "", 0, 200, false),
 	perftest("send_bw", "-R", 65536, 100, false),
@@ -75,6 +76,11 @@ var families = []family{
 
 	{name: "rping", guestBin: "rping", hostTool: "rping", args: "-V -v -C 20 -S 100",
 		rdmacm: true, listen: listenCM, check: checkRping(20)},
+}
+
+func (f family) knownBug(why string) family {
+	f.known = why
+	return f
 }
 
 // TestTools runs every family with the kernel as server and softroce as
