@@ -91,7 +91,7 @@ type bulkRun struct {
 func (c sideCount) ratio() float64 { return float64(c.sent) / bulkNeeded }
 
 func bulkArgs(tool string) string {
-	return fmt.Sprintf("%s -s %d -n %d", tool, bulkSize, bulkIters)
+	return fmt.Sprintf("%s -F -s %d -n %d", tool, bulkSize, bulkIters)
 }
 
 func bulkCase(t *testing.T, imp impairment, tool string, serverData, softroceServer bool) {
