@@ -44,12 +44,15 @@ func TestTwoNamespaces(t *testing.T) {
 		}
 	}
 	fill(a.buf[:100000])
-	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b.sge(0, 100000)}}); err != nil {
+	// The WRITE carries an immediate: its receive completion orders the
+	// test's look at b's memory after b's device wrote it (the UDP path
+	// gives the race detector no such order).
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b.sge(0, 100000)}, {WRID: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := a.qp.PostSend([]verbs.SendWR{
 		{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, 100000)},
-		{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: a.sge(0, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()},
+		{WRID: 2, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, SGList: a.sge(0, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey(), ImmData: 0x600d},
 		{WRID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: a.sge(300000, 50000), RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()},
 	}); err != nil {
 		t.Fatalf("posted %d of 3: %v", n, err)
@@ -59,8 +62,12 @@ func TestTwoNamespaces(t *testing.T) {
 			t.Fatalf("completion %d: %+v", i, wc)
 		}
 	}
-	if wc := poll(t, b.cq, 1); wc[0].Status != verbs.WCSuccess || wc[0].Opcode != verbs.WCRecv || wc[0].WRID != 1 || wc[0].ByteLen != 100000 {
-		t.Fatalf("%+v", wc)
+	wc := poll(t, b.cq, 2)
+	if wc[0].Status != verbs.WCSuccess || wc[0].Opcode != verbs.WCRecv || wc[0].WRID != 1 || wc[0].ByteLen != 100000 {
+		t.Fatalf("SEND's receive completion %+v", wc[0])
+	}
+	if wc[1].Status != verbs.WCSuccess || wc[1].Opcode != verbs.WCRecvRDMAWithImm || wc[1].WRID != 2 || wc[1].ByteLen != 50000 || wc[1].ImmData != 0x600d {
+		t.Fatalf("WRITE_WITH_IMM's receive completion %+v", wc[1])
 	}
 	for _, c := range []struct {
 		what      string

@@ -21,3 +21,14 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoExplicitAddressNoFallback: an address given with -a that cannot
+// be opened fails the demo (it used to fall back to the in-memory link and
+// exit 0).
+func TestDemoExplicitAddressNoFallback(t *testing.T) {
+	var o, e strings.Builder
+	code := run([]string{"demo", "-a", "192.0.2.1:4791", "-time", "10ms"}, &o, &e)
+	if code != exitFailure || !strings.Contains(e.String(), "demo: -a 192.0.2.1:4791") || strings.Contains(o.String(), "link/pipe") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 1 and the -a error", code, o.String(), e.String())
+	}
+}

@@ -97,7 +97,7 @@ func (p *k9Proc) stdout() string { p.mu.Lock(); defer p.mu.Unlock(); return p.ou
 // k9Budget is how long the survivor may take to exit after the kill: the
 // tools' own bounds (the retry budget of about 0.5 s: 1.2-1.5 s measured
 // from the kill; pingpong's 5 s --peer-timeout; perftest's 4 × the retry
-// budget plus 2 s after the side channel closes) with a wide margin for a
+// budget plus 5 s after the side channel closes) with a wide margin for a
 // loaded machine.
 const k9Budget = 30 * time.Second
 

@@ -45,8 +45,9 @@ func newPtPeerWatch(conn net.Conn, qpTimeout int) *ptPeerWatch {
 		return nil
 	}
 	// The budget of perftest's QPs (retry_cnt 7; about 0.5 s, 1.2 s measured
-	// from the kill), four times, plus two seconds for a loaded machine.
-	return &ptPeerWatch{rc: rc, grace: 4*ptRetryBudget(qpTimeout, 7) + 2*time.Second}
+	// from the kill), four times, plus 5 s for a loaded machine: the error
+	// completion, when one is due, names the failure better.
+	return &ptPeerWatch{rc: rc, grace: 4*ptRetryBudget(qpTimeout, 7) + 5*time.Second}
 }
 
 // check returns errPeerClosed once the peer is gone and the grace is over.

@@ -121,6 +121,11 @@ func seedPackets(r *fuzzRig) [][]byte {
 	add(wire.Packet{BTH: wire.BTH{Opcode: wire.UCSendOnly, DestQP: uc, PSN: 100, PKey: 0xFFFF}, Payload: []byte("uc")})
 	add(wire.Packet{BTH: wire.BTH{Opcode: wire.UCWriteOnlyImm, DestQP: uc, PSN: 100, PKey: 0xFFFF},
 		RETH: wire.RETH{VA: va + 4000, RKey: key, Length: 96}, Payload: make([]byte, 96)})
+	// The region's exact end: a WRITE one byte past it must change nothing.
+	add(wire.Packet{BTH: wire.BTH{Opcode: wire.UCWriteOnly, DestQP: uc, PSN: 100, PKey: 0xFFFF},
+		RETH: wire.RETH{VA: va + 4096 - 95, RKey: key, Length: 96}, Payload: make([]byte, 96)})
+	add(wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteOnly, DestQP: rc, PSN: 100, AckReq: true, PKey: 0xFFFF},
+		RETH: wire.RETH{VA: va + 4096 - 3, RKey: key, Length: 4}, Payload: make([]byte, 4)})
 	add(wire.Packet{BTH: wire.BTH{Opcode: wire.UDSendOnlyImm, DestQP: ud, PSN: 1, PKey: 0xFFFF},
 		DETH: wire.DETH{QKey: 0x11111111, SrcQP: 5}, Payload: []byte("ud datagram")})
 	return out

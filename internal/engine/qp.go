@@ -89,6 +89,7 @@ type QP struct {
 	backoff     int    // consecutive retransmit timeouts of the same PSN
 	narrow      int    // send window reduction after retries (window = maxUnackedPSNs - narrow)
 	heard       bool   // a response for outstanding work arrived since the last retry
+	heardTimer  bool   // ... since the retransmit timer last fired
 	rng         uint64 // retransmit jitter generator state
 
 	// Receive queue and responder state.
@@ -495,7 +496,7 @@ func (qp *QP) enter(s QPState) {
 			qp.sq[i] = sendWQE{inline: qp.sq[i].inline[:0]}
 		}
 		qp.rq.head, qp.rq.n = 0, 0
-		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound, qp.backoff, qp.narrow, qp.heard = 0, 0, false, false, 0, 0, false
+		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound, qp.backoff, qp.narrow, qp.heard, qp.heardTimer = 0, 0, false, false, 0, 0, false, false
 		res := qp.resp.res
 		for i := range res {
 			res[i] = respRes{}

@@ -517,6 +517,17 @@ func (qp *QP) onRetryTimer() {
 	if !qp.outstanding() {
 		return
 	}
+	if qp.heardTimer {
+		// The peer answered during this period, only not with progress
+		// (duplicates, a READ's responses after a gap): it is alive and
+		// busy. Asking again now would make it replay the rest once more
+		// (rxe answers every duplicate READ with the whole remainder), so
+		// wait one more period; a silent one retries.
+		qp.heardTimer = false
+		qp.dev.stats.RetryDeferred.Add(1)
+		qp.armRetry()
+		return
+	}
 	qp.dev.stats.RetryTimeouts.Add(1)
 	qp.backoff++
 	qp.retry()
@@ -713,7 +724,7 @@ func (qp *QP) completer(p *wire.Packet) {
 	// stream of duplicate read responses after a retry runs into the
 	// timer, whose retry makes the peer replay the rest once more.
 	qp.rearmRetry()
-	qp.heard = true
+	qp.heard, qp.heardTimer = true, true
 	if wire.PSNDiff(psn, oldest) < 0 {
 		st.DropResponse.Add(1) // answers a completed WQE (a duplicate)
 		return
