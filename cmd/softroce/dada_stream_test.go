@@ -247,7 +247,7 @@ func testDadaStreamRoCE(t *testing.T, bin string) {
 	if off := pipeline.CheckPattern(r.data, 0); off >= 0 {
 		t.Fatalf("data differ at byte %d", off)
 	}
-	if !strings.Contains(rout, "registered single (1 MR)") || !strings.Contains(rout, fmt.Sprintf("transfer 0 (SOURCE J1939+2134) from 127.0.0.1:")) ||
+	if !strings.Contains(rout, "registered single (1 MR)") || !strings.Contains(rout, "transfer 0 (SOURCE J1939+2134) from 127.0.0.1:") ||
 		!strings.Contains(rout, fmt.Sprintf("%d bytes in 21 blocks", size)) {
 		t.Errorf("recv output:\n%s", rout)
 	}
