@@ -687,7 +687,7 @@ func TestCQOverflow(t *testing.T) {
 }
 
 // TestGID0FromInterfaceMAC: a device opened on an interface's address has
-// the interface's EUI-64 link-local GID at index 0, like rxe (§9).
+// the interface's EUI-64 link-local GID at index 0, like rxe (docs/protocol.md §9).
 func TestGID0FromInterfaceMAC(t *testing.T) {
 	ifs, _ := net.Interfaces()
 	for _, ifc := range ifs {
