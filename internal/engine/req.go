@@ -431,6 +431,23 @@ const (
 	retryJitterDiv  = 4 // each wait is lengthened by a random 0..1/retryJitterDiv of itself
 )
 
+// RetryBudget is the longest an RC requester with the given local ACK
+// timeout and retry_cnt keeps retrying after the last answer of its peer
+// before it completes the oldest WQE with RETRY_EXC_ERR (0 for timeout 0,
+// which disables the retransmit timer: no bound). Each wait is at most
+// twice the timeout (backoff) plus a quarter (jitter); after the last
+// answer there are at most retryCnt+1 timeouts (the last one fails), one
+// deferred expiry and one retry waived for an answer (see retry). A peer
+// that never answers is given up on sooner: T + retryCnt x 2T, plus jitter.
+func RetryBudget(timeout, retryCnt uint8) time.Duration {
+	if timeout == 0 {
+		return 0
+	}
+	d := max(wire.AckTimeout(timeout), minAckTimeout) * retryBackoffMax
+	d += d / retryJitterDiv
+	return time.Duration(min(retryCnt, 7)+3) * d
+}
+
 // retryWait is the retransmit timer's next interval.
 func (qp *QP) retryWait() time.Duration {
 	d := max(wire.AckTimeout(qp.attr.Timeout), minAckTimeout)
@@ -466,6 +483,19 @@ func (qp *QP) rearmRetry() {
 		qp.retryArmed = false
 		qp.armRetry()
 	}
+}
+
+// answered records a response the completer accepted as an answer to
+// outstanding work (its PSN and kind fit a WQE and it is no stale
+// duplicate): the peer is alive, so the retransmit timer restarts (rxe's
+// completer re-arms it after a response it takes). Without this, a long
+// stream of a READ's responses after a gap runs into the timer, whose
+// retry makes the peer replay the rest once more. Dropped responses (stale,
+// spoofed, of the wrong kind) must not call it: one every timeout would
+// keep a QP with a dead peer from ever failing.
+func (qp *QP) answered() {
+	qp.rearmRetry()
+	qp.heard, qp.heardTimer = true, true
 }
 
 // renewRetry renews the retry budgets and the timer backoff and widens a
@@ -719,12 +749,8 @@ func (qp *QP) completer(p *wire.Packet) {
 		st.DropResponse.Add(1) // nothing outstanding: a late duplicate (or forged)
 		return
 	}
-	// The peer answers: restart the retransmit timer (rxe's completer
-	// re-arms it after every response it takes). Without this, a long
-	// stream of duplicate read responses after a retry runs into the
-	// timer, whose retry makes the peer replay the rest once more.
-	qp.rearmRetry()
-	qp.heard, qp.heardTimer = true, true
+	// Only responses that pass the checks below restart the retransmit
+	// timer (answered).
 	if wire.PSNDiff(psn, oldest) < 0 {
 		st.DropResponse.Add(1) // answers a completed WQE (a duplicate)
 		return
@@ -744,6 +770,9 @@ func (qp *QP) completer(p *wire.Packet) {
 		switch {
 		case a.IsACK():
 			progress, _, lost := qp.ackBefore(psn, true)
+			if progress || lost {
+				qp.answered()
+			}
 			if progress {
 				qp.progressed()
 			} else if !lost {
@@ -758,6 +787,7 @@ func (qp *QP) completer(p *wire.Packet) {
 				return
 			}
 			st.RNRNAKsRcvd.Add(1)
+			qp.answered()
 			if progress, _, _ := qp.ackBefore(psn, false); progress {
 				qp.renewRetry()
 				qp.completeReady()
@@ -782,6 +812,7 @@ func (qp *QP) completer(p *wire.Packet) {
 				return
 			}
 			st.SeqNAKsRcvd.Add(1)
+			qp.answered()
 			// A NAK implicitly acknowledges the packets before its PSN. As
 			// rxe, it starts a retry only if none is under way: the retry
 			// state is cleared by a positive ACK, a read response or atomic
@@ -806,6 +837,7 @@ func (qp *QP) completer(p *wire.Packet) {
 			qp.retry()
 		default:
 			st.NAKsRcvd.Add(1)
+			qp.answered()
 			qp.ackBefore(psn, false)
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
 				return
@@ -830,6 +862,12 @@ func (qp *QP) completer(p *wire.Packet) {
 		// the QP; a spoofed packet must not).
 		qp.dropBad()
 		return
+	}
+	if d := wire.PSNDiff(psn, wire.PSNAdd(w.firstPSN, w.acked)); d >= 0 || w != &qp.sq[qp.sqHead%uint32(len(qp.sq))] {
+		// The expected response, one after a gap (the peer is streaming
+		// a READ's responses, some lost), or one for a later WQE: an
+		// answer. Older ones of the same WQE are duplicates.
+		qp.answered()
 	}
 	progress, _, _ := qp.ackBefore(psn, false)
 	if qp.state != QPStateRTS && qp.state != QPStateSQD {

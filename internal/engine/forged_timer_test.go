@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/wire"
+)
+
+// deadPeerPair is a pair whose A side's packets are all lost (a dead
+// peer as seen from A), on a fake clock, with retry_cnt retry and timeout
+// 14 (67.1 ms), and one SEND outstanding on A. It returns the oldest
+// outstanding PSN.
+func deadPeerPair(t *testing.T, retry uint8) (*FakeClock, *side, *side, uint32) {
+	t.Helper()
+	clk := NewFakeClock(time.Unix(0, 0))
+	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
+	a, b := newPair(t, pairOpts{filterA: drop, clock: clk, timeout: 14, retry: retry, rnrRetry: 7, exact: true})
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 100)})
+	first, ok := a.qp.oldestPSNLocked()
+	if !ok {
+		t.Fatal("nothing outstanding after post")
+	}
+	return clk, a, b, first
+}
+
+// oldestPSNLocked is oldestPSN under the QP's lock.
+func (qp *QP) oldestPSNLocked() (uint32, bool) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.oldestPSN()
+}
+
+// injectAndWait injects f at psn and waits (bounded) until a's engine has
+// handled it: one of the counters in seen moves.
+func injectAndWait(t *testing.T, a, b *side, f forged, psn uint32, seen func() uint64) {
+	t.Helper()
+	n := seen()
+	inject(t, a, b, f, psn)
+	deadline := time.Now().Add(10 * time.Second)
+	for seen() == n && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Microsecond)
+	}
+	if seen() == n {
+		t.Fatalf("%s at PSN %d was not handled in 10 s", f.name, psn)
+	}
+}
+
+// TestStaleResponsesDoNotKeepDeadQPAlive: responses that are dropped
+// (older than the oldest outstanding WQE, as a stale duplicate or a
+// spoofed packet anywhere in the 2^23 PSNs behind; of the wrong kind for
+// the WQE they name) are no answer: they neither restart the retransmit
+// timer nor refresh retry_cnt, so a QP whose peer is dead still fails
+// with RETRY_EXC_ERR in about the time it would without them (226 ms of
+// clock for retry_cnt 1 at timeout 14), however often they arrive.
+func TestStaleResponsesDoNotKeepDeadQPAlive(t *testing.T) {
+	ack := forgedKinds[0]
+	cases := []struct {
+		name string
+		f    forged
+		psn  func(first uint32) uint32
+	}{
+		{"ACK-below", ack, func(f uint32) uint32 { return wire.PSNAdd(f, -3) }},
+		{"ACK-far-behind", ack, func(f uint32) uint32 { return wire.PSNAdd(f, -(1 << 22)) }},
+		{"read-resp-for-SEND", forged{"read-resp-only", wire.RCReadResponseOnly, wire.SyndromeACK}, func(f uint32) uint32 { return f }},
+		{"atomic-ack-for-SEND", forged{"atomic-ack", wire.RCAtomicAcknowledge, wire.SyndromeACK}, func(f uint32) uint32 { return f }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk, a, b, first := deadPeerPair(t, 1)
+			const limit = 20 * time.Second
+			var elapsed time.Duration
+			for a.scq.Len() == 0 && elapsed < limit {
+				injectAndWait(t, a, b, c.f, c.psn(first), func() uint64 { return drops(a) })
+				clk.Advance(30 * time.Millisecond)
+				elapsed += 30 * time.Millisecond
+			}
+			if a.scq.Len() == 0 {
+				t.Fatalf("no completion after %v of clock with a dead peer (%d timeouts, %d deferred)", elapsed,
+					a.dev.Stats().RetryTimeouts.Load(), a.dev.Stats().RetryDeferred.Load())
+			}
+			if wc := waitWC(t, a.scq, 1, time.Second); wc[0].Status != WCRetryExcErr {
+				t.Fatalf("%+v", wc[0])
+			}
+			if bound := RetryBudget(14, 1) + 30*time.Millisecond; elapsed > bound {
+				t.Errorf("RETRY_EXC_ERR after %v of clock, want at most %v", elapsed, bound)
+			}
+		})
+	}
+}
