@@ -90,3 +90,49 @@ func TestStaleResponsesDoNotKeepDeadQPAlive(t *testing.T) {
 		})
 	}
 }
+
+// TestIgnoredSeqNAKsDoNotKeepDeadQPAlive: sequence NAKs that arrive while
+// a retry is under way are ignored (Stats.SeqNAKsIgnored), and an ignored
+// NAK does not restart the retransmit timer either (as in rxe, where it
+// goes to done without mod_timer); and the retry a NAK starts spends
+// retry_cnt (IBTA, rxe). So a stream of NAKs for the oldest PSN from a
+// peer that never takes the retransmission (here: all of A's packets are
+// lost) ends in RETRY_EXC_ERR.
+func TestIgnoredSeqNAKsDoNotKeepDeadQPAlive(t *testing.T) {
+	clk, a, b, first := deadPeerPair(t, 1)
+	nak := forgedKinds[1]
+	st := a.dev.Stats()
+	seen := func() uint64 { return st.SeqNAKsRcvd.Load() + drops(a) + uint64(a.scq.Len()) }
+	var elapsed time.Duration
+	for i := 0; i < 200 && a.scq.Len() == 0; i++ {
+		injectAndWait(t, a, b, nak, first, seen)
+		clk.Advance(30 * time.Millisecond)
+		elapsed += 30 * time.Millisecond
+	}
+	if a.scq.Len() == 0 {
+		t.Fatalf("no completion after %v of clock: %d retransmits, %d timeouts, %d NAKs ignored", elapsed,
+			st.Retransmits.Load(), st.RetryTimeouts.Load(), st.SeqNAKsIgnored.Load())
+	}
+	if wc := waitWC(t, a.scq, 1, time.Second); wc[0].Status != WCRetryExcErr {
+		t.Fatalf("%+v", wc[0])
+	}
+	if bound := RetryBudget(14, 1) + 30*time.Millisecond; elapsed > bound {
+		t.Errorf("RETRY_EXC_ERR after %v of clock, want at most %v", elapsed, bound)
+	}
+}
+
+// TestSeqNAKRetrySpendsRetryCnt: a retry that a sequence NAK starts spends
+// retry_cnt like a timer retry (IBTA; rxe): with retry_cnt 0 the first
+// NAK for the oldest PSN completes it with RETRY_EXC_ERR at once, without
+// the clock moving.
+func TestSeqNAKRetrySpendsRetryCnt(t *testing.T) {
+	_, a, b, first := deadPeerPair(t, 0)
+	st := a.dev.Stats()
+	injectAndWait(t, a, b, forgedKinds[1], first, func() uint64 { return st.SeqNAKsRcvd.Load() + drops(a) })
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCRetryExcErr {
+		t.Fatalf("%+v", wc[0])
+	}
+	if n := st.Retransmits.Load(); n != 0 {
+		t.Errorf("%d retransmits with retry_cnt 0", n)
+	}
+}

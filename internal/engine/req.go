@@ -560,6 +560,10 @@ func (qp *QP) onRetryTimer() {
 	}
 	qp.dev.stats.RetryTimeouts.Add(1)
 	qp.backoff++
+	if qp.heard {
+		qp.resend() // waived: the peer answered since the last retry (see retry)
+		return
+	}
 	qp.retry()
 }
 
@@ -569,21 +573,29 @@ func (qp *QP) onRetryTimer() {
 // failure completes the oldest WQE with RETRY_EXC_ERR and moves the QP to
 // ERR. Only rnr_retry 7 means infinite (§5).
 //
-// A retry after the peer was heard from (a response for outstanding work
-// arrived since the last retry, even one without progress) spends
-// nothing: the budget detects a dead path, and a slow peer that is still
-// answering (rxe under load replays a READ's rest seconds late) is not one.
-// A dead peer is still noticed after retry_cnt silent timeouts.
+// Every retry spends one: those a NAK or a lost response starts (as IBTA
+// and rxe count them) and timer retries. The one waiver: a timer retry
+// after the peer answered since the last retry (heard: a response the
+// completer accepted, see answered, even one without progress) spends
+// nothing (onRetryTimer calls resend): the budget detects a dead path,
+// and a slow peer that is still streaming valid responses (rxe under load
+// replays a READ's rest seconds late) is not one. Dropped responses
+// (stale, spoofed, wrong kind) and ignored NAKs do not set heard, so they
+// cannot refresh the budget; a dead peer is noticed after retry_cnt silent
+// timeouts (RetryBudget bounds the time).
 func (qp *QP) retry() {
-	if qp.heard {
-		qp.heard = false
-	} else {
-		if qp.retryLeft <= 0 {
-			qp.failHead(WCRetryExcErr)
-			return
-		}
-		qp.retryLeft--
+	if qp.retryLeft <= 0 {
+		qp.failHead(WCRetryExcErr)
+		return
 	}
+	qp.retryLeft--
+	qp.resend()
+}
+
+// resend starts a retry sequence without spending retry_cnt: it narrows
+// the send window and rewinds to the oldest unanswered PSN.
+func (qp *QP) resend() {
+	qp.heard = false
 	qp.narrow = maxUnackedPSNs - max(qp.window()/2, minWindow)
 	qp.rewind()
 }
@@ -812,7 +824,6 @@ func (qp *QP) completer(p *wire.Packet) {
 				return
 			}
 			st.SeqNAKsRcvd.Add(1)
-			qp.answered()
 			// A NAK implicitly acknowledges the packets before its PSN. As
 			// rxe, it starts a retry only if none is under way: the retry
 			// state is cleared by a positive ACK, a read response or atomic
@@ -821,6 +832,7 @@ func (qp *QP) completer(p *wire.Packet) {
 			// and rewinding on each multiplies the traffic).
 			progress, completed, _ := qp.ackBefore(psn, false)
 			if progress {
+				qp.answered()
 				qp.renewRetry()
 				qp.completeReady()
 			}
@@ -831,9 +843,13 @@ func (qp *QP) completer(p *wire.Packet) {
 				return
 			}
 			if qp.rnrWait || qp.rewound {
+				// Ignored: no answer either (no timer restart; rxe goes to
+				// done without mod_timer), or a NAK stream would keep a
+				// QP whose retransmissions never arrive alive for ever.
 				st.SeqNAKsIgnored.Add(1) // the RNR timer restarts the requester, or a retry is under way
 				return
 			}
+			qp.answered()
 			qp.retry()
 		default:
 			st.NAKsRcvd.Add(1)
