@@ -136,3 +136,54 @@ func TestSeqNAKRetrySpendsRetryCnt(t *testing.T) {
 		t.Errorf("%d retransmits with retry_cnt 0", n)
 	}
 }
+
+// TestStaleRetryCallbackIgnored: a retransmit timer callback that the
+// clock already took off (it fired) but that reaches the QP's lock only
+// after an answer restarted the timer is stale: it must neither retry nor
+// defer, and the restarted timer stays armed. Deterministic: the test
+// holds the QP's lock while the fake clock fires the timer, and restarts
+// the timer the way an accepted response does before letting it in.
+func TestStaleRetryCallbackIgnored(t *testing.T) {
+	clk, a, _, _ := deadPeerPair(t, 7)
+	ft := a.qp.retryTimer.(*fakeTimer)
+	clk.mu.Lock()
+	due, active := ft.when.Sub(clk.now), ft.active
+	clk.mu.Unlock()
+	if !active {
+		t.Fatal("retransmit timer not armed with a SEND outstanding")
+	}
+	a.qp.mu.Lock()
+	done := make(chan struct{})
+	go func() { clk.Advance(due); close(done) }()
+	// The clock deactivates the timer before it calls the callback, which
+	// then waits for the QP's lock.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+		clk.mu.Lock()
+		active = ft.active
+		clk.mu.Unlock()
+		if !active {
+			break
+		}
+		if time.Now().After(deadline) {
+			a.qp.mu.Unlock()
+			t.Fatal("the fake clock did not fire the retransmit timer in 10 s")
+		}
+	}
+	a.qp.rearmRetry() // an answer arrives first: restart the timer from now
+	a.qp.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Advance did not return in 10 s")
+	}
+	st := a.dev.Stats()
+	if n, d, r := st.RetryTimeouts.Load(), st.RetryDeferred.Load(), st.Retransmits.Load(); n+d+r != 0 {
+		t.Errorf("stale callback acted as an expiry: %d timeouts, %d deferred, %d retransmits", n, d, r)
+	}
+	a.qp.mu.Lock()
+	armed := a.qp.retryArmed
+	a.qp.mu.Unlock()
+	if !armed {
+		t.Error("the restarted retransmit timer is no longer armed")
+	}
+}

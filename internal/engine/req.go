@@ -473,7 +473,9 @@ func (qp *QP) armRetry() {
 	}
 	if !qp.retryArmed {
 		qp.retryArmed = true
-		qp.retryTimer.Reset(qp.retryWait())
+		d := qp.retryWait()
+		qp.retryDue = qp.dev.clock.Now().Add(d)
+		qp.retryTimer.Reset(d)
 	}
 }
 
@@ -540,7 +542,11 @@ func (qp *QP) progressed() {
 func (qp *QP) onRetryTimer() {
 	qp.mu.Lock()
 	defer qp.flushUnlock()
-	if !qp.retryArmed || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
+	// A callback the clock took off before an answer stopped and re-armed
+	// the timer (it then waited for mu) is stale: the re-armed timer's
+	// deadline has not come, and it will call again.
+	if !qp.retryArmed || qp.dev.clock.Now().Before(qp.retryDue) ||
+		(qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
 		return
 	}
 	qp.retryArmed = false
