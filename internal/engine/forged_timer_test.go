@@ -187,3 +187,34 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 		t.Error("the restarted retransmit timer is no longer armed")
 	}
 }
+
+// TestRetryBudgetBoundsDeadPeer: RetryBudget bounds the time to
+// RETRY_EXC_ERR against a peer that never answers, for every retry_cnt,
+// and is not loose by more than the rules it documents (a deferred expiry
+// and a waived retry after an answer, which a silent peer never gets).
+func TestRetryBudgetBoundsDeadPeer(t *testing.T) {
+	T := wire.AckTimeout(14)
+	for _, retry := range []uint8{0, 1, 7} {
+		clk, a, _, _ := deadPeerPair(t, retry)
+		const step = time.Millisecond
+		var elapsed time.Duration
+		for a.scq.Len() == 0 && elapsed < 10*time.Second {
+			clk.Advance(step)
+			elapsed += step
+		}
+		if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCRetryExcErr {
+			t.Fatalf("retry_cnt %d: %+v", retry, wc[0])
+		}
+		// A silent peer: T + retry x 2T, each plus at most a quarter.
+		lo, hi := T+time.Duration(retry)*2*T, (T+time.Duration(retry)*2*T)*5/4
+		if elapsed < lo-step || elapsed > hi+step {
+			t.Errorf("retry_cnt %d: RETRY_EXC_ERR after %v, want %v..%v", retry, elapsed, lo, hi)
+		}
+		if b := RetryBudget(14, retry); b < hi || b != time.Duration(retry+3)*2*T*5/4 {
+			t.Errorf("RetryBudget(14, %d) = %v, want %v (and at least %v)", retry, b, time.Duration(retry+3)*2*T*5/4, hi)
+		}
+	}
+	if b := RetryBudget(0, 7); b != 0 {
+		t.Errorf("RetryBudget(0, 7) = %v, want 0 (timer disabled)", b)
+	}
+}
