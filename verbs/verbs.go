@@ -96,6 +96,11 @@ func UDPSport(flowLabel, lqpn, rqpn uint32) uint16 { return engine.UDPSport(flow
 // ibv_inc_rkey: the RKey to give a WRBindMW of a type 2 window.
 func IncRKey(key uint32) uint32 { return engine.IncRKey(key) }
 
+// RetryBudget is the longest an RC requester with local ACK timeout
+// timeout and retry_cnt retryCnt retries after its peer's last answer
+// before the RETRY_EXC_ERR completion (0 for timeout 0: no bound).
+func RetryBudget(timeout, retryCnt uint8) time.Duration { return engine.RetryBudget(timeout, retryCnt) }
+
 // NewFakeClock returns a manual clock for deterministic timer tests; pass
 // it in Config.Clock and move time with Advance.
 func NewFakeClock(start time.Time) *FakeClock { return engine.NewFakeClock(start) }

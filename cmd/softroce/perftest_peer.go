@@ -5,6 +5,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/softroce/softroce/verbs"
 )
 
 // errPeerClosed ends a test whose peer closed the TCP side channel (it
@@ -27,12 +29,10 @@ type ptPeerWatch struct {
 const ptPeerCheckEvery = 50 * time.Millisecond
 
 // ptRetryBudget is how long an RC requester retries an unanswered request
-// before the error completion: (retry_cnt+1) × 4.096 µs × 2^timeout.
+// before the error completion, at most (verbs.RetryBudget: the engine's
+// bound, backoff and jitter included); 0 for timeout 0 (infinite).
 func ptRetryBudget(timeout, retry int) time.Duration {
-	if timeout == 0 {
-		return 0 // infinite
-	}
-	return time.Duration(retry+1) * (4096 * time.Nanosecond << timeout)
+	return verbs.RetryBudget(uint8(timeout), uint8(retry))
 }
 
 func newPtPeerWatch(conn net.Conn, qpTimeout int) *ptPeerWatch {
@@ -44,8 +44,9 @@ func newPtPeerWatch(conn net.Conn, qpTimeout int) *ptPeerWatch {
 	if err != nil {
 		return nil
 	}
-	// The budget of perftest's QPs (retry_cnt 7; about 0.5 s, 1.2 s measured
-	// from the kill), four times, plus 5 s for a loaded machine: the error
+	// The budget of perftest's QPs (retry_cnt 7, timeout 14: at most
+	// 1.68 s; a peer that never answers again is given up on after 1.0 to
+	// 1.26 s), four times, plus 5 s for a loaded machine: the error
 	// completion, when one is due, names the failure better.
 	return &ptPeerWatch{rc: rc, grace: 4*ptRetryBudget(qpTimeout, 7) + 5*time.Second}
 }

@@ -65,7 +65,8 @@ func TestPtPeerWatch(t *testing.T) {
 	if nilWatch.check() != nil {
 		t.Error("a nil watch (no side channel) must never fail")
 	}
-	if got := ptRetryBudget(14, 7); got < 500*time.Millisecond || got > 600*time.Millisecond {
-		t.Errorf("retry budget for timeout 14, retry 7: %v, want about 537 ms", got)
+	// The engine's bound: 10 waits of at most 2 x 67.1 ms + 25% jitter.
+	if got, want := ptRetryBudget(14, 7), 10*2*(4096*time.Nanosecond<<14)*5/4; got != want {
+		t.Errorf("retry budget for timeout 14, retry 7: %v, want %v (verbs.RetryBudget)", got, want)
 	}
 }

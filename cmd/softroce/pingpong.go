@@ -65,7 +65,8 @@ const ppQKey = 0x11111111
 const ppGRHLen = 40
 
 // ppPeerTimeout is the default --peer-timeout. A live peer answers within
-// the transport's retry budget (timeout 14, retry 7: about 0.5 s); rdma-core's
+// the transport's retry budget (timeout 14, retry 7: verbs.RetryBudget, at
+// most 1.68 s); rdma-core's
 // tools wait forever.
 const ppPeerTimeout = 5 * time.Second
 

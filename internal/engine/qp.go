@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/wire"
@@ -82,6 +83,7 @@ type QP struct {
 	rnrLeft     int
 	rnrWait     bool
 	retryArmed  bool
+	retryDue    time.Time // when the armed retransmit timer expires (an earlier callback is stale)
 	retryTimer  Timer
 	rnrTimer    Timer
 	rewound     bool   // a retry sequence started and no positive answer yet (rxe: started_retry)

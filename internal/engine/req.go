@@ -431,6 +431,23 @@ const (
 	retryJitterDiv  = 4 // each wait is lengthened by a random 0..1/retryJitterDiv of itself
 )
 
+// RetryBudget is the longest an RC requester with the given local ACK
+// timeout and retry_cnt keeps retrying after the last answer of its peer
+// before it completes the oldest WQE with RETRY_EXC_ERR (0 for timeout 0,
+// which disables the retransmit timer: no bound). Each wait is at most
+// twice the timeout (backoff) plus a quarter (jitter); after the last
+// answer there are at most retryCnt+1 timeouts (the last one fails), one
+// deferred expiry and one retry waived for an answer (see retry). A peer
+// that never answers is given up on sooner: T + retryCnt x 2T, plus jitter.
+func RetryBudget(timeout, retryCnt uint8) time.Duration {
+	if timeout == 0 {
+		return 0
+	}
+	d := max(wire.AckTimeout(timeout), minAckTimeout) * retryBackoffMax
+	d += d / retryJitterDiv
+	return time.Duration(min(retryCnt, 7)+3) * d
+}
+
 // retryWait is the retransmit timer's next interval.
 func (qp *QP) retryWait() time.Duration {
 	d := max(wire.AckTimeout(qp.attr.Timeout), minAckTimeout)
@@ -456,7 +473,9 @@ func (qp *QP) armRetry() {
 	}
 	if !qp.retryArmed {
 		qp.retryArmed = true
-		qp.retryTimer.Reset(qp.retryWait())
+		d := qp.retryWait()
+		qp.retryDue = qp.dev.clock.Now().Add(d)
+		qp.retryTimer.Reset(d)
 	}
 }
 
@@ -466,6 +485,19 @@ func (qp *QP) rearmRetry() {
 		qp.retryArmed = false
 		qp.armRetry()
 	}
+}
+
+// answered records a response the completer accepted as an answer to
+// outstanding work (its PSN and kind fit a WQE and it is no stale
+// duplicate): the peer is alive, so the retransmit timer restarts (rxe's
+// completer re-arms it after a response it takes). Without this, a long
+// stream of a READ's responses after a gap runs into the timer, whose
+// retry makes the peer replay the rest once more. Dropped responses (stale,
+// spoofed, of the wrong kind) must not call it: one every timeout would
+// keep a QP with a dead peer from ever failing.
+func (qp *QP) answered() {
+	qp.rearmRetry()
+	qp.heard, qp.heardTimer = true, true
 }
 
 // renewRetry renews the retry budgets and the timer backoff and widens a
@@ -510,7 +542,11 @@ func (qp *QP) progressed() {
 func (qp *QP) onRetryTimer() {
 	qp.mu.Lock()
 	defer qp.flushUnlock()
-	if !qp.retryArmed || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
+	// A callback the clock took off before an answer stopped and re-armed
+	// the timer (it then waited for mu) is stale: the re-armed timer's
+	// deadline has not come, and it will call again.
+	if !qp.retryArmed || qp.dev.clock.Now().Before(qp.retryDue) ||
+		(qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
 		return
 	}
 	qp.retryArmed = false
@@ -530,6 +566,10 @@ func (qp *QP) onRetryTimer() {
 	}
 	qp.dev.stats.RetryTimeouts.Add(1)
 	qp.backoff++
+	if qp.heard {
+		qp.resend() // waived: the peer answered since the last retry (see retry)
+		return
+	}
 	qp.retry()
 }
 
@@ -539,21 +579,29 @@ func (qp *QP) onRetryTimer() {
 // failure completes the oldest WQE with RETRY_EXC_ERR and moves the QP to
 // ERR. Only rnr_retry 7 means infinite (§5).
 //
-// A retry after the peer was heard from (a response for outstanding work
-// arrived since the last retry, even one without progress) spends
-// nothing: the budget detects a dead path, and a slow peer that is still
-// answering (rxe under load replays a READ's rest seconds late) is not one.
-// A dead peer is still noticed after retry_cnt silent timeouts.
+// Every retry spends one: those a NAK or a lost response starts (as IBTA
+// and rxe count them) and timer retries. The one waiver: a timer retry
+// after the peer answered since the last retry (heard: a response the
+// completer accepted, see answered, even one without progress) spends
+// nothing (onRetryTimer calls resend): the budget detects a dead path,
+// and a slow peer that is still streaming valid responses (rxe under load
+// replays a READ's rest seconds late) is not one. Dropped responses
+// (stale, spoofed, wrong kind) and ignored NAKs do not set heard, so they
+// cannot refresh the budget; a dead peer is noticed after retry_cnt silent
+// timeouts (RetryBudget bounds the time).
 func (qp *QP) retry() {
-	if qp.heard {
-		qp.heard = false
-	} else {
-		if qp.retryLeft <= 0 {
-			qp.failHead(WCRetryExcErr)
-			return
-		}
-		qp.retryLeft--
+	if qp.retryLeft <= 0 {
+		qp.failHead(WCRetryExcErr)
+		return
 	}
+	qp.retryLeft--
+	qp.resend()
+}
+
+// resend starts a retry sequence without spending retry_cnt: it narrows
+// the send window and rewinds to the oldest unanswered PSN.
+func (qp *QP) resend() {
+	qp.heard = false
 	qp.narrow = maxUnackedPSNs - max(qp.window()/2, minWindow)
 	qp.rewind()
 }
@@ -719,12 +767,8 @@ func (qp *QP) completer(p *wire.Packet) {
 		st.DropResponse.Add(1) // nothing outstanding: a late duplicate (or forged)
 		return
 	}
-	// The peer answers: restart the retransmit timer (rxe's completer
-	// re-arms it after every response it takes). Without this, a long
-	// stream of duplicate read responses after a retry runs into the
-	// timer, whose retry makes the peer replay the rest once more.
-	qp.rearmRetry()
-	qp.heard, qp.heardTimer = true, true
+	// Only responses that pass the checks below restart the retransmit
+	// timer (answered).
 	if wire.PSNDiff(psn, oldest) < 0 {
 		st.DropResponse.Add(1) // answers a completed WQE (a duplicate)
 		return
@@ -744,6 +788,9 @@ func (qp *QP) completer(p *wire.Packet) {
 		switch {
 		case a.IsACK():
 			progress, _, lost := qp.ackBefore(psn, true)
+			if progress || lost {
+				qp.answered()
+			}
 			if progress {
 				qp.progressed()
 			} else if !lost {
@@ -758,6 +805,7 @@ func (qp *QP) completer(p *wire.Packet) {
 				return
 			}
 			st.RNRNAKsRcvd.Add(1)
+			qp.answered()
 			if progress, _, _ := qp.ackBefore(psn, false); progress {
 				qp.renewRetry()
 				qp.completeReady()
@@ -790,6 +838,7 @@ func (qp *QP) completer(p *wire.Packet) {
 			// and rewinding on each multiplies the traffic).
 			progress, completed, _ := qp.ackBefore(psn, false)
 			if progress {
+				qp.answered()
 				qp.renewRetry()
 				qp.completeReady()
 			}
@@ -800,12 +849,17 @@ func (qp *QP) completer(p *wire.Packet) {
 				return
 			}
 			if qp.rnrWait || qp.rewound {
+				// Ignored: no answer either (no timer restart; rxe goes to
+				// done without mod_timer), or a NAK stream would keep a
+				// QP whose retransmissions never arrive alive for ever.
 				st.SeqNAKsIgnored.Add(1) // the RNR timer restarts the requester, or a retry is under way
 				return
 			}
+			qp.answered()
 			qp.retry()
 		default:
 			st.NAKsRcvd.Add(1)
+			qp.answered()
 			qp.ackBefore(psn, false)
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
 				return
@@ -830,6 +884,12 @@ func (qp *QP) completer(p *wire.Packet) {
 		// the QP; a spoofed packet must not).
 		qp.dropBad()
 		return
+	}
+	if d := wire.PSNDiff(psn, wire.PSNAdd(w.firstPSN, w.acked)); d >= 0 || w != &qp.sq[qp.sqHead%uint32(len(qp.sq))] {
+		// The expected response, one after a gap (the peer is streaming
+		// a READ's responses, some lost), or one for a later WQE: an
+		// answer. Older ones of the same WQE are duplicates.
+		qp.answered()
 	}
 	progress, _, _ := qp.ackBefore(psn, false)
 	if qp.state != QPStateRTS && qp.state != QPStateSQD {

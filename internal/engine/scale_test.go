@@ -54,7 +54,8 @@ func scaleLink(tb testing.TB, kind string) (link.Endpoint, link.Endpoint) {
 }
 
 // newManyQPs opens two devices on ea, eb and connects n RC QP pairs with
-// ACK timeout code timeout (and retry_cnt 7: retry for ever).
+// ACK timeout code timeout and retry_cnt 7 (seven retries, not for ever:
+// a QP whose peer stops answering fails within RetryBudget(timeout, 7)).
 func newManyQPs(tb testing.TB, ea, eb link.Endpoint, n int, timeout uint8) *manyQPs {
 	tb.Helper()
 	m := &manyQPs{}
