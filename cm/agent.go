@@ -167,6 +167,7 @@ type Agent struct {
 	nextComm uint32
 	txBuf    []byte
 
+	ctx    context.Context // ends at Close (the loop; ResolveAddr's lookups)
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -257,7 +258,7 @@ func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
 		return fail(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
+	a.ctx, a.cancel = ctx, cancel
 	go a.loop(ctx)
 	return a, nil
 }
