@@ -77,8 +77,10 @@ func parseKrpingOpts(s string) (*rpingOpts, error) {
 		case "client":
 			o.server = 0
 		case "addr", "addr6":
-			if o.addr, err = lookupAddr(val); err == nil && !hasVal {
-				err = fmt.Errorf("option addr needs a value")
+			if !hasVal || val == "" {
+				err = fmt.Errorf("option %s needs a value", name)
+			} else {
+				o.addr, err = lookupAddr(val)
 			}
 		case "port":
 			o.port, err = num()
