@@ -27,7 +27,7 @@ func unhex(t testing.TB, s string) []byte {
 }
 
 // v1 is ICRC test vector V1 of wire/icrc_test.go: IPv4 header, UDP header,
-// RC SEND_ONLY with a valid ICRC (docs/protocol.md §4).
+// RC SEND_ONLY with a valid ICRC (docs/protocol.md §4.1).
 const v1 = "45000038123440004011a52dc0a80101c0a80102 c13212b700240000 0400ffff0000001280000001 526f43457632207465737421 a83d6211"
 
 // v4 is test vector V4 (IPv6 UD SEND_ONLY_WITH_IMMEDIATE).

@@ -165,7 +165,6 @@ type Agent struct {
 	byRemote map[remoteKey]*ID // (peer, remote comm ID / request ID) -> ID
 	ahs      map[netip.Addr]*verbs.AH
 	nextComm uint32
-	txBuf    []byte
 
 	ctx    context.Context // ends at Close (the loop; ResolveAddr's lookups)
 	cancel context.CancelFunc

@@ -485,7 +485,11 @@ func (l *Listener) drop(c *Conn) bool {
 		c.halfOpen.Stop()
 	}
 	c.ID.Destroy()
-	c.free()
+	if err := c.free(); err != nil {
+		if a := c.ID.agent; a != nil && a.log != nil {
+			a.log.Warn("cm: a dropped connection's resources leak", "err", err)
+		}
+	}
 	return true
 }
 

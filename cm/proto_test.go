@@ -115,7 +115,6 @@ func TestBacklog(t *testing.T) {
 	lid.BindAddr(netip.AddrPortFrom(p.addrB(), 5002))
 	lid.Listen(1)
 	defer lid.Destroy()
-	var ids []*ID
 	for range 2 {
 		ch := NewEventChannel()
 		defer ch.Close()
@@ -128,7 +127,6 @@ func TestBacklog(t *testing.T) {
 		if err := id.Connect(&ConnParam{QPNum: 0x100}); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
 	}
 	first := expect(t, sch, EventConnectRequest).ID
 	waitFor(t, 2*time.Second, "a backlog drop", func() bool { return p.ab.Stats().DropBacklog.Load() >= 1 })

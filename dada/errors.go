@@ -80,8 +80,8 @@ func (e *NoMemoryError) Error() string {
 	page := uint64(pageSize())
 	var b strings.Builder
 	fmt.Fprintf(&b, "dada: not enough shared memory for ring %s: the kernel refused a %s segment (%v); the ring needs %s in all. ",
-		e.Key.Short(), humanBytes(e.Bytes), e.Err, humanBytes(e.Total))
-	fmt.Fprintf(&b, "Limits: kernel.shmmax=%d bytes, kernel.shmall=%d pages, MemAvailable=%s. ", e.ShmMax, e.ShmAll, humanBytes(e.MemAvail))
+		e.Key.Short(), FormatBytes(e.Bytes), e.Err, FormatBytes(e.Total))
+	fmt.Fprintf(&b, "Limits: kernel.shmmax=%d bytes, kernel.shmall=%d pages, MemAvailable=%s. ", e.ShmMax, e.ShmAll, FormatBytes(e.MemAvail))
 	switch {
 	case e.ShmMax > 0 && e.Bytes > e.ShmMax:
 		fmt.Fprintf(&b, "A block is larger than kernel.shmmax: use smaller blocks or raise it with 'sysctl -w kernel.shmmax=%d'", e.Bytes)
@@ -133,7 +133,9 @@ func (e *WriterDiedError) Error() string {
 // Is matches ErrWriterDied.
 func (e *WriterDiedError) Is(t error) bool { return t == ErrWriterDied }
 
-func humanBytes(n uint64) string {
+// FormatBytes formats a byte count in binary units with one decimal ("1.5 GiB",
+// "512 B"), as this package's error messages and the dada tools print sizes.
+func FormatBytes(n uint64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

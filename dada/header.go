@@ -256,7 +256,7 @@ func (h *Header) Validate(bufSize int) error {
 		return err
 	}
 	if n > bufSize {
-		return fmt.Errorf("%w: HDR_SIZE %d is larger than the ring's header buffers (%d bytes); lower HDR_SIZE or recreate the ring with 'dada db -a %d'", ErrHeader, n, bufSize, n)
+		return fmt.Errorf("%w: HDR_SIZE %d is larger than the ring's header buffers (%d bytes); lower HDR_SIZE or recreate the ring with header buffers of at least %d bytes (Config.HeaderSize)", ErrHeader, n, bufSize, n)
 	}
 	if len(h.text)+1 > n {
 		return fmt.Errorf("%w: the header text is %d bytes, more than HDR_SIZE %d allows (with its NUL terminator)", ErrHeader, len(h.text), n)

@@ -96,7 +96,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 	if err := h.Validate(4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Validate(2048); !errors.Is(err, ErrHeader) {
+	if err := h.Validate(2048); !errors.Is(err, ErrHeader) || !strings.Contains(err.Error(), "at least 4096 bytes (Config.HeaderSize)") {
 		t.Fatalf("Validate(2048) = %v", err)
 	}
 	big := NewHeader(64)
@@ -225,4 +225,18 @@ func FuzzParseHeader(f *testing.F) {
 			t.Fatal("encode/parse round trip changed the header")
 		}
 	})
+}
+
+func TestFormatBytes(t *testing.T) {
+	for _, c := range []struct {
+		n    uint64
+		want string
+	}{
+		{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {1536, "1.5 KiB"},
+		{1<<20 - 1, "1024.0 KiB"}, {1 << 20, "1.0 MiB"}, {3 << 29, "1.5 GiB"}, {1 << 40, "1024.0 GiB"},
+	} {
+		if got := FormatBytes(c.n); got != c.want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
 }

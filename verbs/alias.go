@@ -500,7 +500,8 @@ type AsyncEvent = engine.AsyncEvent
 // PortState is a port's state (enum ibv_port_state values).
 type PortState = engine.PortState
 
-// DeviceAttr are a device's limits (struct ibv_device_attr), rxe's values (§10).
+// DeviceAttr are a device's limits (struct ibv_device_attr), rxe's values
+// (docs/protocol.md §10.1).
 //
 //	struct {
 //		FWVer			string

@@ -57,9 +57,6 @@ func benchEnds(b *testing.B) (*end, *end, []*verbs.CompChannel) {
 	return ends[0], ends[1], chs
 }
 
-// spinPolls is how many times waitCQ re-checks before sleeping.
-var spinPolls = 200
-
 // waitCQ blocks until cq may have completions (arm, re-check, wait for the
 // event): busy polling would starve Go's network poller.
 func waitCQ(cq *verbs.CQ, ch *verbs.CompChannel) {

@@ -3,7 +3,7 @@
 // the GSI QP (QP1) to set up and tear down connections over RoCE: REQ, MRA,
 // REJ, REP, RTU, DREQ, DREP, SIDR_REQ, SIDR_REP, LAP and APR, each exactly as
 // IBTA volume 1 chapter 12 lays it out (the same offsets as Linux's
-// include/rdma/ibta_vol1_c12.h; see ../shared/reference/roce-wire.md §8).
+// include/rdma/ibta_vol1_c12.h; see docs/protocol.md §8.1).
 //
 // A CM MAD is always 256 bytes: a 24-byte MAD common header (Header) followed
 // by the message. It travels as the payload of a UD SEND_ONLY to QP1 with

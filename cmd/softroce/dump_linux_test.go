@@ -61,7 +61,7 @@ func dlLoopbackTarget(t *testing.T) (port uint16, send func(n int)) {
 	}
 	t.Cleanup(func() { tx.Close() })
 	// Unconnected with IP_PMTUDISC_DO: Linux sends IPv4 ID 0, so the ICRC
-	// computed for ID 0 is the right one (../shared/reference/roce-wire.md §4).
+	// computed for ID 0 is the right one (docs/protocol.md §4.2).
 	rc, _ := tx.SyscallConn()
 	rc.Control(func(fd uintptr) {
 		err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)

@@ -88,9 +88,10 @@ func TestRpingPersistentUnansweredREQ(t *testing.T) {
 	go func() { done <- runRping([]string{"-s", "-P", "-a", a1, "-p", strconv.Itoa(port)}, &so, &se) }()
 	var ag *cm.Agent
 	waitUntil(t, 10*time.Second, "the server's CM agent", func() bool { ag = agentAt(srv); return ag != nil })
+	// Before any connection: the probe's registers MRs too.
+	mrs0 := ag.Device().Stats().MRs.Load()
 	// The first REQ the listener takes is one more unanswered connection.
 	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(ag, srv, port) })
-	mrs0 := ag.Device().Stats().MRs.Load()
 	const n = 20 // and the probe's
 	base := srv.As4()
 	for i := range n {
@@ -101,7 +102,13 @@ func TestRpingPersistentUnansweredREQ(t *testing.T) {
 	// The CM gives up on each REP after 3 × 100 ms; then the connection's
 	// goroutine, QP and MRs must be gone.
 	waitUntil(t, 30*time.Second, "the unanswered connections to be freed", func() bool {
-		return goroutinesIn("(*rcb).serveConn") == 0 && ag.Device().Stats().MRs.Load() == mrs0 && ag.IDs() == 0
+		g, m, ids := goroutinesIn("(*rcb).serveConn"), ag.Device().Stats().MRs.Load(), ag.IDs()
+		if g == 0 && m == mrs0 && ids == 0 {
+			return true
+		}
+		t.Logf("%d connection goroutines, %d MRs (%d before), %d CM IDs", g, m, mrs0, ids)
+		time.Sleep(time.Second)
+		return false
 	})
 	if got := strings.Count(se.String(), "RDMA_CM_EVENT_UNREACHABLE, error -110"); got != n+1 {
 		t.Errorf("%d UNREACHABLE lines, want %d:\n%s", got, n, se.String())
@@ -437,8 +444,8 @@ func TestRpingPersistentHalfOpenBounds(t *testing.T) {
 	go func() { done <- runRping([]string{"-s", "-P", "-a", a1, "-p", strconv.Itoa(port)}, &so, &se) }()
 	var ag *cm.Agent
 	waitUntil(t, 10*time.Second, "the server's CM agent", func() bool { ag = agentAt(srv); return ag != nil })
+	mrs0 := ag.Device().Stats().MRs.Load() // before any connection
 	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(ag, srv, port) })
-	mrs0 := ag.Device().Stats().MRs.Load()
 	base := srv.As4()
 	most := 0
 	for i := range 300 {

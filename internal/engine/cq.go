@@ -165,7 +165,7 @@ func (cq *CQ) Destroy() error {
 }
 
 // push adds a completion. It returns false on overflow: the CQ error event
-// is raised and the caller moves its QP to ERR (§5: receive CQ overflow).
+// is raised and the caller moves its QP to ERR (docs/protocol.md §5.7: receive CQ full).
 func (cq *CQ) push(wc *WC, solicited bool) bool {
 	cq.mu.Lock()
 	if cq.n == len(cq.ring) {

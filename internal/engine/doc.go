@@ -3,8 +3,8 @@
 // and RC/UC/UD queue pairs with their requester, responder and completer.
 //
 // It behaves on the wire as Linux's Soft-RoCE driver (rdma_rxe) does, rule by
-// rule as written in the project's wire reference (../shared/reference/roce-wire.md,
-// cited in comments as "§5 ..."), so that softroce interoperates with the
+// rule as written in docs/protocol.md (cited in comments as
+// "docs/protocol.md §5.7" and the like), so that softroce interoperates with the
 // kernel and with hardware RoCE NICs.
 //
 // Concurrency: one goroutine per device reads batches from its link.Endpoint
@@ -18,7 +18,7 @@
 // Invalidate take exclusively, so that after they return no engine goroutine
 // touches that memory again.
 //
-// Memory windows (§7) live in the same key space, with indices above the
+// Memory windows (docs/protocol.md §7.3) live in the same key space, with indices above the
 // MRs': a remote key naming a window is checked against the window (state,
 // key, PD, access, QP for type 2, range) and then resolved to its MR, whose
 // own checks follow. Invalidating or deallocating a window waits for

@@ -11,7 +11,7 @@ import (
 )
 
 // TestFence: a WR with IBV_SEND_FENCE is not sent before earlier READs
-// completed; without the fence it follows the READ request at once (§5).
+// completed; without the fence it follows the READ request at once (docs/protocol.md §5.4).
 func TestFence(t *testing.T) {
 	for _, fence := range []bool{false, true} {
 		var a *side
@@ -59,7 +59,7 @@ func TestFence(t *testing.T) {
 	}
 }
 
-// TestMaxRdAtomic: no more than max_rd_atomic READs/atomics in flight (§5).
+// TestMaxRdAtomic: no more than max_rd_atomic READs/atomics in flight (docs/protocol.md §5.4).
 func TestMaxRdAtomic(t *testing.T) {
 	var sent, maxOut atomic.Int32
 	var a *side

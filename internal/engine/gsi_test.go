@@ -8,7 +8,7 @@ import (
 )
 
 // TestGSIQP checks the hook the connection manager uses: a UD QP with QPN 1
-// that sends and accepts only Q_Key 0x80010000 (§6, §8).
+// that sends and accepts only Q_Key 0x80010000 (docs/protocol.md §6.1, §8.1).
 func TestGSIQP(t *testing.T) {
 	o := pairOpts{typ: QPTypeUD}
 	defaults(&o)

@@ -10,7 +10,7 @@ import (
 
 // TestIPv6 runs RC and UD over IPv6 addresses: GIDs are the addresses
 // themselves, the ICRC covers the IPv6 header, and the UD GRH area holds
-// the 40-byte IPv6 header (§6).
+// the 40-byte IPv6 header (docs/protocol.md §6.1).
 func TestIPv6(t *testing.T) {
 	for _, typ := range []QPType{QPTypeRC, QPTypeUD} {
 		ea, eb, err := pipe.New(pipe.Config{Addr: netip.MustParseAddrPort("[fd00::1]:4791"), MTU: 9000},

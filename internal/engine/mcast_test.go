@@ -10,7 +10,7 @@ import (
 )
 
 // TestMulticast: a datagram to QPN 0xFFFFFF and a group address reaches
-// every UD QP attached to the group, and only those (§6).
+// every UD QP attached to the group, and only those (docs/protocol.md §6.3).
 func TestMulticast(t *testing.T) {
 	o := pairOpts{typ: QPTypeUD}
 	defaults(&o)

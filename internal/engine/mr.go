@@ -69,7 +69,7 @@ type MR struct {
 	buf    []byte
 	iova   uint64
 	access Access
-	key    uint32 // lkey == rkey (user MRs, §7)
+	key    uint32 // lkey == rkey (user MRs, docs/protocol.md §7.1)
 	valid  bool
 	dereg  bool
 	region *mem.Region // memory from a provider (nil: a plain []byte)
@@ -78,7 +78,7 @@ type MR struct {
 	ownRegion bool
 }
 
-// maxMRIndex is the largest MR index (rxe: 2^19 - 1, §7).
+// maxMRIndex is the largest MR index (rxe: 2^19 - 1, docs/protocol.md §7.1).
 const maxMRIndex = 1<<19 - 1
 
 // LKey returns the local key.
@@ -115,7 +115,8 @@ func bufAddr(b []byte) uint64 {
 }
 
 func checkAccess(a Access) error {
-	// Verbs require LOCAL_WRITE whenever REMOTE_WRITE or REMOTE_ATOMIC is requested (§7).
+	// Verbs require LOCAL_WRITE whenever REMOTE_WRITE or REMOTE_ATOMIC is requested
+	// (docs/protocol.md §7.2).
 	if a&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && a&AccessLocalWrite == 0 {
 		return newErr("reg mr", "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too", syscall.EINVAL)
 	}
@@ -365,7 +366,8 @@ func (t *mrTable) set(idx uint32, mr *MR) {
 }
 
 // acquire returns the MR key names, read-locked, with the byte offset of
-// [va, va+n) if key, PD, access, state and bounds all check (§7), else nil.
+// [va, va+n) if key, PD, access, state and bounds all check (docs/protocol.md
+// §7.1), else nil.
 // The caller ends the access with release.
 func (d *Device) acquire(pd *PD, key uint32, va uint64, n uint64, need Access) (*MR, int) {
 	return d.lookupMR(key).acquire(pd, key, va, n, need)

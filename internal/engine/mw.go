@@ -29,7 +29,8 @@ func (t MWType) String() string {
 	return "MWType(?)"
 }
 
-// MW index range: above the MRs' (§7: the index tells an MR key from an MW key).
+// MW index range: above the MRs' (docs/protocol.md §7.1: the index tells an MR
+// key from an MW key).
 const (
 	minMWIndex = maxMRIndex + 1
 	maxMWIndex = 1<<20 - 1
@@ -191,7 +192,8 @@ func (mw *MW) unbindLocked() *MR {
 func drainMR(mr *MR) {
 	if mr != nil {
 		mr.mu.Lock()
-		mr.mu.Unlock() //nolint:staticcheck // empty critical section: a barrier
+		//lint:ignore SA2001 the empty critical section is the barrier
+		mr.mu.Unlock()
 	}
 }
 
@@ -257,7 +259,7 @@ func (qp *QP) checkBindWR(wr *SendWR) error {
 	return nil
 }
 
-// execBind runs a BIND_MW work request (§7; rxe_mw.c's checks). It
+// execBind runs a BIND_MW work request (docs/protocol.md §7.3; rxe_mw.c's checks). It
 // returns false (MW_BIND_ERR) if the bind is not allowed.
 func (qp *QP) execBind(wr *SendWR) bool {
 	mw := wr.MW

@@ -107,7 +107,7 @@ func TestMWType1Rebind(t *testing.T) {
 }
 
 func TestMWType2ZeroBasedTraffic(t *testing.T) {
-	a, b, mr := mwPair(t)
+	a, b, _ := mwPair(t)
 	mw, err := b.pd.AllocMW(MWType2)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestMWType2ZeroBasedTraffic(t *testing.T) {
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, 8), RemoteAddr: 0, RKey: mw.RKey()})
 	wantWC(t, a.scq, WCRemAccessErr, WCRDMAWrite)
 
-	a, b, mr = mwPair(t)
+	a, b, mr := mwPair(t)
 	mw, _ = b.pd.AllocMW(MWType2)
 	key := bind2(t, b, mw, MWBindInfo{MR: mr, Addr: mr.Addr() + 1000, Length: 5000,
 		Access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessZeroBased})
@@ -191,7 +191,7 @@ func TestMWType2RemoteInvalidate(t *testing.T) {
 
 // TestMWType1RemoteInvalidateFails: type 1 windows cannot be invalidated;
 // a SEND_WITH_INV naming one is ACKed normally but the receive completes
-// with REM_INV_REQ_ERR and the responder QP enters ERR (§5, §7).
+// with REM_INV_REQ_ERR and the responder QP enters ERR (docs/protocol.md §5.7, §7.3).
 func TestMWType1RemoteInvalidateFails(t *testing.T) {
 	a, b, mr := mwPair(t)
 	mw, _ := b.pd.AllocMW(MWType1)
@@ -211,7 +211,7 @@ func TestMWType1RemoteInvalidateFails(t *testing.T) {
 		t.Fatal("type 1 window was invalidated")
 	}
 	// LOCAL_INV of a type 1 window fails too.
-	a, b, mr = mwPair(t)
+	_, b, _ = mwPair(t)
 	mw, _ = b.pd.AllocMW(MWType1)
 	post(t, b.qp, SendWR{WRID: 9, Opcode: WRLocalInv, Flags: SendSignaled, ImmData: mw.RKey()})
 	wantWC(t, b.scq, WCLocQPOpErr, WCLocalInv)

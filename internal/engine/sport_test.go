@@ -4,7 +4,7 @@ import "testing"
 
 // TestUDPSport checks the per-QP UDP source port against the values the
 // kernel's rxe used in the captures (testdata, README of the captures) and
-// the worked examples of the wire reference (§1).
+// the worked examples of docs/protocol.md §1.3.
 func TestUDPSport(t *testing.T) {
 	for _, c := range []struct {
 		l, r uint32

@@ -452,7 +452,8 @@ const (
 	PortActive PortState = 4
 )
 
-// DeviceAttr are a device's limits (struct ibv_device_attr), rxe's values (§10).
+// DeviceAttr are a device's limits (struct ibv_device_attr), rxe's values
+// (docs/protocol.md §10.1).
 type DeviceAttr struct {
 	FWVer                 string
 	NodeGUID              uint64

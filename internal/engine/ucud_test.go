@@ -42,7 +42,7 @@ func TestUCSendWrite(t *testing.T) {
 
 func TestUCResync(t *testing.T) {
 	// Drop the 2nd packet of the first message: the receiver drops the rest
-	// of that message and takes the next one whole (§6).
+	// of that message and takes the next one whole (docs/protocol.md §6.2).
 	n := 0
 	filter := func(p *link.Packet) pipe.Verdict {
 		n++
@@ -102,7 +102,7 @@ func TestUD(t *testing.T) {
 		// Wrong Q_Key: dropped.
 		postRecv(t, b, 2, 0, 2000)
 		post(t, a.qp, SendWR{WRID: 2, Opcode: WRSend, SGList: sge(a, 0, 10), AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x2222})
-		// Too large for the MTU: silently succeeds (§6).
+		// Too large for the MTU: silently succeeds (docs/protocol.md §6.1).
 		post(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 5000), AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111})
 		wc = waitWC(t, a.scq, 2, 5*time.Second)
 		if wc[1].WRID != 3 || wc[1].Status != WCSuccess {
@@ -156,7 +156,7 @@ func TestSRQLimitAndRC(t *testing.T) {
 			break
 		}
 	}
-	// Entering ERR does not flush SRQ WQEs (§5).
+	// Entering ERR does not flush SRQ WQEs (docs/protocol.md §5.9).
 	b.qp.Modify(&QPAttr{QPState: QPStateErr}, QPAttrState)
 	time.Sleep(10 * time.Millisecond)
 	if n := b.rcq.Len(); n != 0 {

@@ -9,7 +9,7 @@ import (
 )
 
 // rawPeer drives a device's RC QP with hand-made packets from the other
-// end of a pipe and reads its answers: wire-level checks of §5.
+// end of a pipe and reads its answers: wire-level checks of docs/protocol.md §5.
 type rawPeer struct {
 	t   *testing.T
 	ep  link.Endpoint
@@ -171,7 +171,7 @@ func TestResponderLengthRules(t *testing.T) {
 }
 
 // TestReceiveChecks: bad P_Key, QP0, unknown QPN, wrong transport and a
-// wrong source address are dropped silently and counted (§2, §9).
+// wrong source address are dropped silently and counted (docs/protocol.md §2.1, §9).
 func TestReceiveChecks(t *testing.T) {
 	r := newRawPeer(t)
 	st := r.s.dev.Stats()

@@ -372,8 +372,20 @@ type pairRun struct {
 }
 
 // runPair starts srv, waits until it listens, runs cli, and waits for both,
-// each bounded by limit.
+// each bounded by limit. If t fails, both outputs are logged at its end.
 func runPair(t *testing.T, srv, cli endpoint, lk listenKind, limit time.Duration) pairRun {
+	t.Helper()
+	run := runPairQuiet(t, srv, cli, lk, limit)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server %s\nclient %s", run.server, run.client)
+		}
+	})
+	return run
+}
+
+// runPairQuiet is runPair without the outputs.
+func runPairQuiet(t *testing.T, srv, cli endpoint, lk listenKind, limit time.Duration) pairRun {
 	t.Helper()
 	ctx := context.Background()
 	t.Logf("server: %s", srv)
@@ -405,11 +417,6 @@ func runPair(t *testing.T, srv, cli endpoint, lk listenKind, limit time.Duration
 	}
 	run.server = <-sch
 	run.elapsed = time.Since(start)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server %s\nclient %s", run.server, run.client)
-		}
-	})
 	return run
 }
 

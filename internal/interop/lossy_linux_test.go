@@ -91,11 +91,14 @@ type bulkRun struct {
 func (c sideCount) ratio() float64 { return float64(c.sent) / bulkNeeded }
 
 func bulkArgs(tool string) string {
-	return fmt.Sprintf("%s -s %d -n %d", tool, bulkSize, bulkIters)
+	return fmt.Sprintf("%s -F -s %d -n %d", tool, bulkSize, bulkIters)
 }
 
 func bulkCase(t *testing.T, imp impairment, tool string, serverData, softroceServer bool) {
 	base := baseline(t, imp, tool)
+	if base == nil {
+		t.Log("no rxe<->rxe baseline (two kernels failed this transfer twice): checking completion only")
+	}
 	g := bootGuest(t, 0)
 	setNetem(t, g, imp.netem)
 
@@ -110,7 +113,10 @@ func bulkCase(t *testing.T, imp impairment, tool string, serverData, softroceSer
 		host.cmd += " " + g.ip
 		srv, cli = kern, host
 	}
-	limit := min(3*base.elapsed+120*time.Second, 600*time.Second)
+	limit := 600 * time.Second
+	if base != nil {
+		limit = min(3*base.elapsed+120*time.Second, limit)
+	}
 	before := rxeStats(t, g)
 	run := runPair(t, srv, cli, listenTCP, limit)
 	after := rxeStats(t, g)
@@ -132,9 +138,6 @@ func bulkCase(t *testing.T, imp impairment, tool string, serverData, softroceSer
 	t.Logf("this run  : server sent %6d (%.2f/needed) rcvd %6d, client sent %6d (%.2f/needed) rcvd %6d, softroce NAKs %d, %v",
 		cur.server.sent, cur.server.ratio(), cur.server.rcvd, cur.client.sent, cur.client.ratio(), cur.client.rcvd,
 		sc.naks, cur.elapsed.Round(100*time.Millisecond))
-	t.Logf("rxe<->rxe : server sent %6d (%.2f/needed), client sent %6d (%.2f/needed), %v",
-		base.server.sent, base.server.ratio(), base.client.sent, base.client.ratio(), base.elapsed.Round(100*time.Millisecond))
-
 	dataSide, data := "client", cur.client
 	if serverData {
 		dataSide, data = "server", cur.server
@@ -143,6 +146,12 @@ func bulkCase(t *testing.T, imp impairment, tool string, serverData, softroceSer
 		t.Errorf("the %s sent %d packets, fewer than the %d data packets the transfer needs: counting is wrong",
 			dataSide, data.sent, bulkNeeded)
 	}
+	if base == nil {
+		return
+	}
+	t.Logf("rxe<->rxe : server sent %6d (%.2f/needed), client sent %6d (%.2f/needed), %v",
+		base.server.sent, base.server.ratio(), base.client.sent, base.client.ratio(), base.elapsed.Round(100*time.Millisecond))
+
 	// Each side against the same role between two kernels. The data side
 	// (WRITE requester, READ responder) and the total are held to maxRatio
 	// exactly. The other side sends ACKs and NAKs, one per AckReq and one
@@ -178,12 +187,14 @@ func bulkCase(t *testing.T, imp impairment, tool string, serverData, softroceSer
 // baselines caches the rxe<->rxe measurements of this run.
 var baselines struct {
 	sync.Mutex
-	m map[string]bulkRun
+	m map[string]*bulkRun // nil: the kernels failed the transfer
 }
 
 // baseline measures (once per run) tool between two kernels, the server in
-// guest 0 under imp, the client in guest 1.
-func baseline(t *testing.T, imp impairment, tool string) bulkRun {
+// guest 0 under imp, the client in guest 1. Two kernels do not always
+// finish 4 MiB READs under loss either (retries exhausted): after two failed
+// attempts it returns nil, and the caller has nothing to compare with.
+func baseline(t *testing.T, imp impairment, tool string) *bulkRun {
 	t.Helper()
 	key := imp.name + "/" + tool
 	baselines.Lock()
@@ -191,28 +202,34 @@ func baseline(t *testing.T, imp impairment, tool string) bulkRun {
 	if b, ok := baselines.m[key]; ok {
 		return b
 	}
+	if baselines.m == nil {
+		baselines.m = map[string]*bulkRun{}
+	}
 	a, b := bootGuest(t, 0), bootGuest(t, 1)
 	setNetem(t, a, imp.netem)
 	srv := endpoint{guest: a, cmd: "ib_" + bulkArgs(tool) + " " + perftestDev[0]}
 	cli := endpoint{guest: b, cmd: "ib_" + bulkArgs(tool) + " " + perftestDev[0] + " " + a.ip}
-	sa, sb := rxeStats(t, a), rxeStats(t, b)
-	t.Logf("rxe<->rxe baseline for %s", key)
-	run := runPair(t, srv, cli, listenTCP, 600*time.Second)
-	ea, eb := rxeStats(t, a), rxeStats(t, b)
-	if run.server.code != 0 || run.client.code != 0 || resultLine.FindString(run.client.out) == "" {
-		t.Fatalf("rxe<->rxe baseline %s failed:\nserver %v\nclient %v", key, run.server, run.client)
+	for attempt := 1; attempt <= 2; attempt++ {
+		sa, sb := rxeStats(t, a), rxeStats(t, b)
+		t.Logf("rxe<->rxe baseline for %s (attempt %d)", key, attempt)
+		run := runPairQuiet(t, srv, cli, listenTCP, 600*time.Second)
+		ea, eb := rxeStats(t, a), rxeStats(t, b)
+		if run.server.code != 0 || run.client.code != 0 || resultLine.FindString(run.client.out) == "" {
+			t.Logf("rxe<->rxe baseline %s failed (the kernels, not softroce): %s\nserver %v\nclient %v",
+				key, statDiff(sb, eb), run.server, run.client)
+			continue
+		}
+		br := &bulkRun{
+			server:  sideCount{sent: ea["sent_pkts"] - sa["sent_pkts"], rcvd: ea["rcvd_pkts"] - sa["rcvd_pkts"]},
+			client:  sideCount{sent: eb["sent_pkts"] - sb["sent_pkts"], rcvd: eb["rcvd_pkts"] - sb["rcvd_pkts"]},
+			elapsed: run.elapsed,
+		}
+		t.Logf("baseline %s: server %s; client %s", key, statDiff(sa, ea), statDiff(sb, eb))
+		baselines.m[key] = br
+		return br
 	}
-	br := bulkRun{
-		server:  sideCount{sent: ea["sent_pkts"] - sa["sent_pkts"], rcvd: ea["rcvd_pkts"] - sa["rcvd_pkts"]},
-		client:  sideCount{sent: eb["sent_pkts"] - sb["sent_pkts"], rcvd: eb["rcvd_pkts"] - sb["rcvd_pkts"]},
-		elapsed: run.elapsed,
-	}
-	t.Logf("baseline %s: server %s; client %s", key, statDiff(sa, ea), statDiff(sb, eb))
-	if baselines.m == nil {
-		baselines.m = map[string]bulkRun{}
-	}
-	baselines.m[key] = br
-	return br
+	baselines.m[key] = nil
+	return nil
 }
 
 // setNetem applies spec to both directions of g's eth0 and removes it when

@@ -24,6 +24,9 @@ type family struct {
 	known    string // a known softroce bug that makes the case fail until fixed
 }
 
+// perftest gets -F everywhere: under TCG on a loaded machine its CPU clock
+// estimate in the guest fails ("Correlation coefficient r^2 < 0.9") and,
+// without -F, it then exits 1 with "Can't produce a report".
 var (
 	pingpongDev = [2]string{"-d rxe0 -g 1", "-d " + hostIP + " -g 1"}
 	perftestDev = [2]string{"-d rxe0 -x 1", "-d " + hostIP + " -x 1"}
@@ -49,7 +52,7 @@ func perftest(name, args string, size, iters int, smoke bool) family {
 	}
 	return family{name: name + strings.ReplaceAll(strings.ReplaceAll(args, " ", ""), "-", "_"),
 		guestBin: "ib_" + name, hostTool: name,
-		args:     fmt.Sprintf("%s%s -n %d", args, sz, iters),
+		args:     fmt.Sprintf("-F %s%s -n %d", args, sz, iters),
 		guestDev: perftestDev[0], hostDev: perftestDev[1], listen: lk,
 		check: checkPerftest(size, iters), smoke: smoke}
 }
@@ -66,7 +69,8 @@ var families = []family{
 	perftest("read_bw", "", 65536, 200, false),
 	perftest("atomic_bw", "", 0, 200, false),
 	perftest("write_lat", "", 64, 200, false),
-	perftest("send_lat", "", 64, 200, false),
+	perftest("send_lat", "", 64, 200, false).knownBug(
+		"softroce's send_lat client waits for the server's first SEND, as its write_lat does; perftest's send_lat client sends first (tools, H5)"),
 	perftest("read_lat", "", 64, 200, false),
 	perftest("atomic_lat", "", 0, 200, false),
 	perftest("send_bw", "-R", 65536, 100, false),
@@ -75,6 +79,11 @@ var families = []family{
 
 	{name: "rping", guestBin: "rping", hostTool: "rping", args: "-V -v -C 20 -S 100",
 		rdmacm: true, listen: listenCM, check: checkRping(20)},
+}
+
+func (f family) knownBug(why string) family {
+	f.known = why
+	return f
 }
 
 // TestTools runs every family with the kernel as server and softroce as

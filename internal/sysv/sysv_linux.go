@@ -20,7 +20,6 @@ const (
 	ipcRMID = 0
 	getPID  = 11
 	getVal  = 12
-	getNcnt = 14
 	setVal  = 16
 )
 
@@ -105,9 +104,6 @@ func SemSetVal(id, num, val int) error {
 // num of set id (GETPID); the kernel also records a process whose SEM_UNDO
 // adjustments were applied at its exit.
 func SemGetPid(id, num int) (int, error) { return semctl(id, num, getPID, 0) }
-
-// SemGetNcnt returns how many processes wait for semaphore num to increase.
-func SemGetNcnt(id, num int) (int, error) { return semctl(id, num, getNcnt, 0) }
 
 // SemRemove removes the semaphore set id (IPC_RMID).
 func SemRemove(id int) error {

@@ -29,9 +29,6 @@ func SemSetVal(id, num, val int) error { return ErrUnsupported }
 // SemGetPid is not supported on this system.
 func SemGetPid(id, num int) (int, error) { return -1, ErrUnsupported }
 
-// SemGetNcnt is not supported on this system.
-func SemGetNcnt(id, num int) (int, error) { return -1, ErrUnsupported }
-
 // SemRemove is not supported on this system.
 func SemRemove(id int) error { return ErrUnsupported }
 
