@@ -97,32 +97,18 @@ func SplitGSO(lt LinkType, frame []byte, gsoSize int) [][]byte {
 	return out
 }
 
-// onesSum adds b to the ones'-complement sum s (RFC 1071).
-func onesSum(s uint32, b []byte) uint16 {
-	for ; len(b) >= 2; b = b[2:] {
-		s += uint32(b[0])<<8 | uint32(b[1])
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	for s > 0xFFFF {
-		s = s>>16 + s&0xFFFF
-	}
-	return uint16(s)
-}
-
 // udpChecksum is the UDP checksum of udp (header with a zero checksum,
 // then payload) under the pseudo-header of ip.
 func udpChecksum(ip []byte, v4 bool, udp []byte) uint16 {
 	udp[6], udp[7] = 0, 0
 	var s uint32
 	if v4 {
-		s = uint32(onesSum(0, ip[12:20]))
+		s = uint32(wire.OnesSum(0, ip[12:20]))
 	} else {
-		s = uint32(onesSum(0, ip[8:40]))
+		s = uint32(wire.OnesSum(0, ip[8:40]))
 	}
 	s += 17 + uint32(len(udp))
-	c := ^onesSum(s+uint32(onesSum(0, udp)), nil)
+	c := ^wire.OnesSum(s+uint32(wire.OnesSum(0, udp)), nil)
 	if c == 0 {
 		c = 0xFFFF
 	}

@@ -103,7 +103,7 @@ func TestSplitGSO(t *testing.T) {
 					t.Errorf("segment %d: bad ICRC", i)
 				}
 				if src.Addr().Is4() {
-					if onesSum(0, p.IPHdr) != 0xFFFF {
+					if wire.OnesSum(0, p.IPHdr) != 0xFFFF {
 						t.Errorf("segment %d: bad IPv4 header checksum", i)
 					}
 					if id := binary.BigEndian.Uint16(p.IPHdr[4:]); id != uint16(i) {
@@ -113,11 +113,11 @@ func TestSplitGSO(t *testing.T) {
 				udp := f[len(f)-len(p.Payload)-8:]
 				var s uint32
 				if src.Addr().Is4() {
-					s = uint32(onesSum(0, p.IPHdr[12:20]))
+					s = uint32(wire.OnesSum(0, p.IPHdr[12:20]))
 				} else {
-					s = uint32(onesSum(0, p.IPHdr[8:40]))
+					s = uint32(wire.OnesSum(0, p.IPHdr[8:40]))
 				}
-				if onesSum(s+17+uint32(len(udp))+uint32(onesSum(0, udp)), nil) != 0xFFFF {
+				if wire.OnesSum(s+17+uint32(len(udp))+uint32(wire.OnesSum(0, udp)), nil) != 0xFFFF {
 					t.Errorf("segment %d: bad UDP checksum", i)
 				}
 			}

@@ -166,6 +166,7 @@ type Agent struct {
 	ahs      map[netip.Addr]*verbs.AH
 	nextComm uint32
 
+	ctx    context.Context // ends at Close (the loop; ResolveAddr's lookups)
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -256,7 +257,7 @@ func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
 		return fail(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
+	a.ctx, a.cancel = ctx, cancel
 	go a.loop(ctx)
 	return a, nil
 }

@@ -97,8 +97,8 @@ type Conn struct {
 	ch       *EventChannel
 	ownPD    bool
 	release  func(c *Conn) // Options.Release, until called
-	halfOpen *time.Timer   // Listener: drops the connection if the RTU is late
-	since    time.Time     // Listener: when the REP was sent
+	halfOpen verbs.Timer   // Listener: drops the connection if the RTU is late
+	since    time.Time     // Listener: when the REP was sent (agent's clock)
 	disc     chan struct{}
 	discOnce sync.Once
 	done     chan struct{}
@@ -389,9 +389,9 @@ type Listener struct {
 	ready   []*Conn
 	pending map[*ID]*Conn // half-open: REP sent, no RTU yet
 	closed  bool
-	// admitArmed: a timer calls admit when the oldest half-open
-	// connection may be dropped.
-	admitArmed bool
+	// admitTimer, if armed, calls admit when the oldest half-open
+	// connection may be dropped (the agent's clock; stopped by Close).
+	admitTimer verbs.Timer
 	done       chan struct{}
 
 	// HalfOpenDrops counts half-open connections dropped because a newer
@@ -532,12 +532,12 @@ func (l *Listener) admit() {
 				l.mu.Unlock()
 				return
 			}
-			if wait := old.ID.agent.cfg.Timeout - time.Since(old.since); wait > 0 {
-				if !l.admitArmed {
-					l.admitArmed = true
-					time.AfterFunc(wait, func() {
+			a := old.ID.agent
+			if wait := a.cfg.Timeout - a.clock.Now().Sub(old.since); wait > 0 {
+				if l.admitTimer == nil {
+					l.admitTimer = a.clock.AfterFunc(wait, func() {
 						l.mu.Lock()
-						l.admitArmed = false
+						l.admitTimer = nil
 						l.mu.Unlock()
 						l.admit()
 					})
@@ -606,7 +606,7 @@ func (l *Listener) request(ev *Event) {
 	}
 	if id.qpType == verbs.QPTypeRC {
 		l.mu.Lock()
-		c.since = time.Now()
+		c.since = id.agent.clock.Now()
 		l.pending[id] = c
 		l.mu.Unlock()
 	}
@@ -626,7 +626,7 @@ func (l *Listener) request(ev *Event) {
 		}
 		l.mu.Lock()
 		if l.pending[id] == c { // not established or failed already
-			c.halfOpen = time.AfterFunc(to, func() { l.expire(c) })
+			c.halfOpen = id.agent.clock.AfterFunc(to, func() { l.expire(c) })
 		}
 		l.mu.Unlock()
 	}
@@ -703,6 +703,10 @@ func (l *Listener) Close() error {
 		return nil
 	}
 	l.closed = true
+	if l.admitTimer != nil {
+		l.admitTimer.Stop()
+		l.admitTimer = nil
+	}
 	ready := l.ready
 	l.ready = nil
 	l.mu.Unlock()

@@ -76,8 +76,10 @@ type ID struct {
 	counted  bool         // passive ID counted in listener.pending
 	minRNR   uint8
 	ackTO    uint8
-	// resolving: Config.Resolve runs (guarded by agent.mu)
-	resolving bool
+	// resolving: Config.Resolve runs; stopResolve cancels it (Destroy).
+	// Both guarded by agent.mu.
+	resolving   bool
+	stopResolve context.CancelFunc
 	// Passive IDs: the REP's resend interval and count from the REQ.
 	peerRTO     time.Duration
 	peerRetries int
@@ -359,7 +361,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
 		return newErr("resolve addr", "destination address missing", syscall.EINVAL)
 	}
-	if id.st != stIdle || id.destroyed || id.resolving {
+	if !id.idle() {
 		return ErrState
 	}
 	var a *Agent
@@ -393,10 +395,12 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		if timeout <= 0 {
 			timeout = 2 * time.Second
 		}
+		// Destroy and the agent's Close end the lookup.
+		ctx, cancel := context.WithTimeout(a.ctx, timeout)
 		a.mu.Lock()
-		id.resolving = true
+		id.resolving, id.stopResolve = true, cancel
 		a.mu.Unlock()
-		go id.resolve(a, id.remote.Addr(), timeout)
+		go id.resolve(ctx, cancel, a, id.remote.Addr())
 		return nil
 	}
 	a.mu.Lock()
@@ -406,9 +410,19 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	return nil
 }
 
-// resolve runs Config.Resolve for dst and posts the outcome.
-func (id *ID) resolve(a *Agent, dst netip.Addr, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// idle reports whether the ID may start ResolveAddr: idle, not destroyed,
+// no lookup running.
+func (id *ID) idle() bool {
+	if a := id.agent; a != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+	}
+	return id.st == stIdle && !id.destroyed && !id.resolving
+}
+
+// resolve runs Config.Resolve for dst within ctx and posts the outcome
+// (nothing once the ID is destroyed or the agent closed).
+func (id *ID) resolve(ctx context.Context, cancel context.CancelFunc, a *Agent, dst netip.Addr) {
 	err := a.cfg.Resolve(ctx, a.addr, dst)
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
@@ -416,8 +430,8 @@ func (id *ID) resolve(a *Agent, dst netip.Addr, timeout time.Duration) {
 	cancel()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	id.resolving = false
-	if id.destroyed || id.st != stIdle {
+	id.resolving, id.stopResolve = false, nil
+	if id.destroyed || id.st != stIdle || a.closed {
 		return
 	}
 	if err != nil {
@@ -880,6 +894,9 @@ func (id *ID) Destroy() error {
 	}
 	id.destroyed = true
 	id.uncount()
+	if id.stopResolve != nil {
+		id.stopResolve() // the lookup ends; resolve posts nothing
+	}
 	switch id.st {
 	case stEstablished:
 		id.qpErr()

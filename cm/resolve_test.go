@@ -10,6 +10,7 @@ import (
 
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/link/pipe"
+	"go.uber.org/goleak"
 )
 
 // TestResolveAddrNeighbour: with Config.Resolve, ResolveAddr reports what
@@ -108,5 +109,67 @@ func TestPassiveREPTiming(t *testing.T) {
 	}
 	if got := p.ab.Stats().Retransmits.Load(); got != 2 {
 		t.Errorf("REP resent %d times, want the REQ's 2", got)
+	}
+}
+
+// TestResolveAddrRace: a second ResolveAddr while the lookup finishes
+// reads the ID's state as the lookup's goroutine writes it (under -race:
+// both under the agent's lock), and is refused.
+func TestResolveAddrRace(t *testing.T) {
+	cfg := testConfig()
+	cfg.Resolve = func(ctx context.Context, src, dst netip.Addr) error { return nil }
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+	for range 20 {
+		ch := NewEventChannel()
+		id, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+		dst := netip.AddrPortFrom(p.addrB(), 7000)
+		if err := id.ResolveAddr(netip.AddrPortFrom(p.addrA(), 0), dst, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for range 200 {
+			if err := id.ResolveAddr(netip.AddrPort{}, dst, time.Second); !errors.Is(err, ErrState) {
+				t.Fatalf("ResolveAddr during or after a lookup: %v, want ErrState", err)
+			}
+		}
+		expect(t, ch, EventAddrResolved)
+		id.Destroy()
+		ch.Close()
+	}
+}
+
+// TestResolveAddrEnds: Destroy, or the agent's Close, ends a lookup that
+// would run for its whole timeout: no goroutine is left, no event posted.
+func TestResolveAddrEnds(t *testing.T) {
+	for _, how := range []string{"destroy", "agent-close"} {
+		t.Run(how, func(t *testing.T) {
+			silent := netip.MustParseAddr("10.98.0.99")
+			cfg := testConfig()
+			cfg.Resolve = func(ctx context.Context, src, dst netip.Addr) error {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+			ch := NewEventChannel()
+			defer ch.Close()
+			before := goleak.IgnoreCurrent()
+			id, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+			if err := id.ResolveAddr(netip.AddrPortFrom(p.addrA(), 0), netip.AddrPortFrom(silent, 7000), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if how == "destroy" {
+				id.Destroy()
+			} else {
+				p.aa.Close()
+			}
+			if err := goleak.Find(before); err != nil {
+				t.Fatalf("the lookup outlives %s: %v", how, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if ev, err := ch.Get(ctx); err == nil {
+				t.Errorf("event after %s: %v", how, ev.Type)
+			}
+			id.Destroy()
+		})
 	}
 }

@@ -45,7 +45,7 @@ type RoCESendConfig struct {
 	// b mod QPs, so that several blocks are in flight at once.
 	QPs int
 	// Buffers is the number of source buffers of one block each (default
-	// QPs+1).
+	// QPs+1, at most 254).
 	Buffers int
 	// Stats receives the live counters (may be nil).
 	Stats *Stats
@@ -187,6 +187,11 @@ func (s *roceSender) openSource() error {
 	}
 	if cfg.Buffers <= 0 {
 		cfg.Buffers = cfg.QPs + 1
+	}
+	if cfg.Buffers >= ringSlot {
+		// A work request ID carries the buffer number in its low byte, and
+		// ringSlot there means the relayed ring.
+		return fmt.Errorf("%w: %d source buffers (at most %d)", ErrConfig, cfg.Buffers, ringSlot-1)
 	}
 	if s.st = cfg.Stats; s.st == nil {
 		s.st = new(Stats)

@@ -54,15 +54,23 @@ func (h *IPv4Header) Append(b []byte) []byte {
 // h (20 bytes, more with options; a multiple of 4 long): with h's checksum
 // field zero it is the value to store there; over a header with a correct
 // checksum it is 0.
-func IPv4Checksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(h[i])<<8 | uint32(h[i+1])
+func IPv4Checksum(h []byte) uint16 { return ^OnesSum(0, h) }
+
+// OnesSum adds b, as big-endian 16-bit words (an odd last byte padded with
+// a zero), to the ones'-complement sum s and returns the folded 16-bit sum
+// (RFC 1071). An Internet checksum is ^OnesSum(0, data); a UDP checksum
+// starts from the pseudo-header's sum.
+func OnesSum(s uint32, b []byte) uint16 {
+	for ; len(b) >= 2; b = b[2:] {
+		s += uint32(b[0])<<8 | uint32(b[1])
+	}
+	if len(b) == 1 {
+		s += uint32(b[0]) << 8
 	}
 	for s > 0xFFFF {
 		s = s>>16 + s&0xFFFF
 	}
-	return ^uint16(s)
+	return uint16(s)
 }
 
 // IPv6Header is the IPv6 header of a RoCEv2 datagram: next header UDP,

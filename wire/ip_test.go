@@ -48,3 +48,29 @@ func TestIPv4ChecksumOptions(t *testing.T) {
 		t.Errorf("checksum %#04x does not cover the options", c)
 	}
 }
+
+// TestOnesSum: RFC 1071's worked example (section 3), an odd length (the
+// last byte padded with zero), a carry to fold, and the IPv4 header
+// checksum as its complement.
+func TestOnesSum(t *testing.T) {
+	for _, tc := range []struct {
+		s    uint32
+		b    []byte
+		want uint16
+	}{
+		{0, []byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7}, 0xddf2},
+		{0, []byte{0x12, 0x34, 0x56}, 0x6834},
+		{0, []byte{0xff, 0xff, 0x00, 0x01}, 0x0001},
+		{0x1_0000, []byte{0x00, 0x02}, 0x0003},
+		{0, nil, 0},
+	} {
+		if got := OnesSum(tc.s, tc.b); got != tc.want {
+			t.Errorf("OnesSum(%#x, % x) = %#04x, want %#04x", tc.s, tc.b, got, tc.want)
+		}
+	}
+	// A textbook header (as TestIPv4Header's): checksum 0xb861.
+	h := []byte{0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7}
+	if c := IPv4Checksum(h); c != 0xb861 {
+		t.Errorf("IPv4Checksum = %#04x, want 0xb861", c)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -143,22 +144,53 @@ func TestBadArgumentsNamed(t *testing.T) {
 		args []string
 		want string // in the one stderr line
 	}{
-		{[]string{""}, `unknown command ""`},                                       // slice bounds in main.go
-		{[]string{"-x"}, `unknown option "-x"`},                                    //
-		{[]string{"demo", "-time", "0"}, "the duration must be positive"},          // division by zero
-		{[]string{"demo", "-time", "-1s"}, "the duration must be positive"},        //
-		{[]string{"demo", "--time=-1s"}, "the duration must be positive"},          //
-		{[]string{"demo", "-a", "bad"}, `-a "bad": want IP:PORT`},                  // silently fell back to link/pipe
-		{[]string{"krping", "server,addr=127.0.0.1,port=70000"}, "port 70000"},     // accepted
-		{[]string{"write_bw", "-t", "-1"}, "-t/--tx-depth: -1 is out of range"},    // taken as the default
-		{[]string{"read_bw", "-o", "-1"}, "-o/--outs: -1 is out of range"},         // taken as the default
-		{[]string{"rping", "-s", "-S", "4G"}, `option -S: "4G" is not a number`},   // leaked strconv.Atoi
-		{[]string{"rc_pingpong", "-n", "99999999999999999999"}, "is out of range"}, //
-		{[]string{"dump", "-r", "f.pcap", "-c", "0"}, "-c: 0 is out of range"},     //
+		{[]string{""}, `unknown command ""`},                                                           // slice bounds in main.go
+		{[]string{"-x"}, `unknown option "-x"`},                                                        //
+		{[]string{"demo", "-time", "0"}, "the duration must be positive"},                              // division by zero
+		{[]string{"demo", "-time", "-1s"}, "the duration must be positive"},                            //
+		{[]string{"demo", "--time=-1s"}, "the duration must be positive"},                              //
+		{[]string{"demo", "-a", "bad"}, `-a "bad": want IP:PORT`},                                      // silently fell back to link/pipe
+		{[]string{"krping", "server,addr=127.0.0.1,port=70000"}, "port 70000"},                         // accepted
+		{[]string{"write_bw", "-t", "-1"}, "-t/--tx-depth: -1 is out of range"},                        // taken as the default
+		{[]string{"read_bw", "-o", "-1"}, "-o/--outs: -1 is out of range"},                             // taken as the default
+		{[]string{"rping", "-s", "-S", "4G"}, `option -S: "4G" is not a number`},                       // leaked strconv.Atoi
+		{[]string{"rc_pingpong", "-n", "99999999999999999999"}, "is out of range"},                     //
+		{[]string{"dump", "-r", "f.pcap", "-c", "0"}, "-c: 0 is out of range"},                         //
+		{[]string{"write_bw", "-n", "99999999999999999999"}, `"99999999999999999999" is out of range`}, // said "is not a number"
+		{[]string{"send_lat", "-s", "99999999999999999999"}, `"99999999999999999999" is out of range`}, //
+		{[]string{"krping", "client,addr"}, "option addr needs a value"},                               // getaddrinfo failed
+		{[]string{"krping", "client,addr="}, "option addr needs a value"},                              //
 	} {
 		code, _, errOut := runGuarded(t, tc.args)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("softroce %q: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+		checkUsageLine(t, tc.args, errOut)
+		if !strings.Contains(errOut, " -h')") {
+			t.Errorf("softroce %q: %q lacks usageErr's \"(see '... -h')\"", tc.args, errOut)
+		}
+	}
+}
+
+// TestUsageErrorsAfterParsing: the usage errors a command finds after
+// its options parse (so TestBadArgumentsNamed's args-only run never
+// reaches them) are one line with usageErr's "(see '... -h')" too, exit 2.
+func TestUsageErrorsAfterParsing(t *testing.T) {
+	t.Setenv("SOFTROCE_STATE", filepath.Join(t.TempDir(), "links.json"))
+	for _, tc := range []struct {
+		args []string
+		want string // in the one stderr line
+	}{
+		{[]string{"dada", "monitor", "-n", "-1"}, "softroce dada monitor: "},                              // no "(see ... -h)"
+		{[]string{"dada", "write", "-k", "c0de"}, "softroce dada write: a header file must be specified"}, //
+		{[]string{"dada", "db", "-r", "0"}, "softroce dada db: -r 0"},                                     //
+		{[]string{"link", "add", "x", "netdev"}, `softroce link add: "netdev" needs a value`},             //
+	} {
+		var o, e strings.Builder
+		code := run(tc.args, &o, &e)
+		errOut := e.String()
+		if code != exitUsage || !strings.Contains(errOut, tc.want) || !strings.HasSuffix(errOut, " -h')\n") {
+			t.Errorf("softroce %q: exit %d, stderr %q; want 2 and %q with usageErr's \"(see '... -h')\"", tc.args, code, errOut, tc.want)
 		}
 		checkUsageLine(t, tc.args, errOut)
 	}

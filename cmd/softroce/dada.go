@@ -133,12 +133,10 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if *nread < 1 || *nread > dada.MaxReaders {
-		fmt.Fprintf(stderr, "softroce dada db: -r %d: the number of readers must be 1..%d\n", *nread, dada.MaxReaders)
-		return 2
+		return usageErr(stderr, "softroce dada db", "-r %d: the number of readers must be 1..%d", *nread, dada.MaxReaders)
 	}
 	if *nbufs < 1 || *bufsz < 1 {
-		fmt.Fprintln(stderr, "softroce dada db: -n and -b must be at least 1")
-		return 2
+		return usageErr(stderr, "softroce dada db", "-n and -b must be at least 1")
 	}
 	h, err := dada.Create(dada.Config{Key: key.k, NBufs: *nbufs, BufSize: *bufsz, NReaders: *nread,
 		HeaderSize: *hdrsz, Lock: *lock, Page: *page})
@@ -172,8 +170,7 @@ func dadaMonitor(args []string, stdout, stderr io.Writer) int {
 		return rc
 	}
 	if err := checkMonitorFlags(*interval, *count); err != nil {
-		fmt.Fprintf(stderr, "softroce dada monitor: %v\n", err)
-		return 2
+		return usageErr(stderr, "softroce dada monitor", "%v", err)
 	}
 	h, err := dada.Connect(key.k, dada.AttachOptions{})
 	if err != nil {
@@ -239,13 +236,10 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 	set := map[string]bool{}
 	fs.Visit(func(f *optFlag) { set[f.Name] = true })
 	if err := checkWriteFlags(*rate, *rateSI, *total, set["b"], *fill); err != nil {
-		fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
-		return 2
+		return usageErr(stderr, "softroce dada write", "%v", err)
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "softroce dada write: a header file must be specified (ASCII 'KEY value' lines with HDR_SIZE)")
-		fs.Usage()
-		return 2
+		return usageErr(stderr, "softroce dada write", "a header file must be specified (ASCII 'KEY value' lines with HDR_SIZE)")
 	}
 	text, err := os.ReadFile(fs.Arg(0))
 	if err != nil {
@@ -266,8 +260,7 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 		size = uint64(*total)
 	}
 	if bps <= 0 && *total < 0 {
-		fmt.Fprintln(stderr, "softroce dada write: with -r 0 give the size with -b")
-		return 2
+		return usageErr(stderr, "softroce dada write", "with -r 0 give the size with -b")
 	}
 	if _, ok := hdr.Get("UTC_START"); !ok {
 		hdr.Set("UTC_START", time.Now().UTC().Format("2006-01-02-15:04:05"))

@@ -77,8 +77,10 @@ func parseKrpingOpts(s string) (*rpingOpts, error) {
 		case "client":
 			o.server = 0
 		case "addr", "addr6":
-			if o.addr, err = lookupAddr(val); err == nil && !hasVal {
-				err = fmt.Errorf("option addr needs a value")
+			if !hasVal || val == "" {
+				err = fmt.Errorf("option %s needs a value", name)
+			} else {
+				o.addr, err = lookupAddr(val)
 			}
 		case "port":
 			o.port, err = num()
@@ -256,7 +258,7 @@ func (cb *rcb) krpingClient() int {
 func (cb *rcb) spinRecv() bool {
 	var wc [1]verbs.WC
 	since := time.Now()
-	for cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]) {
+	for cb.pollCQ(wc[:]) == 0 || cb.isProbe(&wc[0]) {
 		if s := cb.getState(); s == stError || s == stDisconnected {
 			cb.errf("state %d waiting for the peer's advertisement\n", s)
 			return false
@@ -278,7 +280,7 @@ func (cb *rcb) spinRecv() bool {
 func (cb *rcb) spinSendCompletion() bool {
 	var wc [1]verbs.WC
 	for {
-		for cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]) {
+		for cb.pollCQ(wc[:]) == 0 || cb.isProbe(&wc[0]) {
 			if s := cb.getState(); s == stError || s == stDisconnected {
 				return false
 			}
@@ -310,7 +312,7 @@ func pause(n int) {
 
 // pollOne busy-polls one completion (krping's do { ib_poll_cq } while (ne == 0)).
 func (cb *rcb) pollOne(wc *[1]verbs.WC) bool {
-	for n := 0; cb.cq.Poll(wc[:]) == 0 || cb.isProbe(&wc[0]); n++ {
+	for n := 0; cb.pollCQ(wc[:]) == 0 || cb.isProbe(&wc[0]); n++ {
 		if n&255 == 255 {
 			if s := cb.getState(); s == stError || s == stDisconnected {
 				cb.errf("state = ERROR, bailing\n")
@@ -493,13 +495,13 @@ func (cb *rcb) rlatTest() bool {
 // waitOne waits for one completion through the completion channel.
 func (cb *rcb) waitOne(wc *[1]verbs.WC) bool {
 	for {
-		if cb.cq.Poll(wc[:]) == 1 {
+		if cb.pollCQ(wc[:]) == 1 {
 			return true
 		}
 		if err := cb.cq.ReqNotify(false); err != nil {
 			return false
 		}
-		if cb.cq.Poll(wc[:]) == 1 {
+		if cb.pollCQ(wc[:]) == 1 {
 			return true
 		}
 		select {

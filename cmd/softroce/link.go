@@ -165,8 +165,7 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 	// usage reports a malformed command line (exit 2); fail a request that
 	// cannot be carried out here (exit 1).
 	usage := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
-		return exitUsage
+		return usageErr(stderr, "softroce link add", format, a...)
 	}
 	if len(args) < 2 {
 		return usageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")

@@ -21,6 +21,8 @@ import (
 //
 // Exit codes, the same for every command: 0 success (and -h), 1 a runtime
 // failure, 2 a usage error (one line on stderr naming what was wrong).
+// Exception: rping and krping exit 255 after a failed run, as rdma-core's
+// rping (its -1 & 0xff), so their runtime failure is 255, not 1.
 
 // Exit codes.
 const (

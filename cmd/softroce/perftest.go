@@ -248,9 +248,9 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 
 func ptSetNum(p *int, set *bool) func(string) error {
 	return func(s string) error {
-		v, err := strconv.ParseInt(strings.TrimSpace(s), 0, 64)
+		v, err := parseNum(s, strconv.IntSize)
 		if err != nil {
-			return fmt.Errorf("%q is not a number", s)
+			return err
 		}
 		*p, *set = int(v), true
 		return nil

@@ -113,7 +113,8 @@ type rcb struct {
 
 	cqCancel context.CancelFunc
 	cqDone   chan struct{}
-	polling  bool // krping poll mode: the CQ thread leaves completions to the test
+	polling  bool       // krping poll mode: the CQ thread leaves completions to the test
+	held     []verbs.WC // polling: test completions the keepalive polled (pollCQ)
 }
 
 func (cb *rcb) setState(s int) { cb.mu.Lock(); cb.state = s; cb.mu.Unlock() }

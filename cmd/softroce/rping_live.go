@@ -42,9 +42,11 @@ func (cb *rcb) probe() {
 		return
 	}
 	cb.probing = true
+	// The CQ goroutine's onRecv rewrites the peer's advertisement under mu.
+	qp, addr, rkey := cb.qp, cb.remoteAddr, cb.remoteRKey
 	cb.mu.Unlock()
-	if _, err := cb.qp.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		RemoteAddr: cb.remoteAddr, RKey: cb.remoteRKey}}); err != nil {
+	if _, err := qp.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		RemoteAddr: addr, RKey: rkey}}); err != nil {
 		cb.mu.Lock()
 		cb.probing = false
 		cb.mu.Unlock()
@@ -111,14 +113,26 @@ func (cb *rcb) waitLive() {
 }
 
 // pollProbe reaps a probe completion in the polling modes (where no CQ
-// thread runs); other completions there belong to the test.
+// thread runs); other completions there belong to the test: it holds them
+// for the test's next pollCQ, in order.
 func (cb *rcb) pollProbe() {
 	var wc [1]verbs.WC
 	for cb.cq.Poll(wc[:]) == 1 {
-		if wc[0].WRID == probeWRID {
-			cb.probeDone(&wc[0])
+		if !cb.isProbe(&wc[0]) {
+			cb.held = append(cb.held, wc[0])
 		}
 	}
+}
+
+// pollCQ is the polling modes' CQ poll: the completions pollProbe or
+// reapProbe took off the CQ come first. Only the test's goroutine calls it.
+func (cb *rcb) pollCQ(wc []verbs.WC) int {
+	if len(cb.held) == 0 {
+		return cb.cq.Poll(wc)
+	}
+	n := copy(wc, cb.held)
+	cb.held = cb.held[n:]
+	return n
 }
 
 // maybeProbe is for the busy-wait loops of krping's perf modes: call it
@@ -131,15 +145,19 @@ func (cb *rcb) maybeProbe(since *time.Time) {
 	}
 }
 
-// reapProbe polls the CQ for an outstanding probe's completion, where
-// nothing else can be on it; it reports whether the connection is lost.
+// reapProbe polls the CQ for an outstanding probe's completion (holding
+// any other completion for the test's pollCQ); it reports whether the
+// connection is lost.
 func (cb *rcb) reapProbe() bool {
 	cb.mu.Lock()
 	p := cb.probing
 	cb.mu.Unlock()
 	var wc [1]verbs.WC
 	if p && cb.cq.Poll(wc[:]) == 1 {
-		return cb.isProbe(&wc[0]) && cb.getState() == stError
+		if cb.isProbe(&wc[0]) {
+			return cb.getState() == stError
+		}
+		cb.held = append(cb.held, wc[0])
 	}
 	return false
 }
