@@ -71,18 +71,18 @@ type Stats struct {
 	// Drops by reason.
 	DropMalformed   atomic.Uint64 // wire.Packet.Parse failed
 	DropNoQP        atomic.Uint64 // unknown destination QPN (or QP0)
-	DropQPState     atomic.Uint64 // QP not ready for the packet (§5: receive from RTR, send from RTS)
+	DropQPState     atomic.Uint64 // QP not ready for the packet (docs/protocol.md §5.9: receive from RTR, send from RTS)
 	DropTransport   atomic.Uint64 // opcode's transport differs from the QP type
 	DropPKey        atomic.Uint64
-	DropQKey        atomic.Uint64 // UD Q_Key mismatch (§6)
-	DropSrcAddr     atomic.Uint64 // RC/UC packet not from the QP's peer (§9)
+	DropQKey        atomic.Uint64 // UD Q_Key mismatch (docs/protocol.md §6.1)
+	DropSrcAddr     atomic.Uint64 // RC/UC packet not from the QP's peer (docs/protocol.md §9)
 	DropNoRecv      atomic.Uint64 // UD packet with no receive WQE
 	DropLength      atomic.Uint64 // UD packet too large for the receive WQE or the MTU
 	DropResponse    atomic.Uint64 // stray, duplicate or out-of-order responses
 	DropBadResponse atomic.Uint64 // responses answering nothing sent or outstanding, or of the wrong kind (forged?)
 	DropDuplicate   atomic.Uint64 // duplicates that need no answer
 	DropOutOfSeq    atomic.Uint64 // requests after a PSN gap (NAK sent once)
-	DropUCResync    atomic.Uint64 // UC packets dropped while resynchronising (§6)
+	DropUCResync    atomic.Uint64 // UC packets dropped while resynchronising (docs/protocol.md §6.2)
 	DropEvents      atomic.Uint64 // async or CQ events lost because the consumer lagged
 	DropUnsupported atomic.Uint64 // CNP and other ignored packets
 }
@@ -123,7 +123,7 @@ type Device struct {
 	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
 }
 
-// Default limits (rxe, §10).
+// Default limits (rxe, docs/protocol.md §10.1).
 const (
 	maxQPWR    = 1 << 20 // per queue (rings are preallocated: memory grows with the size asked)
 	maxCQE     = 1<<15 - 1
@@ -176,7 +176,7 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 }
 
 // makeGIDs builds the GID table: index 0 the link-local default GID from
-// the MAC's EUI-64 (§9), index 1 the bound address (IPv4-mapped for IPv4).
+// the MAC's EUI-64 (docs/protocol.md §9), index 1 the bound address (IPv4-mapped for IPv4).
 func makeGIDs(a netip.Addr, mac [6]byte) []GID {
 	if mac == ([6]byte{}) {
 		// A locally administered MAC derived from the address.
@@ -214,7 +214,7 @@ func (d *Device) Clock() Clock {
 	return d.cfg.Clock
 }
 
-// QueryDevice returns the device attributes (ibv_query_device), rxe's limits (§10).
+// QueryDevice returns the device attributes (ibv_query_device), rxe's limits (docs/protocol.md §10.1).
 func (d *Device) QueryDevice() DeviceAttr {
 	g := nodeGUID(d.gids[0])
 	return DeviceAttr{
@@ -433,7 +433,7 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 	d.stats.RxBytes.Add(uint64(len(b)))
 	if err := p.Parse(b); err != nil {
 		if errors.Is(err, wire.ErrUnsupportedOpcode) {
-			d.stats.DropUnsupported.Add(1) // CNPs are dropped (§1)
+			d.stats.DropUnsupported.Add(1) // CNPs are dropped (docs/protocol.md §1.4)
 		} else {
 			d.stats.DropMalformed.Add(1)
 		}
@@ -451,13 +451,13 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 			return
 		}
 	}
-	// P_Key must match 0xFFFF: low 15 bits equal and a full member (§2).
+	// P_Key must match 0xFFFF: low 15 bits equal and a full member (docs/protocol.md §2.1).
 	if p.BTH.PKey&0x7FFF != 0x7FFF {
 		d.stats.DropPKey.Add(1)
 		return
 	}
 	qpn := p.BTH.DestQP
-	if qpn == 0 { // QP0 not supported (§2)
+	if qpn == 0 { // QP0 not supported (docs/protocol.md §2.1)
 		d.stats.DropNoQP.Add(1)
 		return
 	}
@@ -473,14 +473,14 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 	qp.input(lp, p, batched)
 }
 
-// MulticastQPN is the destination QPN of multicast datagrams (§6).
+// MulticastQPN is the destination QPN of multicast datagrams (docs/protocol.md §6.3).
 const MulticastQPN = 0xFFFFFF
 
-// maxMcastQPs is how many QPs one group may hold (rxe: 56, §10).
+// maxMcastQPs is how many QPs one group may hold (rxe: 56, docs/protocol.md §6.3, §10.1).
 const maxMcastQPs = 56
 
 // multicastInput delivers a UD datagram sent to a multicast group to every
-// QP attached to the group its destination address names (§6).
+// QP attached to the group its destination address names (docs/protocol.md §6.3).
 func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet, batched bool) {
 	g := lp.Dst.Addr().Unmap()
 	d.qpMu.RLock()

@@ -9,7 +9,7 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
-// TestRemoteAccessErrors checks the responder's access checks (§5, §7), one
+// TestRemoteAccessErrors checks the responder's access checks (docs/protocol.md §5.7, §7.1), one
 // check per case: every operation is inside the target region (the
 // "control" case shows it succeeds there), so the case fails only through
 // the check it names. The requester sees REM_ACCESS_ERR, both QPs end in
@@ -260,7 +260,7 @@ func waitState(t testing.TB, qp *QP, s QPState) {
 }
 
 func TestQPAccessFlagNAK(t *testing.T) {
-	// The responder's QP lacks REMOTE_WRITE: NAK 0x61 -> REM_INV_REQ_ERR (§7).
+	// The responder's QP lacks REMOTE_WRITE: NAK 0x61 -> REM_INV_REQ_ERR (docs/protocol.md §7.2).
 	o := pairOpts{access: AccessLocalWrite | AccessRemoteRead}
 	a, b := newPair(t, o)
 	// Give the MR remote write so only the QP flag is missing.
@@ -339,7 +339,7 @@ func TestRNRRetryExceeded(t *testing.T) {
 
 // TestMalformedRecvWQE: the receive buffer's MR is gone when the SEND
 // lands: NAK 0x63 -> REM_OP_ERR at the requester, LOC_QP_OP_ERR for the
-// receive WQE, both QPs in ERR (§5).
+// receive WQE, both QPs in ERR (docs/protocol.md §5.7).
 func TestMalformedRecvWQE(t *testing.T) {
 	a, b := newPair(t, pairOpts{})
 	mr, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
@@ -362,7 +362,7 @@ func TestMalformedRecvWQE(t *testing.T) {
 }
 
 // TestSendWithInvBadKey: SEND_WITH_INV naming a bad R_Key is ACKed, but the
-// receive completes with REM_INV_REQ_ERR and the responder QP errors (§5).
+// receive completes with REM_INV_REQ_ERR and the responder QP errors (docs/protocol.md §5.7, §7.3).
 func TestSendWithInvBadKey(t *testing.T) {
 	a, b := newPair(t, pairOpts{})
 	postRecv(t, b, 3, 0, 100)
