@@ -141,11 +141,3 @@ func mustRegister(t testing.TB, g *mem.Registry, req mem.Request) *mem.Region {
 	}
 	return r
 }
-
-func pattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7) + seed
-	}
-	return b
-}

@@ -427,3 +427,12 @@ func TestNoLeaks(t *testing.T) {
 		t.Fatalf("open fds %d, was %d", fds, fds0)
 	}
 }
+
+// pattern returns n bytes that are not periodic in small strides, offset by seed.
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}

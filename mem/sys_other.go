@@ -2,11 +2,8 @@
 
 package mem
 
-import "unsafe"
-
 const sysSupported = false
 
-func sliceAt(p unsafe.Pointer, n int) []byte                  { return unsafe.Slice((*byte)(p), n) }
 func mmapAnon(n int, huge bool) ([]byte, error)               { return nil, ErrNotSupported }
 func munmap(b []byte) error                                   { return ErrNotSupported }
 func mlock(b []byte) error                                    { return ErrNotSupported }

@@ -127,7 +127,7 @@ func toRTS(t testing.TB, e, peer *end) {
 		t.Fatal(err)
 	}
 	// SQ PSN near the 24-bit wrap to exercise PSN arithmetic.
-	a = &verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0xFFFFF0, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}
+	a = &verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0xFFFFF0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}
 	m = verbs.QPAttrState | verbs.QPAttrSQPSN
 	if typ == verbs.QPTypeRC {
 		m |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
@@ -355,7 +355,7 @@ func TestQPStateMachine(t *testing.T) {
 			if attr.QPState != verbs.QPStateRTS || init.QPType != typ || attr.Cap.MaxSendWR < 64 {
 				t.Fatalf("%+v", attr)
 			}
-			if typ == verbs.QPTypeRC && (attr.DestQPNum != b.qp.QPN() || attr.PathMTU != verbs.MTU1024 || attr.RetryCnt != 7 || attr.Timeout != 12) {
+			if typ == verbs.QPTypeRC && (attr.DestQPNum != b.qp.QPN() || attr.PathMTU != verbs.MTU1024 || attr.RetryCnt != 7 || attr.Timeout != 14) {
 				t.Fatalf("%+v", attr)
 			}
 			if typ == verbs.QPTypeUD && attr.QKey != 0x1234 {

@@ -146,7 +146,7 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 		return dadaFail(stderr, "db", key.k, err)
 	}
 	fmt.Fprintf(stdout, "created ring %s: data block %s, %d × %d bytes (%s) for %d reader(s); header block %s, %d × %d bytes\n",
-		key.k.Short(), key.k, *nbufs, *bufsz, human(uint64(*nbufs)**bufsz), *nread, key.k.HeaderKey(), h.Header.NBufs(), h.Header.BufSize())
+		key.k.Short(), key.k, *nbufs, *bufsz, dada.FormatBytes(uint64(*nbufs)**bufsz), *nread, key.k.HeaderKey(), h.Header.NBufs(), h.Header.BufSize())
 	if !*persist {
 		h.Detach()
 		return 0
@@ -161,18 +161,6 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "destroyed ring %s\n", key.k.Short())
 	return 0
-}
-
-func human(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func dadaMonitor(args []string, stdout, stderr io.Writer) int {

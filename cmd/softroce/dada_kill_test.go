@@ -100,7 +100,9 @@ func TestDadaKill9(t *testing.T) {
 	streamNeedRoot(t)
 	bin := buildStreamBinary(t, t.TempDir())
 	hf := filepath.Join(t.TempDir(), "obs.hdr")
-	os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE kill9\nNBIT 8\nUTC_START 2026-01-01-00:00:00\n"), 0o644)
+	if err := os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE kill9\nNBIT 8\nUTC_START 2026-01-01-00:00:00\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const bufsz = 64 << 10
 	// generous: the machine may be loaded; the watchers speak after 1 s
 	const bound = 20 * time.Second

@@ -100,7 +100,7 @@ func (p *streamProgress) run() {
 			rate := float64(b-lastBytes) * 8 / now.Sub(last).Seconds() / 1e9
 			lastBytes, last = b, now
 			line := fmt.Sprintf("%s %7.1fs %7.2f Gb/s %10s blocks %6d drops %d",
-				p.what, now.Sub(start).Seconds(), rate, human(b), p.st.Blocks.Load(), p.st.Lost.Load()+p.st.Late.Load())
+				p.what, now.Sub(start).Seconds(), rate, dada.FormatBytes(b), p.st.Blocks.Load(), p.st.Lost.Load()+p.st.Late.Load())
 			if p.nbufs > 0 {
 				line += fmt.Sprintf(" ring %d/%d full", p.st.Full.Load(), p.nbufs)
 			}
@@ -306,7 +306,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 	secs := fs.Float64("t", 10, "seconds to send at the rate given (when -b is not given)")
 	rate := fs.Float64("r", 0, "data rate in MiB/s (0: as fast as possible)")
 	gbps := fs.Float64("g", 0, "data rate in Gb/s (overrides -r)")
-	useSend := fs.Bool("send", false, "RoCE: SENDs into receives posted on the block's chunks (as the user's note) instead of RDMA WRITE WITH IMM")
+	useSend := fs.Bool("send", false, "RoCE: SENDs into receives posted on the block's chunks (a classic verbs receive loop) instead of RDMA WRITE WITH IMM")
 	chunk := fs.Int("chunk", 1<<20, "RoCE with -send: bytes per SEND (one posted receive each)")
 	qps := fs.Int("qps", 4, "RoCE: RC queue pairs; block b goes over QP b mod qps, so several blocks are in flight")
 	fillOnce := fs.Bool("fill-once", false, "RoCE: generate the pattern once and resend it (benchmarks; data then not checkable)")

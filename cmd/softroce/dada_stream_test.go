@@ -69,7 +69,9 @@ func testDadaStreamRelay(t *testing.T, bin string) {
 	send := startStream(ctx, t, bin, "dada", "send", "-k", src.Key().Short(), "-c", "127.0.0.1:"+ctl, "-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp")),
 		"-q", "-send", "-chunk", "65536")
 	hf := filepath.Join(t.TempDir(), "obs.hdr")
-	os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE J0835-4510\n"), 0o644)
+	if err := os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE J0835-4510\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const size = 7<<20 + 4321
 	if out, err := exec.CommandContext(ctx, bin, "dada", "write", "-k", src.Key().Short(), "-r", "0", "-b", strconv.Itoa(size), hf).CombinedOutput(); err != nil {
 		t.Fatalf("dada write: %v\n%s", err, out)
@@ -224,7 +226,9 @@ func testDadaStreamRoCE(t *testing.T, bin string) {
 	rdev, sdev := streamFreePort(t, "udp"), streamFreePort(t, "udp")
 	recv := startStream(ctx, t, bin, "dada", "recv", "-k", ks, "-d", fmt.Sprintf("127.0.0.1:%d", rdev), "-l", "127.0.0.1:"+ctl, "-v", "-i", "50ms")
 	hf := filepath.Join(t.TempDir(), "obs.hdr")
-	os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE J1939+2134\nFREQ 1400\nNBIT 8\n"), 0o644)
+	if err := os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE J1939+2134\nFREQ 1400\nNBIT 8\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const size = 20<<20 + 12345
 	send := startStream(ctx, t, bin, "dada", "send", "-c", "127.0.0.1:"+ctl, "-d", fmt.Sprintf("127.0.0.1:%d", sdev),
 		"-b", strconv.Itoa(size), hf)
@@ -247,7 +251,7 @@ func testDadaStreamRoCE(t *testing.T, bin string) {
 	if off := pipeline.CheckPattern(r.data, 0); off >= 0 {
 		t.Fatalf("data differ at byte %d", off)
 	}
-	if !strings.Contains(rout, "registered single (1 MR)") || !strings.Contains(rout, fmt.Sprintf("transfer 0 (SOURCE J1939+2134) from 127.0.0.1:")) ||
+	if !strings.Contains(rout, "registered single (1 MR)") || !strings.Contains(rout, "transfer 0 (SOURCE J1939+2134) from 127.0.0.1:") ||
 		!strings.Contains(rout, fmt.Sprintf("%d bytes in 21 blocks", size)) {
 		t.Errorf("recv output:\n%s", rout)
 	}

@@ -45,7 +45,9 @@ func TestDadaTools(t *testing.T) {
 	}
 	dir := t.TempDir()
 	hf := filepath.Join(dir, "h.txt")
-	os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE test\nNBIT 8\nUTC_START 2026-01-01-00:00:00\n"), 0o644)
+	if err := os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE test\nNBIT 8\nUTC_START 2026-01-01-00:00:00\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(dir, "out")
 	os.Mkdir(out, 0o755)
 	for _, extra := range [][]string{nil, {"-z"}} {
@@ -105,7 +107,9 @@ func itoaKey(k dada.Key) string {
 // from the library get the command that fixes them.
 func TestDadaFlagValues(t *testing.T) {
 	hf := filepath.Join(t.TempDir(), "h.txt")
-	os.WriteFile(hf, []byte("HDR_SIZE 4096\nNBIT 8\n"), 0o644)
+	if err := os.WriteFile(hf, []byte("HDR_SIZE 4096\nNBIT 8\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string

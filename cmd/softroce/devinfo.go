@@ -129,7 +129,7 @@ func describeDevice(d Device) (*verbs.Device, error) {
 	if a.Port() == 0 {
 		a = netip.AddrPortFrom(a.Addr(), wire.UDPPort)
 	}
-	peer := netip.AddrPortFrom(netip.IPv6Unspecified(), 1)
+	var peer netip.AddrPort
 	if a.Addr().Unmap().Is4() {
 		peer = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, 1}), wire.UDPPort)
 	} else {

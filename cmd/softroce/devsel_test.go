@@ -134,7 +134,9 @@ func TestStateSaveLoad(t *testing.T) {
 	if len(ents) != 1 {
 		t.Errorf("temporary files left behind: %v", ents)
 	}
-	os.WriteFile(p, []byte("{not json"), 0o644)
+	if err := os.WriteFile(p, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := loadState(); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("corrupt file: %v", err)
 	}

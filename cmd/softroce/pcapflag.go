@@ -13,7 +13,6 @@ import (
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
-	"github.com/softroce/softroce/wire"
 )
 
 // toolDevice is an open softroce device as the traffic tools use it: the
@@ -113,6 +112,3 @@ func (t *toolDevice) gid(i int) (verbs.GID, error) {
 func toolSignalCtx() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
-
-// gidPort is the UDP port of RoCEv2 peers: always 4791 (a GID carries no port).
-const gidPort = wire.UDPPort

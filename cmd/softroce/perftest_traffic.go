@@ -597,13 +597,15 @@ type ptLatRun struct {
 }
 
 // ptLatLoop drives the ping-pong of write_lat and send_lat, as perftest's
-// run_iter_lat_write/run_iter_lat_send: wait for the peer's message (the
-// server first), post ours, wait for our send's completion. With -D both
-// sides stop when their time is up.
-func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, recv func(n int, deadline time.Time) error,
+// run_iter_lat_write/run_iter_lat_send: wait for the peer's message, post
+// ours, wait for our send's completion. The side that sends first skips its
+// first wait: the server in write_lat, the client in send_lat (perftest's
+// send_lat server polls its receive queue first). With -D both sides stop
+// when their time is up.
+func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst bool, recv func(n int, deadline time.Time) error,
 	send func(n int) error) (ptLatRun, error) {
 	c := r.c
-	server := c.isServer()
+	sendsFirst := c.isServer() == serverFirst
 	dur := time.Duration(c.duration) * time.Second
 	var deadline time.Time
 	limit := c.iters
@@ -626,7 +628,7 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, recv func(n int
 		if dur > 0 && time.Now().After(deadline) {
 			break
 		}
-		if rcnt < limit && !(scnt < 1 && server) {
+		if rcnt < limit && !(scnt < 1 && sendsFirst) {
 			rcnt++
 			if err := recv(rcnt, deadline); err != nil {
 				if errors.Is(err, errPtDeadline) {
@@ -671,7 +673,7 @@ func (r *ptRes) latWrite(ctx context.Context, size int, prog *ptProgress) (ptLat
 	wr[0].Flags |= verbs.SendSignaled
 	sendBuf := r.buf[r.sendOff(0):]
 	recvAt := r.recvOff(0) + size - 1
-	return r.ptLatLoop(ctx, prog, func(n int, deadline time.Time) error {
+	return r.ptLatLoop(ctx, prog, true, func(n int, deadline time.Time) error {
 		want := byte(n)
 		return ptSpinWait(ctx, deadline, r.watch, func() bool { return loadByte(r.buf, recvAt) == want })
 	}, func(n int) error {
@@ -687,7 +689,7 @@ func (r *ptRes) latSend(ctx context.Context, size int, prog *ptProgress) (ptLatR
 	wr[0].Flags |= verbs.SendSignaled
 	rwr := r.recvWR(0)
 	rw := r.waiter(ctx, r.rcq, r.rch)
-	return r.ptLatLoop(ctx, prog, func(n int, deadline time.Time) error {
+	return r.ptLatLoop(ctx, prog, false, func(n int, deadline time.Time) error {
 		if _, err := ptWaitOne(rw, r.rcq, r.side(), n, n-1, deadline); err != nil {
 			return err
 		}

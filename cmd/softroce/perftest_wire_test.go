@@ -4,11 +4,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/capture"
+	"github.com/softroce/softroce/wire"
 )
 
 // The TCP side channel of each tool, as captured between the real tools
@@ -174,4 +180,59 @@ func TestSideChannelMatchesCapture(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLatFirstSender checks which side sends the first RoCE request in
+// send_lat and write_lat against the real tools' captures (client
+// 10.77.0.12, server 10.77.0.11): perftest's send_lat server polls its
+// receive queue first, so its client sends first; in write_lat the server
+// writes first. A softroce client facing ib_send_lat would otherwise wait
+// for a message the server is waiting for too.
+func TestLatFirstSender(t *testing.T) {
+	bin := toolBinary(t)
+	for _, tool := range []string{"send_lat", "write_lat"} {
+		t.Run(tool, func(t *testing.T) {
+			capClient := netip.MustParseAddr("10.77.0.12")
+			want := firstRequestFrom(t, filepath.Join(capturesDir, tool+".pcap")) == capClient
+			sa, ca := loopPair()
+			sport := freeTCPPort(t)
+			pc := filepath.Join(t.TempDir(), "client.pcap")
+			s, c := runPair(t, 60*time.Second,
+				[]string{bin, tool, "-d", sa, "-p", strconv.Itoa(sport), "-n", "5", "-s", "64"},
+				[]string{bin, tool, "-d", ca, "-p", strconv.Itoa(sport), "-n", "5", "-s", "64", "--pcap", pc, sa})
+			if s.code != 0 || c.code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			got := firstRequestFrom(t, pc) == netip.MustParseAddr(ca)
+			if got != want {
+				t.Errorf("client sends first: %v; the real tools: %v", got, want)
+			}
+		})
+	}
+}
+
+// firstRequestFrom returns the source address of the first RoCE request
+// packet in a pcap.
+func firstRequestFrom(t *testing.T, path string) netip.Addr {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pkts, err := capture.ReadAll(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkts {
+		var h wire.BTH
+		if len(p.Payload) < wire.BTHLen {
+			continue
+		}
+		if h.Decode(p.Payload); h.Opcode.Mask()&wire.IsRequest != 0 {
+			return p.Src.Addr()
+		}
+	}
+	t.Fatalf("%s: no RoCE request", path)
+	return netip.Addr{}
 }

@@ -339,6 +339,9 @@ func TestReregProviderMR(t *testing.T) {
 	if err := m.mr.Rereg(ReregChangeAccess, nil, nil, AccessLocalWrite|AccessRemoteRead); err != nil {
 		t.Fatal(err)
 	}
+	if m.mr.Region() != r {
+		t.Fatalf("rereg of access moved the MR off its provider region")
+	}
 	if m.mr.RKey() == old || m.mr.RKey()>>8 != old>>8 {
 		t.Fatalf("rereg key %#x from %#x", m.mr.RKey(), old)
 	}

@@ -107,9 +107,11 @@ func TestAckReqCadence(t *testing.T) {
 		}
 		return pipe.Pass
 	}
-	a, b := newPair(t, pairOpts{filterA: filter, pmtu: wire.MTU256, timeout: 16})
+	// Timeout 20 (4.3 s): a retransmit on a loaded machine would add
+	// AckReqs of its own; this test is about the first transmission.
+	a, b := newPair(t, pairOpts{filterA: filter, pmtu: wire.MTU256, timeout: 20})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, 200*256), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	waitWC(t, a.scq, 1, 5*time.Second)
+	waitWC(t, a.scq, 1, 20*time.Second)
 	a.qp.mu.Lock() // the filter ran under the QP lock
 	defer a.qp.mu.Unlock()
 	if want := []int{66, 132, 198, 200}; !slices.Equal(acks, want) {

@@ -69,8 +69,7 @@ var families = []family{
 	perftest("read_bw", "", 65536, 200, false),
 	perftest("atomic_bw", "", 0, 200, false),
 	perftest("write_lat", "", 64, 200, false),
-	perftest("send_lat", "", 64, 200, false).knownBug(
-		"softroce's send_lat client waits for the server's first SEND, as its write_lat does; perftest's send_lat client sends first (tools, H5)"),
+	perftest("send_lat", "", 64, 200, false),
 	perftest("read_lat", "", 64, 200, false),
 	perftest("atomic_lat", "", 0, 200, false),
 	perftest("send_bw", "-R", 65536, 100, false),
