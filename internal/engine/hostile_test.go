@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -323,5 +324,35 @@ func TestReadAmplificationBounded(t *testing.T) {
 	// Each READ is answered once, as it arrives (no backlog kept).
 	if sent := b.dev.Stats().TxPackets.Load() - tx; sent > flood*size/1024 {
 		t.Fatalf("responder sent %d packets for %d READs of %d packets", sent, flood, size/1024)
+	}
+}
+
+// TestReadMiddleAfterDroppedNAK: READ_RESPONSE_MIDDLE carries no AETH; a
+// NAK parsed just before it (here a forged one, dropped) must not make the
+// completer take the middle response for a NAK-carrying one and drop it.
+func TestReadMiddleAfterDroppedNAK(t *testing.T) {
+	clk := NewFakeClock(time.Unix(0, 0))
+	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
+	a, b := newPair(t, pairOpts{filterA: drop, clock: clk, timeout: 14})
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 3072), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	send := func(op wire.Opcode, psn uint32, syn uint8, fillByte byte) {
+		h := wire.Packet{}
+		h.BTH = wire.BTH{Opcode: op, DestQP: a.qp.QPN(), PSN: psn, PKey: wire.DefaultPKey}
+		h.AETH = wire.AETH{Syndrome: syn}
+		if op != wire.RCAcknowledge {
+			h.Payload = bytes.Repeat([]byte{fillByte}, 1024)
+		}
+		buf := h.Append(nil)
+		b.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+	}
+	send(wire.RCReadResponseFirst, 100, wire.SyndromeACK, 1)
+	send(wire.RCAcknowledge, 100+1<<22, wire.SyndromeNAKRemAcc, 0) // dropped: never sent
+	send(wire.RCReadResponseMiddle, 101, 0, 2)
+	send(wire.RCReadResponseLast, 102, wire.SyndromeACK, 3)
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("%+v", wc[0])
+	}
+	if a.buf[0] != 1 || a.buf[1024] != 2 || a.buf[2048] != 3 {
+		t.Fatalf("read data %d %d %d", a.buf[0], a.buf[1024], a.buf[2048])
 	}
 }

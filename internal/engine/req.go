@@ -879,7 +879,8 @@ func (qp *QP) completer(p *wire.Packet) {
 	isAtomicAck := p.BTH.Opcode == wire.RCAtomicAcknowledge
 	okKind := (isAtomicAck && w.kind == kindAtomic) || (!isAtomicAck && p.Mask&wire.IsReadResponse != 0 &&
 		(w.kind == kindRead || (w.kind == kindFlush || w.kind == kindAtomicWrite) && p.BTH.Opcode == wire.RCReadResponseOnly))
-	if !okKind || !p.AETH.IsACK() {
+	// (READ_RESPONSE_MIDDLE has no AETH: p.AETH then holds an earlier packet's.)
+	if !okKind || (p.Mask&wire.HasAETH != 0 && !p.AETH.IsACK()) {
 		// An answer of the wrong kind for the WQE its PSN names (rxe errors
 		// the QP; a spoofed packet must not).
 		qp.dropBad()
