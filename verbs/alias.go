@@ -100,18 +100,18 @@ type Config = engine.Config
 //		// Drops by reason.
 //		DropMalformed	atomic.Uint64	// wire.Packet.Parse failed
 //		DropNoQP	atomic.Uint64	// unknown destination QPN (or QP0)
-//		DropQPState	atomic.Uint64	// QP not ready for the packet (§5: receive from RTR, send from RTS)
+//		DropQPState	atomic.Uint64	// QP not ready for the packet (docs/protocol.md §5.9: receive from RTR, send from RTS)
 //		DropTransport	atomic.Uint64	// opcode's transport differs from the QP type
 //		DropPKey	atomic.Uint64
-//		DropQKey	atomic.Uint64	// UD Q_Key mismatch (§6)
-//		DropSrcAddr	atomic.Uint64	// RC/UC packet not from the QP's peer (§9)
+//		DropQKey	atomic.Uint64	// UD Q_Key mismatch (docs/protocol.md §6.1)
+//		DropSrcAddr	atomic.Uint64	// RC/UC packet not from the QP's peer (docs/protocol.md §9)
 //		DropNoRecv	atomic.Uint64	// UD packet with no receive WQE
 //		DropLength	atomic.Uint64	// UD packet too large for the receive WQE or the MTU
 //		DropResponse	atomic.Uint64	// stray, duplicate or out-of-order responses
 //		DropBadResponse	atomic.Uint64	// responses answering nothing sent or outstanding, or of the wrong kind (forged?)
 //		DropDuplicate	atomic.Uint64	// duplicates that need no answer
 //		DropOutOfSeq	atomic.Uint64	// requests after a PSN gap (NAK sent once)
-//		DropUCResync	atomic.Uint64	// UC packets dropped while resynchronising (§6)
+//		DropUCResync	atomic.Uint64	// UC packets dropped while resynchronising (docs/protocol.md §6.2)
 //		DropEvents	atomic.Uint64	// async or CQ events lost because the consumer lagged
 //		DropUnsupported	atomic.Uint64	// CNP and other ignored packets
 //	}
@@ -126,7 +126,7 @@ type Stats = engine.Stats
 //   - LocalAddr() netip.AddrPort: LocalAddr returns the link's local address.
 //   - Stats() *Stats: Stats returns the device's live counters.
 //   - Clock() Clock: Clock returns the clock the device was configured with (RealClock by default).
-//   - QueryDevice() DeviceAttr: QueryDevice returns the device attributes (ibv_query_device), rxe's limits (§10).
+//   - QueryDevice() DeviceAttr: QueryDevice returns the device attributes (ibv_query_device), rxe's limits (docs/protocol.md §10.1).
 //   - QueryPort(port uint8) (PortAttr, error): QueryPort returns port 1's attributes (ibv_query_port).
 //   - QueryGID(port uint8, i int) (GID, error): QueryGID returns GID index i of port 1 (ibv_query_gid).
 //   - GIDs() []GID: GIDs returns the populated GID table entries.
@@ -177,7 +177,7 @@ type Error = engine.Error
 //   - RegRegion(r *mem.Region, access Access) (*MR, error): RegRegion registers memory a provider resolved (see package mem): the MR reads and writes the region's view inside the region's guard, and when the provider revokes the region the MR becomes invalid (remote access then gets NAK 0x62, local use LOC_PROT_ERR).
 //   - AllocMW(typ MWType) (*MW, error): AllocMW allocates a memory window (ibv_alloc_mw).
 //   - CreateQP(attr *QPInitAttr) (*QP, error): CreateQP creates a QP (ibv_create_qp).
-//   - CreateGSIQP(attr *QPInitAttr) (*QP, error): CreateGSIQP creates the device's GSI QP: a UD QP with QPN 1 that accepts only Q_Key 0x80010000 (§6), for the connection manager's MADs.
+//   - CreateGSIQP(attr *QPInitAttr) (*QP, error): CreateGSIQP creates the device's GSI QP: a UD QP with QPN 1 that accepts only Q_Key 0x80010000 (docs/protocol.md §6.1, §8.1), for the connection manager's MADs.
 //   - CreateSRQ(attr SRQAttr, ctx any) (*SRQ, error): CreateSRQ creates a shared receive queue (ibv_create_srq).
 type PD = engine.PD
 
@@ -255,9 +255,9 @@ type MW = engine.MW
 //   - Context() any: Context returns the user context given at creation.
 //   - State() QPState: State returns the current state.
 //   - Device() *Device: Device returns the QP's device.
-//   - SourcePort() uint16: SourcePort returns the UDP source port the QP sends from (§1).
+//   - SourcePort() uint16: SourcePort returns the UDP source port the QP sends from (docs/protocol.md §1.3).
 //   - Query() (QPAttr, QPInitAttr): Query returns the QP's attributes and creation attributes (ibv_query_qp).
-//   - Modify(attr *QPAttr, mask AttrMask) error: Modify changes the QP's attributes selected by mask (ibv_modify_qp), following the state machine and the required attributes per transition (§5).
+//   - Modify(attr *QPAttr, mask AttrMask) error: Modify changes the QP's attributes selected by mask (ibv_modify_qp), following the state machine and the required attributes per transition (docs/protocol.md §5.9).
 //   - PostSend(wrs []SendWR) (int, error): PostSend posts send WRs (ibv_post_send).
 //   - PostRecv(wrs []RecvWR) (int, error): PostRecv posts receive WRs (ibv_post_recv); it returns how many were posted and, if fewer than len(wrs), why wrs[n] was refused.
 //   - Destroy() error: Destroy destroys the QP (ibv_destroy_qp); outstanding work is discarded.

@@ -109,7 +109,7 @@ type QP struct {
 func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) { return pd.createQP(attr, 0) }
 
 // CreateGSIQP creates the device's GSI QP: a UD QP with QPN 1 that accepts
-// only Q_Key 0x80010000 (§6), for the connection manager's MADs.
+// only Q_Key 0x80010000 (docs/protocol.md §6.1, §8.1), for the connection manager's MADs.
 func (pd *PD) CreateGSIQP(attr *QPInitAttr) (*QP, error) {
 	a := *attr
 	a.QPType = QPTypeUD
@@ -189,13 +189,13 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 	return qp, nil
 }
 
-// rxeSport is the UDP source port rxe gives a QP at creation (§1):
+// rxeSport is the UDP source port rxe gives a QP at creation (docs/protocol.md §1.3):
 // 0xC000 + hash_32_generic(qpn) folded to 14 bits.
 func rxeSport(qpn uint32) uint16 {
 	return 0xC000 + uint16((qpn*0x61C88647)>>(32-14))&0x3FFF
 }
 
-// UDPSport returns the source port for an RC/UC QP with an AV (§1,
+// UDPSport returns the source port for an RC/UC QP with an AV (docs/protocol.md §1.3,
 // rdma_get_udp_sport): a hash of the flow label or of both QPNs.
 func UDPSport(flowLabel, lqpn, rqpn uint32) uint16 {
 	fl := flowLabel & 0xFFFFF
@@ -223,7 +223,7 @@ func (qp *QP) State() QPState { qp.mu.Lock(); defer qp.mu.Unlock(); return qp.st
 // Device returns the QP's device.
 func (qp *QP) Device() *Device { return qp.dev }
 
-// SourcePort returns the UDP source port the QP sends from (§1).
+// SourcePort returns the UDP source port the QP sends from (docs/protocol.md §1.3).
 func (qp *QP) SourcePort() uint16 { qp.mu.Lock(); defer qp.mu.Unlock(); return qp.sport }
 
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
@@ -241,7 +241,7 @@ func (qp *QP) Query() (QPAttr, QPInitAttr) {
 		QPType: qp.typ, SQSigAll: qp.sigAll}
 }
 
-// transition describes the attributes allowed in one state change (§5 table).
+// transition describes the attributes allowed in one state change (docs/protocol.md §5.9 table).
 type transition struct{ req, opt [5]AttrMask } // indexed by QP type
 
 var transitions = map[[2]QPState]transition{}
@@ -299,7 +299,7 @@ func init() {
 var errModify = func(reason string) error { return newErr("modify qp", reason, syscall.EINVAL) }
 
 // Modify changes the QP's attributes selected by mask (ibv_modify_qp),
-// following the state machine and the required attributes per transition (§5).
+// following the state machine and the required attributes per transition (docs/protocol.md §5.9).
 func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if attr == nil {
 		return errModify("nil attributes")
@@ -443,7 +443,7 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 	}
 	if m&QPAttrMaxDestRdAtomic != 0 {
 		q.MaxDestRdAtomic = a.MaxDestRdAtomic
-		// rxe rounds rd_atomic depths up to a power of two (§10.3).
+		// rxe rounds rd_atomic depths up to a power of two (docs/protocol.md §10.3, §10.3).
 		qp.resp.res = make([]respRes, roundPow2(int(a.MaxDestRdAtomic)))
 	}
 	if m&QPAttrMaxQPRdAtomic != 0 {
@@ -468,7 +468,7 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 		q.AHAttr = a.AHAttr
 		qp.dst, _ = avDest(&a.AHAttr)
 		if qp.typ != QPTypeUD {
-			// Newer kernels: sport from the flow label or both QPNs (§1).
+			// Newer kernels: sport from the flow label or both QPNs (docs/protocol.md §1.3).
 			rq := q.DestQPNum
 			if m&QPAttrDestQPN != 0 {
 				rq = a.DestQPNum
@@ -491,7 +491,7 @@ func (qp *QP) enter(s QPState) {
 	qp.state = s
 	switch s {
 	case QPStateReset:
-		// RESET discards everything without completions (§5).
+		// RESET discards everything without completions (docs/protocol.md §5.9).
 		qp.stopTimers()
 		qp.sqHead, qp.sqTail, qp.reqIdx, qp.reqPkt = 0, 0, 0, 0
 		for i := range qp.sq {
@@ -761,7 +761,7 @@ func (qp *QP) txPacket() *link.Packet {
 	return p
 }
 
-// toError moves the QP to ERR (§5: erroring WQE already has its status;
+// toError moves the QP to ERR (docs/protocol.md §5.9: erroring WQE already has its status;
 // everything else is flushed).
 func (qp *QP) toError() {
 	if qp.state == QPStateErr || qp.state == QPStateReset {
@@ -806,7 +806,7 @@ func (qp *QP) flushRecv() {
 }
 
 // completeHead retires the head WQE, generating its completion if signaled
-// or failed (error WCs are generated even for unsignaled WRs, §5).
+// or failed (error WCs are generated even for unsignaled WRs, docs/protocol.md §5.8).
 func (qp *QP) completeHead() {
 	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
 	if w.signaled || w.status != WCSuccess {

@@ -9,7 +9,7 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
-// Requester limits (§5, §10).
+// Requester limits (docs/protocol.md §5.4, §10.1).
 const (
 	maxUnackedPSNs = 128 // RXE_MAX_UNACKED_PSNS
 	maxPktPerAck   = 64  // RXE_MAX_PKT_PER_ACK
@@ -72,7 +72,7 @@ func (qp *QP) npkts(w *sendWQE) int {
 }
 
 // reqProgress is the requester: it turns posted WQEs into packets while
-// the PSN window, max_rd_atomic, fences and RNR waits allow (§5).
+// the PSN window, max_rd_atomic, fences and RNR waits allow (docs/protocol.md §5.4).
 func (qp *QP) reqProgress() {
 	if (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.rnrWait {
 		return
@@ -91,7 +91,7 @@ func (qp *QP) reqProgress() {
 			break
 		}
 		if w.kind == kindLocal {
-			// LOCAL_INV waits for all earlier WQEs (§5).
+			// LOCAL_INV waits for all earlier WQEs (docs/protocol.md §5.4).
 			if qp.reqIdx != qp.sqHead {
 				break
 			}
@@ -104,11 +104,11 @@ func (qp *QP) reqProgress() {
 			continue
 		}
 		if !w.started {
-			// IBV_SEND_FENCE waits for earlier reads/atomics (§5).
+			// IBV_SEND_FENCE waits for earlier reads/atomics (docs/protocol.md §5.4).
 			if w.wr.Flags&SendFence != 0 && qp.rdOut > 0 {
 				break
 			}
-			// At most max_rd_atomic reads/atomics in flight (§5).
+			// At most max_rd_atomic reads/atomics in flight (docs/protocol.md §5.4).
 			if w.kind.rdLike() && qp.rdOut >= maxRd {
 				break
 			}
@@ -133,7 +133,7 @@ func (qp *QP) reqProgress() {
 			return
 		}
 		if qp.typ == QPTypeUC {
-			w.done = true // UC completes once the last packet is sent (§6)
+			w.done = true // UC completes once the last packet is sent (docs/protocol.md §6.2)
 		}
 		qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
 	}
@@ -178,7 +178,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		var payload []byte
 		switch w.kind {
 		case kindRead:
-			// A partly answered READ is re-issued for the rest (§5).
+			// A partly answered READ is re-issued for the rest (docs/protocol.md §5.5).
 			off := uint64(qp.reqPkt) * uint64(qp.pmtu)
 			h.BTH.Opcode = wire.RCReadRequest
 			h.RETH = wire.RETH{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, Length: w.length - uint32(off)}
@@ -269,7 +269,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			h.BTH.SE = true
 		}
 		// AckReq on the last packet and after more than 64 packets without
-		// one (§5), exactly as rxe counts: ack = last || noack++ > 64.
+		// one (docs/protocol.md §5.3), exactly as rxe counts: ack = last || noack++ > 64.
 		if rc {
 			ack := last || edge
 			if !ack {
@@ -302,16 +302,16 @@ func (qp *QP) noteSent(end uint32) {
 	}
 }
 
-// sendUD emits a UD WQE's single packet (§6) and completes it.
+// sendUD emits a UD WQE's single packet (docs/protocol.md §6.1) and completes it.
 func (qp *QP) sendUD(w *sendWQE) {
 	w.started, w.done = true, true
 	psn := qp.nextPSN
 	qp.nextPSN = wire.PSNAdd(psn, 1)
-	// Payload above the active MTU: nothing is sent, the WR succeeds (§6, C10-93.1.1).
+	// Payload above the active MTU: nothing is sent, the WR succeeds (docs/protocol.md §6.1, C10-93.1.1).
 	if int(w.length) > qp.dev.mtu.Bytes() {
 		return
 	}
-	// DETH Q_Key = the WR's remote_qkey; the GSI QP always sends 0x80010000 (§6).
+	// DETH Q_Key = the WR's remote_qkey; the GSI QP always sends 0x80010000 (docs/protocol.md §6.1).
 	qkey := w.wr.RemoteQKey
 	if qp.qpn == 1 {
 		qkey = wire.GSIQKey
@@ -381,7 +381,7 @@ func (qp *QP) execLocal(w *sendWQE) {
 		}
 		mr.mu.Unlock()
 	}
-	w.status = WCLocQPOpErr // invalid key: "other local failure" (§5)
+	w.status = WCLocQPOpErr // invalid key: "other local failure" (docs/protocol.md §5.8)
 	qp.toError()
 }
 
@@ -420,7 +420,7 @@ func (qp *QP) outstanding() bool {
 	return qp.sq[qp.sqHead%uint32(len(qp.sq))].started
 }
 
-// Retransmit timer (§5): one try waits the QP's local ACK timeout,
+// Retransmit timer (docs/protocol.md §5.5): one try waits the QP's local ACK timeout,
 // 4.096 us x 2^timeout (at least minAckTimeout). Consecutive timeouts of the
 // same PSN back off, and every wait gets a little random extra, so that the
 // thousand QPs a loss burst stalled together do not retransmit in step. The
@@ -462,7 +462,7 @@ func (qp *QP) retryWait() time.Duration {
 }
 
 // armRetry starts the retransmit timer while packets are unanswered (if it
-// is not running); timeout 0 disables it (§5).
+// is not running); timeout 0 disables it (docs/protocol.md §5.5).
 func (qp *QP) armRetry() {
 	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.rnrWait {
 		if qp.retryArmed {
@@ -577,7 +577,7 @@ func (qp *QP) onRetryTimer() {
 // the IBTA spec and hardware RNICs (and unlike rxe, which never spends
 // retry_cnt 7), retry_cnt N allows N retries for every value 0..7: the next
 // failure completes the oldest WQE with RETRY_EXC_ERR and moves the QP to
-// ERR. Only rnr_retry 7 means infinite (§5).
+// ERR. Only rnr_retry 7 means infinite (docs/protocol.md §5.5, §5.6).
 //
 // Every retry spends one: those a NAK or a lost response starts (as IBTA
 // and rxe count them) and timer retries. The one waiver: a timer retry
@@ -616,7 +616,7 @@ func (qp *QP) onRNRTimer() {
 	qp.rewind()
 }
 
-// rewind restarts sending at the oldest unanswered PSN (§5: a partly acked
+// rewind restarts sending at the oldest unanswered PSN (docs/protocol.md §5.5: a partly acked
 // SEND/WRITE skips acked packets; a partly answered READ asks for the rest).
 func (qp *QP) rewind() {
 	if !qp.outstanding() {
@@ -641,7 +641,7 @@ func (qp *QP) failHead(st WCStatus) {
 }
 
 // ackBefore completes SEND/WRITE WQEs whose packets all precede psn
-// (a response or NAK with PSN P acknowledges everything before P, §5).
+// (a response or NAK with PSN P acknowledges everything before P, docs/protocol.md §5.3).
 // inclusive extends it to psn itself (an ACK). It reports progress, whether
 // a WQE completed, and whether an unanswered read/atomic was passed (its
 // response was lost).
@@ -688,7 +688,7 @@ func (qp *QP) ackBefore(psn uint32, inclusive bool) (progress, completed, lost b
 	return
 }
 
-// nakStatus maps a NAK code to the requester's WC status (§5).
+// nakStatus maps a NAK code to the requester's WC status (docs/protocol.md §5.8).
 func nakStatus(code uint8) WCStatus {
 	switch code {
 	case wire.NAKInvalidReq:
@@ -742,7 +742,7 @@ func (qp *QP) dropBad() {
 	qp.dev.stats.DropBadResponse.Add(1)
 }
 
-// completer handles ACK, NAK, read responses and atomic ACKs (§5). It
+// completer handles ACK, NAK, read responses and atomic ACKs (docs/protocol.md §5.3, §5.8). It
 // takes rxe's steps (check_psn, check_ack in rxe_comp.c) before a response
 // may change anything: its PSN must lie between the oldest outstanding WQE
 // and the last PSN sent and inside a WQE that is waiting for it, and its
@@ -813,7 +813,7 @@ func (qp *QP) completer(p *wire.Packet) {
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
 				return
 			}
-			if qp.attr.RNRRetry != 7 { // 7 = infinite (§5)
+			if qp.attr.RNRRetry != 7 { // 7 = infinite (docs/protocol.md §5.6)
 				if qp.rnrLeft <= 0 {
 					qp.failHead(WCRNRRetryExcErr)
 					return
@@ -898,7 +898,7 @@ func (qp *QP) completer(p *wire.Packet) {
 	}
 	if h := &qp.sq[qp.sqHead%uint32(len(qp.sq))]; h != w {
 		// The answer to a later request arrived first: the earlier
-		// read's or atomic's response was lost (or is late); retry from it (§5).
+		// read's or atomic's response was lost (or is late); retry from it (docs/protocol.md §5.3, §5.5).
 		if !qp.rewound {
 			qp.retry()
 		} else if progress {

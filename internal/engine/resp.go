@@ -8,7 +8,7 @@ import (
 )
 
 // respRes is a responder resource: a READ, atomic, FLUSH or ATOMIC_WRITE
-// remembered so duplicates can be answered (§5).
+// remembered so duplicates can be answered (docs/protocol.md §5.7).
 type respRes struct {
 	kind   wqeKind
 	valid  bool
@@ -36,7 +36,7 @@ type respState struct {
 	wVA  uint64
 	wRem int
 	wLen uint32
-	// UC: dropping until the next FIRST/ONLY (§6).
+	// UC: dropping until the next FIRST/ONLY (docs/protocol.md §6.2).
 	ucDrop bool
 	res    []respRes
 	resIdx int
@@ -52,12 +52,12 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 	qp.mu.Lock()
 	defer qp.inputDone(batched)
 	st := &qp.dev.stats
-	// rxe receives from RTR on and drops packets for a side not yet ready (§5).
+	// rxe receives from RTR on and drops packets for a side not yet ready (docs/protocol.md §5.9).
 	if qp.state < QPStateRTR || qp.state == QPStateErr || qp.dead {
 		st.DropQPState.Add(1)
 		return
 	}
-	// The opcode's transport must match the QP type (§2).
+	// The opcode's transport must match the QP type (docs/protocol.md §2.1).
 	want := wire.TransportRC
 	switch qp.typ {
 	case QPTypeUC:
@@ -79,7 +79,7 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 		qp.udReceive(lp, p)
 		return
 	}
-	// RC/UC packets must come from the peer the AV names (§9).
+	// RC/UC packets must come from the peer the AV names (docs/protocol.md §9).
 	if lp.Src.Addr().Unmap() != qp.dst.Addr().Unmap() {
 		st.DropSrcAddr.Add(1)
 		return
@@ -130,7 +130,7 @@ func (qp *QP) sendAck(psn uint32, syn uint8) {
 }
 
 // nakError sends NAK syn for psn, completes the receive WQE in use (if any)
-// with wcs and moves the QP to ERR (§5 responder error table).
+// with wcs and moves the QP to ERR (docs/protocol.md §5.7 responder error table).
 func (qp *QP) nakError(psn uint32, syn uint8, wcs WCStatus) {
 	qp.dev.stats.NAKsSent.Add(1)
 	qp.sendAck(psn, syn)
@@ -148,7 +148,7 @@ func (qp *QP) pushRecvWC(w *recvWQE, st WCStatus, op WCOpcode, n uint32, imm uin
 		wc.ByteLen, wc.Flags, wc.ImmData = 0, 0, 0
 	}
 	if !qp.recvCQ.push(&wc, se) {
-		// Receive CQ overflow: QP to ERR without a NAK (§5).
+		// Receive CQ overflow: QP to ERR without a NAK (docs/protocol.md §5.7).
 		qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
 		qp.toError()
 		return false
@@ -170,7 +170,7 @@ func (qp *QP) takeRecv() bool {
 	return r.haveWQE
 }
 
-// qpAccessFor returns the qp_access_flags bit an incoming request needs (§7).
+// qpAccessFor returns the qp_access_flags bit an incoming request needs (docs/protocol.md §7.2).
 func qpAccessFor(p *wire.Packet) Access {
 	m := p.Mask
 	switch {
@@ -189,7 +189,7 @@ func qpAccessFor(p *wire.Packet) Access {
 	return 0
 }
 
-// rcReceive is the RC responder (§5).
+// rcReceive is the RC responder (docs/protocol.md §5.7).
 func (qp *QP) rcReceive(p *wire.Packet) {
 	r := &qp.resp
 	st := &qp.dev.stats
@@ -211,7 +211,7 @@ func (qp *QP) rcReceive(p *wire.Packet) {
 	}
 	r.nakSeqSent = false
 	m := p.Mask
-	// Opcode sequence (§5: bad opcode sequence -> NAK 0x61).
+	// Opcode sequence (docs/protocol.md §5.7: bad opcode sequence -> NAK 0x61).
 	switch r.inMsg {
 	case msgSend:
 		if m&wire.IsSend == 0 || m&(wire.Middle|wire.Last) == 0 {
@@ -229,12 +229,12 @@ func (qp *QP) rcReceive(p *wire.Packet) {
 			return
 		}
 	}
-	// Operation not enabled in qp_access_flags -> NAK 0x61 (§7).
+	// Operation not enabled in qp_access_flags -> NAK 0x61 (docs/protocol.md §7.2).
 	if need := qpAccessFor(p); need != 0 && qp.attr.QPAccessFlags&need == 0 {
 		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return
 	}
-	// Length checks (§5): FIRST/MIDDLE == PMTU, LAST 1..PMTU, ONLY <= PMTU.
+	// Length checks (docs/protocol.md §5.2): FIRST/MIDDLE == PMTU, LAST 1..PMTU, ONLY <= PMTU.
 	if m&wire.HasPayload != 0 {
 		n := len(p.Payload)
 		bad := false
@@ -265,7 +265,7 @@ func (qp *QP) rcReceive(p *wire.Packet) {
 	}
 }
 
-// accepted advances ePSN past psn and ACKs if asked (§5: one ACK per AckReq packet).
+// accepted advances ePSN past psn and ACKs if asked (docs/protocol.md §5.3: one ACK per AckReq packet).
 func (qp *QP) accepted(p *wire.Packet, end bool) {
 	r := &qp.resp
 	if end {
@@ -282,7 +282,7 @@ func (qp *QP) rcSend(p *wire.Packet) {
 	m := p.Mask
 	if m&(wire.First|wire.Only) != 0 {
 		if !r.haveWQE && !qp.takeRecv() {
-			// No receive WQE: RNR NAK with this packet's PSN (§5).
+			// No receive WQE: RNR NAK with this packet's PSN (docs/protocol.md §5.6).
 			qp.dev.stats.RNRNAKsSent.Add(1)
 			qp.sendAck(p.BTH.PSN, wire.AETHTypeRNR|qp.attr.MinRNRTimer&0x1F)
 			return
@@ -309,12 +309,12 @@ func (qp *QP) placeSend(p *wire.Packet) bool {
 	r := &qp.resp
 	n := len(p.Payload)
 	if uint64(r.off+n) > r.wqe.cap {
-		// Receive buffer too small -> NAK 0x61, REM_INV_REQ_ERR (§5).
+		// Receive buffer too small -> NAK 0x61, REM_INV_REQ_ERR (docs/protocol.md §5.7).
 		qp.nakError(p.BTH.PSN, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return false
 	}
 	if n > 0 && !qp.dev.scatter(qp.pd, r.wqe.sges(), r.off, p.Payload) {
-		// Malformed receive WQE (bad lkey/SGE) -> NAK 0x63, LOC_QP_OP_ERR (§5).
+		// Malformed receive WQE (bad lkey/SGE) -> NAK 0x63, LOC_QP_OP_ERR (docs/protocol.md §5.7).
 		qp.nakError(p.BTH.PSN, wire.SyndromeNAKRemOp, WCLocQPOpErr)
 		return false
 	}
@@ -334,7 +334,7 @@ func (qp *QP) finishSend(p *wire.Packet) {
 	if p.Mask&wire.HasIETH != 0 {
 		fl, imm = WCWithInv, p.IETH
 		if !qp.remoteInvalidate(p.IETH) {
-			st = WCRemInvReqErr // SEND_WITH_INV of a bad R_Key: normal ACK, WC error, QP to ERR (§5)
+			st = WCRemInvReqErr // SEND_WITH_INV of a bad R_Key: normal ACK, WC error, QP to ERR (docs/protocol.md §5.7)
 		}
 	}
 	r.haveWQE = false
@@ -347,7 +347,7 @@ func (qp *QP) finishSend(p *wire.Packet) {
 	}
 }
 
-// remoteInvalidate executes a SEND_WITH_INVALIDATE's invalidation (§7,
+// remoteInvalidate executes a SEND_WITH_INVALIDATE's invalidation (docs/protocol.md §7.3,
 // o10-37): only a type 2 memory window bound to this QP may be invalidated
 // remotely. rxe also allows fast-registration MRs (IB_MR_TYPE_MEM_REG),
 // which softroce does not implement; an ordinary MR is refused (rxe
@@ -372,7 +372,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 			return
 		}
-		// Zero-length WRITE skips the R_Key lookup (§7).
+		// Zero-length WRITE skips the R_Key lookup (docs/protocol.md §7.1).
 		if p.RETH.Length > 0 {
 			mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
 			if mr == nil {
@@ -389,7 +389,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 	}
 	n := len(p.Payload)
 	// While more than a PMTU remains the packet is a full PMTU; the last one
-	// carries exactly the rest (§5).
+	// carries exactly the rest (docs/protocol.md §5.2).
 	if (m&(wire.Last|wire.Only) != 0 && n != r.wRem) || (m&(wire.First|wire.Middle) != 0 && r.wRem <= qp.pmtu) {
 		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return
@@ -430,7 +430,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 	qp.accepted(p, end)
 }
 
-// newRes takes the next responder resource, overwriting the oldest (§5).
+// newRes takes the next responder resource, overwriting the oldest (docs/protocol.md §5.7, §10.3).
 func (qp *QP) newRes() *respRes {
 	r := &qp.resp
 	x := &r.res[r.resIdx]
@@ -441,7 +441,7 @@ func (qp *QP) newRes() *respRes {
 func (qp *QP) rcRead(p *wire.Packet) {
 	r := &qp.resp
 	psn := p.BTH.PSN
-	// rxe only NAKs reads when max_dest_rd_atomic == 0 (§5).
+	// rxe only NAKs reads when max_dest_rd_atomic == 0 (docs/protocol.md §5.7).
 	if len(r.res) == 0 || p.RETH.Length > 1<<31 {
 		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return
@@ -467,7 +467,7 @@ func (qp *QP) rcRead(p *wire.Packet) {
 }
 
 // readResponses sends a READ's responses from PSN from on; the R_Key is
-// re-validated for every packet (§7).
+// re-validated for every packet (docs/protocol.md §7.1).
 func (qp *QP) readResponses(x *respRes, from uint32) {
 	tos, ttl := qp.grh()
 	n := int(wire.PSNDiff(x.last, x.first)) + 1
@@ -502,7 +502,7 @@ func (qp *QP) readResponses(x *respRes, from uint32) {
 	}
 }
 
-// rcAtomic executes COMPARE_SWAP, FETCH_ADD, FLUSH and ATOMIC_WRITE (§5, §7).
+// rcAtomic executes COMPARE_SWAP, FETCH_ADD, FLUSH and ATOMIC_WRITE (docs/protocol.md §5.3, §7.2).
 func (qp *QP) rcAtomic(p *wire.Packet) {
 	r := &qp.resp
 	psn := p.BTH.PSN
@@ -600,7 +600,7 @@ func (qp *QP) atomicResponse(x *respRes) {
 	qp.newPacket(&h, 0, qp.dst, tos, ttl)
 }
 
-// rcDuplicate answers a request with PSN < ePSN (§5).
+// rcDuplicate answers a request with PSN < ePSN (docs/protocol.md §5.7).
 func (qp *QP) rcDuplicate(p *wire.Packet) {
 	st := &qp.dev.stats
 	m := p.Mask
@@ -639,7 +639,7 @@ func (qp *QP) rcDuplicate(p *wire.Packet) {
 }
 
 // ucReceive is the UC responder: no ACKs; on a PSN or sequence error it
-// drops the rest of the message and resynchronises on the next FIRST/ONLY (§6).
+// drops the rest of the message and resynchronises on the next FIRST/ONLY (docs/protocol.md §6.2).
 func (qp *QP) ucReceive(p *wire.Packet) {
 	r := &qp.resp
 	st := &qp.dev.stats
@@ -746,7 +746,7 @@ func (qp *QP) ucReceive(p *wire.Packet) {
 	r.ePSN = wire.PSNAdd(psn, 1)
 }
 
-// udReceive is the UD responder (§6): Q_Key check, one receive WQE per
+// udReceive is the UD responder (docs/protocol.md §6.1): Q_Key check, one receive WQE per
 // packet, 40-byte GRH area then the payload.
 func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 	st := &qp.dev.stats
@@ -763,7 +763,7 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 		}
 		if w.cap < need {
 			st.DropLength.Add(1)
-			qp.pushRecvWC(&w, WCLocLenErr, WCRecv, 0, 0, 0, false) // SRQ: error completion (§6)
+			qp.pushRecvWC(&w, WCLocLenErr, WCRecv, 0, 0, 0, false) // SRQ: error completion (docs/protocol.md §6.1)
 			return
 		}
 	} else {
@@ -773,7 +773,7 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 			return
 		}
 		if pw.cap < need {
-			st.DropLength.Add(1) // too small: dropped (§6)
+			st.DropLength.Add(1) // too small: dropped (docs/protocol.md §6.1)
 			return
 		}
 		qp.rq.pop(&w)
@@ -798,7 +798,7 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 
 const grhLen = 40
 
-// buildGRH fills the 40-byte GRH area of a UD receive (§6): the IPv6 header,
+// buildGRH fills the 40-byte GRH area of a UD receive (docs/protocol.md §6.1): the IPv6 header,
 // or 20 zero bytes and the IPv4 header.
 func buildGRH(g *[grhLen]byte, lp *link.Packet, payloadLen int) {
 	udpLen := 8 + lp.N
