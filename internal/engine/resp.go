@@ -779,7 +779,7 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 		qp.rq.pop(&w)
 	}
 	var grh [grhLen]byte
-	buildGRH(&grh, lp, len(p.Payload))
+	buildGRH(&grh, lp)
 	if !qp.dev.scatter(qp.pd, w.sges(), 0, grh[:]) || !qp.dev.scatter(qp.pd, w.sges(), grhLen, p.Payload) {
 		qp.pushRecvWC(&w, WCLocProtErr, WCRecv, 0, 0, 0, false)
 		return
@@ -800,49 +800,24 @@ const grhLen = 40
 
 // buildGRH fills the 40-byte GRH area of a UD receive (docs/protocol.md §6.1): the IPv6 header,
 // or 20 zero bytes and the IPv4 header.
-func buildGRH(g *[grhLen]byte, lp *link.Packet, payloadLen int) {
+func buildGRH(g *[grhLen]byte, lp *link.Packet) {
 	udpLen := 8 + lp.N
 	src, dst := lp.Src.Addr().Unmap(), lp.Dst.Addr().Unmap()
 	if lp.IPHdrLen == 20 || lp.IPHdrLen == 40 {
 		copy(g[grhLen-lp.IPHdrLen:], lp.IPHdr[:lp.IPHdrLen])
 		return
 	}
+	ttl := lp.TTL
+	if ttl == 0 {
+		ttl = 64
+	}
 	if src.Is4() {
-		h := g[20:]
-		h[0] = 0x45
-		h[1] = lp.TOS
-		binary.BigEndian.PutUint16(h[2:], uint16(20+udpLen))
-		h[6] = 0x40 // DF
-		h[8] = lp.TTL
-		if h[8] == 0 {
-			h[8] = 64
-		}
-		h[9] = 17
-		s, d := src.As4(), dst.As4()
-		copy(h[12:16], s[:])
-		copy(h[16:20], d[:])
-		var sum uint32
-		for i := 0; i < 20; i += 2 {
-			sum += uint32(binary.BigEndian.Uint16(h[i:]))
-		}
-		for sum > 0xFFFF {
-			sum = sum&0xFFFF + sum>>16
-		}
-		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		h := wire.IPv4Header{TOS: lp.TOS, TotalLen: uint16(wire.IPv4HeaderLen + udpLen), DF: true, TTL: ttl, Src: src.As4(), Dst: dst.As4()}
+		h.Put(g[grhLen-wire.IPv4HeaderLen:])
 		return
 	}
-	g[0] = 0x60 | lp.TOS>>4
-	g[1] = lp.TOS << 4
-	binary.BigEndian.PutUint16(g[4:], uint16(udpLen))
-	g[6] = 17
-	g[7] = lp.TTL
-	if g[7] == 0 {
-		g[7] = 64
-	}
-	s, d := src.As16(), dst.As16()
-	copy(g[8:24], s[:])
-	copy(g[24:40], d[:])
-	_ = payloadLen
+	h := wire.IPv6Header{TrafficClass: lp.TOS, PayloadLen: uint16(udpLen), HopLimit: ttl, Src: src.As16(), Dst: dst.As16()}
+	h.Put(g[:])
 }
 
 func isEnd(m wire.Mask) bool { return m&(wire.Last|wire.Only) != 0 }
