@@ -67,7 +67,7 @@ func (d *Device) CreateCQ(cqe int, ctx any, ch *CompChannel) (*CQ, error) {
 		return nil, ErrClosed
 	}
 	if cqe < 1 || cqe > maxCQE {
-		return nil, newErr("create cq", "cqe must be 1..32767 (max_cqe)", syscall.EINVAL)
+		return nil, newErr("create cq", "cqe must be 1.."+utoa(maxCQE)+" (max_cqe)", syscall.EINVAL)
 	}
 	if ch != nil && ch.dev != d {
 		return nil, newErr("create cq", "completion channel belongs to another device", syscall.EINVAL)
@@ -131,7 +131,7 @@ func (cq *CQ) AckEvents(n int) {
 // completions waiting would not fit.
 func (cq *CQ) Resize(cqe int) error {
 	if cqe < 1 || cqe > maxCQE {
-		return newErr("resize cq", "cqe must be 1..32767 (max_cqe)", syscall.EINVAL)
+		return newErr("resize cq", "cqe must be 1.."+utoa(maxCQE)+" (max_cqe)", syscall.EINVAL)
 	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()

@@ -123,16 +123,6 @@ type Device struct {
 	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
 }
 
-// Default limits (rxe, docs/protocol.md §10.1).
-const (
-	maxQPWR    = 1 << 20 // per queue (rings are preallocated: memory grows with the size asked)
-	maxCQE     = 1<<15 - 1
-	maxRdAtom  = 128
-	firstQPN   = 0x11
-	maxQPN     = 1<<24 - 2
-	eventQueue = 256
-)
-
 // Open starts a device on ep. The device owns ep and closes it on Close.
 func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 	if ep == nil {
@@ -223,23 +213,10 @@ func (d *Device) QueryDevice() DeviceAttr {
 		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: 1 << 20, MaxCQE: maxCQE, MaxMR: d.maxMR(), MaxPD: 1 << 20,
 		MaxQPRdAtom: maxRdAtom, MaxResRdAtom: 0x3F000, MaxQPInitRdAtom: maxRdAtom, AtomicCap: 1,
 		MaxMcastGrp: 8192, MaxMcastQPAttach: maxMcastQPs, MaxTotalMcastQPAttach: 0x70000,
-		MaxAH: 32767, MaxSRQ: 1<<20 - 1<<17 - 1, MaxSRQWR: maxQPWR, MaxSRQSGE: 27, MaxPKeys: 64,
-		LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: 1 << 31, MaxMW: MaxMW,
+		MaxAH: 32767, MaxSRQ: 1<<20 - 1<<17 - 1, MaxSRQWR: maxQPWR, MaxSRQSGE: maxSRQSGE, MaxPKeys: 64,
+		LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: maxMsgSize, MaxMW: MaxMW,
 	}
 }
-
-// deviceCapFlags are rxe's IBV_DEVICE_* capability flags minus the
-// fast-registration one (MEM_MGT_EXTENSIONS) softroce does not implement:
-// BAD_PKEY_CNTR, BAD_QKEY_CNTR, AUTO_PATH_MIG, CHANGE_PHY_PORT,
-// UD_AV_PORT_ENFORCE, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN,
-// SRQ_RESIZE, MEM_WINDOW, MEM_WINDOW_TYPE_2B (rxe: 0x01223c76).
-const deviceCapFlags = 0x3c76 | deviceMemWindow | deviceMemWindow2B
-
-// IBV_DEVICE_MEM_WINDOW and IBV_DEVICE_MEM_WINDOW_TYPE_2B.
-const (
-	deviceMemWindow   = 1 << 17
-	deviceMemWindow2B = 1 << 24
-)
 
 func nodeGUID(ll GID) uint64 {
 	var g uint64
@@ -260,7 +237,7 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	}
 	return PortAttr{State: st, MaxMTU: wire.MTU4096, ActiveMTU: d.mtu, GIDTblLen: 1024,
 		PortCapFlags: 1 << 16, // IB_PORT_CM_SUP, as rxe
-		MaxMsgSz:     1 << 31, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: 5}, nil
+		MaxMsgSz:     maxMsgSize, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: 5}, nil
 }
 
 // QueryGID returns GID index i of port 1 (ibv_query_gid).
@@ -476,9 +453,6 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 // MulticastQPN is the destination QPN of multicast datagrams (docs/protocol.md §6.3).
 const MulticastQPN = 0xFFFFFF
 
-// maxMcastQPs is how many QPs one group may hold (rxe: 56, docs/protocol.md §6.3, §10.1).
-const maxMcastQPs = 56
-
 // multicastInput delivers a UD datagram sent to a multicast group to every
 // QP attached to the group its destination address names (docs/protocol.md §6.3).
 func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet, batched bool) {
@@ -515,7 +489,7 @@ func (qp *QP) AttachMcast(gid GID, lid uint16) error {
 		}
 	}
 	if len(l) >= maxMcastQPs {
-		return newErr("attach mcast", "group already has 56 QPs (max_mcast_qp_attach)", syscall.ENOMEM)
+		return newErr("attach mcast", "group already has "+utoa(maxMcastQPs)+" QPs (max_mcast_qp_attach)", syscall.ENOMEM)
 	}
 	if d.mcast == nil {
 		d.mcast = map[netip.Addr][]*QP{}

@@ -78,9 +78,6 @@ type MR struct {
 	ownRegion bool
 }
 
-// maxMRIndex is the largest MR index (rxe: 2^19 - 1, docs/protocol.md §7.1).
-const maxMRIndex = 1<<19 - 1
-
 // LKey returns the local key.
 func (mr *MR) LKey() uint32 { mr.mu.RLock(); defer mr.mu.RUnlock(); return mr.key }
 
@@ -162,7 +159,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		if d.mrs.next > maxMRIndex {
 			d.mrMu.Unlock()
 			pd.unref()
-			return nil, newErr("reg mr", "MR table full (max_mr 524287)", syscall.ENOMEM)
+			return nil, newErr("reg mr", "MR table full (max_mr "+utoa(maxMRIndex)+")", syscall.ENOMEM)
 		}
 		idx = d.mrs.next
 		d.mrs.next++

@@ -138,7 +138,7 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 	}
 	if c.MaxSendWR > maxQPWR || c.MaxRecvWR > maxQPWR || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE > MaxSGE ||
 		c.MaxInlineData > MaxInline {
-		return nil, newErr("create qp", "caps above the device limits (max_qp_wr 1048576, max_sge 32, max_inline_data 512)", syscall.EINVAL)
+		return nil, newErr("create qp", "caps above the device limits (max_qp_wr "+utoa(maxQPWR)+", max_sge "+utoa(MaxSGE)+", max_inline_data "+utoa(MaxInline)+")", syscall.EINVAL)
 	}
 	if err := pd.ref(); err != nil {
 		return nil, err
@@ -375,18 +375,18 @@ func (qp *QP) checkAttrValues(a *QPAttr, m AttrMask) error {
 	case m&QPAttrPathMTU != 0 && !a.PathMTU.Valid():
 		return errModify("path_mtu must be IBV_MTU_256..IBV_MTU_4096")
 	case m&QPAttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > maxRdAtom:
-		return errModify("max_dest_rd_atomic above 128")
+		return errModify("max_dest_rd_atomic above " + utoa(maxRdAtom))
 	case m&QPAttrMaxQPRdAtomic != 0 && a.MaxRdAtomic > maxRdAtom:
-		return errModify("max_rd_atomic above 128")
-	case m&QPAttrRetryCnt != 0 && a.RetryCnt > 7:
-		return errModify("retry_cnt must be 0..7")
-	case m&QPAttrRNRRetry != 0 && a.RNRRetry > 7:
-		return errModify("rnr_retry must be 0..7")
-	case m&QPAttrTimeout != 0 && a.Timeout > 31:
-		return errModify("timeout must be 0..31")
-	case m&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
-		return errModify("min_rnr_timer must be 0..31")
-	case m&QPAttrDestQPN != 0 && a.DestQPNum > 0xFFFFFF:
+		return errModify("max_rd_atomic above " + utoa(maxRdAtom))
+	case m&QPAttrRetryCnt != 0 && a.RetryCnt > maxRetryCnt:
+		return errModify("retry_cnt must be 0.." + utoa(maxRetryCnt))
+	case m&QPAttrRNRRetry != 0 && a.RNRRetry > maxRetryCnt:
+		return errModify("rnr_retry must be 0.." + utoa(maxRetryCnt) + " (" + utoa(rnrRetryInfinite) + ": retry forever)")
+	case m&QPAttrTimeout != 0 && a.Timeout > maxTimerCode:
+		return errModify("timeout must be 0.." + utoa(maxTimerCode))
+	case m&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > maxTimerCode:
+		return errModify("min_rnr_timer must be 0.." + utoa(maxTimerCode))
+	case m&QPAttrDestQPN != 0 && a.DestQPNum > maxQPNField:
 		return errModify("dest_qp_num is 24 bits")
 	case m&QPAttrRQPSN != 0 && a.RQPSN > wire.PSNMask, m&QPAttrSQPSN != 0 && a.SQPSN > wire.PSNMask:
 		return errModify("PSNs are 24 bits")
@@ -611,7 +611,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 		}
 	}
 	w.wr.SGList = w.sge[:n]
-	if length > 1<<31 {
+	if length > maxMsgSize {
 		return errMsgTooBig
 	}
 	switch kind {

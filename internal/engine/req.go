@@ -9,13 +9,6 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
-// Requester limits (docs/protocol.md §5.4, §10.1).
-const (
-	maxUnackedPSNs = 128 // RXE_MAX_UNACKED_PSNS
-	maxPktPerAck   = 64  // RXE_MAX_PKT_PER_ACK
-	minAckTimeout  = time.Millisecond
-)
-
 // newPacket appends h's headers to a fresh transmit slot and sizes it for
 // payloadLen bytes of payload, pad and the ICRC placeholder. It returns the
 // slot and the payload area for the caller to fill.
@@ -445,7 +438,7 @@ func RetryBudget(timeout, retryCnt uint8) time.Duration {
 	}
 	d := max(wire.AckTimeout(timeout), minAckTimeout) * retryBackoffMax
 	d += d / retryJitterDiv
-	return time.Duration(min(retryCnt, 7)+3) * d
+	return time.Duration(min(retryCnt, maxRetryCnt)+3) * d
 }
 
 // retryWait is the retransmit timer's next interval.
@@ -813,7 +806,7 @@ func (qp *QP) completer(p *wire.Packet) {
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
 				return
 			}
-			if qp.attr.RNRRetry != 7 { // 7 = infinite (docs/protocol.md §5.6)
+			if qp.attr.RNRRetry != rnrRetryInfinite { // docs/protocol.md §5.6
 				if qp.rnrLeft <= 0 {
 					qp.failHead(WCRNRRetryExcErr)
 					return

@@ -284,7 +284,7 @@ func (qp *QP) rcSend(p *wire.Packet) {
 		if !r.haveWQE && !qp.takeRecv() {
 			// No receive WQE: RNR NAK with this packet's PSN (docs/protocol.md §5.6).
 			qp.dev.stats.RNRNAKsSent.Add(1)
-			qp.sendAck(p.BTH.PSN, wire.AETHTypeRNR|qp.attr.MinRNRTimer&0x1F)
+			qp.sendAck(p.BTH.PSN, wire.AETHTypeRNR|qp.attr.MinRNRTimer&wire.AETHValueMask)
 			return
 		}
 		r.off = 0
@@ -368,7 +368,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 	m := p.Mask
 	psn := p.BTH.PSN
 	if m&(wire.First|wire.Only) != 0 {
-		if p.RETH.Length > 1<<31 {
+		if p.RETH.Length > maxMsgSize {
 			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 			return
 		}
@@ -397,7 +397,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 	imm := m&wire.HasImmDt != 0
 	if imm && !r.haveWQE && !qp.takeRecv() {
 		qp.dev.stats.RNRNAKsSent.Add(1)
-		qp.sendAck(psn, wire.AETHTypeRNR|qp.attr.MinRNRTimer&0x1F)
+		qp.sendAck(psn, wire.AETHTypeRNR|qp.attr.MinRNRTimer&wire.AETHValueMask)
 		return
 	}
 	if n > 0 {
@@ -442,7 +442,7 @@ func (qp *QP) rcRead(p *wire.Packet) {
 	r := &qp.resp
 	psn := p.BTH.PSN
 	// rxe only NAKs reads when max_dest_rd_atomic == 0 (docs/protocol.md §5.7).
-	if len(r.res) == 0 || p.RETH.Length > 1<<31 {
+	if len(r.res) == 0 || p.RETH.Length > maxMsgSize {
 		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return
 	}

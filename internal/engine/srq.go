@@ -73,8 +73,8 @@ type SRQ struct {
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(attr SRQAttr, ctx any) (*SRQ, error) {
-	if attr.MaxWR < 1 || attr.MaxWR > maxQPWR || attr.MaxSGE > 27 {
-		return nil, newErr("create srq", "max_wr must be 1..1048576 and max_sge <= 27", syscall.EINVAL)
+	if attr.MaxWR < 1 || attr.MaxWR > maxQPWR || attr.MaxSGE > maxSRQSGE {
+		return nil, newErr("create srq", "max_wr must be 1.."+utoa(maxQPWR)+" and max_sge <= "+utoa(maxSRQSGE), syscall.EINVAL)
 	}
 	if err := pd.ref(); err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 	}
 	if mask&SRQAttrMaxWR != 0 {
 		if attr.MaxWR < uint32(s.rq.n) || attr.MaxWR < 1 || attr.MaxWR > maxQPWR {
-			return newErr("modify srq", "max_wr smaller than the WQEs posted, or above 1048576", syscall.EINVAL)
+			return newErr("modify srq", "max_wr smaller than the WQEs posted, or above "+utoa(maxQPWR), syscall.EINVAL)
 		}
 		r := make([]recvWQE, attr.MaxWR)
 		for i := 0; i < s.rq.n; i++ {
