@@ -81,7 +81,7 @@ func TestMaxRdAtomic(t *testing.T) {
 	}
 	a, b := newPair(t, pairOpts{filterA: filter, timeout: 16})
 	a.qp.mu.Lock()
-	a.qp.maxRdAtomic = 2
+	a.qp.req.maxRdAtomic = 2
 	a.qp.mu.Unlock()
 	var wrs []SendWR
 	for i := 0; i < 8; i++ {

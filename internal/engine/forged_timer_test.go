@@ -145,7 +145,7 @@ func TestSeqNAKRetrySpendsRetryCnt(t *testing.T) {
 // the timer the way an accepted response does before letting it in.
 func TestStaleRetryCallbackIgnored(t *testing.T) {
 	clk, a, _, _ := deadPeerPair(t, 7)
-	ft := a.qp.retryTimer.(*fakeTimer)
+	ft := a.qp.comp.retryTimer.(*fakeTimer)
 	clk.mu.Lock()
 	due, active := ft.when.Sub(clk.now), ft.active
 	clk.mu.Unlock()
@@ -181,7 +181,7 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 		t.Errorf("stale callback acted as an expiry: %d timeouts, %d deferred, %d retransmits", n, d, r)
 	}
 	a.qp.mu.Lock()
-	armed := a.qp.retryArmed
+	armed := a.qp.comp.retryArmed
 	a.qp.mu.Unlock()
 	if !armed {
 		t.Error("the restarted retransmit timer is no longer armed")

@@ -110,7 +110,7 @@ func TestForgedResponses(t *testing.T) {
 				positions = append(positions, pos{"last-acked", func(f, s uint32) uint32 { return wire.PSNAdd(f, -1) }})
 			}
 			a.qp.mu.Lock()
-			sent := a.qp.sentPSN
+			sent := a.qp.req.sentPSN
 			a.qp.mu.Unlock()
 			if outstanding && sent != first+maxUnackedPSNs {
 				t.Fatalf("sent up to %d, want %d", sent, first+maxUnackedPSNs)

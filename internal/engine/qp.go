@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/wire"
@@ -69,30 +68,13 @@ type QP struct {
 	commEst   bool // EventCommEst raised
 	sqdNotify bool // raise EventSQDrained when the SQ drains
 
-	// Send queue and requester/completer state.
-	sq          []sendWQE
-	sqHead      uint32 // oldest WQE not yet completed
-	sqTail      uint32 // next free slot
-	reqIdx      uint32 // next WQE the requester works on
-	reqPkt      int    // next packet of that WQE
-	nextPSN     uint32 // first PSN of the next fresh WQE
-	rdOut       int    // started read/atomic WQEs not completed
-	maxRdAtomic int
-	noAckPkts   int
-	retryLeft   int
-	rnrLeft     int
-	rnrWait     bool
-	retryArmed  bool
-	retryDue    time.Time // when the armed retransmit timer expires (an earlier callback is stale)
-	retryTimer  Timer
-	rnrTimer    Timer
-	rewound     bool   // a retry sequence started and no positive answer yet (rxe: started_retry)
-	sentPSN     uint32 // one past the newest PSN sent
-	backoff     int    // consecutive retransmit timeouts of the same PSN
-	narrow      int    // send window reduction after retries (window = maxUnackedPSNs - narrow)
-	heard       bool   // a response for outstanding work arrived since the last retry
-	heardTimer  bool   // ... since the retransmit timer last fired
-	rng         uint64 // retransmit jitter generator state
+	// Send queue (shared by PostSend, the requester and the completer).
+	sq     []sendWQE
+	sqHead uint32 // oldest WQE not yet completed
+	sqTail uint32 // next free slot
+
+	req  reqState  // requester (req.go)
+	comp compState // completer and its timers (comp.go, timer.go)
 
 	// Receive queue and responder state.
 	rq   recvRing
@@ -171,11 +153,11 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 		qp.attr.QKey = wire.GSIQKey
 	}
 	qp.sport = rxeSport(qp.qpn)
-	qp.rng = uint64(qp.qpn)*0x9E3779B97F4A7C15 | 1
-	qp.retryTimer = d.clock.AfterFunc(1<<62, qp.onRetryTimer)
-	qp.retryTimer.Stop()
-	qp.rnrTimer = d.clock.AfterFunc(1<<62, qp.onRNRTimer)
-	qp.rnrTimer.Stop()
+	qp.comp.rng = uint64(qp.qpn)*0x9E3779B97F4A7C15 | 1
+	qp.comp.retryTimer = d.clock.AfterFunc(1<<62, qp.onRetryTimer)
+	qp.comp.retryTimer.Stop()
+	qp.comp.rnrTimer = d.clock.AfterFunc(1<<62, qp.onRNRTimer)
+	qp.comp.rnrTimer.Stop()
 	for _, cq := range [...]*CQ{qp.sendCQ, qp.recvCQ} {
 		cq.mu.Lock()
 		cq.users++
@@ -233,7 +215,7 @@ func (qp *QP) Query() (QPAttr, QPInitAttr) {
 	a := qp.attr
 	a.QPState, a.CurQPState = qp.state, qp.state
 	a.Cap = qp.cap
-	a.SQPSN = qp.nextPSN
+	a.SQPSN = qp.req.nextPSN
 	if qp.state >= QPStateRTR && qp.typ != QPTypeUD {
 		a.RQPSN = qp.resp.ePSN
 	}
@@ -439,7 +421,7 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 	}
 	if m&QPAttrSQPSN != 0 {
 		q.SQPSN = a.SQPSN
-		qp.nextPSN, qp.sentPSN = a.SQPSN, a.SQPSN
+		qp.req.nextPSN, qp.req.sentPSN = a.SQPSN, a.SQPSN
 	}
 	if m&QPAttrMaxDestRdAtomic != 0 {
 		q.MaxDestRdAtomic = a.MaxDestRdAtomic
@@ -448,7 +430,7 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 	}
 	if m&QPAttrMaxQPRdAtomic != 0 {
 		q.MaxRdAtomic = a.MaxRdAtomic
-		qp.maxRdAtomic = roundPow2(int(a.MaxRdAtomic))
+		qp.req.maxRdAtomic = roundPow2(int(a.MaxRdAtomic))
 	}
 	if m&QPAttrMinRNRTimer != 0 {
 		q.MinRNRTimer = a.MinRNRTimer
@@ -458,11 +440,11 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 	}
 	if m&QPAttrRetryCnt != 0 {
 		q.RetryCnt = a.RetryCnt
-		qp.retryLeft = int(a.RetryCnt)
+		qp.comp.retryLeft = int(a.RetryCnt)
 	}
 	if m&QPAttrRNRRetry != 0 {
 		q.RNRRetry = a.RNRRetry
-		qp.rnrLeft = int(a.RNRRetry)
+		qp.comp.rnrLeft = int(a.RNRRetry)
 	}
 	if m&QPAttrAV != 0 {
 		q.AHAttr = a.AHAttr
@@ -493,12 +475,12 @@ func (qp *QP) enter(s QPState) {
 	case QPStateReset:
 		// RESET discards everything without completions (docs/protocol.md §5.9).
 		qp.stopTimers()
-		qp.sqHead, qp.sqTail, qp.reqIdx, qp.reqPkt = 0, 0, 0, 0
+		qp.sqHead, qp.sqTail, qp.req.idx, qp.req.pkt = 0, 0, 0, 0
 		for i := range qp.sq {
 			qp.sq[i] = sendWQE{inline: qp.sq[i].inline[:0]}
 		}
 		qp.rq.head, qp.rq.n = 0, 0
-		qp.rdOut, qp.noAckPkts, qp.rnrWait, qp.rewound, qp.backoff, qp.narrow, qp.heard, qp.heardTimer = 0, 0, false, false, 0, 0, false, false
+		qp.req.rdOut, qp.req.noAckPkts, qp.comp.rnrWait, qp.comp.rewound, qp.comp.backoff, qp.req.narrow, qp.comp.heard, qp.comp.heardTimer = 0, 0, false, false, 0, 0, false, false
 		res := qp.resp.res
 		for i := range res {
 			res[i] = respRes{}
@@ -518,7 +500,7 @@ func (qp *QP) enter(s QPState) {
 		}
 	case QPStateRTS:
 		if prev == QPStateRTR {
-			qp.retryLeft, qp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
+			qp.comp.retryLeft, qp.comp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
 		}
 		if qp.typ == QPTypeUD && qp.pmtu == 0 {
 			qp.pmtu = qp.dev.mtu.Bytes()
@@ -728,10 +710,10 @@ func (qp *QP) Destroy() error {
 }
 
 func (qp *QP) stopTimers() {
-	qp.retryTimer.Stop()
-	qp.rnrTimer.Stop()
-	qp.retryArmed = false
-	qp.rnrWait = false
+	qp.comp.retryTimer.Stop()
+	qp.comp.rnrTimer.Stop()
+	qp.comp.retryArmed = false
+	qp.comp.rnrWait = false
 }
 
 // flushUnlock sends the pending transmit batch and unlocks the QP.
@@ -788,7 +770,7 @@ func (qp *QP) flushAll() {
 		}
 		qp.completeHead()
 	}
-	qp.reqIdx, qp.reqPkt, qp.rdOut = qp.sqTail, 0, 0
+	qp.req.idx, qp.req.pkt, qp.req.rdOut = qp.sqTail, 0, 0
 	qp.flushRecv()
 }
 
@@ -821,8 +803,8 @@ func (qp *QP) completeHead() {
 		}
 		if !qp.sendCQ.push(&wc, false) && qp.state != QPStateErr {
 			qp.sqHead++
-			if qp.reqIdx < qp.sqHead {
-				qp.reqIdx, qp.reqPkt = qp.sqHead, 0
+			if qp.req.idx < qp.sqHead {
+				qp.req.idx, qp.req.pkt = qp.sqHead, 0
 			}
 			qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
 			qp.toError()
@@ -830,11 +812,11 @@ func (qp *QP) completeHead() {
 		}
 	}
 	if w.kind.rdLike() && w.started {
-		qp.rdOut--
+		qp.req.rdOut--
 	}
 	qp.sqHead++
-	if qp.reqIdx < qp.sqHead {
-		qp.reqIdx, qp.reqPkt = qp.sqHead, 0
+	if qp.req.idx < qp.sqHead {
+		qp.req.idx, qp.req.pkt = qp.sqHead, 0
 	}
 }
 

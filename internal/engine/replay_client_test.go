@@ -79,8 +79,8 @@ func replayClient(t *testing.T, file string, typ QPType) {
 	defaults(&o)
 	connect(t, &side{qp: qp}, peer, o)
 	qp.mu.Lock()
-	qp.nextPSN = reqs[0].p.BTH.PSN
-	qp.attr.MaxRdAtomic, qp.maxRdAtomic = 128, 128
+	qp.req.nextPSN = reqs[0].p.BTH.PSN
+	qp.attr.MaxRdAtomic, qp.req.maxRdAtomic = 128, 128
 	for _, c := range pkts {
 		if c.src.Addr() == serverIP && c.p.Mask&wire.IsRequest != 0 {
 			qp.resp.ePSN = c.p.BTH.PSN

@@ -44,13 +44,13 @@ func (qp *QP) grh() (tos, ttl uint8) {
 // compPSN is the oldest PSN not yet acknowledged (or answered).
 func (qp *QP) compPSN() uint32 {
 	n := uint32(len(qp.sq))
-	for i := qp.sqHead; i != qp.reqIdx+1 && i != qp.sqTail; i++ {
+	for i := qp.sqHead; i != qp.req.idx+1 && i != qp.sqTail; i++ {
 		w := &qp.sq[i%n]
 		if w.started {
 			return wire.PSNAdd(w.firstPSN, w.acked)
 		}
 	}
-	return qp.nextPSN
+	return qp.req.nextPSN
 }
 
 func (qp *QP) npkts(w *sendWQE) int {
@@ -67,16 +67,16 @@ func (qp *QP) npkts(w *sendWQE) int {
 // reqProgress is the requester: it turns posted WQEs into packets while
 // the PSN window, max_rd_atomic, fences and RNR waits allow (docs/protocol.md §5.4).
 func (qp *QP) reqProgress() {
-	if (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.rnrWait {
+	if (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.comp.rnrWait {
 		return
 	}
 	draining := qp.state == QPStateSQD
 	n := uint32(len(qp.sq))
-	maxRd := max(qp.maxRdAtomic, 1)
-	for qp.reqIdx != qp.sqTail {
-		w := &qp.sq[qp.reqIdx%n]
+	maxRd := max(qp.req.maxRdAtomic, 1)
+	for qp.req.idx != qp.sqTail {
+		w := &qp.sq[qp.req.idx%n]
 		if w.done {
-			qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+			qp.req.idx, qp.req.pkt = qp.req.idx+1, 0
 			continue
 		}
 		if draining && !w.started {
@@ -85,11 +85,11 @@ func (qp *QP) reqProgress() {
 		}
 		if w.kind == kindLocal {
 			// LOCAL_INV waits for all earlier WQEs (docs/protocol.md §5.4).
-			if qp.reqIdx != qp.sqHead {
+			if qp.req.idx != qp.sqHead {
 				break
 			}
 			qp.execLocal(w)
-			qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+			qp.req.idx, qp.req.pkt = qp.req.idx+1, 0
 			qp.completeReady()
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
 				return
@@ -98,25 +98,25 @@ func (qp *QP) reqProgress() {
 		}
 		if !w.started {
 			// IBV_SEND_FENCE waits for earlier reads/atomics (docs/protocol.md §5.4).
-			if w.wr.Flags&SendFence != 0 && qp.rdOut > 0 {
+			if w.wr.Flags&SendFence != 0 && qp.req.rdOut > 0 {
 				break
 			}
 			// At most max_rd_atomic reads/atomics in flight (docs/protocol.md §5.4).
-			if w.kind.rdLike() && qp.rdOut >= maxRd {
+			if w.kind.rdLike() && qp.req.rdOut >= maxRd {
 				break
 			}
 			if qp.typ == QPTypeUD {
 				qp.sendUD(w)
-				qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+				qp.req.idx, qp.req.pkt = qp.req.idx+1, 0
 				continue
 			}
 			w.npkts = qp.npkts(w)
-			w.firstPSN = qp.nextPSN
+			w.firstPSN = qp.req.nextPSN
 			w.lastPSN = wire.PSNAdd(w.firstPSN, w.npkts-1)
-			qp.nextPSN = wire.PSNAdd(w.firstPSN, w.npkts)
+			qp.req.nextPSN = wire.PSNAdd(w.firstPSN, w.npkts)
 			w.started = true
 			if w.kind.rdLike() {
-				qp.rdOut++
+				qp.req.rdOut++
 			}
 		}
 		if !qp.sendWQEPackets(w) {
@@ -128,7 +128,7 @@ func (qp *QP) reqProgress() {
 		if qp.typ == QPTypeUC {
 			w.done = true // UC completes once the last packet is sent (docs/protocol.md §6.2)
 		}
-		qp.reqIdx, qp.reqPkt = qp.reqIdx+1, 0
+		qp.req.idx, qp.req.pkt = qp.req.idx+1, 0
 	}
 	if qp.typ == QPTypeRC {
 		qp.armRetry()
@@ -149,7 +149,7 @@ func (qp *QP) checkDrained() {
 	}
 }
 
-// sendWQEPackets emits w's packets from qp.reqPkt on; false means the PSN
+// sendWQEPackets emits w's packets from qp.req.pkt on; false means the PSN
 // window is full (or the WQE failed).
 func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 	rc := qp.typ == QPTypeRC
@@ -160,10 +160,10 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 	tos, ttl := qp.grh()
 	var h wire.Packet
 	if w.kind.rdLike() {
-		if qp.reqPkt >= w.npkts {
+		if qp.req.pkt >= w.npkts {
 			return true
 		}
-		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
+		psn := wire.PSNAdd(w.firstPSN, qp.req.pkt)
 		if wire.PSNDiff(psn, qp.compPSN()) >= int32(qp.window()) {
 			return false
 		}
@@ -172,7 +172,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		switch w.kind {
 		case kindRead:
 			// A partly answered READ is re-issued for the rest (docs/protocol.md §5.5).
-			off := uint64(qp.reqPkt) * uint64(qp.pmtu)
+			off := uint64(qp.req.pkt) * uint64(qp.pmtu)
 			h.BTH.Opcode = wire.RCReadRequest
 			h.RETH = wire.RETH{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, Length: w.length - uint32(off)}
 		case kindAtomic:
@@ -194,12 +194,12 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		_, pl := qp.newPacket(&h, len(payload), qp.dst, tos, ttl)
 		copy(pl, payload)
 		qp.noteSent(wire.PSNAdd(w.lastPSN, 1))
-		qp.noAckPkts = 0
-		qp.reqPkt = w.npkts
+		qp.req.noAckPkts = 0
+		qp.req.pkt = w.npkts
 		return true
 	}
-	for qp.reqPkt < w.npkts {
-		psn := wire.PSNAdd(w.firstPSN, qp.reqPkt)
+	for qp.req.pkt < w.npkts {
+		psn := wire.PSNAdd(w.firstPSN, qp.req.pkt)
 		edge := false
 		if rc {
 			d, w := wire.PSNDiff(psn, qp.compPSN()), int32(qp.window())
@@ -210,9 +210,9 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			// AckReq cadence asks for an ACK: ask at its edge.
 			edge = d == w-1 && w < maxUnackedPSNs
 		}
-		off := qp.reqPkt * qp.pmtu
+		off := qp.req.pkt * qp.pmtu
 		plen := min(qp.pmtu, int(w.length)-off)
-		first, last := qp.reqPkt == 0, qp.reqPkt == w.npkts-1
+		first, last := qp.req.pkt == 0, qp.req.pkt == w.npkts-1
 		h = wire.Packet{}
 		h.BTH.DestQP, h.BTH.PSN = qp.attr.DestQPNum, psn
 		op := w.wr.Opcode
@@ -266,12 +266,12 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		if rc {
 			ack := last || edge
 			if !ack {
-				ack = qp.noAckPkts > maxPktPerAck
-				qp.noAckPkts++
+				ack = qp.req.noAckPkts > maxPktPerAck
+				qp.req.noAckPkts++
 			}
 			if ack {
 				h.BTH.AckReq = true
-				qp.noAckPkts = 0
+				qp.req.noAckPkts = 0
 			}
 		}
 		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
@@ -283,23 +283,23 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			return false
 		}
 		qp.noteSent(wire.PSNAdd(psn, 1))
-		qp.reqPkt++
+		qp.req.pkt++
 	}
 	return true
 }
 
 // noteSent records that the PSNs before end were sent.
 func (qp *QP) noteSent(end uint32) {
-	if wire.PSNDiff(end, qp.sentPSN) > 0 {
-		qp.sentPSN = end
+	if wire.PSNDiff(end, qp.req.sentPSN) > 0 {
+		qp.req.sentPSN = end
 	}
 }
 
 // sendUD emits a UD WQE's single packet (docs/protocol.md §6.1) and completes it.
 func (qp *QP) sendUD(w *sendWQE) {
 	w.started, w.done = true, true
-	psn := qp.nextPSN
-	qp.nextPSN = wire.PSNAdd(psn, 1)
+	psn := qp.req.nextPSN
+	qp.req.nextPSN = wire.PSNAdd(psn, 1)
 	// Payload above the active MTU: nothing is sent, the WR succeeds (docs/protocol.md §6.1, C10-93.1.1).
 	if int(w.length) > qp.dev.mtu.Bytes() {
 		return
@@ -338,7 +338,7 @@ func (qp *QP) flushSQ() {
 		}
 		qp.completeHead()
 	}
-	qp.reqIdx, qp.reqPkt = qp.sqTail, 0
+	qp.req.idx, qp.req.pkt = qp.sqTail, 0
 }
 
 // execLocal runs a local operation (LOCAL_INV) at the head of the queue.
@@ -444,38 +444,38 @@ func RetryBudget(timeout, retryCnt uint8) time.Duration {
 // retryWait is the retransmit timer's next interval.
 func (qp *QP) retryWait() time.Duration {
 	d := max(wire.AckTimeout(qp.attr.Timeout), minAckTimeout)
-	d *= time.Duration(min(1<<min(qp.backoff, 8), retryBackoffMax))
+	d *= time.Duration(min(1<<min(qp.comp.backoff, 8), retryBackoffMax))
 	// xorshift64: a cheap per-QP generator for the jitter.
-	x := qp.rng
+	x := qp.comp.rng
 	x ^= x << 13
 	x ^= x >> 7
 	x ^= x << 17
-	qp.rng = x
+	qp.comp.rng = x
 	return d + time.Duration(x%uint64(d/retryJitterDiv+1))
 }
 
 // armRetry starts the retransmit timer while packets are unanswered (if it
 // is not running); timeout 0 disables it (docs/protocol.md §5.5).
 func (qp *QP) armRetry() {
-	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.rnrWait {
-		if qp.retryArmed {
-			qp.retryTimer.Stop()
-			qp.retryArmed = false
+	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.comp.rnrWait {
+		if qp.comp.retryArmed {
+			qp.comp.retryTimer.Stop()
+			qp.comp.retryArmed = false
 		}
 		return
 	}
-	if !qp.retryArmed {
-		qp.retryArmed = true
+	if !qp.comp.retryArmed {
+		qp.comp.retryArmed = true
 		d := qp.retryWait()
-		qp.retryDue = qp.dev.clock.Now().Add(d)
-		qp.retryTimer.Reset(d)
+		qp.comp.retryDue = qp.dev.clock.Now().Add(d)
+		qp.comp.retryTimer.Reset(d)
 	}
 }
 
 // rearmRetry restarts the running retransmit timer from now.
 func (qp *QP) rearmRetry() {
-	if qp.retryArmed {
-		qp.retryArmed = false
+	if qp.comp.retryArmed {
+		qp.comp.retryArmed = false
 		qp.armRetry()
 	}
 }
@@ -490,16 +490,16 @@ func (qp *QP) rearmRetry() {
 // keep a QP with a dead peer from ever failing.
 func (qp *QP) answered() {
 	qp.rearmRetry()
-	qp.heard, qp.heardTimer = true, true
+	qp.comp.heard, qp.comp.heardTimer = true, true
 }
 
 // renewRetry renews the retry budgets and the timer backoff and widens a
 // narrowed send window: the oldest unacknowledged PSN moved (retry_cnt
 // counts retries of the same PSN).
 func (qp *QP) renewRetry() {
-	qp.retryLeft, qp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
-	qp.backoff = 0
-	qp.narrow = max(qp.narrow-windowGrow, 0)
+	qp.comp.retryLeft, qp.comp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
+	qp.comp.backoff = 0
+	qp.req.narrow = max(qp.req.narrow-windowGrow, 0)
 }
 
 // Send window (PSNs in flight). rxe always allows RXE_MAX_UNACKED_PSNS; the
@@ -515,17 +515,17 @@ const (
 )
 
 // window is the number of PSNs the requester may have unacknowledged.
-func (qp *QP) window() int { return max(maxUnackedPSNs-qp.narrow, minWindow) }
+func (qp *QP) window() int { return max(maxUnackedPSNs-qp.req.narrow, minWindow) }
 
 // progressed restarts the timer and the retry budgets after an answer
 // moved the window (rxe resets them when a WQE completes), and ends a
 // retry sequence.
 func (qp *QP) progressed() {
 	qp.renewRetry()
-	qp.rewound = false
-	if qp.retryArmed {
-		qp.retryTimer.Stop()
-		qp.retryArmed = false
+	qp.comp.rewound = false
+	if qp.comp.retryArmed {
+		qp.comp.retryTimer.Stop()
+		qp.comp.retryArmed = false
 	}
 	qp.completeReady()
 	qp.reqProgress()
@@ -538,28 +538,28 @@ func (qp *QP) onRetryTimer() {
 	// A callback the clock took off before an answer stopped and re-armed
 	// the timer (it then waited for mu) is stale: the re-armed timer's
 	// deadline has not come, and it will call again.
-	if !qp.retryArmed || qp.dev.clock.Now().Before(qp.retryDue) ||
+	if !qp.comp.retryArmed || qp.dev.clock.Now().Before(qp.comp.retryDue) ||
 		(qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
 		return
 	}
-	qp.retryArmed = false
+	qp.comp.retryArmed = false
 	if !qp.outstanding() {
 		return
 	}
-	if qp.heardTimer {
+	if qp.comp.heardTimer {
 		// The peer answered during this period, only not with progress
 		// (duplicates, a READ's responses after a gap): it is alive and
 		// busy. Asking again now would make it replay the rest once more
 		// (rxe answers every duplicate READ with the whole remainder), so
 		// wait one more period; a silent one retries.
-		qp.heardTimer = false
+		qp.comp.heardTimer = false
 		qp.dev.stats.RetryDeferred.Add(1)
 		qp.armRetry()
 		return
 	}
 	qp.dev.stats.RetryTimeouts.Add(1)
-	qp.backoff++
-	if qp.heard {
+	qp.comp.backoff++
+	if qp.comp.heard {
 		qp.resend() // waived: the peer answered since the last retry (see retry)
 		return
 	}
@@ -583,29 +583,29 @@ func (qp *QP) onRetryTimer() {
 // cannot refresh the budget; a dead peer is noticed after retry_cnt silent
 // timeouts (RetryBudget bounds the time).
 func (qp *QP) retry() {
-	if qp.retryLeft <= 0 {
+	if qp.comp.retryLeft <= 0 {
 		qp.failHead(WCRetryExcErr)
 		return
 	}
-	qp.retryLeft--
+	qp.comp.retryLeft--
 	qp.resend()
 }
 
 // resend starts a retry sequence without spending retry_cnt: it narrows
 // the send window and rewinds to the oldest unanswered PSN.
 func (qp *QP) resend() {
-	qp.heard = false
-	qp.narrow = maxUnackedPSNs - max(qp.window()/2, minWindow)
+	qp.comp.heard = false
+	qp.req.narrow = maxUnackedPSNs - max(qp.window()/2, minWindow)
 	qp.rewind()
 }
 
 func (qp *QP) onRNRTimer() {
 	qp.mu.Lock()
 	defer qp.flushUnlock()
-	if !qp.rnrWait || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
+	if !qp.comp.rnrWait || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
 		return
 	}
-	qp.rnrWait = false
+	qp.comp.rnrWait = false
 	qp.rewind()
 }
 
@@ -617,9 +617,9 @@ func (qp *QP) rewind() {
 		return
 	}
 	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
-	qp.reqIdx, qp.reqPkt = qp.sqHead, w.acked
-	qp.noAckPkts = 0
-	qp.rewound = true
+	qp.req.idx, qp.req.pkt = qp.sqHead, w.acked
+	qp.req.noAckPkts = 0
+	qp.comp.rewound = true
 	qp.dev.stats.Retransmits.Add(1)
 	qp.reqProgress()
 }
@@ -751,7 +751,7 @@ func (qp *QP) completer(p *wire.Packet) {
 		return
 	}
 	psn := p.BTH.PSN
-	if wire.PSNDiff(psn, qp.sentPSN) >= 0 {
+	if wire.PSNDiff(psn, qp.req.sentPSN) >= 0 {
 		qp.dropBad() // a PSN never sent
 		return
 	}
@@ -789,7 +789,7 @@ func (qp *QP) completer(p *wire.Packet) {
 			} else if !lost {
 				st.DropResponse.Add(1) // inside an unanswered read: tells nothing
 			}
-			if lost && !qp.rewound && (qp.state == QPStateRTS || qp.state == QPStateSQD) {
+			if lost && !qp.comp.rewound && (qp.state == QPStateRTS || qp.state == QPStateSQD) {
 				qp.retry()
 			}
 		case a.IsRNR():
@@ -807,16 +807,16 @@ func (qp *QP) completer(p *wire.Packet) {
 				return
 			}
 			if qp.attr.RNRRetry != rnrRetryInfinite { // docs/protocol.md §5.6
-				if qp.rnrLeft <= 0 {
+				if qp.comp.rnrLeft <= 0 {
 					qp.failHead(WCRNRRetryExcErr)
 					return
 				}
-				qp.rnrLeft--
+				qp.comp.rnrLeft--
 			}
-			qp.rnrWait = true
-			qp.retryTimer.Stop()
-			qp.retryArmed = false
-			qp.rnrTimer.Reset(wire.RNRTimeout(a.Value()))
+			qp.comp.rnrWait = true
+			qp.comp.retryTimer.Stop()
+			qp.comp.retryArmed = false
+			qp.comp.rnrTimer.Reset(wire.RNRTimeout(a.Value()))
 		case a.Value() == wire.NAKPSNSeqError:
 			if w.kind.rdLike() && psn != w.firstPSN {
 				qp.dropBad() // a responder expects a request's first PSN
@@ -836,12 +836,12 @@ func (qp *QP) completer(p *wire.Packet) {
 				qp.completeReady()
 			}
 			if completed {
-				qp.rewound = false
+				qp.comp.rewound = false
 			}
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
 				return
 			}
-			if qp.rnrWait || qp.rewound {
+			if qp.comp.rnrWait || qp.comp.rewound {
 				// Ignored: no answer either (no timer restart; rxe goes to
 				// done without mod_timer), or a NAK stream would keep a
 				// QP whose retransmissions never arrive alive for ever.
@@ -860,7 +860,7 @@ func (qp *QP) completer(p *wire.Packet) {
 			if h := &qp.sq[qp.sqHead%uint32(len(qp.sq))]; h != w {
 				// An earlier read or atomic was not answered: its
 				// response was lost (rxe: retry).
-				if !qp.rewound {
+				if !qp.comp.rewound {
 					qp.retry()
 				}
 				return
@@ -892,7 +892,7 @@ func (qp *QP) completer(p *wire.Packet) {
 	if h := &qp.sq[qp.sqHead%uint32(len(qp.sq))]; h != w {
 		// The answer to a later request arrived first: the earlier
 		// read's or atomic's response was lost (or is late); retry from it (docs/protocol.md §5.3, §5.5).
-		if !qp.rewound {
+		if !qp.comp.rewound {
 			qp.retry()
 		} else if progress {
 			qp.progressed()
@@ -938,4 +938,35 @@ func (qp *QP) completer(p *wire.Packet) {
 		w.acked, w.done = 1, true
 	}
 	qp.progressed()
+}
+
+// reqState is the requester's state (rxe: rxe_req_info): which WQE and
+// packet go out next, with which PSN, and what the send window allows.
+type reqState struct {
+	idx         uint32 // next WQE the requester works on
+	pkt         int    // next packet of that WQE
+	nextPSN     uint32 // first PSN of the next fresh WQE
+	sentPSN     uint32 // one past the newest PSN sent
+	rdOut       int    // started read/atomic WQEs not completed
+	maxRdAtomic int
+	noAckPkts   int // packets sent since the last one asking for an ACK
+	narrow      int // send window reduction after retries (window = maxUnackedPSNs - narrow)
+}
+
+// compState is the completer's state (rxe: rxe_comp_info): the retry
+// budgets, the retry sequence in progress and the retransmit and RNR
+// timers.
+type compState struct {
+	retryLeft  int
+	rnrLeft    int
+	rnrWait    bool // an RNR NAK stopped the requester until the RNR timer fires
+	rewound    bool // a retry sequence started and no positive answer yet (rxe: started_retry)
+	backoff    int  // consecutive retransmit timeouts of the same PSN
+	heard      bool // a response for outstanding work arrived since the last retry
+	heardTimer bool // ... since the retransmit timer last fired
+	retryArmed bool
+	retryDue   time.Time // when the armed retransmit timer expires (an earlier callback is stale)
+	retryTimer Timer
+	rnrTimer   Timer
+	rng        uint64 // retransmit jitter generator state
 }

@@ -77,7 +77,7 @@ func TestRetryBackoff(t *testing.T) {
 		now += step
 		for i, qp := range []*QP{a.qp, a2.qp} {
 			qp.mu.Lock()
-			b := qp.backoff
+			b := qp.comp.backoff
 			st := qp.state
 			qp.mu.Unlock()
 			// backoff counts this QP's timeouts (reset only by progress).
