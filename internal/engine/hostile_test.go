@@ -159,7 +159,7 @@ func TestForgedResponses(t *testing.T) {
 // WQE but whose kind does not fit it is dropped: a read response or
 // atomic ACK for a WRITE, an atomic ACK for a READ, an RNR NAK for a READ,
 // a sequence NAK inside a READ (a responder only ever expects a request's
-// first PSN).
+// first PSN), a read response carrying a NAK AETH.
 func TestForgedResponseWrongKind(t *testing.T) {
 	clk := NewFakeClock(time.Unix(0, 0))
 	var block atomic.Bool
@@ -182,6 +182,9 @@ func TestForgedResponseWrongKind(t *testing.T) {
 	}{
 		{forgedKinds[6], 100}, {forgedKinds[6], 101}, {forgedKinds[7], 100}, {forgedKinds[8], 100}, {forgedKinds[8], 102},
 		{forgedKinds[8], 103}, {forgedKinds[5], 103}, {forgedKinds[1], 104},
+		// A read response whose AETH is a NAK, at the READ's expected PSN
+		// (checkResponseKind: the data must not be placed).
+		{forged{"read-resp-first-NAK", wire.RCReadResponseFirst, wire.SyndromeNAKRemAcc}, 103},
 	}
 	for _, c := range cases {
 		n := drops(a)
