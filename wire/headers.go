@@ -1,6 +1,9 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // DefaultPKey is the only P_Key RoCE uses.
 const DefaultPKey = 0xFFFF
@@ -159,6 +162,22 @@ func Credits(code uint8) (n uint32, ok bool) {
 	}
 	return creditTable[code], true
 }
+
+// rnrTimer maps RNR NAK timer codes to durations (IBA table; code 25 is
+// 61.44 ms, which rxe's table mistypes as 61.41).
+var rnrTimer = [32]time.Duration{
+	655360 * time.Microsecond, 10 * time.Microsecond, 20 * time.Microsecond, 30 * time.Microsecond,
+	40 * time.Microsecond, 60 * time.Microsecond, 80 * time.Microsecond, 120 * time.Microsecond,
+	160 * time.Microsecond, 240 * time.Microsecond, 320 * time.Microsecond, 480 * time.Microsecond,
+	640 * time.Microsecond, 960 * time.Microsecond, 1280 * time.Microsecond, 1920 * time.Microsecond,
+	2560 * time.Microsecond, 3840 * time.Microsecond, 5120 * time.Microsecond, 7680 * time.Microsecond,
+	10240 * time.Microsecond, 15360 * time.Microsecond, 20480 * time.Microsecond, 30720 * time.Microsecond,
+	40960 * time.Microsecond, 61440 * time.Microsecond, 81920 * time.Microsecond, 122880 * time.Microsecond,
+	163840 * time.Microsecond, 245760 * time.Microsecond, 327680 * time.Microsecond, 491520 * time.Microsecond,
+}
+
+// RNRTimeout returns the wait coded by an RNR NAK timer code (0-31).
+func RNRTimeout(code uint8) time.Duration { return rnrTimer[code&AETHValueMask] }
 
 // AtomicETH is the atomic extended transport header (28 bytes).
 type AtomicETH struct {

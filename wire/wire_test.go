@@ -224,9 +224,6 @@ func TestAETHAndTables(t *testing.T) {
 	if RNRTimeout(25).Microseconds() != 61440 || RNRTimeout(0).Microseconds() != 655360 || RNRTimeout(12).Microseconds() != 640 {
 		t.Error("RNR timer table")
 	}
-	if AckTimeout(14).Milliseconds() != 67 || AckTimeout(0) != 0 {
-		t.Errorf("AckTimeout(14) = %v", AckTimeout(14))
-	}
 	if MTU4096.Bytes() != 4096 || MTU256.Bytes() != 256 || MTU(0).Bytes() != 0 || ActiveMTU(1500) != MTU1024 || ActiveMTU(9000) != MTU4096 {
 		t.Error("MTU")
 	}

@@ -7,6 +7,10 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
+// This file is the completer (rxe: rxe_comp.c): it takes the responses to
+// what the requester (req.go) sent, completes send WQEs, and starts retries
+// (timer.go holds the retransmit and RNR timers).
+
 // compState is the completer's state (rxe: rxe_comp_info): the retry
 // budgets, the retry sequence in progress and the retransmit and RNR
 // timers.

@@ -193,7 +193,7 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 // and is not loose by more than the rules it documents (a deferred expiry
 // and a waived retry after an answer, which a silent peer never gets).
 func TestRetryBudgetBoundsDeadPeer(t *testing.T) {
-	T := wire.AckTimeout(14)
+	T := ackTimeout(14)
 	for _, retry := range []uint8{0, 1, 7} {
 		clk, a, _, _ := deadPeerPair(t, retry)
 		const step = time.Millisecond

@@ -55,7 +55,7 @@ const (
 	// ordinary count of seven.
 	rnrRetryInfinite = 7
 	// maxTimerCode is the largest timeout and min_rnr_timer: both are
-	// 5-bit codes into the timeout tables (wire.AckTimeout, wire.RNRTimeout).
+	// 5-bit codes into the timeout tables (ackTimeout, wire.RNRTimeout).
 	maxTimerCode = 1<<5 - 1
 )
 

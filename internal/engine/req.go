@@ -7,6 +7,11 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
+// This file is the requester (rxe: rxe_req.c): it turns send WQEs into
+// packets within the send window, and rewinds for a retry. The completer
+// (comp.go) takes the answers; the responder (resp.go) serves the peer's
+// requests.
+
 // newPacket appends h's headers to a fresh transmit slot and sizes it for
 // payloadLen bytes of payload, pad and the ICRC placeholder. It returns the
 // slot and the payload area for the caller to fill.

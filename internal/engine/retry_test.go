@@ -38,7 +38,7 @@ func TestRetryCnt7IsFinite(t *testing.T) {
 		if a.qp.State() != QPStateErr {
 			t.Errorf("retry_cnt %d: QP in %v, want ERR", retry, a.qp.State())
 		}
-		if min := time.Duration(retry+1) * wire.AckTimeout(14); elapsed < min || elapsed > 2*time.Second {
+		if min := time.Duration(retry+1) * ackTimeout(14); elapsed < min || elapsed > 2*time.Second {
 			t.Errorf("retry_cnt %d: error completion after %v of clock time, want %v..2s", retry, elapsed, min)
 		}
 	}
@@ -65,7 +65,7 @@ func TestRetryBackoff(t *testing.T) {
 	defaults(&o)
 	connect(t, &a2, &b2, o)
 	connect(t, &b2, &a2, o)
-	T := wire.AckTimeout(14)
+	T := ackTimeout(14)
 	const step = 100 * time.Microsecond
 	var times [2][]time.Duration
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 100)})
@@ -131,7 +131,7 @@ func TestResponsesRearmRetryTimer(t *testing.T) {
 	}
 	a, b := newPair(t, pairOpts{filterA: filter, clock: clk, timeout: 14})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 4096), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	T := wire.AckTimeout(14)
+	T := ackTimeout(14)
 	mid := forged{"read-resp-middle", wire.RCReadResponseMiddle, wire.SyndromeACK}
 	for i := 0; i < 40; i++ { // 40 x T/4 = 10 T
 		n := drops(a)
@@ -170,7 +170,7 @@ func TestSlowPeerKeepsBudget(t *testing.T) {
 	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 	a, b := newPair(t, pairOpts{filterA: drop, clock: clk, timeout: 14, retry: 2, rnrRetry: 7, exact: true})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 4096), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	T := wire.AckTimeout(14)
+	T := ackTimeout(14)
 	for i := 0; i < 30; i++ { // 30 x 3T: a timeout in each
 		n := drops(a)
 		h := wire.Packet{}
@@ -195,5 +195,21 @@ func TestSlowPeerKeepsBudget(t *testing.T) {
 	}
 	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCRetryExcErr {
 		t.Fatalf("%+v", wc[0])
+	}
+}
+
+// TestAckTimeoutTable pins the local ACK timeout codes (4.096 us x
+// 2^timeout, 0 = none, codes above 31 as 31).
+func TestAckTimeoutTable(t *testing.T) {
+	for _, c := range []struct {
+		code uint8
+		want time.Duration
+	}{
+		{0, 0}, {1, 8192 * time.Nanosecond}, {14, 67108864 * time.Nanosecond},
+		{31, 4096 << 31 * time.Nanosecond}, {32, 4096 << 31 * time.Nanosecond}, {255, 4096 << 31 * time.Nanosecond},
+	} {
+		if got := ackTimeout(c.code); got != c.want {
+			t.Errorf("ackTimeout(%d) = %v, want %v", c.code, got, c.want)
+		}
 	}
 }

@@ -6,6 +6,11 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
+// This file holds the QP's retransmit and RNR timers: the timeout codes,
+// when the timers are armed and what their expiry does. timers.go is the
+// device's timer heap that runs them; comp.go the completer that answers
+// drive them.
+
 // Retransmit timer (docs/protocol.md §5.5): one try waits the QP's local ACK timeout,
 // 4.096 us x 2^timeout (at least minAckTimeout). Consecutive timeouts of the
 // same PSN back off, and every wait gets a little random extra, so that the
@@ -16,6 +21,16 @@ const (
 	retryBackoffMax = 2 // the wait multiplier after consecutive timeouts: 1, 2, 2, ...
 	retryJitterDiv  = 4 // each wait is lengthened by a random 0..1/retryJitterDiv of itself
 )
+
+// ackTimeout returns the local ACK timeout a QP's timeout attribute codes
+// (IBTA: 4.096 us x 2^timeout; docs/protocol.md §5.5); 0 means no timeout
+// (returns 0). The code is 5 bits: larger values count as maxTimerCode.
+func ackTimeout(code uint8) time.Duration {
+	if code == 0 {
+		return 0
+	}
+	return time.Duration(4096<<min(code, maxTimerCode)) * time.Nanosecond
+}
 
 // RetryBudget is the longest an RC requester with the given local ACK
 // timeout and retry_cnt keeps retrying after the last answer of its peer
@@ -29,14 +44,14 @@ func RetryBudget(timeout, retryCnt uint8) time.Duration {
 	if timeout == 0 {
 		return 0
 	}
-	d := max(wire.AckTimeout(timeout), minAckTimeout) * retryBackoffMax
+	d := max(ackTimeout(timeout), minAckTimeout) * retryBackoffMax
 	d += d / retryJitterDiv
 	return time.Duration(min(retryCnt, maxRetryCnt)+3) * d
 }
 
 // retryWait is the retransmit timer's next interval.
 func (qp *QP) retryWait() time.Duration {
-	d := max(wire.AckTimeout(qp.attr.Timeout), minAckTimeout)
+	d := max(ackTimeout(qp.attr.Timeout), minAckTimeout)
 	d *= time.Duration(min(1<<min(qp.comp.backoff, 8), retryBackoffMax))
 	// xorshift64: a cheap per-QP generator for the jitter.
 	x := qp.comp.rng
