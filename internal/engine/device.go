@@ -208,13 +208,13 @@ func (d *Device) Clock() Clock {
 func (d *Device) QueryDevice() DeviceAttr {
 	g := nodeGUID(d.gids[0])
 	return DeviceAttr{
-		FWVer: "0.0.0", NodeGUID: g, SysImageGUID: g, MaxMRSize: d.maxMRSize(), PageSizeCap: 0xfffff000,
-		VendorID: 0xFFFFFF, MaxQP: 1<<20 - 16, MaxQPWR: maxQPWR, DeviceCapFlags: deviceCapFlags,
-		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: 1 << 20, MaxCQE: maxCQE, MaxMR: d.maxMR(), MaxPD: 1 << 20,
-		MaxQPRdAtom: maxRdAtom, MaxResRdAtom: 0x3F000, MaxQPInitRdAtom: maxRdAtom, AtomicCap: 1,
-		MaxMcastGrp: 8192, MaxMcastQPAttach: maxMcastQPs, MaxTotalMcastQPAttach: 0x70000,
-		MaxAH: 32767, MaxSRQ: 1<<20 - 1<<17 - 1, MaxSRQWR: maxQPWR, MaxSRQSGE: maxSRQSGE, MaxPKeys: 64,
-		LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: maxMsgSize, MaxMW: MaxMW,
+		FWVer: "0.0.0", NodeGUID: g, SysImageGUID: g, MaxMRSize: d.maxMRSize(), PageSizeCap: pageSizeCap,
+		VendorID: vendorID, MaxQP: maxQP, MaxQPWR: maxQPWR, DeviceCapFlags: deviceCapFlags,
+		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: maxCQ, MaxCQE: maxCQE, MaxMR: d.maxMR(), MaxPD: maxPD,
+		MaxQPRdAtom: maxRdAtom, MaxResRdAtom: maxResRdAtom, MaxQPInitRdAtom: maxRdAtom, AtomicCap: 1,
+		MaxMcastGrp: maxMcastGrp, MaxMcastQPAttach: maxMcastQPs, MaxTotalMcastQPAttach: maxTotalMcastQPs,
+		MaxAH: maxAH, MaxSRQ: maxSRQ, MaxSRQWR: maxQPWR, MaxSRQSGE: maxSRQSGE, MaxPKeys: maxPKeys,
+		LocalCAAckDelay: localCAAckDelay, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: maxMsgSize, MaxMW: MaxMW,
 	}
 }
 
@@ -236,7 +236,7 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 		st = PortDown
 	}
 	return PortAttr{State: st, MaxMTU: wire.MTU4096, ActiveMTU: d.mtu, GIDTblLen: 1024,
-		PortCapFlags: 1 << 16, // IB_PORT_CM_SUP, as rxe
+		PortCapFlags: portCapCMSup,
 		MaxMsgSz:     maxMsgSize, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: 5}, nil
 }
 

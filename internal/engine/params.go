@@ -75,15 +75,45 @@ const (
 // eventQueue is the depth of the device's async event channel.
 const eventQueue = 256
 
-// deviceCapFlags are rxe's IBV_DEVICE_* capability flags minus the
-// fast-registration one (MEM_MGT_EXTENSIONS) softroce does not implement:
-// BAD_PKEY_CNTR, BAD_QKEY_CNTR, AUTO_PATH_MIG, CHANGE_PHY_PORT,
-// UD_AV_PORT_ENFORCE, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN,
-// SRQ_RESIZE, MEM_WINDOW, MEM_WINDOW_TYPE_2B (rxe: 0x01223c76).
-const deviceCapFlags = 0x3c76 | deviceMemWindow | deviceMemWindow2B
+// deviceCapFlags are rxe's IBV_DEVICE_* capability flags (rxe: 0x01223c76)
+// minus the fast-registration one (MEM_MGT_EXTENSIONS) softroce does not
+// implement.
+const deviceCapFlags = deviceBadPKeyCntr | deviceBadQKeyCntr | deviceAutoPathMig |
+	deviceChangePhyPort | deviceUDAVPortEnforce | devicePortActiveEvent | deviceSysImageGUID |
+	deviceRCRNRNAKGen | deviceSRQResize | deviceMemWindow | deviceMemWindow2B
 
-// IBV_DEVICE_MEM_WINDOW and IBV_DEVICE_MEM_WINDOW_TYPE_2B.
+// The IBV_DEVICE_* capability bits softroce reports.
 const (
-	deviceMemWindow   = 1 << 17
-	deviceMemWindow2B = 1 << 24
+	deviceBadPKeyCntr     = 1 << 1  // IBV_DEVICE_BAD_PKEY_CNTR
+	deviceBadQKeyCntr     = 1 << 2  // IBV_DEVICE_BAD_QKEY_CNTR
+	deviceAutoPathMig     = 1 << 4  // IBV_DEVICE_AUTO_PATH_MIG
+	deviceChangePhyPort   = 1 << 5  // IBV_DEVICE_CHANGE_PHY_PORT
+	deviceUDAVPortEnforce = 1 << 6  // IBV_DEVICE_UD_AV_PORT_ENFORCE
+	devicePortActiveEvent = 1 << 10 // IBV_DEVICE_PORT_ACTIVE_EVENT
+	deviceSysImageGUID    = 1 << 11 // IBV_DEVICE_SYS_IMAGE_GUID
+	deviceRCRNRNAKGen     = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN
+	deviceSRQResize       = 1 << 13 // IBV_DEVICE_SRQ_RESIZE
+	deviceMemWindow       = 1 << 17 // IBV_DEVICE_MEM_WINDOW
+	deviceMemWindow2B     = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
+)
+
+// portCapCMSup is IB_PORT_CM_SUP, the one port capability rxe reports: the
+// port takes connection manager MADs on QP1.
+const portCapCMSup = 1 << 16
+
+// Limits QueryDevice reports that the engine does not enforce itself (rxe's
+// values, so that tools sizing their work from them behave as against rxe).
+const (
+	maxQP            = 1<<20 - 16        // max_qp
+	maxCQ            = 1 << 20           // max_cq
+	maxPD            = 1 << 20           // max_pd
+	maxResRdAtom     = 0x3F000           // max_res_rd_atom
+	maxMcastGrp      = 8192              // max_mcast_grp
+	maxTotalMcastQPs = 0x70000           // max_total_mcast_qp_attach
+	maxAH            = 1<<15 - 1         // max_ah
+	maxSRQ           = 1<<20 - 1<<17 - 1 // max_srq
+	maxPKeys         = 64                // max_pkeys
+	localCAAckDelay  = 15                // local_ca_ack_delay (4.096 us x 2^15)
+	pageSizeCap      = 0xfffff000        // page_size_cap: 4 KiB pages and up
+	vendorID         = 0xFFFFFF          // vendor_id, as rxe
 )
