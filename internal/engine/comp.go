@@ -56,12 +56,6 @@ func (qp *QP) completer(p *wire.Packet) {
 	qp.doResponse(p, w)
 }
 
-// sending reports the states in which the requester and completer work.
-func (qp *QP) sending() bool { return qp.state == QPStateRTS || qp.state == QPStateSQD }
-
-// sqHeadWQE is the oldest WQE of the send queue (the queue must not be empty).
-func (qp *QP) sqHeadWQE() *sendWQE { return &qp.sq[qp.sqHead%uint32(len(qp.sq))] }
-
 // checkPSN is the completer's first step (rxe: check_psn): it returns the
 // outstanding WQE whose PSN range holds p's PSN, or nil after counting
 // p as dropped (wrong QP state, a PSN never sent, nothing outstanding, a
@@ -360,7 +354,7 @@ func (qp *QP) ackBefore(psn uint32, inclusive bool) (progress, completed, lost b
 			w.acked = w.npkts
 			qp.completeHead()
 			progress, completed = true, true
-			if qp.state != QPStateRTS && qp.state != QPStateSQD {
+			if !qp.sending() {
 				return
 			}
 			continue
@@ -506,7 +500,7 @@ func (qp *QP) resend() {
 // failHead completes the oldest WQE with st and moves the QP to ERR.
 func (qp *QP) failHead(st WCStatus) {
 	if qp.sqHead != qp.sqTail {
-		w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+		w := qp.sqHeadWQE()
 		w.done, w.status = true, st
 	}
 	qp.toError()
@@ -515,7 +509,7 @@ func (qp *QP) failHead(st WCStatus) {
 // completeReady retires finished WQEs from the head, in order.
 func (qp *QP) completeReady() {
 	for qp.sqHead != qp.sqTail {
-		w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+		w := qp.sqHeadWQE()
 		if !w.done {
 			return
 		}

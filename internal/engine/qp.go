@@ -23,6 +23,13 @@ const (
 	kindLocal
 )
 
+// sending reports the states in which the requester and completer work
+// (RTS, and SQD while the send queue drains).
+func (qp *QP) sending() bool { return qp.state == QPStateRTS || qp.state == QPStateSQD }
+
+// sqHeadWQE is the oldest WQE of the send queue (the queue must not be empty).
+func (qp *QP) sqHeadWQE() *sendWQE { return &qp.sq[qp.sqHead%uint32(len(qp.sq))] }
+
 // rdLike reports kinds that wait for a response and count against max_rd_atomic.
 func (k wqeKind) rdLike() bool { return k >= kindRead && k <= kindAtomicWrite }
 
@@ -764,7 +771,7 @@ func (qp *QP) toError() {
 func (qp *QP) flushAll() {
 	qp.stopTimers()
 	for qp.sqHead != qp.sqTail {
-		w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+		w := qp.sqHeadWQE()
 		if !w.done {
 			w.done, w.status = true, WCWRFlushErr
 		}
@@ -790,7 +797,7 @@ func (qp *QP) flushRecv() {
 // completeHead retires the head WQE, generating its completion if signaled
 // or failed (error WCs are generated even for unsignaled WRs, docs/protocol.md §5.8).
 func (qp *QP) completeHead() {
-	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+	w := qp.sqHeadWQE()
 	if w.signaled || w.status != WCSuccess {
 		wc := WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPNum: qp.qpn}
 		if w.status == WCSuccess {

@@ -58,7 +58,7 @@ func (qp *QP) npkts(w *sendWQE) int {
 // reqProgress is the requester: it turns posted WQEs into packets while
 // the PSN window, max_rd_atomic, fences and RNR waits allow (docs/protocol.md §5.4).
 func (qp *QP) reqProgress() {
-	if (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.comp.rnrWait {
+	if !qp.sending() || qp.comp.rnrWait {
 		return
 	}
 	draining := qp.state == QPStateSQD
@@ -82,7 +82,7 @@ func (qp *QP) reqProgress() {
 			qp.execLocal(w)
 			qp.req.idx, qp.req.pkt = qp.req.idx+1, 0
 			qp.completeReady()
-			if qp.state != QPStateRTS && qp.state != QPStateSQD {
+			if !qp.sending() {
 				return
 			}
 			continue
@@ -113,7 +113,7 @@ func (qp *QP) reqProgress() {
 		if !qp.sendWQEPackets(w) {
 			break
 		}
-		if qp.state != QPStateRTS && qp.state != QPStateSQD {
+		if !qp.sending() {
 			return
 		}
 		if qp.typ == QPTypeUC {
@@ -323,7 +323,7 @@ func (qp *QP) sendUD(w *sendWQE) {
 // flushSQ flushes the send queue only (SQE state).
 func (qp *QP) flushSQ() {
 	for qp.sqHead != qp.sqTail {
-		w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+		w := qp.sqHeadWQE()
 		if !w.done {
 			w.done, w.status = true, WCWRFlushErr
 		}
@@ -410,7 +410,7 @@ func (qp *QP) rewind() {
 		qp.reqProgress()
 		return
 	}
-	w := &qp.sq[qp.sqHead%uint32(len(qp.sq))]
+	w := qp.sqHeadWQE()
 	qp.req.idx, qp.req.pkt = qp.sqHead, w.acked
 	qp.req.noAckPkts = 0
 	qp.comp.rewound = true

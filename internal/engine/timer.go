@@ -95,7 +95,7 @@ func (qp *QP) onRetryTimer() {
 	// the timer (it then waited for mu) is stale: the re-armed timer's
 	// deadline has not come, and it will call again.
 	if !qp.comp.retryArmed || qp.dev.clock.Now().Before(qp.comp.retryDue) ||
-		(qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
+		!qp.sending() || qp.dev.closed.Load() {
 		return
 	}
 	qp.comp.retryArmed = false
@@ -125,7 +125,7 @@ func (qp *QP) onRetryTimer() {
 func (qp *QP) onRNRTimer() {
 	qp.mu.Lock()
 	defer qp.flushUnlock()
-	if !qp.comp.rnrWait || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.dev.closed.Load() {
+	if !qp.comp.rnrWait || !qp.sending() || qp.dev.closed.Load() {
 		return
 	}
 	qp.comp.rnrWait = false
