@@ -143,6 +143,9 @@ func (qp *QP) checkDrained() {
 // sendWQEPackets emits w's packets from qp.req.pkt on; false means the PSN
 // window is full (or the WQE failed).
 func (qp *QP) sendWQEPackets(w *sendWQE) bool {
+	if w.kind.rdLike() {
+		return qp.sendRdRequest(w)
+	}
 	rc := qp.typ == QPTypeRC
 	base := wire.TransportRC
 	if !rc {
@@ -150,45 +153,6 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 	}
 	tos, ttl := qp.grh()
 	var h wire.Packet
-	if w.kind.rdLike() {
-		if qp.req.pkt >= w.npkts {
-			return true
-		}
-		psn := wire.PSNAdd(w.firstPSN, qp.req.pkt)
-		if wire.PSNDiff(psn, qp.compPSN()) >= int32(qp.window()) {
-			return false
-		}
-		h.BTH = wire.BTH{DestQP: qp.attr.DestQPNum, PSN: psn, AckReq: true}
-		var payload []byte
-		switch w.kind {
-		case kindRead:
-			// A partly answered READ is re-issued for the rest (docs/protocol.md §5.5).
-			off := uint64(qp.req.pkt) * uint64(qp.pmtu)
-			h.BTH.Opcode = wire.RCReadRequest
-			h.RETH = wire.RETH{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, Length: w.length - uint32(off)}
-		case kindAtomic:
-			h.BTH.Opcode = wire.RCFetchAdd
-			h.AtomicETH = wire.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
-			if w.wr.Opcode == WRAtomicCmpAndSwp {
-				h.BTH.Opcode = wire.RCCompareSwap
-				h.AtomicETH.SwapAdd, h.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
-			}
-		case kindFlush:
-			h.BTH.Opcode = wire.RCFlush
-			h.FETH = wire.FETH{PLT: w.wr.FlushType, SEL: w.wr.FlushLevel}
-			h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: w.wr.FlushLen}
-		case kindAtomicWrite:
-			h.BTH.Opcode = wire.RCAtomicWrite
-			h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: 8}
-			payload = w.wr.AtomicWrite[:]
-		}
-		_, pl := qp.newPacket(&h, len(payload), qp.dst, tos, ttl)
-		copy(pl, payload)
-		qp.noteSent(wire.PSNAdd(w.lastPSN, 1))
-		qp.req.noAckPkts = 0
-		qp.req.pkt = w.npkts
-		return true
-	}
 	for qp.req.pkt < w.npkts {
 		psn := wire.PSNAdd(w.firstPSN, qp.req.pkt)
 		edge := false
@@ -206,64 +170,9 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		first, last := qp.req.pkt == 0, qp.req.pkt == w.npkts-1
 		h = wire.Packet{}
 		h.BTH.DestQP, h.BTH.PSN = qp.attr.DestQPNum, psn
-		op := w.wr.Opcode
-		var o wire.Opcode
-		if w.kind == kindSend {
-			switch {
-			case first && last:
-				o = wire.OpSendOnly
-			case first:
-				o = wire.OpSendFirst
-			case last:
-				o = wire.OpSendLast
-			default:
-				o = wire.OpSendMiddle
-			}
-			if last && op == WRSendWithImm {
-				o++ // LAST/ONLY_WITH_IMMEDIATE follow LAST/ONLY
-				h.Imm = w.wr.ImmData
-			} else if last && op == WRSendWithInv {
-				o = wire.OpSendLastInv
-				if first {
-					o = wire.OpSendOnlyInv
-				}
-				h.IETH = w.wr.ImmData
-			}
-		} else {
-			switch {
-			case first && last:
-				o = wire.OpWriteOnly
-			case first:
-				o = wire.OpWriteFirst
-			case last:
-				o = wire.OpWriteLast
-			default:
-				o = wire.OpWriteMiddle
-			}
-			if last && op == WRRDMAWriteWithImm {
-				o++
-				h.Imm = w.wr.ImmData
-			}
-			if first {
-				h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: w.length}
-			}
-		}
-		h.BTH.Opcode = base | o
-		if last && w.wr.Flags&SendSolicited != 0 && (w.kind == kindSend || op == WRRDMAWriteWithImm) {
-			h.BTH.SE = true
-		}
-		// AckReq on the last packet and after more than 64 packets without
-		// one (docs/protocol.md §5.3), exactly as rxe counts: ack = last || noack++ > 64.
+		h.BTH.Opcode = base | nextOpcode(&h, w, first, last)
 		if rc {
-			ack := last || edge
-			if !ack {
-				ack = qp.req.noAckPkts > maxPktPerAck
-				qp.req.noAckPkts++
-			}
-			if ack {
-				h.BTH.AckReq = true
-				qp.req.noAckPkts = 0
-			}
+			h.BTH.AckReq = qp.ackReq(last || edge)
 		}
 		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
 		if len(w.inline) > 0 || w.wr.Flags&SendInline != 0 {
@@ -277,6 +186,118 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		qp.req.pkt++
 	}
 	return true
+}
+
+// sendRdRequest emits the one request packet of a READ, atomic, FLUSH or
+// ATOMIC_WRITE WQE (a partly answered READ asks for the rest); false means
+// the PSN window is full.
+func (qp *QP) sendRdRequest(w *sendWQE) bool {
+	if qp.req.pkt >= w.npkts {
+		return true
+	}
+	psn := wire.PSNAdd(w.firstPSN, qp.req.pkt)
+	if wire.PSNDiff(psn, qp.compPSN()) >= int32(qp.window()) {
+		return false
+	}
+	var h wire.Packet
+	h.BTH = wire.BTH{DestQP: qp.attr.DestQPNum, PSN: psn, AckReq: true}
+	var payload []byte
+	switch w.kind {
+	case kindRead:
+		// A partly answered READ is re-issued for the rest (docs/protocol.md §5.5).
+		off := uint64(qp.req.pkt) * uint64(qp.pmtu)
+		h.BTH.Opcode = wire.RCReadRequest
+		h.RETH = wire.RETH{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, Length: w.length - uint32(off)}
+	case kindAtomic:
+		h.BTH.Opcode = wire.RCFetchAdd
+		h.AtomicETH = wire.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+		if w.wr.Opcode == WRAtomicCmpAndSwp {
+			h.BTH.Opcode = wire.RCCompareSwap
+			h.AtomicETH.SwapAdd, h.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
+		}
+	case kindFlush:
+		h.BTH.Opcode = wire.RCFlush
+		h.FETH = wire.FETH{PLT: w.wr.FlushType, SEL: w.wr.FlushLevel}
+		h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: w.wr.FlushLen}
+	case kindAtomicWrite:
+		h.BTH.Opcode = wire.RCAtomicWrite
+		h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: 8}
+		payload = w.wr.AtomicWrite[:]
+	}
+	tos, ttl := qp.grh()
+	_, pl := qp.newPacket(&h, len(payload), qp.dst, tos, ttl)
+	copy(pl, payload)
+	qp.noteSent(wire.PSNAdd(w.lastPSN, 1))
+	qp.req.noAckPkts = 0
+	qp.req.pkt = w.npkts
+	return true
+}
+
+// nextOpcode is the SEND or WRITE opcode (without the transport bits) of
+// a packet of w at the given place in the message (rxe: next_opcode), and
+// fills the headers that go with it: immediate data, the invalidated key,
+// the RETH of a WRITE's first packet, solicited event on the last.
+func nextOpcode(h *wire.Packet, w *sendWQE, first, last bool) wire.Opcode {
+	op := w.wr.Opcode
+	var o wire.Opcode
+	if w.kind == kindSend {
+		o = wire.OpSendMiddle
+		switch {
+		case first && last:
+			o = wire.OpSendOnly
+		case first:
+			o = wire.OpSendFirst
+		case last:
+			o = wire.OpSendLast
+		}
+		if last && op == WRSendWithImm {
+			o++ // LAST/ONLY_WITH_IMMEDIATE follow LAST/ONLY
+			h.Imm = w.wr.ImmData
+		} else if last && op == WRSendWithInv {
+			o = wire.OpSendLastInv
+			if first {
+				o = wire.OpSendOnlyInv
+			}
+			h.IETH = w.wr.ImmData
+		}
+	} else {
+		o = wire.OpWriteMiddle
+		switch {
+		case first && last:
+			o = wire.OpWriteOnly
+		case first:
+			o = wire.OpWriteFirst
+		case last:
+			o = wire.OpWriteLast
+		}
+		if last && op == WRRDMAWriteWithImm {
+			o++
+			h.Imm = w.wr.ImmData
+		}
+		if first {
+			h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: w.length}
+		}
+	}
+	if last && w.wr.Flags&SendSolicited != 0 && (w.kind == kindSend || op == WRRDMAWriteWithImm) {
+		h.BTH.SE = true
+	}
+	return o
+}
+
+// ackReq reports whether an RC packet asks for an ACK: always when must
+// (the message's last packet, or the edge of a narrowed window), else
+// after more than maxPktPerAck packets without one (docs/protocol.md §5.3),
+// exactly as rxe counts: ack = last || noack++ > 64.
+func (qp *QP) ackReq(must bool) bool {
+	ack := must
+	if !ack {
+		ack = qp.req.noAckPkts > maxPktPerAck
+		qp.req.noAckPkts++
+	}
+	if ack {
+		qp.req.noAckPkts = 0
+	}
+	return ack
 }
 
 // noteSent records that the PSNs before end were sent.
