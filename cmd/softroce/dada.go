@@ -16,14 +16,15 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/dada"
+	"github.com/softroce/softroce/internal/cli"
 )
 
 func init() {
-	register(&command{
-		name:    "dada",
-		summary: "PSRDADA ring buffers: db (create/destroy), monitor, write, read, send, recv",
-		run:     runDada,
-		subs:    []string{"db", "monitor", "write", "read", "send", "recv"},
+	register(&cli.Command{
+		Name:    "dada",
+		Summary: "PSRDADA ring buffers: db (create/destroy), monitor, write, read, send, recv",
+		Run:     runDada,
+		Subs:    []string{"db", "monitor", "write", "read", "send", "recv"},
 	})
 }
 
@@ -79,8 +80,8 @@ func (f *keyFlag) Set(s string) error {
 	return nil
 }
 
-func newDadaFlags(name string, stderr io.Writer, usage string) (*getopt, *keyFlag) {
-	fs := newFlagSet("softroce dada " + name)
+func newDadaFlags(name string, stderr io.Writer, usage string) (*cli.Getopt, *keyFlag) {
+	fs := cli.NewFlagSet("softroce dada " + name)
 	fs.SetOutput(stderr)
 	k := &keyFlag{k: dada.DefaultKey}
 	fs.Var(k, "k", "hexadecimal shared memory key")
@@ -93,16 +94,16 @@ func newDadaFlags(name string, stderr io.Writer, usage string) (*getopt, *keyFla
 
 // parseFlags parses a dada subcommand's arguments with the shared grammar:
 // -h prints the usage (exit 0), a bad option one line (exit 2).
-func parseFlags(fs *getopt, args []string) (int, bool) {
+func parseFlags(fs *cli.Getopt, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, errGetoptHelp) {
+		if errors.Is(err, cli.ErrGetoptHelp) {
 			fs.Usage()
-			return exitOK, false
+			return cli.ExitOK, false
 		}
-		return usageErr(fs.Output(), fs.prog, "%v", err), false
+		return cli.UsageErr(fs.Output(), fs.Prog, "%v", err), false
 	}
-	if argsOnly {
-		return exitOK, false
+	if cli.ArgsOnly {
+		return cli.ExitOK, false
 	}
 	return 0, true
 }
@@ -133,10 +134,10 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if *nread < 1 || *nread > dada.MaxReaders {
-		return usageErr(stderr, "softroce dada db", "-r %d: the number of readers must be 1..%d", *nread, dada.MaxReaders)
+		return cli.UsageErr(stderr, "softroce dada db", "-r %d: the number of readers must be 1..%d", *nread, dada.MaxReaders)
 	}
 	if *nbufs < 1 || *bufsz < 1 {
-		return usageErr(stderr, "softroce dada db", "-n and -b must be at least 1")
+		return cli.UsageErr(stderr, "softroce dada db", "-n and -b must be at least 1")
 	}
 	h, err := dada.Create(dada.Config{Key: key.k, NBufs: *nbufs, BufSize: *bufsz, NReaders: *nread,
 		HeaderSize: *hdrsz, Lock: *lock, Page: *page})
@@ -170,7 +171,7 @@ func dadaMonitor(args []string, stdout, stderr io.Writer) int {
 		return rc
 	}
 	if err := checkMonitorFlags(*interval, *count); err != nil {
-		return usageErr(stderr, "softroce dada monitor", "%v", err)
+		return cli.UsageErr(stderr, "softroce dada monitor", "%v", err)
 	}
 	h, err := dada.Connect(key.k, dada.AttachOptions{})
 	if err != nil {
@@ -234,12 +235,12 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 		return rc
 	}
 	set := map[string]bool{}
-	fs.Visit(func(f *optFlag) { set[f.Name] = true })
+	fs.Visit(func(f *cli.OptFlag) { set[f.Name] = true })
 	if err := checkWriteFlags(*rate, *rateSI, *total, set["b"], *fill); err != nil {
-		return usageErr(stderr, "softroce dada write", "%v", err)
+		return cli.UsageErr(stderr, "softroce dada write", "%v", err)
 	}
 	if fs.NArg() != 1 {
-		return usageErr(stderr, "softroce dada write", "a header file must be specified (ASCII 'KEY value' lines with HDR_SIZE)")
+		return cli.UsageErr(stderr, "softroce dada write", "a header file must be specified (ASCII 'KEY value' lines with HDR_SIZE)")
 	}
 	text, err := os.ReadFile(fs.Arg(0))
 	if err != nil {
@@ -260,7 +261,7 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 		size = uint64(*total)
 	}
 	if bps <= 0 && *total < 0 {
-		return usageErr(stderr, "softroce dada write", "with -r 0 give the size with -b")
+		return cli.UsageErr(stderr, "softroce dada write", "with -r 0 give the size with -b")
 	}
 	if _, ok := hdr.Get("UTC_START"); !ok {
 		hdr.Set("UTC_START", time.Now().UTC().Format("2006-01-02-15:04:05"))

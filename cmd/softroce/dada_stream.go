@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/dada"
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/pipeline"
 	"github.com/softroce/softroce/verbs"
 )
@@ -31,7 +32,7 @@ func init() {
 const dadaCtrlPort = "18520"
 
 // streamPacketFlags are the UDP packet layout flags shared by send and recv.
-func streamPacketFlags(fs *getopt) *pipeline.PacketFormat {
+func streamPacketFlags(fs *cli.Getopt) *pipeline.PacketFormat {
 	f := &pipeline.PacketFormat{}
 	fs.IntVar(&f.HeaderLen, "hdr-len", 8, "UDP: packet header bytes before the payload")
 	fs.IntVar(&f.PayloadSize, "payload", 8192, "UDP: payload bytes per packet")
@@ -333,7 +334,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	relay := false
-	fs.Visit(func(f *optFlag) { relay = relay || f.Name == "k" })
+	fs.Visit(func(f *cli.OptFlag) { relay = relay || f.Name == "k" })
 	if relay && *udp {
 		fmt.Fprintln(stderr, "softroce dada send: -k (relay a ring) works in RoCE mode only")
 		return 2

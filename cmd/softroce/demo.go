@@ -13,13 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
 )
 
 func init() {
-	register(&command{name: "demo", summary: "two devices on loopback: RC SEND/WRITE/READ/atomics, then speed vs TCP", run: runDemo})
+	register(&cli.Command{Name: "demo", Summary: "two devices on loopback: RC SEND/WRITE/READ/atomics, then speed vs TCP", Run: runDemo})
 }
 
 // demoEnd is one side of the demo: device, PD, MR, CQ and an RC QP.
@@ -34,39 +35,39 @@ type demoEnd struct {
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	g := getopt{prog: "softroce demo", longOnly: true, synopsis: "[-a ADDR:PORT] [-b ADDR:PORT] [--pipe] [--time DURATION] [-v]"}
+	g := cli.Getopt{Prog: "softroce demo", LongOnly: true, Synopsis: "[-a ADDR:PORT] [-b ADDR:PORT] [--pipe] [--time DURATION] [-v]"}
 	addrA, addrB := "127.0.0.1:4791", "127.0.0.2:4791"
 	var usePipe, verbose bool
 	dur := time.Second
-	g.str('a', "", &addrA).describe("addr:port", "first device's UDP address (default 127.0.0.1:4791)")
-	g.str('b', "", &addrB).describe("addr:port", "second device's UDP address (default 127.0.0.2:4791)")
-	g.flag(0, "pipe", &usePipe).describe("", "use the in-memory link instead of UDP")
-	g.dur(0, "time", &dur).describe("duration", "duration of each speed measurement (default 1s)")
-	g.flag('v', "", &verbose).describe("", "print the devices' counters at the end")
-	ops, code, ok := g.parseArgs(args, stdout, stderr, nil)
+	g.Str('a', "", &addrA).Describe("addr:port", "first device's UDP address (default 127.0.0.1:4791)")
+	g.Str('b', "", &addrB).Describe("addr:port", "second device's UDP address (default 127.0.0.2:4791)")
+	g.Flag(0, "pipe", &usePipe).Describe("", "use the in-memory link instead of UDP")
+	g.Dur(0, "time", &dur).Describe("duration", "duration of each speed measurement (default 1s)")
+	g.Flag('v', "", &verbose).Describe("", "print the devices' counters at the end")
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, nil)
 	if !ok {
 		return code
 	}
 	if len(ops) > 0 {
-		return usageErr(stderr, g.prog, "unexpected argument %q", ops[0])
+		return cli.UsageErr(stderr, g.Prog, "unexpected argument %q", ops[0])
 	}
 	for _, o := range []struct {
 		name, v string
 	}{{"-a", addrA}, {"-b", addrB}} {
 		if _, err := netip.ParseAddrPort(o.v); err != nil {
-			return usageErr(stderr, g.prog, "%s %q: want IP:PORT, like 127.0.0.1:4791", o.name, o.v)
+			return cli.UsageErr(stderr, g.Prog, "%s %q: want IP:PORT, like 127.0.0.1:4791", o.name, o.v)
 		}
 	}
 	// Explicit addresses must be used as given: no fallback to other ports
 	// or to the in-memory link.
-	explicit := g.opts[0].seen || g.opts[1].seen
-	if argsOnly {
-		return exitOK
+	explicit := g.Opts[0].Seen || g.Opts[1].Seen
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	da, db, how, err := demoDevices(addrA, addrB, usePipe, explicit)
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
-		return exitFailure
+		return cli.ExitFailure
 	}
 	defer da.Close()
 	defer db.Close()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/softroce/softroce/internal/cli"
 )
 
 func TestDemo(t *testing.T) {
@@ -28,7 +30,7 @@ func TestDemo(t *testing.T) {
 func TestDemoExplicitAddressNoFallback(t *testing.T) {
 	var o, e strings.Builder
 	code := run([]string{"demo", "-a", "192.0.2.1:4791", "-time", "10ms"}, &o, &e)
-	if code != exitFailure || !strings.Contains(e.String(), "demo: -a 192.0.2.1:4791") || strings.Contains(o.String(), "link/pipe") {
+	if code != cli.ExitFailure || !strings.Contains(e.String(), "demo: -a 192.0.2.1:4791") || strings.Contains(o.String(), "link/pipe") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 1 and the -a error", code, o.String(), e.String())
 	}
 }

@@ -7,13 +7,14 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
 )
 
 func init() {
-	register(&command{name: "devinfo", summary: "print device and port attributes, like ibv_devinfo", run: runDevinfo})
+	register(&cli.Command{Name: "devinfo", Summary: "print device and port attributes, like ibv_devinfo", Run: runDevinfo})
 }
 
 const devinfoUsage = `Usage: softroce devinfo [-d NAME] [-i PORT] [-l] [-v]
@@ -29,23 +30,23 @@ when there are no links).
 `
 
 func runDevinfo(args []string, stdout, stderr io.Writer) int {
-	g := getopt{prog: "softroce devinfo"}
+	g := cli.Getopt{Prog: "softroce devinfo"}
 	var dev string
 	var port int
 	var list, verbose bool
-	g.str('d', "ib-dev", &dev)
-	g.numIn('i', "ib-port", &port, 1, 255)
-	g.flag('l', "list", &list)
-	g.flag('v', "verbose", &verbose)
-	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { fmt.Fprint(w, devinfoUsage) })
+	g.Str('d', "ib-dev", &dev)
+	g.NumIn('i', "ib-port", &port, 1, 255)
+	g.Flag('l', "list", &list)
+	g.Flag('v', "verbose", &verbose)
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { fmt.Fprint(w, devinfoUsage) })
 	if !ok {
 		return code
 	}
 	if len(ops) > 0 {
-		return usageErr(stderr, g.prog, "unexpected argument %q", ops[0])
+		return cli.UsageErr(stderr, g.Prog, "unexpected argument %q", ops[0])
 	}
-	if argsOnly {
-		return exitOK
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	var devs []Device
 	if dev != "" {

@@ -17,14 +17,15 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/capture"
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/wire"
 )
 
 func init() {
-	register(&command{
-		name:    "dump",
-		summary: "capture RoCEv2 traffic to pcap, or decode a pcap (like ibdump/tcpdump)",
-		run:     runDump,
+	register(&cli.Command{
+		Name:    "dump",
+		Summary: "capture RoCEv2 traffic to pcap, or decode a pcap (like ibdump/tcpdump)",
+		Run:     runDump,
 	})
 }
 
@@ -42,35 +43,35 @@ type dumpConfig struct {
 }
 
 func runDump(args []string, stdout, stderr io.Writer) int {
-	g := getopt{prog: "softroce dump", longOnly: true}
+	g := cli.Getopt{Prog: "softroce dump", LongOnly: true}
 	var c dumpConfig
 	portList := "4791"
 	var ts, verbose, hex, numeric int
-	g.str('r', "", &c.read).describe("file", "read packets from a pcap/pcapng file (- for stdin) and print them")
-	g.str('i', "", &c.iface).describe("interface", "capture on an interface (any for all); needs root or CAP_NET_RAW")
-	g.str('w', "", &c.write).describe("file", "write the captured frames to a pcap file instead of printing them")
-	g.numIn('c', "", &c.count, 1, math.MaxInt).describe("count", "stop after this many packets (default: until Ctrl-C or SIGTERM)")
-	g.str(0, "port", &portList).describe("ports", "UDP destination ports carrying RoCEv2, comma-separated (default 4791)")
-	g.numIn('s', "", &c.snaplen, 0, 262144).describe("snaplen", "with -i: keep at most this many bytes of each frame (0: 262144)")
-	g.flag('p', "", &c.noPromisc).describe("", "with -i: do not put the interface in promiscuous mode")
-	g.flag('U', "", &c.flushEach).describe("", "with -w: flush the file after every packet")
-	g.count('v', "", &verbose).describe("", "also print UDP source port, IP TTL/TOS/ID, P_Key, pad count and ICRC")
-	g.count('x', "", &hex).describe("", "print each packet's UDP payload in hex")
-	g.count('n', "", &numeric).describe("", "do not resolve addresses (accepted: softroce dump never does; -nn too)")
-	g.count('t', "", &ts).describe("", "timestamps: -t none, -tt epoch seconds, -ttt since the previous packet, -tttt date and time, -ttttt since the first packet")
-	g.synopsis = `-r FILE [-vx] [-nn] [-t...] [-c COUNT] [--port LIST]
+	g.Str('r', "", &c.read).Describe("file", "read packets from a pcap/pcapng file (- for stdin) and print them")
+	g.Str('i', "", &c.iface).Describe("interface", "capture on an interface (any for all); needs root or CAP_NET_RAW")
+	g.Str('w', "", &c.write).Describe("file", "write the captured frames to a pcap file instead of printing them")
+	g.NumIn('c', "", &c.count, 1, math.MaxInt).Describe("count", "stop after this many packets (default: until Ctrl-C or SIGTERM)")
+	g.Str(0, "port", &portList).Describe("ports", "UDP destination ports carrying RoCEv2, comma-separated (default 4791)")
+	g.NumIn('s', "", &c.snaplen, 0, 262144).Describe("snaplen", "with -i: keep at most this many bytes of each frame (0: 262144)")
+	g.Flag('p', "", &c.noPromisc).Describe("", "with -i: do not put the interface in promiscuous mode")
+	g.Flag('U', "", &c.flushEach).Describe("", "with -w: flush the file after every packet")
+	g.Count('v', "", &verbose).Describe("", "also print UDP source port, IP TTL/TOS/ID, P_Key, pad count and ICRC")
+	g.Count('x', "", &hex).Describe("", "print each packet's UDP payload in hex")
+	g.Count('n', "", &numeric).Describe("", "do not resolve addresses (accepted: softroce dump never does; -nn too)")
+	g.Count('t', "", &ts).Describe("", "timestamps: -t none, -tt epoch seconds, -ttt since the previous packet, -tttt date and time, -ttttt since the first packet")
+	g.Synopsis = `-r FILE [-vx] [-nn] [-t...] [-c COUNT] [--port LIST]
        softroce dump -i IFACE [-w FILE [-U]] [-c COUNT] [-s SNAPLEN] [-p] [--port LIST]
 
 Decodes RoCEv2 packets (BTH and extension headers, CM MADs on QP1; bad ICRCs
 flagged) from a pcap or pcapng file, or captures UDP port 4791 on an interface
 into a pcap file (Ethernet framing, readable by Wireshark) like ibdump. The
 options are tcpdump's.`
-	ops, code, ok := g.parseArgs(args, stdout, stderr, nil)
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, nil)
 	if !ok {
 		return code
 	}
 	if len(ops) > 0 {
-		return usageErr(stderr, g.prog, "unexpected argument %q (filters are not supported; use --port)", ops[0])
+		return cli.UsageErr(stderr, g.Prog, "unexpected argument %q (filters are not supported; use --port)", ops[0])
 	}
 	c.verbose, c.hexdump = verbose > 0, hex > 0
 	c.tsMode = min(ts, 5)
@@ -78,28 +79,28 @@ options are tcpdump's.`
 	for p := range strings.SplitSeq(portList, ",") {
 		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 16)
 		if err != nil || n == 0 {
-			return usageErr(stderr, g.prog, "bad --port %q: want UDP ports 1-65535, comma-separated", p)
+			return cli.UsageErr(stderr, g.Prog, "bad --port %q: want UDP ports 1-65535, comma-separated", p)
 		}
 		c.ports = append(c.ports, uint16(n))
 	}
 	switch {
 	case c.read != "" && c.iface != "":
-		return usageErr(stderr, g.prog, "give -r FILE (decode) or -i IFACE (capture), not both")
+		return cli.UsageErr(stderr, g.Prog, "give -r FILE (decode) or -i IFACE (capture), not both")
 	case c.read != "":
 		if c.write != "" {
-			return usageErr(stderr, g.prog, "-w goes with -i (capture)")
+			return cli.UsageErr(stderr, g.Prog, "-w goes with -i (capture)")
 		}
-		if argsOnly {
-			return exitOK
+		if cli.ArgsOnly {
+			return cli.ExitOK
 		}
 		return dumpRead(&c, stdout, stderr)
 	case c.iface != "":
-		if argsOnly {
-			return exitOK
+		if cli.ArgsOnly {
+			return cli.ExitOK
 		}
 		return dumpLive(&c, stdout, stderr)
 	}
-	return usageErr(stderr, g.prog, "give -r FILE to decode a capture or -i IFACE to capture")
+	return cli.UsageErr(stderr, g.Prog, "give -r FILE to decode a capture or -i IFACE to capture")
 }
 
 // dumpCounts is the summary of a decode.

@@ -10,11 +10,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/verbs"
 )
 
 func init() {
-	register(&command{name: "krping", summary: "the kernel krping test (ping, wlat, rlat, bw) as a user-space tool over rdma_cm", run: runKrping})
+	register(&cli.Command{Name: "krping", Summary: "the kernel krping test (ping, wlat, rlat, bw) as a user-space tool over rdma_cm", Run: runKrping})
 }
 
 func krpingUsage(w io.Writer) {
@@ -30,23 +31,23 @@ func krpingUsage(w io.Writer) {
 func runKrping(args []string, stdout, stderr io.Writer) int {
 	// softroce's own options (--pcap) use the shared grammar; the operand
 	// is krping's option string, as written to /proc/krping.
-	g := getopt{prog: "softroce krping"}
+	g := cli.Getopt{Prog: "softroce krping"}
 	var pcap string
-	g.str(0, "pcap", &pcap)
-	ops, code, ok := g.parseArgs(args, stdout, stderr, krpingUsage)
+	g.Str(0, "pcap", &pcap)
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, krpingUsage)
 	if !ok {
 		return code
 	}
 	if len(ops) != 1 {
-		return usageErr(stderr, g.prog, "want one option string, like client,addr=192.168.11.22,port=9999,count=1")
+		return cli.UsageErr(stderr, g.Prog, "want one option string, like client,addr=192.168.11.22,port=9999,count=1")
 	}
 	o, err := parseKrpingOpts(ops[0])
 	if err != nil {
-		return usageErr(stderr, g.prog, "%v", err)
+		return cli.UsageErr(stderr, g.Prog, "%v", err)
 	}
 	o.pcap = pcap
-	if argsOnly {
-		return exitOK
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	return krpingMain(o, stdout, stderr)
 }

@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/softroce/softroce/internal/cli"
 )
 
 func init() {
-	register(&command{
-		name:    "link",
-		summary: "add, show and delete softroce links (like 'rdma link')",
-		run:     runLink,
-		subs:    []string{"show", "add", "delete"},
+	register(&cli.Command{
+		Name:    "link",
+		Summary: "add, show and delete softroce links (like 'rdma link')",
+		Run:     runLink,
+		Subs:    []string{"show", "add", "delete"},
 	})
 }
 
@@ -30,19 +32,19 @@ else ~/.local/state/softroce/links.json.
 `
 
 func runLink(args []string, stdout, stderr io.Writer) int {
-	g := getopt{prog: "softroce link", longOnly: true}
+	g := cli.Getopt{Prog: "softroce link", LongOnly: true}
 	jsonOut := false
-	g.flag('j', "json", &jsonOut)
-	rest, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { fmt.Fprint(w, linkUsage) })
+	g.Flag('j', "json", &jsonOut)
+	rest, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { fmt.Fprint(w, linkUsage) })
 	if !ok {
 		return code
 	}
 	if len(rest) > 0 && rest[0] == "help" {
 		fmt.Fprint(stdout, linkUsage)
-		return exitOK
+		return cli.ExitOK
 	}
-	if argsOnly {
-		return exitOK
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	if len(rest) == 0 {
 		return linkShow(nil, jsonOut, stdout, stderr)
@@ -55,7 +57,7 @@ func runLink(args []string, stdout, stderr io.Writer) int {
 	case "delete", "del", "remove", "rm":
 		return linkDelete(rest[1:], stdout, stderr)
 	}
-	return usageErr(stderr, g.prog, "unknown subcommand %q (want show, add or delete)", rest[0])
+	return cli.UsageErr(stderr, g.Prog, "unknown subcommand %q (want show, add or delete)", rest[0])
 }
 
 // linkStatus is one line of 'link show'.
@@ -111,7 +113,7 @@ func linkStatusOf(l *linkEntry, host []hostIface) linkStatus {
 
 func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 	if len(args) > 1 {
-		return usageErr(stderr, "softroce link", "show takes one link name at most, got %q", args)
+		return cli.UsageErr(stderr, "softroce link", "show takes one link name at most, got %q", args)
 	}
 	st, err := loadState()
 	if err != nil {
@@ -160,15 +162,15 @@ func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 func linkAdd(args []string, stdout, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
-		return exitFailure
+		return cli.ExitFailure
 	}
 	// usage reports a malformed command line (exit 2); fail a request that
 	// cannot be carried out here (exit 1).
 	usage := func(format string, a ...any) int {
-		return usageErr(stderr, "softroce link add", format, a...)
+		return cli.UsageErr(stderr, "softroce link add", format, a...)
 	}
 	if len(args) < 2 {
-		return usageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")
+		return cli.UsageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")
 	}
 	l := linkEntry{Name: args[0]}
 	if !validLinkName.MatchString(l.Name) {
@@ -260,7 +262,7 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 
 func linkDelete(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
-		return usageErr(stderr, "softroce link", "delete takes one link name, got %q", args)
+		return cli.UsageErr(stderr, "softroce link", "delete takes one link name, got %q", args)
 	}
 	st, err := loadState()
 	if err != nil {

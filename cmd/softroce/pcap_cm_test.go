@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/internal/cli"
 )
 
 // TestPcapOnCMTools: rping and krping write their device's traffic with
@@ -66,7 +68,7 @@ func TestPcapOnDadaSend(t *testing.T) {
 	a, _ := loopPair()
 	var o, e strings.Builder
 	code := run([]string{"dada", "send", "-c", "127.0.0.1", "-d", a, "-b", "4096", "--pcap", filepath.Join(t.TempDir(), "no", "x.pcap")}, &o, &e)
-	if code != exitFailure || !strings.Contains(e.String(), "--pcap: ") {
+	if code != cli.ExitFailure || !strings.Contains(e.String(), "--pcap: ") {
 		t.Errorf("exit %d, stderr %q; want 1 and the --pcap error", code, e.String())
 	}
 }

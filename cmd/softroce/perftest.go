@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -57,8 +58,8 @@ func init() {
 			kind = "latency"
 		}
 		op := map[ptVerb]string{ptSend: "SEND", ptWrite: "RDMA WRITE", ptRead: "RDMA READ", ptAtomic: "atomic"}[t.verb]
-		register(&command{name: t.name, summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
-			run: func(args []string, stdout, stderr io.Writer) int { return runPerftest(t, args, stdout, stderr) }})
+		register(&cli.Command{Name: t.name, Summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
+			Run: func(args []string, stdout, stderr io.Writer) int { return runPerftest(t, args, stdout, stderr) }})
 	}
 }
 
@@ -179,76 +180,76 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	c := &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
 		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
 		connectTO: 10 * time.Second}
-	g := getopt{prog: "softroce " + t.name}
-	g.flag('a', "all", &c.all)
-	g.str('c', "connection", &c.conn)
-	g.str('d', "ib-dev", &c.dev)
-	g.numIn('D', "duration", &c.duration, 0, math.MaxInt32)
+	g := cli.Getopt{Prog: "softroce " + t.name}
+	g.Flag('a', "all", &c.all)
+	g.Str('c', "connection", &c.conn)
+	g.Str('d', "ib-dev", &c.dev)
+	g.NumIn('D', "duration", &c.duration, 0, math.MaxInt32)
 	var cpuFreq bool
-	g.flag('F', "CPU-freq", &cpuFreq)
-	g.num('i', "ib-port", &c.ibPort)
-	g.num('m', "mtu", &c.mtu)
-	g.num('n', "iters", &c.iters).set = ptSetNum(&c.iters, &c.itersSet)
-	g.numIn('p', "port", &c.tcpPort, 0, 65535)
-	g.numIn('q', "qp", &c.numQP, 1, ptMaxQPs)
-	g.num('s', "size", &c.size).set = ptSetNum(&c.size, &c.sizeSet)
+	g.Flag('F', "CPU-freq", &cpuFreq)
+	g.Num('i', "ib-port", &c.ibPort)
+	g.Num('m', "mtu", &c.mtu)
+	g.Num('n', "iters", &c.iters).Set = ptSetNum(&c.iters, &c.itersSet)
+	g.NumIn('p', "port", &c.tcpPort, 0, 65535)
+	g.NumIn('q', "qp", &c.numQP, 1, ptMaxQPs)
+	g.Num('s', "size", &c.size).Set = ptSetNum(&c.size, &c.sizeSet)
 	// -1 marks "not given" (perftest's defaults depend on the test): the
 	// user's values must be in range.
-	g.numIn('t', "tx-depth", &c.txDepth, 1, 16384)
-	g.numIn('r', "rx-depth", &c.rxDepth, 1, 16384)
-	g.numIn('Q', "cq-mod", &c.cqMod, 1, 1024)
-	g.numIn('I', "inline_size", &c.inline, 0, verbs.MaxInline)
-	g.numIn('o', "outs", &c.outReads, 1, 128)
-	g.str('A', "atomic_type", &c.atomicType)
-	g.numIn('x', "gid-index", &c.gidx, 0, 255)
-	g.num('S', "sl", &c.sl)
-	g.num('u', "qp-timeout", &c.qpTimeout)
-	g.num('T', "tos", &c.tos)
-	g.flag('e', "events", &c.events)
-	g.flag('N', "noPeak", &c.noPeak)
-	g.flag(0, "report_gbits", &c.reportGbits)
-	g.str(0, "pcap", &c.pcap)
-	g.flag('R', "rdma_cm", &c.rdmaCM)
-	g.flag('z', "com_rdma_cm", &c.cmComm)
-	g.refuse('b', "bidirectional", false, "bidirectional (duplex) runs are not implemented")
-	g.refuse('l', "post_list", true, "posting lists of work requests is not implemented")
-	g.refuse('O', "dualport", false, "softroce devices have one port")
-	g.refuse('g', "mcg", false, "softroce has no multicast")
-	g.refuse(0, "run_infinitely", false, "use -D with a long duration")
-	g.refuse(0, "odp", false, "softroce registers ordinary Go memory; on-demand paging does not apply")
-	g.refuse(0, "use_cuda", true, "softroce has no GPU memory support")
-	g.refuse('H', "report-histogram", false, "histograms are not implemented")
-	g.refuse('U', "report-unsorted", false, "unsorted reports are not implemented")
-	g.refuse('C', "report-cycles", false, "softroce measures time, not CPU cycles")
-	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
+	g.NumIn('t', "tx-depth", &c.txDepth, 1, 16384)
+	g.NumIn('r', "rx-depth", &c.rxDepth, 1, 16384)
+	g.NumIn('Q', "cq-mod", &c.cqMod, 1, 1024)
+	g.NumIn('I', "inline_size", &c.inline, 0, verbs.MaxInline)
+	g.NumIn('o', "outs", &c.outReads, 1, 128)
+	g.Str('A', "atomic_type", &c.atomicType)
+	g.NumIn('x', "gid-index", &c.gidx, 0, 255)
+	g.Num('S', "sl", &c.sl)
+	g.Num('u', "qp-timeout", &c.qpTimeout)
+	g.Num('T', "tos", &c.tos)
+	g.Flag('e', "events", &c.events)
+	g.Flag('N', "noPeak", &c.noPeak)
+	g.Flag(0, "report_gbits", &c.reportGbits)
+	g.Str(0, "pcap", &c.pcap)
+	g.Flag('R', "rdma_cm", &c.rdmaCM)
+	g.Flag('z', "com_rdma_cm", &c.cmComm)
+	g.Refuse('b', "bidirectional", false, "bidirectional (duplex) runs are not implemented")
+	g.Refuse('l', "post_list", true, "posting lists of work requests is not implemented")
+	g.Refuse('O', "dualport", false, "softroce devices have one port")
+	g.Refuse('g', "mcg", false, "softroce has no multicast")
+	g.Refuse(0, "run_infinitely", false, "use -D with a long duration")
+	g.Refuse(0, "odp", false, "softroce registers ordinary Go memory; on-demand paging does not apply")
+	g.Refuse(0, "use_cuda", true, "softroce has no GPU memory support")
+	g.Refuse('H', "report-histogram", false, "histograms are not implemented")
+	g.Refuse('U', "report-unsorted", false, "unsorted reports are not implemented")
+	g.Refuse('C', "report-cycles", false, "softroce measures time, not CPU cycles")
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
 	if !ok {
 		return code
 	}
 	if len(ops) > 1 {
-		return usageErr(stderr, g.prog, "one server address at most, got %q", ops)
+		return cli.UsageErr(stderr, g.Prog, "one server address at most, got %q", ops)
 	}
 	if len(ops) == 1 {
 		c.server = ops[0]
 	}
 	if msg := c.finish(); msg != "" {
 		fmt.Fprintf(stderr, " %s\n", msg) // perftest's messages, as perftest prints them
-		return exitUsage
+		return cli.ExitUsage
 	}
-	if argsOnly {
-		return exitOK
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	ctx, cancel := toolSignalCtx()
 	defer cancel()
 	if err := ptRun(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, " %v\n", err)
-		return exitFailure
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func ptSetNum(p *int, set *bool) func(string) error {
 	return func(s string) error {
-		v, err := parseNum(s, strconv.IntSize)
+		v, err := cli.ParseNum(s, strconv.IntSize)
 		if err != nil {
 			return err
 		}

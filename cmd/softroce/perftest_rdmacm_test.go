@@ -20,6 +20,7 @@ import (
 	"github.com/softroce/softroce/capture"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -456,7 +457,7 @@ func atoi(t *testing.T, s string) int {
 func TestPerftestRdmaCMRefused(t *testing.T) {
 	for _, args := range [][]string{{"-R", "-c", "UC"}, {"-R", "-c", "UD"}} {
 		var o, e strings.Builder
-		if code := runPerftest(ptTools[0], args, &o, &e); code != exitUsage || !strings.Contains(e.String(), "-R (rdma_cm)") {
+		if code := runPerftest(ptTools[0], args, &o, &e); code != cli.ExitUsage || !strings.Contains(e.String(), "-R (rdma_cm)") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, e.String())
 		}
 	}

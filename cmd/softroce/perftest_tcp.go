@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/cli"
 )
 
 // tcp_bw and tcp_lat are the TCP baselines of write_bw and send_lat: the
@@ -20,10 +21,10 @@ import (
 // on the same machine.
 
 func init() {
-	register(&command{name: "tcp_bw", summary: "TCP bandwidth baseline in write_bw's format (server: no host; client: host)",
-		run: func(args []string, stdout, stderr io.Writer) int { return runTCPBase(false, args, stdout, stderr) }})
-	register(&command{name: "tcp_lat", summary: "TCP ping-pong latency baseline in send_lat's format",
-		run: func(args []string, stdout, stderr io.Writer) int { return runTCPBase(true, args, stdout, stderr) }})
+	register(&cli.Command{Name: "tcp_bw", Summary: "TCP bandwidth baseline in write_bw's format (server: no host; client: host)",
+		Run: func(args []string, stdout, stderr io.Writer) int { return runTCPBase(false, args, stdout, stderr) }})
+	register(&cli.Command{Name: "tcp_lat", Summary: "TCP ping-pong latency baseline in send_lat's format",
+		Run: func(args []string, stdout, stderr io.Writer) int { return runTCPBase(true, args, stdout, stderr) }})
 }
 
 func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
@@ -36,13 +37,13 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		size, iters = ptDefSizeLat, ptDefItersLat
 	}
 	var bind string
-	g := getopt{prog: "softroce " + name}
-	g.numIn('s', "size", &size, 1, ptMaxSize)
-	g.numIn('n', "iters", &iters, 1, math.MaxInt32)
-	g.numIn('D', "duration", &dur, 0, math.MaxInt32)
-	g.numIn('p', "port", &port, 0, 65535)
-	g.str('d', "bind", &bind)
-	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) {
+	g := cli.Getopt{Prog: "softroce " + name}
+	g.NumIn('s', "size", &size, 1, ptMaxSize)
+	g.NumIn('n', "iters", &iters, 1, math.MaxInt32)
+	g.NumIn('D', "duration", &dur, 0, math.MaxInt32)
+	g.NumIn('p', "port", &port, 0, 65535)
+	g.Str('d', "bind", &bind)
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: softroce %s [-d BIND_IP] [-p PORT (default %d)] [-s SIZE] [-n ITERS] [-D SECONDS] [HOST]\n", name, oob.DefaultPort+1)
 	})
 	if !ok {
@@ -50,14 +51,14 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case len(ops) > 1:
-		return usageErr(stderr, g.prog, "one server host at most, got %q", ops)
+		return cli.UsageErr(stderr, g.Prog, "one server host at most, got %q", ops)
 	case lat && dur > 0:
-		return usageErr(stderr, g.prog, "tcp_lat has no -D")
+		return cli.UsageErr(stderr, g.Prog, "tcp_lat has no -D")
 	case bind != "" && net.ParseIP(bind) == nil:
-		return usageErr(stderr, g.prog, "-d %q is not an IP address", bind)
+		return cli.UsageErr(stderr, g.Prog, "-d %q is not an IP address", bind)
 	}
-	if argsOnly {
-		return exitOK
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	var err error
 	ctx, cancel := toolSignalCtx()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -46,7 +47,7 @@ var ppTools = []struct {
 func init() {
 	for _, t := range ppTools {
 		t := t
-		register(&command{name: t.name, summary: t.summary, run: func(args []string, stdout, stderr io.Writer) int {
+		register(&cli.Command{Name: t.name, Summary: t.summary, Run: func(args []string, stdout, stderr io.Writer) int {
 			return runPingpong(t.name, t.kind, args, stdout, stderr)
 		}})
 	}
@@ -137,33 +138,33 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	if kind == ppUD {
 		c.size = 2048
 	}
-	g := getopt{prog: "softroce " + tool}
-	g.num('p', "port", &c.tcpPort)
-	g.str('d', "ib-dev", &c.dev)
-	g.num('i', "ib-port", &c.ibPort)
-	g.num('s', "size", &c.size)
+	g := cli.Getopt{Prog: "softroce " + tool}
+	g.Num('p', "port", &c.tcpPort)
+	g.Str('d', "ib-dev", &c.dev)
+	g.Num('i', "ib-port", &c.ibPort)
+	g.Num('s', "size", &c.size)
 	if kind != ppUD {
-		g.num('m', "mtu", &c.mtu)
+		g.Num('m', "mtu", &c.mtu)
 	}
-	g.num('r', "rx-depth", &c.rxDepth)
-	g.num('n', "iters", &c.iters)
-	g.num('l', "sl", &c.sl)
-	g.flag('e', "events", &c.events)
-	g.num('g', "gid-idx", &c.gidx)
-	g.flag('c', "chk", &c.validate)
+	g.Num('r', "rx-depth", &c.rxDepth)
+	g.Num('n', "iters", &c.iters)
+	g.Num('l', "sl", &c.sl)
+	g.Flag('e', "events", &c.events)
+	g.Num('g', "gid-idx", &c.gidx)
+	g.Flag('c', "chk", &c.validate)
 	if kind == ppSRQ {
-		g.num('q', "num-qp", &c.numQP)
+		g.Num('q', "num-qp", &c.numQP)
 	}
-	g.str(0, "pcap", &c.pcap)
-	g.refuse('o', "odp", false, "softroce registers ordinary Go memory; on-demand paging does not apply")
-	g.refuse('O', "iodp", false, "softroce has no implicit on-demand paging")
-	g.refuse('P', "prefetch", false, "softroce has no on-demand paging to prefetch")
-	g.refuse('t', "ts", false, "softroce completions carry no hardware timestamps")
-	g.refuse('j', "dm", false, "softroce has no device memory")
+	g.Str(0, "pcap", &c.pcap)
+	g.Refuse('o', "odp", false, "softroce registers ordinary Go memory; on-demand paging does not apply")
+	g.Refuse('O', "iodp", false, "softroce has no implicit on-demand paging")
+	g.Refuse('P', "prefetch", false, "softroce has no on-demand paging to prefetch")
+	g.Refuse('t', "ts", false, "softroce completions carry no hardware timestamps")
+	g.Refuse('j', "dm", false, "softroce has no device memory")
 	var newSend bool
-	g.flag('N', "new_send", &newSend) // the ibv_wr_* API: identical traffic, nothing to change
-	g.durOrZero(0, "peer-timeout", &c.peerTimeout)
-	ops, code, ok := g.parseArgs(args, stdout, stderr, func(w io.Writer) { ppUsage(c, w) })
+	g.Flag('N', "new_send", &newSend) // the ibv_wr_* API: identical traffic, nothing to change
+	g.DurOrZero(0, "peer-timeout", &c.peerTimeout)
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ppUsage(c, w) })
 	if !ok {
 		return code
 	}
@@ -172,21 +173,21 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	case 1:
 		c.server = ops[0]
 	default:
-		return usageErr(stderr, g.prog, "one server host at most, got %q", ops)
+		return cli.UsageErr(stderr, g.Prog, "one server host at most, got %q", ops)
 	}
 	if msg := c.check(); msg != "" {
-		return usageErr(stderr, g.prog, "%s", msg)
+		return cli.UsageErr(stderr, g.Prog, "%s", msg)
 	}
-	if argsOnly {
-		return exitOK
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	ctx, cancel := toolSignalCtx()
 	defer cancel()
 	if err := ppRun(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, err)
-		return exitFailure
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func (c *ppConfig) check() string {

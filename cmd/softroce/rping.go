@@ -16,13 +16,14 @@ import (
 	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
 )
 
 func init() {
-	register(&command{name: "rping", summary: "RDMA ping over rdma_cm, wire- and output-compatible with rdma-core's rping", run: runRping})
+	register(&cli.Command{Name: "rping", Summary: "RDMA ping over rdma_cm, wire- and output-compatible with rdma-core's rping", Run: runRping})
 }
 
 // rping's states (enum test_state), printed in its error messages.
@@ -158,18 +159,18 @@ func cstr(b []byte) []byte {
 
 func runRping(args []string, stdout, stderr io.Writer) int {
 	o, err := parseRpingArgs(args)
-	if errors.Is(err, errGetoptHelp) {
+	if errors.Is(err, cli.ErrGetoptHelp) {
 		rpingUsage(stdout)
-		return exitOK
+		return cli.ExitOK
 	}
 	if err != nil {
 		if errors.Is(err, errUsage) {
-			return usageErr(stderr, "softroce rping", "give -s (server) or -c (client)")
+			return cli.UsageErr(stderr, "softroce rping", "give -s (server) or -c (client)")
 		}
-		return usageErr(stderr, "softroce rping", "%v", err)
+		return cli.UsageErr(stderr, "softroce rping", "%v", err)
 	}
-	if argsOnly {
-		return exitOK
+	if cli.ArgsOnly {
+		return cli.ExitOK
 	}
 	return rpingMain(o, stdout, stderr)
 }
@@ -199,20 +200,20 @@ func rpingUsage(w io.Writer) {
 // options after operands).
 func parseRpingArgs(args []string) (*rpingOpts, error) {
 	o := &rpingOpts{server: -1, port: rpingDefPort, size: 64}
-	g := getopt{prog: "softroce rping"}
+	g := cli.Getopt{Prog: "softroce rping"}
 	for _, c := range "aIpCSt" {
 		c := byte(c)
-		opt := g.add(c, "", true, func(v string) error { return o.set(c, v) })
+		opt := g.Add(c, "", true, func(v string) error { return o.set(c, v) })
 		if c != 'a' && c != 'I' {
-			opt.kind = kindNum
+			opt.Kind = cli.KindNum
 		}
 	}
 	for _, c := range "PscvVdq" {
 		c := byte(c)
-		g.add(c, "", false, func(v string) error { return o.set(c, v) })
+		g.Add(c, "", false, func(v string) error { return o.set(c, v) })
 	}
-	g.str(0, "pcap", &o.pcap)
-	ops, err := g.parse(args)
+	g.Str(0, "pcap", &o.pcap)
+	ops, err := g.ParseList(args)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +231,7 @@ func parseRpingArgs(args []string) (*rpingOpts, error) {
 
 // rpingNum parses an rping number (strtol syntax) into an int.
 func rpingNum(val string) (int, error) {
-	v, err := parseNum(val, 32)
+	v, err := cli.ParseNum(val, 32)
 	return int(v), err
 }
 
