@@ -12,6 +12,7 @@ import (
 
 	"github.com/softroce/softroce/dada"
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/pipeline"
 	"github.com/softroce/softroce/verbs"
 )
@@ -122,11 +123,11 @@ func (p *streamProgress) finish() { close(p.stop); <-p.done }
 // streamOpenDevice opens a softroce device on the address -d names; with
 // pcap set (--pcap) it writes the device's traffic there. close closes both.
 func streamOpenDevice(name, pcap string) (dev *verbs.Device, close func() error, err error) {
-	td, err := openToolDevice(name, pcap)
+	td, err := toolkit.OpenDevice(name, pcap)
 	if err != nil {
 		return nil, nil, err
 	}
-	return td.dev, td.Close, nil
+	return td.Dev, td.Close, nil
 }
 
 func streamOnOff(b bool) string {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
@@ -48,9 +49,9 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	if cli.ArgsOnly {
 		return cli.ExitOK
 	}
-	var devs []Device
+	var devs []toolkit.Device
 	if dev != "" {
-		d, err := resolveDevice(dev)
+		d, err := toolkit.ResolveDevice(dev)
 		if err != nil {
 			fmt.Fprintf(stderr, "devinfo: %v\n", err)
 			return 1
@@ -88,22 +89,22 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 
 // allToolDevices lists every link (the ones that resolve) or, with no
 // links, the default device.
-func allToolDevices() ([]Device, error) {
-	st, err := loadState()
+func allToolDevices() ([]toolkit.Device, error) {
+	st, err := toolkit.LoadState()
 	if err != nil {
 		return nil, err
 	}
 	if len(st.Links) == 0 {
-		d, err := resolveDevice("")
+		d, err := toolkit.ResolveDevice("")
 		if err != nil {
 			return nil, err
 		}
-		return []Device{d}, nil
+		return []toolkit.Device{d}, nil
 	}
-	var out []Device
+	var out []toolkit.Device
 	var firstErr error
 	for _, l := range st.Links {
-		d, err := resolveDevice(l.Name)
+		d, err := toolkit.ResolveDevice(l.Name)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -121,7 +122,7 @@ func allToolDevices() ([]Device, error) {
 // describeDevice opens d's engine on an in-memory endpoint with d's address
 // and its netdev's MTU: the attributes are the ones a real open would
 // report, without binding UDP 4791 (which a running tool may hold).
-func describeDevice(d Device) (*verbs.Device, error) {
+func describeDevice(d toolkit.Device) (*verbs.Device, error) {
 	mtu := 1500
 	if ifc, err := net.InterfaceByName(d.Netdev); err == nil && ifc.MTU > 0 {
 		mtu = min(max(ifc.MTU, 576), 65536)
@@ -142,14 +143,14 @@ func describeDevice(d Device) (*verbs.Device, error) {
 		return nil, err
 	}
 	eb.Close()
-	return verbs.Open(ea, &verbs.Config{Name: d.Name, MAC: deviceMAC(d.Netdev)})
+	return verbs.Open(ea, &verbs.Config{Name: d.Name, MAC: toolkit.DeviceMAC(d.Netdev)})
 }
 
 func devinfoGUID(g uint64) string {
 	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
 }
 
-func printDevinfo(w io.Writer, d Device, onlyPort int, verbose bool) error {
+func printDevinfo(w io.Writer, d toolkit.Device, onlyPort int, verbose bool) error {
 	vd, err := describeDevice(d)
 	if err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/softroce/softroce/internal/toolkit"
 )
 
 // shape reduces an ibv_devinfo line to its layout: the leading tabs, the
@@ -31,7 +33,7 @@ func TestDevinfoLayoutMatchesRxe(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	d := Device{Name: "rxe0", Addr: netip.MustParseAddrPort("10.77.0.11:4791")}
+	d := toolkit.Device{Name: "rxe0", Addr: netip.MustParseAddrPort("10.77.0.11:4791")}
 	if err := printDevinfo(&got, d, 0, true); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func TestDevinfoLayoutMatchesRxe(t *testing.T) {
 }
 
 func TestDevinfoCommand(t *testing.T) {
-	t.Setenv(stateEnv, t.TempDir()+"/links.json")
+	t.Setenv(toolkit.StateEnv, t.TempDir()+"/links.json")
 	for _, tc := range []struct {
 		args []string
 		code int

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/internal/netnstest"
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // TestDumpLoopbackSplitsGSO: softroce sends bursts with UDP GSO, and a
@@ -23,7 +24,7 @@ func TestDumpLoopbackSplitsGSO(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("live capture and namespaces need root")
 	}
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	ns := netnstest.NewPair(t, netnstest.Config{Prefix: "srgs", IPv4: [2]string{"10.232.0.1/24", "10.232.0.2/24"}, Loopback: true}).NS[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -36,12 +37,12 @@ func TestDumpLoopbackSplitsGSO(t *testing.T) {
 	}
 	defer dump.Process.Kill()
 	dlWaitFor(t, "dump to listen", func() bool { return strings.Contains(derr.String(), "listening on lo") })
-	port := strconv.Itoa(freeTCPPort(t))
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
 	args := []string{"-p", port, "-n", "20", "-s", "65536"}
-	s, c := runPair(t, time.Minute,
+	s, c := tooltest.RunPair(t, time.Minute,
 		netnstest.Argv(ns, append([]string{bin, "write_bw", "-d", "127.0.0.1"}, args...)...),
 		netnstest.Argv(ns, append(append([]string{bin, "write_bw", "-d", "127.0.0.2"}, args...), "127.0.0.1")...))
-	if s.code != 0 || c.code != 0 {
+	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("server: %v\nclient: %v", s, c)
 	}
 	time.Sleep(200 * time.Millisecond)

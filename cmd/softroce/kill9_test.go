@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/softroce/softroce/internal/cli"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -15,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // The kill -9 tests: one side of a running ping-pong or perftest is
@@ -103,7 +105,7 @@ func (p *k9Proc) stdout() string { p.mu.Lock(); defer p.mu.Unlock(); return p.ou
 const k9Budget = 30 * time.Second
 
 func TestKill9(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	for _, tc := range []struct {
 		tool   string
 		args   []string
@@ -135,9 +137,9 @@ func TestKill9(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			sa, ca := loopPair()
-			port := strconv.Itoa(freeTCPPort(t))
-			env := toolEnv(t)
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			env := tooltest.Env(t)
 			srv := k9Start(ctx, t, env, append([]string{bin, tc.tool, "-d", sa, "-p", port}, tc.args...))
 			time.Sleep(50 * time.Millisecond)
 			client := k9Start(ctx, t, env, append(append([]string{bin, tc.tool, "-d", ca, "-p", port}, tc.args...), "127.0.0.1"))

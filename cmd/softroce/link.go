@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 )
 
 func init() {
@@ -73,31 +74,31 @@ type linkStatus struct {
 
 // linkStatusOf reports a link as rdma reports rxe ports: ACTIVE/LINK_UP when its
 // netdev is up with carrier and holds the address, DOWN/DISABLED otherwise.
-func linkStatusOf(l *linkEntry, host []hostIface) linkStatus {
+func linkStatusOf(l *toolkit.LinkEntry, host []toolkit.HostIface) linkStatus {
 	s := linkStatus{Ifname: l.Name, Port: 1, State: "DOWN", PhysState: "DISABLED", Netdev: l.Netdev}
-	d, err := linkDevice(l, host)
+	d, err := toolkit.LinkDevice(l, host)
 	if d.Addr.IsValid() {
 		s.Addr = d.Addr.String()
 	} else if l.Addr != "" {
-		s.Addr = l.addr().String()
+		s.Addr = l.AddrPort().String()
 	}
 	if d.Netdev != "" {
 		s.Netdev = d.Netdev
 	}
 	if err != nil {
 		switch {
-		case l.Netdev != "" && ifaceByName(host, l.Netdev) == nil:
+		case l.Netdev != "" && toolkit.IfaceByName(host, l.Netdev) == nil:
 			s.Problem = "netdev missing"
 		case l.Addr == "":
 			s.Problem = "no IP address"
-		case ifaceWithAddr(host, l.addr().Addr()) == nil:
+		case toolkit.IfaceWithAddr(host, l.AddrPort().Addr()) == nil:
 			s.Problem = "address not on this host"
 		default:
 			s.Problem = "address not on netdev " + l.Netdev
 		}
 		return s
 	}
-	ifc := ifaceByName(host, d.Netdev)
+	ifc := toolkit.IfaceByName(host, d.Netdev)
 	switch {
 	case ifc == nil:
 	case !ifc.Up:
@@ -115,21 +116,21 @@ func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 	if len(args) > 1 {
 		return cli.UsageErr(stderr, "softroce link", "show takes one link name at most, got %q", args)
 	}
-	st, err := loadState()
+	st, err := toolkit.LoadState()
 	if err != nil {
 		fmt.Fprintf(stderr, "softroce link: %v\n", err)
 		return 1
 	}
-	host, err := hostInterfaces()
+	host, err := toolkit.HostInterfaces()
 	if err != nil {
 		fmt.Fprintf(stderr, "softroce link: listing interfaces: %v\n", err)
 		return 1
 	}
 	links := st.Links
 	if len(args) == 1 {
-		i := slices.IndexFunc(links, func(l linkEntry) bool { return l.Name == args[0] })
+		i := slices.IndexFunc(links, func(l toolkit.LinkEntry) bool { return l.Name == args[0] })
 		if i < 0 {
-			fmt.Fprintf(stderr, "softroce link: no link %q (%s)\n", args[0], describeLinks(links))
+			fmt.Fprintf(stderr, "softroce link: no link %q (%s)\n", args[0], toolkit.DescribeLinks(links))
 			return 1
 		}
 		links = links[i : i+1]
@@ -172,8 +173,8 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 	if len(args) < 2 {
 		return cli.UsageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")
 	}
-	l := linkEntry{Name: args[0]}
-	if !validLinkName.MatchString(l.Name) {
+	l := toolkit.LinkEntry{Name: args[0]}
+	if !toolkit.ValidLinkName.MatchString(l.Name) {
 		return usage("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
 	}
 	kv := args[1:]
@@ -191,7 +192,7 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 		case "netdev", "dev":
 			l.Netdev = v
 		case "addr", "address":
-			ap, err := parseDeviceAddr(v)
+			ap, err := toolkit.ParseDeviceAddr(v)
 			if err != nil {
 				return usage("%v", err)
 			}
@@ -209,52 +210,52 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 	if l.Netdev == "" && l.Addr == "" {
 		return usage("give 'netdev DEV' or 'addr IP[:PORT]'")
 	}
-	st, err := loadState()
+	st, err := toolkit.LoadState()
 	if err != nil {
 		return fail("%v", err)
 	}
-	host, err := hostInterfaces()
+	host, err := toolkit.HostInterfaces()
 	if err != nil {
 		return fail("listing interfaces: %v", err)
 	}
 	for _, o := range st.Links {
 		if o.Name == l.Name {
-			return fail("link %s already exists (%s); delete it first", o.Name, o.target())
+			return fail("link %s already exists (%s); delete it first", o.Name, o.Target())
 		}
 	}
-	if l.Netdev != "" && ifaceByName(host, l.Netdev) == nil {
-		return fail("no netdev %q (netdevs: %s)", l.Netdev, describeNetdevs(host))
+	if l.Netdev != "" && toolkit.IfaceByName(host, l.Netdev) == nil {
+		return fail("no netdev %q (netdevs: %s)", l.Netdev, toolkit.DescribeNetdevs(host))
 	}
 	if l.Addr != "" {
-		a := l.addr().Addr()
-		ifc := ifaceWithAddr(host, a)
+		a := l.AddrPort().Addr()
+		ifc := toolkit.IfaceWithAddr(host, a)
 		switch {
 		case ifc == nil && l.Netdev != "":
-			return fail("%s is not an address of netdev %s (addresses: %s)", a, l.Netdev, describeAddrs(host))
+			return fail("%s is not an address of netdev %s (addresses: %s)", a, l.Netdev, toolkit.DescribeAddrs(host))
 		case ifc == nil:
 			fmt.Fprintf(stderr, "softroce link add: warning: %s is not an address of this host (addresses: %s); link %s stays DOWN until it is\n",
-				a, describeAddrs(host), l.Name)
+				a, toolkit.DescribeAddrs(host), l.Name)
 		case l.Netdev != "" && ifc.Name != l.Netdev:
 			return fail("%s is on %s, not on netdev %s", a, ifc.Name, l.Netdev)
 		}
-	} else if ifc := ifaceByName(host, l.Netdev); ifc != nil {
-		if _, ok := ifc.gid(); !ok {
+	} else if ifc := toolkit.IfaceByName(host, l.Netdev); ifc != nil {
+		if _, ok := ifc.GID(); !ok {
 			fmt.Fprintf(stderr, "softroce link add: warning: netdev %s has no IP address yet; link %s stays DOWN until it has one\n", l.Netdev, l.Name)
 		}
 	}
 	// One link per netdev without an explicit address, and per address, as
 	// the kernel allows one rxe device per netdev.
-	nd, ndErr := linkDevice(&l, host)
+	nd, ndErr := toolkit.LinkDevice(&l, host)
 	for _, o := range st.Links {
 		if l.Addr == "" && o.Addr == "" && o.Netdev == l.Netdev {
 			return fail("netdev %s already has link %s", l.Netdev, o.Name)
 		}
-		if od, err := linkDevice(&o, host); err == nil && ndErr == nil && od.Addr == nd.Addr {
+		if od, err := toolkit.LinkDevice(&o, host); err == nil && ndErr == nil && od.Addr == nd.Addr {
 			return fail("link %s already uses %s", o.Name, od.Addr)
 		}
 	}
 	st.Links = append(st.Links, l)
-	if err := st.save(); err != nil {
+	if err := st.Save(); err != nil {
 		return fail("%v", err)
 	}
 	return 0
@@ -264,18 +265,18 @@ func linkDelete(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
 		return cli.UsageErr(stderr, "softroce link", "delete takes one link name, got %q", args)
 	}
-	st, err := loadState()
+	st, err := toolkit.LoadState()
 	if err != nil {
 		fmt.Fprintf(stderr, "softroce link delete: %v\n", err)
 		return 1
 	}
-	i := slices.IndexFunc(st.Links, func(l linkEntry) bool { return l.Name == args[0] })
+	i := slices.IndexFunc(st.Links, func(l toolkit.LinkEntry) bool { return l.Name == args[0] })
 	if i < 0 {
-		fmt.Fprintf(stderr, "softroce link delete: no link %q (%s)\n", args[0], describeLinks(st.Links))
+		fmt.Fprintf(stderr, "softroce link delete: no link %q (%s)\n", args[0], toolkit.DescribeLinks(st.Links))
 		return 1
 	}
 	st.Links = slices.Delete(st.Links, i, i+1)
-	if err := st.save(); err != nil {
+	if err := st.Save(); err != nil {
 		fmt.Fprintf(stderr, "softroce link delete: %v\n", err)
 		return 1
 	}

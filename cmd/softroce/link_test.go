@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/softroce/softroce/internal/toolkit"
 )
 
 // dlRun runs the softroce command line in-process.
@@ -17,10 +19,10 @@ func dlRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
 }
 
 func TestLinkCommand(t *testing.T) {
-	t.Setenv(stateEnv, filepath.Join(t.TempDir(), "links.json"))
-	saved := hostInterfaces
-	t.Cleanup(func() { hostInterfaces = saved })
-	hostInterfaces = func() ([]hostIface, error) { return dlFakeHost(), nil }
+	t.Setenv(toolkit.StateEnv, filepath.Join(t.TempDir(), "links.json"))
+	saved := toolkit.HostInterfaces
+	t.Cleanup(func() { toolkit.HostInterfaces = saved })
+	toolkit.HostInterfaces = func() ([]toolkit.HostIface, error) { return toolkit.FakeHost(), nil }
 
 	steps := []struct {
 		args        string
@@ -71,7 +73,7 @@ link down6/1 state DOWN physical_state DISABLED netdev eth1 addr [fe80::2%eth1]:
 		t.Errorf("link -j: %q %v", out, err)
 	}
 	// -d resolution sees the links the command saved.
-	d, err := resolveDevice("sr1")
+	d, err := toolkit.ResolveDevice("sr1")
 	if err != nil || d.Addr.String() != "10.0.0.2:5000" {
 		t.Errorf("resolveDevice(sr1) = %+v, %v", d, err)
 	}

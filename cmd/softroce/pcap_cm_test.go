@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // TestPcapOnCMTools: rping and krping write their device's traffic with
 // --pcap, as every traffic tool does; "dump -r" decodes the CM handshake
 // and the pings, every ICRC right.
 func TestPcapOnCMTools(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name           string
@@ -40,11 +41,11 @@ func TestPcapOnCMTools(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a1, a2 := loopPair()
+			a1, a2 := tooltest.LoopPair()
 			port := strconv.Itoa(20000 + rand.IntN(30000))
 			file := filepath.Join(dir, tc.name+".pcap")
 			s, c := rpingPair(t, 60*time.Second, tc.server(a1, a2, port, file), tc.client(a1, a2, port, file))
-			if s.code != 0 || c.code != 0 {
+			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -65,7 +66,7 @@ func TestPcapOnCMTools(t *testing.T) {
 // TestPcapOnDadaSend: "dada send" takes --pcap and opens the capture with
 // its device (a path that cannot be created fails the run, naming --pcap).
 func TestPcapOnDadaSend(t *testing.T) {
-	a, _ := loopPair()
+	a, _ := tooltest.LoopPair()
 	var o, e strings.Builder
 	code := run([]string{"dada", "send", "-c", "127.0.0.1", "-d", a, "-b", "4096", "--pcap", filepath.Join(t.TempDir(), "no", "x.pcap")}, &o, &e)
 	if code != cli.ExitFailure || !strings.Contains(e.String(), "--pcap: ") {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -238,7 +239,7 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	if cli.ArgsOnly {
 		return cli.ExitOK
 	}
-	ctx, cancel := toolSignalCtx()
+	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
 	if err := ptRun(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, " %v\n", err)
@@ -484,7 +485,7 @@ func (c *ptConfig) printDest(w io.Writer, side string, d *oob.PerftestDest) {
 
 // ptRun runs one side of a test.
 func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err error) {
-	td, err := openToolDevice(c.dev, c.pcap)
+	td, err := toolkit.OpenDevice(c.dev, c.pcap)
 	if err != nil {
 		return err
 	}
@@ -493,14 +494,14 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 			err = cerr
 		}
 	}()
-	gid, err := td.gid(c.gidx)
+	gid, err := td.GID(c.gidx)
 	if err != nil {
 		return err
 	}
 	udMax := 0
 	if c.qpType() == verbs.QPTypeUD {
 		// As perftest's check_link_and_mtu: UD messages fit in one packet.
-		udMax = td.dev.ActiveMTU().Bytes()
+		udMax = td.Dev.ActiveMTU().Bytes()
 		if c.mtu != 0 {
 			udMax = min(udMax, c.mtu)
 		}
@@ -540,7 +541,7 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	r.watch = watch
-	localMTU := td.dev.ActiveMTU()
+	localMTU := td.Dev.ActiveMTU()
 	if c.mtu != 0 {
 		localMTU = min(localMTU, ppMTUEnum(c.mtu))
 	}
@@ -549,7 +550,7 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
 	}
 	r.mtu = verbs.MTU(mtu)
-	c.printBanner(stdout, td.info.Name, r.mtu)
+	c.printBanner(stdout, td.Info.Name, r.mtu)
 	if c.rdmaCM {
 		if c.isServer() {
 			printCMWaiting(stdout)

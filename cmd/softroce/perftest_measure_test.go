@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // TestMeasureAgainstTCP runs write_bw and send_lat with perftest's default
@@ -16,7 +18,7 @@ func TestMeasureAgainstTCP(t *testing.T) {
 	if os.Getenv("SOFTROCE_MEASURE") != "1" {
 		t.Skip("measurement: set SOFTROCE_MEASURE=1 to run")
 	}
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	tail := func(s string) string {
 		lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 		return strings.Join(lines[max(len(lines)-3, 0):], "\n")
@@ -30,8 +32,8 @@ func TestMeasureAgainstTCP(t *testing.T) {
 		{"send_lat", []string{"-s", "2", "-n", "1000"}},
 		{"tcp_lat", []string{"-s", "2", "-n", "1000"}},
 	} {
-		sa, ca := loopPair()
-		port := strconv.Itoa(freeTCPPort(t))
+		sa, ca := tooltest.LoopPair()
+		port := strconv.Itoa(tooltest.FreeTCPPort(t))
 		srv := append([]string{bin, run.tool, "-p", port}, run.args...)
 		cli := append([]string{bin, run.tool, "-p", port}, run.args...)
 		if strings.HasPrefix(run.tool, "tcp") {
@@ -41,10 +43,10 @@ func TestMeasureAgainstTCP(t *testing.T) {
 			srv = append(srv, "-d", sa)
 			cli = append(cli, "-d", ca, "127.0.0.1")
 		}
-		s, c := runPair(t, 120*time.Second, srv, cli)
-		if s.code != 0 || c.code != 0 {
+		s, c := tooltest.RunPair(t, 120*time.Second, srv, cli)
+		if s.Code != 0 || c.Code != 0 {
 			t.Fatalf("%s: server %v\nclient %v", run.tool, s, c)
 		}
-		t.Logf("%s %s (client):\n%s", run.tool, strings.Join(run.args, " "), tail(c.stdout))
+		t.Logf("%s %s (client):\n%s", run.tool, strings.Join(run.args, " "), tail(c.Stdout))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -394,7 +395,7 @@ func ptCMClose(c *cm.Conn, active bool, grace time.Duration) {
 // ptCM is one side's rdma_cm state for -R and -z.
 type ptCM struct {
 	c     *ptConfig
-	td    *toolDevice
+	td    *toolkit.ToolDevice
 	agent *cm.Agent
 	addr  string // server ip:port
 	comm  ptCMPipe
@@ -434,18 +435,18 @@ func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
 // startPtCM attaches the CM to the device and sets up the side channel:
 // the server accepts one connection on port -p, the client connects to it
 // (retrying while the server is not listening yet, for c.connectTO).
-func startPtCM(ctx context.Context, c *ptConfig, td *toolDevice, stderr io.Writer) (*ptCM, error) {
-	ag, err := cm.Attach(td.dev, toolAgentConfig())
+func startPtCM(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stderr io.Writer) (*ptCM, error) {
+	ag, err := cm.Attach(td.Dev, toolAgentConfig())
 	if err != nil {
 		return nil, fmt.Errorf("Unable to create RDMA_CM resources: %w", err)
 	}
 	p := &ptCM{c: c, td: td, agent: ag}
-	o := &cm.Options{Src: td.info.Addr.Addr(), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
+	o := &cm.Options{Src: td.Info.Addr.Addr(), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
 		CQE: 1, CompChannel: true, Param: ptCMCommParam(), Prepare: p.comm.prepare,
 		Release: p.comm.release}
 	var conn *cm.Conn
 	if c.isServer() {
-		conn, err = ptCMAcceptOne(ctx, netip.AddrPortFrom(td.info.Addr.Addr(), uint16(c.tcpPort)), o)
+		conn, err = ptCMAcceptOne(ctx, netip.AddrPortFrom(td.Info.Addr.Addr(), uint16(c.tcpPort)), o)
 	} else {
 		var ip netip.Addr
 		if ip, err = resolveIPv4(ctx, c.server); err == nil {
@@ -580,7 +581,7 @@ func (p *ptCM) connectTraffic(ctx context.Context, r *ptRes, gid verbs.GID) erro
 }
 
 func (p *ptCM) listenTraffic() error {
-	ap := netip.AddrPortFrom(p.td.info.Addr.Addr(), uint16(p.c.tcpPort))
+	ap := netip.AddrPortFrom(p.td.Info.Addr.Addr(), uint16(p.c.tcpPort))
 	id, err := p.ch.CreateID(nil, mad.PortSpaceTCP)
 	if err == nil {
 		if err = id.BindAddr(ap); err == nil {
@@ -655,7 +656,7 @@ func (p *ptCM) dialTraffic(ctx context.Context, r *ptRes) error {
 		return err
 	}
 	param := c.cmParam()
-	src := netip.AddrPortFrom(p.td.info.Addr.Addr(), 0)
+	src := netip.AddrPortFrom(p.td.Info.Addr.Addr(), 0)
 	deadline := time.Now().Add(c.connectTO)
 	for i := 0; i < c.numQP; i++ {
 		for {

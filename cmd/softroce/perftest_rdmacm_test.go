@@ -21,6 +21,7 @@ import (
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/tooltest"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -321,7 +322,7 @@ func FuzzParsePtCMDest(f *testing.F) {
 // the server's port -p; the banner says so and the addresses print without
 // RKey/VAddr, as perftest's.
 func TestPerftestRdmaCMBinary(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	for _, tc := range []struct {
 		tool, title string
 		args        []string
@@ -344,18 +345,18 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 		{"send_lat", "Send Latency Test", []string{"-z", "-c", "UC", "-s", "64", "-n", "10"}, 64, 10, true},
 	} {
 		t.Run(tc.tool+strings.Join(tc.args, ""), func(t *testing.T) {
-			sa, ca := loopPair()
-			port := strconv.Itoa(freeTCPPort(t))
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
 			z := tc.args[0] == "-z"
 			flag := []string{"-R"}
 			if z {
 				flag = nil
 			}
 			pcap := filepath.Join(t.TempDir(), "c.pcap")
-			s, c := runPair(t, 60*time.Second,
+			s, c := tooltest.RunPair(t, 60*time.Second,
 				append(append([]string{bin, tc.tool, "-d", sa, "-p", port}, flag...), tc.args...),
 				append(append(append([]string{bin, tc.tool, "-d", ca, "-p", port, "--pcap", pcap}, flag...), tc.args...), sa))
-			if s.code != 0 || c.code != 0 {
+			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
 			if tc.tool == "write_bw" && !z && len(tc.args) == 4 {
@@ -408,36 +409,36 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 				cmLines = " rdma_cm QPs\t : OFF\n Data ex. method : rdma_cm\n" + ptResultLine
 				waiting = ""
 			}
-			if !strings.HasPrefix(s.stdout, ptWaiting+ptResultLine+"                    "+tc.title+"\n") ||
-				!strings.Contains(s.stdout, cmLines+waiting+" local address: ") {
-				t.Errorf("server banner:\n%s", s.stdout)
+			if !strings.HasPrefix(s.Stdout, ptWaiting+ptResultLine+"                    "+tc.title+"\n") ||
+				!strings.Contains(s.Stdout, cmLines+waiting+" local address: ") {
+				t.Errorf("server banner:\n%s", s.Stdout)
 			}
-			if !strings.HasPrefix(c.stdout, ptResultLine+"                    "+tc.title+"\n") ||
-				!strings.Contains(c.stdout, cmLines+" local address: ") {
-				t.Errorf("client banner:\n%s", c.stdout)
+			if !strings.HasPrefix(c.Stdout, ptResultLine+"                    "+tc.title+"\n") ||
+				!strings.Contains(c.Stdout, cmLines+" local address: ") {
+				t.Errorf("client banner:\n%s", c.Stdout)
 			}
 			lat := strings.Contains(tc.tool, "lat")
 			for _, x := range []struct {
 				who        string
-				r          procResult
+				r          tooltest.ProcResult
 				self, peer string
 				results    bool
 			}{{"server", s, sa, ca, tc.serverRes}, {"client", c, ca, sa, true}} {
-				mustMatch(t, x.who, x.r,
+				tooltest.MustMatch(t, x.who, x.r,
 					`(?m)^ local address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}$`,
-					`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:`+regexp.QuoteMeta(strings.ReplaceAll(ptGIDTail(x.self), ".", ":"))+`$`,
+					`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:`+regexp.QuoteMeta(strings.ReplaceAll(tooltest.PtGIDTail(x.self), ".", ":"))+`$`,
 					`(?m)^ remote address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}$`,
-					`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:`+regexp.QuoteMeta(strings.ReplaceAll(ptGIDTail(x.peer), ".", ":"))+`$`)
+					`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:`+regexp.QuoteMeta(strings.ReplaceAll(tooltest.PtGIDTail(x.peer), ".", ":"))+`$`)
 				if !x.results {
 					continue
 				}
 				if lat {
-					mustMatch(t, x.who, x.r, fmt.Sprintf(ptLatLineRE, tc.size, tc.iters))
+					tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(ptLatLineRE, tc.size, tc.iters))
 				} else {
-					mustMatch(t, x.who, x.r, fmt.Sprintf(ptBWLineRE, tc.size, tc.iters))
+					tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(ptBWLineRE, tc.size, tc.iters))
 				}
-				if !strings.HasSuffix(x.r.stdout, ptResultLine) {
-					t.Errorf("%s: output does not end with the result line:\n%s", x.who, x.r.stdout)
+				if !strings.HasSuffix(x.r.Stdout, ptResultLine) {
+					t.Errorf("%s: output does not end with the result line:\n%s", x.who, x.r.Stdout)
 				}
 			}
 		})
@@ -507,18 +508,18 @@ func TestPerftestCMOutputMatchesCapture(t *testing.T) {
 // TestPerftestRdmaCMClientFirst: a client started before the server is
 // rejected (no listener) and retries, as over TCP, until the server is up.
 func TestPerftestRdmaCMClientFirst(t *testing.T) {
-	bin := toolBinary(t)
-	sa, ca := loopPair()
-	port := strconv.Itoa(freeTCPPort(t))
+	bin := tooltest.Binary(t)
+	sa, ca := tooltest.LoopPair()
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	env := toolEnv(t)
-	waitC := startProc(ctx, t, env, []string{bin, "send_lat", "-R", "-d", ca, "-p", port, "-n", "10", sa})
+	env := tooltest.Env(t)
+	waitC := tooltest.StartProc(ctx, t, env, []string{bin, "send_lat", "-R", "-d", ca, "-p", port, "-n", "10", sa})
 	time.Sleep(700 * time.Millisecond)
-	waitS := startProc(ctx, t, env, []string{bin, "send_lat", "-R", "-d", sa, "-p", port, "-n", "10"})
+	waitS := tooltest.StartProc(ctx, t, env, []string{bin, "send_lat", "-R", "-d", sa, "-p", port, "-n", "10"})
 	c, s := waitC(), waitS()
-	if s.code != 0 || c.code != 0 {
+	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("server: %v\nclient: %v", s, c)
 	}
-	mustMatch(t, "client", c, fmt.Sprintf(ptLatLineRE, 2, 10))
+	tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptLatLineRE, 2, 10))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 )
 
 // tcp_bw and tcp_lat are the TCP baselines of write_bw and send_lat: the
@@ -61,7 +62,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		return cli.ExitOK
 	}
 	var err error
-	ctx, cancel := toolSignalCtx()
+	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
 	var conn net.Conn
 	if len(ops) == 0 {

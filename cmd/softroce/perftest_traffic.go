@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -17,7 +18,7 @@ import (
 // receive region (the one advertised to the peer as VAddr) in one MR.
 type ptRes struct {
 	c       *ptConfig
-	td      *toolDevice
+	td      *toolkit.ToolDevice
 	dev     *verbs.Device
 	pd      *verbs.PD
 	buf     []byte
@@ -41,8 +42,8 @@ type ptRes struct {
 func (r *ptRes) sendOff(q int) int { return 2 * q * r.region }
 func (r *ptRes) recvOff(q int) int { return (2*q + 1) * r.region }
 
-func newPtRes(c *ptConfig, td *toolDevice, gid verbs.GID) (*ptRes, error) {
-	r := &ptRes{c: c, td: td, dev: td.dev, qpIndex: map[uint32]int{}}
+func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error) {
+	r := &ptRes{c: c, td: td, dev: td.Dev, qpIndex: map[uint32]int{}}
 	maxSize := c.size
 	if c.all {
 		maxSize = 1 << 23

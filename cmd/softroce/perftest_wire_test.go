@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/capture"
+	"github.com/softroce/softroce/internal/tooltest"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -150,7 +151,7 @@ func (r *sideChannelRecorder) proxy(t *testing.T, target int) int {
 // (message sizes, order and count), the property that lets a softroce tool
 // face the real one.
 func TestSideChannelMatchesCapture(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	args := map[string][]string{
 		"rc_pingpong": {"-n", "5", "-s", "64"}, "uc_pingpong": {"-n", "5", "-s", "64"}, "ud_pingpong": {"-n", "5", "-s", "64"},
 		"srq_pingpong": {"-n", "5", "-q", "4", "-s", "256"},
@@ -160,14 +161,14 @@ func TestSideChannelMatchesCapture(t *testing.T) {
 	}
 	for tool, want := range capturedSideChannel {
 		t.Run(tool, func(t *testing.T) {
-			sa, ca := loopPair()
-			sport := freeTCPPort(t)
+			sa, ca := tooltest.LoopPair()
+			sport := tooltest.FreeTCPPort(t)
 			var rec sideChannelRecorder
 			pport := rec.proxy(t, sport)
-			s, c := runPair(t, 60*time.Second,
+			s, c := tooltest.RunPair(t, 60*time.Second,
 				append([]string{bin, tool, "-d", sa, "-p", strconv.Itoa(sport)}, args[tool]...),
 				append(append([]string{bin, tool, "-d", ca, "-p", strconv.Itoa(pport)}, args[tool]...), "127.0.0.1"))
-			if s.code != 0 || c.code != 0 {
+			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
 			time.Sleep(50 * time.Millisecond) // let the proxy drain
@@ -189,18 +190,18 @@ func TestSideChannelMatchesCapture(t *testing.T) {
 // writes first. A softroce client facing ib_send_lat would otherwise wait
 // for a message the server is waiting for too.
 func TestLatFirstSender(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	for _, tool := range []string{"send_lat", "write_lat"} {
 		t.Run(tool, func(t *testing.T) {
 			capClient := netip.MustParseAddr("10.77.0.12")
 			want := firstRequestFrom(t, filepath.Join(capturesDir, tool+".pcap")) == capClient
-			sa, ca := loopPair()
-			sport := freeTCPPort(t)
+			sa, ca := tooltest.LoopPair()
+			sport := tooltest.FreeTCPPort(t)
 			pc := filepath.Join(t.TempDir(), "client.pcap")
-			s, c := runPair(t, 60*time.Second,
+			s, c := tooltest.RunPair(t, 60*time.Second,
 				[]string{bin, tool, "-d", sa, "-p", strconv.Itoa(sport), "-n", "5", "-s", "64"},
 				[]string{bin, tool, "-d", ca, "-p", strconv.Itoa(sport), "-n", "5", "-s", "64", "--pcap", pc, sa})
-			if s.code != 0 || c.code != 0 {
+			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
 			got := firstRequestFrom(t, pc) == netip.MustParseAddr(ca)

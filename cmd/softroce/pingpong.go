@@ -17,6 +17,7 @@ import (
 
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -181,7 +182,7 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	if cli.ArgsOnly {
 		return cli.ExitOK
 	}
-	ctx, cancel := toolSignalCtx()
+	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
 	if err := ppRun(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, err)
@@ -236,7 +237,7 @@ func ppMTUEnum(n int) verbs.MTU {
 // ppCtx is struct pingpong_context.
 type ppCtx struct {
 	c       *ppConfig
-	td      *toolDevice
+	td      *toolkit.ToolDevice
 	dev     *verbs.Device
 	buf     []byte
 	pd      *verbs.PD
@@ -266,7 +267,7 @@ func randPSN() uint32 {
 }
 
 func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err error) {
-	td, err := openToolDevice(c.dev, c.pcap)
+	td, err := toolkit.OpenDevice(c.dev, c.pcap)
 	if err != nil {
 		return err
 	}
@@ -275,7 +276,7 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 			err = cerr
 		}
 	}()
-	p := &ppCtx{c: c, td: td, dev: td.dev, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
+	p := &ppCtx{c: c, td: td, dev: td.Dev, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
 	if err := p.init(); err != nil {
 		return err
 	}
@@ -292,7 +293,7 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 	if _, err := p.dev.QueryPort(uint8(c.ibPort)); err != nil {
 		return fmt.Errorf("Couldn't get port info: %w", err)
 	}
-	gid, err := td.gid(c.gidx)
+	gid, err := td.GID(c.gidx)
 	if err != nil {
 		return fmt.Errorf("can't read sgid of index %d: %w", c.gidx, err)
 	}

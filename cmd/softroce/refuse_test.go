@@ -3,10 +3,12 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 func TestPingpongRefusesWhatItCannotHonour(t *testing.T) {
-	lo, _ := loopPair()
+	lo, _ := tooltest.LoopPair()
 	for _, tc := range []struct {
 		args []string
 		err  string

@@ -17,6 +17,7 @@ import (
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
@@ -307,8 +308,8 @@ func toolAgentConfig() *cm.Config {
 	if toolCMConfig != nil {
 		c = *toolCMConfig
 	}
-	if c.Resolve == nil && neighResolve != nil {
-		c.Resolve = neighResolve
+	if c.Resolve == nil && toolkit.NeighResolve != nil {
+		c.Resolve = toolkit.NeighResolve
 	}
 	return &c
 }
@@ -402,7 +403,7 @@ func (o *rpingOpts) deviceAddr() (netip.Addr, error) {
 	case o.server == 1 && o.addr.IsValid() && !o.addr.IsUnspecified():
 		return o.addr, nil
 	case o.server == 1:
-		d, err := resolveDevice("")
+		d, err := toolkit.ResolveDevice("")
 		if err != nil {
 			return netip.Addr{}, err
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/internal/tooltest"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -80,7 +81,7 @@ func goroutinesIn(fn string) int {
 // until the CM gives up; they do not pile up.
 func TestRpingPersistentUnansweredREQ(t *testing.T) {
 	shortCMConfig(t)
-	a1, _ := loopPair()
+	a1, _ := tooltest.LoopPair()
 	srv := netip.MustParseAddr(a1)
 	port := 20000 + rand.IntN(30000)
 	var so, se syncBuf
@@ -119,7 +120,7 @@ func TestRpingPersistentUnansweredREQ(t *testing.T) {
 	default:
 	}
 	// Still serving: a real client connects and pings.
-	_, a2 := loopPair()
+	_, a2 := tooltest.LoopPair()
 	var co, ce syncBuf
 	if code := runRping([]string{"-c", "-a", a1, "-I", a2, "-p", strconv.Itoa(port), "-V", "-C", "5"}, &co, &ce); code != 0 {
 		t.Fatalf("client after the spoofed REQs: exit %d\n%s", code, ce.String())
@@ -183,7 +184,7 @@ func TestKrpingFailedCompletionExit(t *testing.T) {
 	shortCMConfig(t)
 	for _, mode := range []string{"bw", "wlat"} {
 		t.Run(mode, func(t *testing.T) {
-			a1, _ := loopPair()
+			a1, _ := tooltest.LoopPair()
 			port := strconv.Itoa(20000 + rand.IntN(30000))
 			opts := ",addr=" + a1 + ",port=" + port + ",count=20," + mode
 			_, _, _, ccode, cout, cerr := runToolPair(t, runKrping, []string{"server,size=64" + opts}, []string{"client,size=4096" + opts})
@@ -200,7 +201,7 @@ func TestKrpingFailedCompletionExit(t *testing.T) {
 // the keepalive interval plus the transport's retries (shortened here:
 // keepalive 300 ms, ACK timeout 2^12 × 4.096 µs ≈ 17 ms, 7 retries).
 func TestRpingPeerKilled(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	shortCMConfig(t)
 	oldKA, oldTO := rpingKeepalive, toolACKTimeout
 	rpingKeepalive, toolACKTimeout = 300*time.Millisecond, 12
@@ -235,10 +236,10 @@ func TestRpingPeerKilled(t *testing.T) {
 			""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if raceEnabled && strings.Contains(tc.name, "wlat") {
+			if tooltest.RaceEnabled && strings.Contains(tc.name, "wlat") {
 				t.Skip("wlat spins on memory the engine writes: the race detector reports it")
 			}
-			a1, a2 := loopPair()
+			a1, a2 := tooltest.LoopPair()
 			port := strconv.Itoa(20000 + rand.IntN(30000))
 			tool := "rping"
 			if tc.name[0] == 'k' {
@@ -256,7 +257,7 @@ func TestRpingPeerKilled(t *testing.T) {
 				for try := 0; ; try++ {
 					pout = syncBuf{}
 					peer = exec.CommandContext(ctx, bin, append([]string{tool}, tc.client(a1, a2, port)...)...)
-					peer.Env = toolEnv(t)
+					peer.Env = tooltest.Env(t)
 					peer.Stdout, peer.Stderr = &pout, &pout
 					if err := peer.Start(); err != nil {
 						t.Fatal(err)
@@ -269,7 +270,7 @@ func TestRpingPeerKilled(t *testing.T) {
 				}
 			} else {
 				peer = exec.CommandContext(ctx, bin, append([]string{tool}, tc.server(a1, port)...)...)
-				peer.Env = toolEnv(t)
+				peer.Env = tooltest.Env(t)
 				peer.Stdout, peer.Stderr = &pout, &pout
 				if err := peer.Start(); err != nil {
 					t.Fatal(err)
@@ -324,7 +325,7 @@ func TestRpingKeepalive(t *testing.T) {
 	oldKA, oldTO := rpingKeepalive, toolACKTimeout
 	rpingKeepalive, toolACKTimeout = 300*time.Millisecond, 12
 	t.Cleanup(func() { rpingKeepalive, toolACKTimeout = oldKA, oldTO })
-	a1, a2 := loopPair()
+	a1, a2 := tooltest.LoopPair()
 	port := 20000 + rand.IntN(30000)
 	var so, se syncBuf
 	done := make(chan int, 1)
@@ -372,7 +373,7 @@ func TestRdmaCMNoAnswer(t *testing.T) {
 		return nil
 	}
 	toolCMConfig.Resolve = noResolve
-	a1, a2 := loopPair()
+	a1, a2 := tooltest.LoopPair()
 	nobody := strings.TrimSuffix(a1, ".1") + ".9" // no device: the REQ goes unanswered
 	unres := strings.TrimSuffix(a1, ".1") + ".99"
 	wait := "no answer yet from " + nobody + ":7174: waiting for its connection manager to answer the connection request"
@@ -436,7 +437,7 @@ func TestRdmaCMNoAnswer(t *testing.T) {
 func TestRpingPersistentHalfOpenBounds(t *testing.T) {
 	shortCMConfig(t)
 	toolCMConfig.MaxRetries = 15
-	a1, _ := loopPair()
+	a1, _ := tooltest.LoopPair()
 	srv := netip.MustParseAddr(a1)
 	port := 20000 + rand.IntN(30000)
 	var so, se syncBuf

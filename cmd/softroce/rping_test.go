@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 func TestParseRpingArgs(t *testing.T) {
@@ -118,7 +120,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 func TestRpingInProcess(t *testing.T) {
 	for _, q := range []bool{false, true} {
 		t.Run(fmt.Sprintf("q=%v", q), func(t *testing.T) {
-			a1, a2 := loopPair()
+			a1, a2 := tooltest.LoopPair()
 			port := strconv.Itoa(20000 + rand.IntN(30000))
 			var so, se syncBuf
 			sargs := []string{"-s", "-a", a1, "-p", port, "-v", "-S", "100"}
@@ -164,7 +166,7 @@ func TestRpingInProcess(t *testing.T) {
 }
 
 func TestRpingNoServer(t *testing.T) {
-	a1, a2 := loopPair()
+	a1, a2 := tooltest.LoopPair()
 	var ss, se syncBuf
 	// A device must exist at a1 for the REJ: an rping server on another port.
 	done := make(chan int, 1)
@@ -189,19 +191,19 @@ func TestRpingNoServer(t *testing.T) {
 
 // rpingPair runs server and client processes (argv with the binary); the
 // client is retried while the server is not listening yet.
-func rpingPair(t *testing.T, timeout time.Duration, server, client []string) (procResult, procResult) {
+func rpingPair(t *testing.T, timeout time.Duration, server, client []string) (tooltest.ProcResult, tooltest.ProcResult) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	env := toolEnv(t)
-	waitS := startProc(ctx, t, env, server)
+	env := tooltest.Env(t)
+	waitS := tooltest.StartProc(ctx, t, env, server)
 	// A REQ sent before the server's device is up is lost and resent only
 	// after the CM response timeout (4.3 s): give the server a moment.
 	time.Sleep(200 * time.Millisecond)
-	var c procResult
+	var c tooltest.ProcResult
 	for try := 0; try < 100; try++ {
-		c = startProc(ctx, t, env, client)()
-		if c.code == 0 || !strings.Contains(c.stderr, "error 8\n") {
+		c = tooltest.StartProc(ctx, t, env, client)()
+		if c.Code == 0 || !strings.Contains(c.Stderr, "error 8\n") {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -215,27 +217,27 @@ func rpingPair(t *testing.T, timeout time.Duration, server, client []string) (pr
 
 // TestRpingBinary: softroce rping -V -C 100 between two processes.
 func TestRpingBinary(t *testing.T) {
-	bin := toolBinary(t)
-	a1, a2 := loopPair()
+	bin := tooltest.Binary(t)
+	a1, a2 := tooltest.LoopPair()
 	port := strconv.Itoa(20000 + rand.IntN(30000))
 	s, c := rpingPair(t, 60*time.Second, []string{bin, "rping", "-s", "-a", a1, "-p", port, "-v"},
 		[]string{bin, "rping", "-c", "-a", a1, "-I", a2, "-p", port, "-V", "-v", "-C", "100"})
-	if s.code != 0 || c.code != 0 {
+	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("server: %v\nclient: %v", s, c)
 	}
-	if c.stdout != rpingLines("ping data: ", 100, 64) || s.stdout != rpingLines("server ping data: ", 100, 64) {
+	if c.Stdout != rpingLines("ping data: ", 100, 64) || s.Stdout != rpingLines("server ping data: ", 100, 64) {
 		t.Errorf("outputs differ from rping's:\nserver: %v\nclient: %v", s, c)
 	}
 }
 
 // TestRpingPersistent: a -P server serves several clients in turn.
 func TestRpingPersistent(t *testing.T) {
-	bin := toolBinary(t)
-	a1, a2 := loopPair()
+	bin := tooltest.Binary(t)
+	a1, a2 := tooltest.LoopPair()
 	port := strconv.Itoa(20000 + rand.IntN(30000))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	env := toolEnv(t)
+	env := tooltest.Env(t)
 	srv := exec.CommandContext(ctx, bin, "rping", "-s", "-P", "-a", a1, "-p", port)
 	srv.Env = env
 	if err := srv.Start(); err != nil {
@@ -243,15 +245,15 @@ func TestRpingPersistent(t *testing.T) {
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	for i := range 3 {
-		var c procResult
+		var c tooltest.ProcResult
 		for try := 0; try < 100; try++ {
-			c = startProc(ctx, t, env, []string{bin, "rping", "-c", "-a", a1, "-I", a2, "-p", port, "-V", "-C", "10"})()
-			if c.code == 0 || !strings.Contains(c.stderr, "error 8\n") {
+			c = tooltest.StartProc(ctx, t, env, []string{bin, "rping", "-c", "-a", a1, "-I", a2, "-p", port, "-V", "-C", "10"})()
+			if c.Code == 0 || !strings.Contains(c.Stderr, "error 8\n") {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if c.code != 0 {
+		if c.Code != 0 {
 			t.Fatalf("client %d: %v", i, c)
 		}
 	}
@@ -259,45 +261,45 @@ func TestRpingPersistent(t *testing.T) {
 
 // TestKrpingBinary runs softroce krping in each mode between two processes.
 func TestKrpingBinary(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	for _, mode := range []string{"", ",wlat", ",rlat", ",rlat,poll", ",bw", ",bw,duplex,txdepth=8"} {
 		name := strings.TrimPrefix(mode, ",")
 		if name == "" {
 			name = "ping"
 		}
 		t.Run(name, func(t *testing.T) {
-			a1, _ := loopPair()
+			a1, _ := tooltest.LoopPair()
 			port := strconv.Itoa(20000 + rand.IntN(30000))
 			opts := ",addr=" + a1 + ",port=" + port + ",count=50,size=256" + mode
 			s, c := rpingPair(t, 60*time.Second, []string{bin, "krping", "server,verbose" + opts},
 				[]string{bin, "krping", "client,validate,verbose" + opts})
-			if s.code != 0 || c.code != 0 {
+			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
 			perf := `^krping: delta sec \d+ delta usec \d+ iter 50 size 256`
 			cyc := perf + ` cycle_iters 50 sum_post \d+ sum_poll \d+ sum_last_poll \d+\n$`
 			switch mode {
 			case "":
-				if c.stdout != rpingLines("krping: ping data: ", 50, 256) || s.stdout != rpingLines("krping: server ping data: ", 50, 256) {
+				if c.Stdout != rpingLines("krping: ping data: ", 50, 256) || s.Stdout != rpingLines("krping: server ping data: ", 50, 256) {
 					t.Errorf("ping output:\nserver: %v\nclient: %v", s, c)
 				}
 			case ",wlat":
-				mustMatch(t, "client", c, cyc)
-				mustMatch(t, "server", s, cyc)
+				tooltest.MustMatch(t, "client", c, cyc)
+				tooltest.MustMatch(t, "server", s, cyc)
 			case ",rlat", ",rlat,poll":
-				mustMatch(t, "client", c, perf+`\n$`)
+				tooltest.MustMatch(t, "client", c, perf+`\n$`)
 			case ",bw":
-				mustMatch(t, "client", c, cyc)
+				tooltest.MustMatch(t, "client", c, cyc)
 			default:
 				// Both write; the side that finishes first disconnects,
 				// which may cut the other's last writes short (as krping).
-				mustMatch(t, "client", c, cyc)
-				if !strings.Contains(s.stderr, "peer disconnected before the test ended") {
-					mustMatch(t, "server", s, cyc)
+				tooltest.MustMatch(t, "client", c, cyc)
+				if !strings.Contains(s.Stderr, "peer disconnected before the test ended") {
+					tooltest.MustMatch(t, "server", s, cyc)
 				}
 			}
-			if !strings.Contains(c.stderr, "krping: DISCONNECT EVENT...") {
-				t.Errorf("client stderr %q", c.stderr)
+			if !strings.Contains(c.Stderr, "krping: DISCONNECT EVENT...") {
+				t.Errorf("client stderr %q", c.Stderr)
 			}
 		})
 	}
@@ -306,28 +308,28 @@ func TestKrpingBinary(t *testing.T) {
 // TestRpingCrossNamespace: rping -V -C 100 between two network namespaces
 // joined by a veth pair, and krping in bw mode.
 func TestRpingCrossNamespace(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	if os.Geteuid() != 0 {
 		t.Skip("creating network namespaces needs root (CI runs as root)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("the ip command (iproute2) is not installed")
 	}
-	ns1, ns2, a1, _ := newNetnsPair(t)
+	ns1, ns2, a1, _ := tooltest.NetnsPair(t)
 	port := strconv.Itoa(20000 + rand.IntN(30000))
 	s, c := rpingPair(t, 60*time.Second, []string{"ip", "netns", "exec", ns1, bin, "rping", "-s", "-a", a1, "-p", port, "-v"},
 		[]string{"ip", "netns", "exec", ns2, bin, "rping", "-c", "-a", a1, "-p", port, "-V", "-v", "-C", "100"})
-	if s.code != 0 || c.code != 0 {
+	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("server (%s): %v\nclient (%s): %v", ns1, s, ns2, c)
 	}
-	if c.stdout != rpingLines("ping data: ", 100, 64) {
+	if c.Stdout != rpingLines("ping data: ", 100, 64) {
 		t.Errorf("client output %v", c)
 	}
 	opts := ",addr=" + a1 + ",port=" + port + ",count=100,size=4096,bw"
 	s, c = rpingPair(t, 60*time.Second, []string{"ip", "netns", "exec", ns1, bin, "krping", "server" + opts},
 		[]string{"ip", "netns", "exec", ns2, bin, "krping", "client" + opts})
-	if s.code != 0 || c.code != 0 {
+	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("krping server: %v\nclient: %v", s, c)
 	}
-	mustMatch(t, "client", c, `^krping: delta sec \d+ delta usec \d+ iter 100 size 4096 `)
+	tooltest.MustMatch(t, "client", c, `^krping: delta sec \d+ delta usec \d+ iter 100 size 4096 `)
 }

@@ -1,4 +1,4 @@
-package main
+package toolkit
 
 import (
 	"context"
@@ -15,19 +15,19 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-// toolDevice is an open softroce device as the traffic tools use it: the
+// ToolDevice is an open softroce device as the traffic tools use it: the
 // device a -d argument names, on a UDP socket, optionally teeing its
 // traffic to a pcap file (--pcap).
-type toolDevice struct {
-	info Device
-	dev  *verbs.Device
-	tee  *capture.TeeEndpoint // nil without --pcap
-	pcap *capture.Writer
+type ToolDevice struct {
+	Info Device
+	Dev  *verbs.Device
+	Tee  *capture.TeeEndpoint // nil without --pcap
+	Pcap *capture.Writer
 }
 
-// deviceMAC returns the hardware address of netdev, or zero (the engine
+// DeviceMAC returns the hardware address of netdev, or zero (the engine
 // then derives one from the IP address) for loopback and unknown devices.
-func deviceMAC(netdev string) [6]byte {
+func DeviceMAC(netdev string) [6]byte {
 	var mac [6]byte
 	if netdev == "" {
 		return mac
@@ -39,11 +39,11 @@ func deviceMAC(netdev string) [6]byte {
 	return mac
 }
 
-// openToolDevice opens the device name (-d) on a UDP socket. With pcapPath
+// OpenDevice opens the device name (-d) on a UDP socket. With pcapPath
 // set, every datagram it sends and receives is written there, framed as
 // Ethernet/IP/UDP with a valid ICRC (capture.Writer).
-func openToolDevice(name, pcapPath string) (*toolDevice, error) {
-	info, err := resolveDevice(name)
+func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
+	info, err := ResolveDevice(name)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func openToolDevice(name, pcapPath string) (*toolDevice, error) {
 		}
 		return nil, fmt.Errorf("device %s: %w", info.Name, err)
 	}
-	t := &toolDevice{info: info}
+	t := &ToolDevice{Info: info}
 	var lep link.Endpoint = ep
 	if pcapPath != "" {
 		w, err := capture.Create(pcapPath, nil)
@@ -62,15 +62,15 @@ func openToolDevice(name, pcapPath string) (*toolDevice, error) {
 			ep.Close()
 			return nil, fmt.Errorf("--pcap: %w", err)
 		}
-		t.pcap = w
-		t.tee = capture.Tee(ep, w)
-		lep = t.tee
+		t.Pcap = w
+		t.Tee = capture.Tee(ep, w)
+		lep = t.Tee
 	}
-	t.dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: deviceMAC(info.Netdev)})
+	t.Dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: DeviceMAC(info.Netdev)})
 	if err != nil {
 		lep.Close()
-		if t.pcap != nil {
-			t.pcap.Close()
+		if t.Pcap != nil {
+			t.Pcap.Close()
 		}
 		return nil, fmt.Errorf("device %s: %w", info.Name, err)
 	}
@@ -78,37 +78,37 @@ func openToolDevice(name, pcapPath string) (*toolDevice, error) {
 }
 
 // Close closes the device and the capture file.
-func (t *toolDevice) Close() error {
-	err := t.dev.Close()
-	if t.pcap != nil {
-		if cerr := t.pcap.Close(); err == nil {
+func (t *ToolDevice) Close() error {
+	err := t.Dev.Close()
+	if t.Pcap != nil {
+		if cerr := t.Pcap.Close(); err == nil {
 			err = cerr
 		}
-		if err == nil && t.tee.Err() != nil {
-			err = fmt.Errorf("--pcap: %w", t.tee.Err())
+		if err == nil && t.Tee.Err() != nil {
+			err = fmt.Errorf("--pcap: %w", t.Tee.Err())
 		}
 	}
 	return err
 }
 
-// gid returns the device's GID at index i, refusing empty entries.
-func (t *toolDevice) gid(i int) (verbs.GID, error) {
-	g, err := t.dev.QueryGID(1, i)
+// GID returns the device's GID at index i, refusing empty entries.
+func (t *ToolDevice) GID(i int) (verbs.GID, error) {
+	g, err := t.Dev.QueryGID(1, i)
 	if err != nil {
 		return g, err
 	}
 	if g == (verbs.GID{}) {
-		return g, fmt.Errorf("GID index %d of %s is empty (populated: 0..%d; 1 is the IP address, as rxe's IPv4-mapped GID)", i, t.info.Name, len(t.dev.GIDs())-1)
+		return g, fmt.Errorf("GID index %d of %s is empty (populated: 0..%d; 1 is the IP address, as rxe's IPv4-mapped GID)", i, t.Info.Name, len(t.Dev.GIDs())-1)
 	}
-	if own := t.info.Addr.Addr().Unmap().WithZone(""); g.Addr().WithZone("") != own {
+	if own := t.Info.Addr.Addr().Unmap().WithZone(""); g.Addr().WithZone("") != own {
 		// rxe can send from its link-local GID 0 through the netdev; a
 		// softroce device sends from the IP address its socket is bound to.
-		return g, fmt.Errorf("GID index %d of %s is %s, which the device cannot send from: use the GID of its address %s (index 1)", i, t.info.Name, g, own)
+		return g, fmt.Errorf("GID index %d of %s is %s, which the device cannot send from: use the GID of its address %s (index 1)", i, t.Info.Name, g, own)
 	}
 	return g, nil
 }
 
-// toolSignalCtx is cancelled by SIGINT or SIGTERM.
-func toolSignalCtx() (context.Context, context.CancelFunc) {
+// SignalContext is cancelled by SIGINT or SIGTERM.
+func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

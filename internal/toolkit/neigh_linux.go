@@ -1,4 +1,4 @@
-package main
+package toolkit
 
 import (
 	"bufio"
@@ -12,20 +12,20 @@ import (
 	"time"
 )
 
-// neighResolve (resolveNeigh) is the rdma_cm tools' cm.Config.Resolve on Linux: like
+// NeighResolve (resolveNeigh) is the rdma_cm tools' cm.Config.Resolve on Linux: like
 // rdma_resolve_addr, it succeeds once the kernel has the on-link IPv4
 // destination's hardware address (ARP), and times out with the context
 // when nobody answers. To make the kernel ask, it sends one empty UDP
 // datagram toward dst's discard port (9), unless the neighbour entry is
 // complete already. Local, loopback, routed (off-link) and IPv6
 // destinations resolve at once.
-var neighResolve = resolveNeigh
+var NeighResolve = ResolveNeigh
 
-func resolveNeigh(ctx context.Context, src, dst netip.Addr) error {
-	if !dst.Is4() || dst.IsLoopback() || !onLink(dst) {
+func ResolveNeigh(ctx context.Context, src, dst netip.Addr) error {
+	if !dst.Is4() || dst.IsLoopback() || !OnLink(dst) {
 		return nil
 	}
-	if arpComplete(dst) {
+	if ArpComplete(dst) {
 		return nil
 	}
 	var laddr *net.UDPAddr
@@ -44,7 +44,7 @@ func resolveNeigh(ctx context.Context, src, dst netip.Addr) error {
 	c.Write(nil)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for !arpComplete(dst) {
+	for !ArpComplete(dst) {
 		select {
 		case <-ctx.Done():
 			return syscall.ETIMEDOUT
@@ -54,9 +54,9 @@ func resolveNeigh(ctx context.Context, src, dst netip.Addr) error {
 	return nil
 }
 
-// onLink reports whether dst is in the subnet of a local interface
+// OnLink reports whether dst is in the subnet of a local interface
 // address (and is not that address).
-func onLink(dst netip.Addr) bool {
+func OnLink(dst netip.Addr) bool {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return false
@@ -79,8 +79,8 @@ func onLink(dst netip.Addr) bool {
 	return false
 }
 
-// arpComplete reports whether /proc/net/arp has a complete entry for dst.
-func arpComplete(dst netip.Addr) bool {
+// ArpComplete reports whether /proc/net/arp has a complete entry for dst.
+func ArpComplete(dst netip.Addr) bool {
 	f, err := os.Open("/proc/net/arp")
 	if err != nil {
 		return true // cannot tell: do not fail the connection

@@ -1,4 +1,8 @@
-package main
+// Package toolkit holds what several softroce tool families share: the
+// device a -d argument names (links, netdevs, addresses and the link state
+// file), opening it with an optional pcap tee, neighbour resolution and the
+// signal context.
+package toolkit
 
 import (
 	"encoding/json"
@@ -28,73 +32,73 @@ type Device struct {
 	Netdev string
 }
 
-// errNoDevice and errAmbiguousDevice are wrapped by resolveDevice's errors.
+// ErrNoDevice and errAmbiguousDevice are wrapped by resolveDevice's errors.
 var (
-	errNoDevice        = errors.New("no such device")
-	errAmbiguousDevice = errors.New("ambiguous device")
+	ErrNoDevice        = errors.New("no such device")
+	ErrAmbiguousDevice = errors.New("ambiguous device")
 )
 
-// resolveDevice finds the device a -d argument names: a link, then a netdev,
+// ResolveDevice finds the device a -d argument names: a link, then a netdev,
 // then an IP address (with an optional :port). With no name it picks the only
 // link, or loopback (127.0.0.1:4791) when there are none.
-func resolveDevice(name string) (Device, error) {
-	st, err := loadState()
+func ResolveDevice(name string) (Device, error) {
+	st, err := LoadState()
 	if err != nil {
 		return Device{}, err
 	}
-	host, err := hostInterfaces()
+	host, err := HostInterfaces()
 	if err != nil {
 		return Device{}, fmt.Errorf("listing network interfaces: %w", err)
 	}
-	return resolveIn(name, st.Links, host)
+	return ResolveIn(name, st.Links, host)
 }
 
-// resolveIn is resolveDevice over given links and interfaces (for tests).
-func resolveIn(name string, links []linkEntry, host []hostIface) (Device, error) {
+// ResolveIn is resolveDevice over given links and interfaces (for tests).
+func ResolveIn(name string, links []LinkEntry, host []HostIface) (Device, error) {
 	if name == "" {
 		switch len(links) {
 		case 0:
 			d := Device{Name: "lo", Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), wire.UDPPort)}
-			if ifc := ifaceWithAddr(host, d.Addr.Addr()); ifc != nil {
+			if ifc := IfaceWithAddr(host, d.Addr.Addr()); ifc != nil {
 				d.Name, d.Netdev = ifc.Name, ifc.Name
 			}
 			return d, nil
 		case 1:
-			return linkDevice(&links[0], host)
+			return LinkDevice(&links[0], host)
 		}
-		return Device{}, fmt.Errorf("%w: %d links exist, choose one with -d (%s)", errAmbiguousDevice, len(links), describeLinks(links))
+		return Device{}, fmt.Errorf("%w: %d links exist, choose one with -d (%s)", ErrAmbiguousDevice, len(links), DescribeLinks(links))
 	}
 	for i := range links {
 		if links[i].Name == name {
-			return linkDevice(&links[i], host)
+			return LinkDevice(&links[i], host)
 		}
 	}
-	if ifc := ifaceByName(host, name); ifc != nil {
-		var on []linkEntry
+	if ifc := IfaceByName(host, name); ifc != nil {
+		var on []LinkEntry
 		for _, l := range links {
-			if l.Netdev == name || l.Netdev == "" && ifaceWithAddr(host, l.addr().Addr()) == ifc {
+			if l.Netdev == name || l.Netdev == "" && IfaceWithAddr(host, l.AddrPort().Addr()) == ifc {
 				on = append(on, l)
 			}
 		}
 		switch len(on) {
 		case 0:
-			a, ok := ifc.gid()
+			a, ok := ifc.GID()
 			if !ok {
-				return Device{}, fmt.Errorf("%w: netdev %s has no IP address to use as its GID", errNoDevice, name)
+				return Device{}, fmt.Errorf("%w: netdev %s has no IP address to use as its GID", ErrNoDevice, name)
 			}
 			return Device{Name: name, Addr: netip.AddrPortFrom(a, wire.UDPPort), Netdev: name}, nil
 		case 1:
-			return linkDevice(&on[0], host)
+			return LinkDevice(&on[0], host)
 		}
-		return Device{}, fmt.Errorf("%w: netdev %s carries %d links, choose one with -d (%s)", errAmbiguousDevice, name, len(on), describeLinks(on))
+		return Device{}, fmt.Errorf("%w: netdev %s carries %d links, choose one with -d (%s)", ErrAmbiguousDevice, name, len(on), DescribeLinks(on))
 	}
-	if ap, err := parseDeviceAddr(name); err == nil {
+	if ap, err := ParseDeviceAddr(name); err == nil {
 		_, perr := netip.ParseAddrPort(name)
 		hasPort := perr == nil
 		var match []Device
-		var matchLinks []linkEntry
+		var matchLinks []LinkEntry
 		for i := range links {
-			d, err := linkDevice(&links[i], host)
+			d, err := LinkDevice(&links[i], host)
 			if err == nil && d.Addr.Addr().WithZone("") == ap.Addr().WithZone("") && (!hasPort || d.Addr.Port() == ap.Port()) {
 				match = append(match, d)
 				matchLinks = append(matchLinks, links[i])
@@ -105,11 +109,11 @@ func resolveIn(name string, links []linkEntry, host []hostIface) (Device, error)
 			return match[0], nil
 		case 0:
 		default:
-			return Device{}, fmt.Errorf("%w: %s is used by %d links, choose one with -d (%s)", errAmbiguousDevice, name, len(match), describeLinks(matchLinks))
+			return Device{}, fmt.Errorf("%w: %s is used by %d links, choose one with -d (%s)", ErrAmbiguousDevice, name, len(match), DescribeLinks(matchLinks))
 		}
-		ifc := ifaceWithAddr(host, ap.Addr())
+		ifc := IfaceWithAddr(host, ap.Addr())
 		if ifc == nil {
-			return Device{}, fmt.Errorf("%w: %s is not an address of this host (addresses: %s)", errNoDevice, ap.Addr(), describeAddrs(host))
+			return Device{}, fmt.Errorf("%w: %s is not an address of this host (addresses: %s)", ErrNoDevice, ap.Addr(), DescribeAddrs(host))
 		}
 		if a := ap.Addr(); a.Is6() && a.IsLinkLocalUnicast() && a.Zone() == "" {
 			ap = netip.AddrPortFrom(a.WithZone(ifc.Name), ap.Port())
@@ -117,48 +121,48 @@ func resolveIn(name string, links []linkEntry, host []hostIface) (Device, error)
 		return Device{Name: ap.Addr().WithZone("").String(), Addr: ap, Netdev: ifc.Name}, nil
 	}
 	return Device{}, fmt.Errorf("%w %q: not a link, a netdev or an IP address of this host (%s; netdevs: %s)",
-		errNoDevice, name, describeLinks(links), describeNetdevs(host))
+		ErrNoDevice, name, DescribeLinks(links), DescribeNetdevs(host))
 }
 
-// linkDevice resolves a link to its current address.
-func linkDevice(l *linkEntry, host []hostIface) (Device, error) {
+// LinkDevice resolves a link to its current address.
+func LinkDevice(l *LinkEntry, host []HostIface) (Device, error) {
 	d := Device{Name: l.Name}
 	if l.Netdev != "" {
-		ifc := ifaceByName(host, l.Netdev)
+		ifc := IfaceByName(host, l.Netdev)
 		if ifc == nil {
 			return d, fmt.Errorf("%w: link %s: netdev %s no longer exists (netdevs: %s; remove the link with 'softroce link delete %s')",
-				errNoDevice, l.Name, l.Netdev, describeNetdevs(host), l.Name)
+				ErrNoDevice, l.Name, l.Netdev, DescribeNetdevs(host), l.Name)
 		}
 		d.Netdev = l.Netdev
 		if l.Addr == "" {
-			a, ok := ifc.gid()
+			a, ok := ifc.GID()
 			if !ok {
-				return d, fmt.Errorf("%w: link %s: netdev %s has no IP address to use as its GID", errNoDevice, l.Name, l.Netdev)
+				return d, fmt.Errorf("%w: link %s: netdev %s has no IP address to use as its GID", ErrNoDevice, l.Name, l.Netdev)
 			}
 			d.Addr = netip.AddrPortFrom(a, wire.UDPPort)
 			return d, nil
 		}
 	}
-	d.Addr = l.addr()
+	d.Addr = l.AddrPort()
 	if !d.Addr.IsValid() {
-		return d, fmt.Errorf("%w: link %s: bad address %q in the state file", errNoDevice, l.Name, l.Addr)
+		return d, fmt.Errorf("%w: link %s: bad address %q in the state file", ErrNoDevice, l.Name, l.Addr)
 	}
-	if ifc := ifaceWithAddr(host, d.Addr.Addr()); ifc != nil {
+	if ifc := IfaceWithAddr(host, d.Addr.Addr()); ifc != nil {
 		if d.Netdev != "" && d.Netdev != ifc.Name {
-			return d, fmt.Errorf("%w: link %s: address %s is on %s, not on netdev %s", errNoDevice, l.Name, d.Addr.Addr(), ifc.Name, d.Netdev)
+			return d, fmt.Errorf("%w: link %s: address %s is on %s, not on netdev %s", ErrNoDevice, l.Name, d.Addr.Addr(), ifc.Name, d.Netdev)
 		}
 		d.Netdev = ifc.Name
 		if a := d.Addr.Addr(); a.Is6() && a.IsLinkLocalUnicast() && a.Zone() == "" {
 			d.Addr = netip.AddrPortFrom(a.WithZone(ifc.Name), d.Addr.Port())
 		}
 	} else {
-		return d, fmt.Errorf("%w: link %s: address %s is not on this host now (addresses: %s)", errNoDevice, l.Name, d.Addr.Addr(), describeAddrs(host))
+		return d, fmt.Errorf("%w: link %s: address %s is not on this host now (addresses: %s)", ErrNoDevice, l.Name, d.Addr.Addr(), DescribeAddrs(host))
 	}
 	return d, nil
 }
 
-// parseDeviceAddr parses "IP", "IP:PORT" or "[IPv6]:PORT"; the port defaults to 4791.
-func parseDeviceAddr(s string) (netip.AddrPort, error) {
+// ParseDeviceAddr parses "IP", "IP:PORT" or "[IPv6]:PORT"; the port defaults to 4791.
+func ParseDeviceAddr(s string) (netip.AddrPort, error) {
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		if ap.Port() == 0 {
 			return ap, fmt.Errorf("port 0 in %q: give a UDP port or leave it out (4791)", s)
@@ -172,8 +176,8 @@ func parseDeviceAddr(s string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(a, wire.UDPPort), nil
 }
 
-// hostIface is one network interface as devsel and link see it.
-type hostIface struct {
+// HostIface is one network interface as devsel and link see it.
+type HostIface struct {
 	Name     string
 	Up       bool // administratively up
 	Running  bool // carrier (operationally up)
@@ -181,15 +185,15 @@ type hostIface struct {
 	Addrs    []netip.Addr
 }
 
-// hostInterfaces lists the host's interfaces; tests replace it.
-var hostInterfaces = func() ([]hostIface, error) {
+// HostInterfaces lists the host's interfaces; tests replace it.
+var HostInterfaces = func() ([]HostIface, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]hostIface, 0, len(ifs))
+	out := make([]HostIface, 0, len(ifs))
 	for _, i := range ifs {
-		h := hostIface{Name: i.Name, Up: i.Flags&net.FlagUp != 0, Running: i.Flags&net.FlagRunning != 0,
+		h := HostIface{Name: i.Name, Up: i.Flags&net.FlagUp != 0, Running: i.Flags&net.FlagRunning != 0,
 			Loopback: i.Flags&net.FlagLoopback != 0}
 		addrs, _ := i.Addrs()
 		for _, a := range addrs {
@@ -208,10 +212,10 @@ var hostInterfaces = func() ([]hostIface, error) {
 	return out, nil
 }
 
-// gid returns the address a device on this interface uses: the first IPv4
+// GID returns the address a device on this interface uses: the first IPv4
 // address (rxe's IPv4-mapped GID), else the first global IPv6, else a
 // link-local one.
-func (h *hostIface) gid() (netip.Addr, bool) {
+func (h *HostIface) GID() (netip.Addr, bool) {
 	for _, pass := range []func(netip.Addr) bool{
 		netip.Addr.Is4,
 		func(a netip.Addr) bool { return a.Is6() && !a.IsLinkLocalUnicast() },
@@ -226,7 +230,7 @@ func (h *hostIface) gid() (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-func ifaceByName(host []hostIface, name string) *hostIface {
+func IfaceByName(host []HostIface, name string) *HostIface {
 	for i := range host {
 		if host[i].Name == name {
 			return &host[i]
@@ -235,11 +239,11 @@ func ifaceByName(host []hostIface, name string) *hostIface {
 	return nil
 }
 
-// ifaceWithAddr returns the interface holding a (zones ignored), or nil.
+// IfaceWithAddr returns the interface holding a (zones ignored), or nil.
 // Every loopback address (127.0.0.0/8, ::1) belongs to the loopback
 // interface: Linux answers on all of 127/8 although only 127.0.0.1 is
 // configured, so "-d 127.0.0.2" is a second device on one host.
-func ifaceWithAddr(host []hostIface, a netip.Addr) *hostIface {
+func IfaceWithAddr(host []HostIface, a netip.Addr) *HostIface {
 	a = a.Unmap().WithZone("")
 	for i := range host {
 		for _, b := range host[i].Addrs {
@@ -258,7 +262,7 @@ func ifaceWithAddr(host []hostIface, a netip.Addr) *hostIface {
 	return nil
 }
 
-func describeNetdevs(host []hostIface) string {
+func DescribeNetdevs(host []HostIface) string {
 	names := make([]string, len(host))
 	for i, h := range host {
 		names[i] = h.Name
@@ -270,7 +274,7 @@ func describeNetdevs(host []hostIface) string {
 	return strings.Join(names, ", ")
 }
 
-func describeAddrs(host []hostIface) string {
+func DescribeAddrs(host []HostIface) string {
 	var s []string
 	for _, h := range host {
 		for _, a := range h.Addrs {
@@ -283,61 +287,61 @@ func describeAddrs(host []hostIface) string {
 	return strings.Join(s, ", ")
 }
 
-func describeLinks(links []linkEntry) string {
+func DescribeLinks(links []LinkEntry) string {
 	if len(links) == 0 {
 		return "no links: add one with 'softroce link add NAME netdev DEV'"
 	}
 	s := make([]string, len(links))
 	for i, l := range links {
-		s[i] = l.Name + " (" + l.target() + ")"
+		s[i] = l.Name + " (" + l.Target() + ")"
 	}
 	return "links: " + strings.Join(s, ", ")
 }
 
 // State file.
 
-// stateEnv names the environment variable that overrides the state file path.
-const stateEnv = "SOFTROCE_STATE"
+// StateEnv names the environment variable that overrides the state file path.
+const StateEnv = "SOFTROCE_STATE"
 
-// linkEntry is one link in the state file.
-type linkEntry struct {
+// LinkEntry is one link in the state file.
+type LinkEntry struct {
 	Name   string `json:"name"`
 	Netdev string `json:"netdev,omitempty"`
 	Addr   string `json:"addr,omitempty"` // IP or IP:port
 }
 
-// addr returns the link's configured address (invalid for netdev-only links).
-func (l *linkEntry) addr() netip.AddrPort {
+// AddrPort returns the link's configured address (invalid for netdev-only links).
+func (l *LinkEntry) AddrPort() netip.AddrPort {
 	if l.Addr == "" {
 		return netip.AddrPort{}
 	}
-	ap, _ := parseDeviceAddr(l.Addr)
+	ap, _ := ParseDeviceAddr(l.Addr)
 	return ap
 }
 
-// target describes what the link is bound to, e.g. "netdev eth0".
-func (l *linkEntry) target() string {
+// Target describes what the link is bound to, e.g. "netdev eth0".
+func (l *LinkEntry) Target() string {
 	var s []string
 	if l.Netdev != "" {
 		s = append(s, "netdev "+l.Netdev)
 	}
 	if l.Addr != "" {
-		s = append(s, "addr "+l.addr().String())
+		s = append(s, "addr "+l.AddrPort().String())
 	}
 	return strings.Join(s, " ")
 }
 
-// stateFile is the JSON document holding the links.
-type stateFile struct {
+// StateFile is the JSON document holding the links.
+type StateFile struct {
 	Version int         `json:"version"`
-	Links   []linkEntry `json:"links"`
-	path    string
+	Links   []LinkEntry `json:"links"`
+	Path    string      `json:"-"`
 }
 
-// statePath returns $SOFTROCE_STATE, else $XDG_STATE_HOME/softroce/links.json,
+// StatePath returns $SOFTROCE_STATE, else $XDG_STATE_HOME/softroce/links.json,
 // else ~/.local/state/softroce/links.json.
-func statePath() (string, error) {
-	if p := os.Getenv(stateEnv); p != "" {
+func StatePath() (string, error) {
+	if p := os.Getenv(StateEnv); p != "" {
 		return p, nil
 	}
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
@@ -345,18 +349,18 @@ func statePath() (string, error) {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return "", fmt.Errorf("finding the state file: %w (set %s to a file path)", err, stateEnv)
+		return "", fmt.Errorf("finding the state file: %w (set %s to a file path)", err, StateEnv)
 	}
 	return filepath.Join(home, ".local", "state", "softroce", "links.json"), nil
 }
 
-// loadState reads the state file; a missing file is an empty state.
-func loadState() (*stateFile, error) {
-	p, err := statePath()
+// LoadState reads the state file; a missing file is an empty state.
+func LoadState() (*StateFile, error) {
+	p, err := StatePath()
 	if err != nil {
 		return nil, err
 	}
-	st := &stateFile{Version: 1, path: p}
+	st := &StateFile{Version: 1, Path: p}
 	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
@@ -367,14 +371,14 @@ func loadState() (*stateFile, error) {
 	if err := json.Unmarshal(b, st); err != nil {
 		return nil, fmt.Errorf("link state file %s is corrupt (%v): fix or remove it", p, err)
 	}
-	st.path = p
+	st.Path = p
 	return st, nil
 }
 
-// save writes the state atomically: a temporary file in the same
+// Save writes the state atomically: a temporary file in the same
 // directory, synced, then renamed over the old one.
-func (st *stateFile) save() error {
-	dir := filepath.Dir(st.path)
+func (st *StateFile) Save() error {
+	dir := filepath.Dir(st.Path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("saving the link state: %w", err)
 	}
@@ -382,7 +386,7 @@ func (st *stateFile) save() error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(st.path)+".*")
+	f, err := os.CreateTemp(dir, "."+filepath.Base(st.Path)+".*")
 	if err != nil {
 		return fmt.Errorf("saving the link state: %w", err)
 	}
@@ -398,11 +402,11 @@ func (st *stateFile) save() error {
 		err = os.Chmod(tmp, 0o644)
 	}
 	if err == nil {
-		err = os.Rename(tmp, st.path)
+		err = os.Rename(tmp, st.Path)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("saving the link state to %s: %w", st.path, err)
+		return fmt.Errorf("saving the link state to %s: %w", st.Path, err)
 	}
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
@@ -411,5 +415,5 @@ func (st *stateFile) save() error {
 	return nil
 }
 
-// validLinkName matches what rdma accepts for device names, conservatively.
-var validLinkName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+// ValidLinkName matches what rdma accepts for device names, conservatively.
+var ValidLinkName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
