@@ -318,7 +318,7 @@ func (c *ptConfig) finish() string {
 		return "latency tests use one QP"
 	case c.ibPort != 1:
 		return fmt.Sprintf("port %d: softroce devices have one port, 1", c.ibPort)
-	case c.mtu != 0 && ppMTUEnum(c.mtu) == 0:
+	case c.mtu != 0 && toolkit.MTUEnum(c.mtu) == 0:
 		return "MTU must be 256, 512, 1024, 2048 or 4096"
 	case c.gidx < 0:
 		return "a GID index is required over RoCE (-x 1 is the IP address, -x 0 the link-local one)"
@@ -527,7 +527,7 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 		if c.isServer() {
 			conn, err = ptAccept(ctx, c.tcpPort)
 		} else {
-			conn, err = ppDial(ctx, c.server, c.tcpPort, c.connectTO)
+			conn, err = toolkit.Dial(ctx, c.server, c.tcpPort, c.connectTO)
 		}
 		if err != nil {
 			return err
@@ -543,7 +543,7 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 	r.watch = watch
 	localMTU := td.Dev.ActiveMTU()
 	if c.mtu != 0 {
-		localMTU = min(localMTU, ppMTUEnum(c.mtu))
+		localMTU = min(localMTU, toolkit.MTUEnum(c.mtu))
 	}
 	_, mtu, err := pc.Setup(ctx, oob.SysData{CycleBuffer: ptCycleBuffer, CacheLineSize: ptCacheLine}, int(localMTU))
 	if err != nil {

@@ -316,7 +316,7 @@ func (p *ptCMPipe) postRecv() error {
 // wait polls cq for one completion, parking on the connection's
 // completion channel, until ctx ends or the connection goes down.
 func (p *ptCMPipe) wait(ctx context.Context, cq *verbs.CQ) (*verbs.WC, error) {
-	w := cqWaiter{ctx: ctx, cq: cq, ch: p.conn.CompChannel, spin: 8}
+	w := toolkit.CQWaiter{Ctx: ctx, CQ: cq, Ch: p.conn.CompChannel, Spin: 8}
 	for cq.Poll(p.wc[:]) == 0 {
 		select {
 		case <-p.conn.Disconnected():
@@ -326,7 +326,7 @@ func (p *ptCMPipe) wait(ctx context.Context, cq *verbs.CQ) (*verbs.WC, error) {
 			return nil, errors.New("the rdma_cm side channel was disconnected by the peer")
 		default:
 		}
-		if err := w.idle(); err != nil {
+		if err := w.Idle(); err != nil {
 			return nil, err
 		}
 	}
@@ -574,7 +574,7 @@ func (p *ptCM) connectTraffic(ctx context.Context, r *ptRes, gid verbs.GID) erro
 		qp := id.QP()
 		r.qpIndex[qp.QPN()] = i
 		r.qps = append(r.qps, qp)
-		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(c.outReads), QPN: qp.QPN(), PSN: randPSN(),
+		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(c.outReads), QPN: qp.QPN(), PSN: toolkit.RandPSN(),
 			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64(r.recvOff(i)), GID: gid})
 	}
 	return nil

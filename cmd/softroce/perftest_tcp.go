@@ -129,7 +129,7 @@ func ppDialWith(ctx context.Context, d *net.Dialer, host string, port int, grace
 		if err == nil {
 			return conn, nil
 		}
-		if ctx.Err() != nil || time.Now().After(deadline) || !errors.Is(err, errConnRefused) {
+		if ctx.Err() != nil || time.Now().After(deadline) || !errors.Is(err, toolkit.ErrConnRefused) {
 			return nil, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -50,7 +50,7 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 	}
 	r.region = max(maxSize, ptCycleBuffer)
 	if c.qpType() == verbs.QPTypeUD {
-		r.region += ppGRHLen
+		r.region += toolkit.GRHLen
 	}
 	r.region = (r.region + ptCycleBuffer - 1) &^ (ptCycleBuffer - 1)
 	r.buf = make([]byte, 2*c.numQP*r.region)
@@ -105,7 +105,7 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 		}
 		r.qpIndex[qp.QPN()] = i
 		r.qps = append(r.qps, qp)
-		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(c.outReads), QPN: qp.QPN(), PSN: randPSN(),
+		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(c.outReads), QPN: qp.QPN(), PSN: toolkit.RandPSN(),
 			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64(r.recvOff(i)), GID: gid})
 	}
 	r.ahs = make([]*verbs.AH, c.numQP)
@@ -223,13 +223,13 @@ func (r *ptRes) sendWR(q, size int) verbs.SendWR {
 	return wr
 }
 
-func (r *ptRes) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) *cqWaiter {
-	w := &cqWaiter{ctx: ctx, cq: cq, ch: ch}
+func (r *ptRes) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) *toolkit.CQWaiter {
+	w := &toolkit.CQWaiter{Ctx: ctx, CQ: cq, Ch: ch}
 	if r.watch != nil {
-		w.alive = r.watch.check
+		w.Alive = r.watch.check
 	}
 	if r.c.events {
-		w.spin = 1
+		w.Spin = 1
 	}
 	return w
 }
@@ -348,7 +348,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 		}
 		ne := r.scq.Poll(wc[:])
 		if ne > 0 {
-			w.progress()
+			w.Progress()
 			now := time.Now()
 			for i := range wc[:ne] {
 				e := &wc[i]
@@ -399,7 +399,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 				}
 			}
 			if !room {
-				if err := w.idle(); err != nil {
+				if err := w.Idle(); err != nil {
 					return oob.BWReport{}, err
 				}
 			} else if err := ctx.Err(); err != nil {
@@ -479,12 +479,12 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 		}
 		ne := r.rcq.Poll(wc[:])
 		if ne == 0 {
-			if err := w.idle(); err != nil {
+			if err := w.Idle(); err != nil {
 				return oob.BWReport{}, err
 			}
 			continue
 		}
-		w.progress()
+		w.Progress()
 		now = time.Now()
 		if first.IsZero() {
 			first = now
@@ -562,17 +562,17 @@ func ptSpinWait(ctx context.Context, deadline time.Time, watch *ptPeerWatch, con
 }
 
 // ptWaitOne waits for one completion on cq (until the deadline, if set).
-func ptWaitOne(w *cqWaiter, cq *verbs.CQ, side string, posted, done int, deadline time.Time) (verbs.WC, error) {
+func ptWaitOne(w *toolkit.CQWaiter, cq *verbs.CQ, side string, posted, done int, deadline time.Time) (verbs.WC, error) {
 	var wc [1]verbs.WC
 	for cq.Poll(wc[:]) == 0 {
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return wc[0], errPtDeadline
 		}
-		if err := w.idle(); err != nil {
+		if err := w.Idle(); err != nil {
 			return wc[0], err
 		}
 	}
-	w.progress()
+	w.Progress()
 	if wc[0].Status != verbs.WCSuccess {
 		if side == "server" {
 			return wc[0], wcError(side, &wc[0], uint64(done), 0)

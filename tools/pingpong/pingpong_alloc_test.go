@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 )
@@ -44,11 +45,11 @@ func TestPingpongPostPathDoesNotAllocate(t *testing.T) {
 	defer cancel()
 	var wc [2]verbs.WC
 	wait := func(p *ppCtx, n int) {
-		w := cqWaiter{ctx: ctx, cq: p.cq, ch: p.ch}
+		w := toolkit.CQWaiter{Ctx: ctx, CQ: p.cq, Ch: p.ch}
 		for got := 0; got < n; {
 			k := p.cq.Poll(wc[:])
 			if k == 0 {
-				if err := w.idle(); err != nil {
+				if err := w.Idle(); err != nil {
 					t.Fatal(err)
 				}
 				continue

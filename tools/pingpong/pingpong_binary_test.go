@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"bytes"
@@ -22,8 +22,6 @@ import (
 // The tests in this file and in perftest_binary_test.go run the softroce
 // binary as a user would: a server and a client process on two loopback
 // addresses (two devices on one host), or in two network namespaces.
-
-func TestMain(m *testing.M) { tooltest.Main(m) }
 
 const (
 	ppLocalRE  = `(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:%s$`

@@ -1,18 +1,19 @@
-package main
+// Package pingpong is the ping-pong tools: rdma-core's ibv_rc_pingpong,
+// ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong over softroce
+// devices, with their flags, their TCP exchange (cm/oob) and their printed
+// lines. Commands returns them for the softroce command table.
+package pingpong
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/softroce/softroce/cm/oob"
@@ -20,10 +21,6 @@ import (
 	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/verbs"
 )
-
-// The ping-pong tools: rdma-core's ibv_rc_pingpong, ibv_uc_pingpong,
-// ibv_ud_pingpong and ibv_srq_pingpong over softroce devices, with their
-// flags, their TCP exchange (cm/oob) and their printed lines.
 
 type ppKind int
 
@@ -48,7 +45,7 @@ var ppTools = []struct {
 func init() {
 	for _, t := range ppTools {
 		t := t
-		register(&cli.Command{Name: t.name, Summary: t.summary, Run: func(args []string, stdout, stderr io.Writer) int {
+		registerCmd(&cli.Command{Name: t.name, Summary: t.summary, Run: func(args []string, stdout, stderr io.Writer) int {
 			return runPingpong(t.name, t.kind, args, stdout, stderr)
 		}})
 	}
@@ -62,9 +59,6 @@ const (
 
 // ppQKey is the Q_Key of ibv_ud_pingpong.
 const ppQKey = 0x11111111
-
-// ppGRHLen is the room ibv_ud_pingpong leaves for the GRH in receive buffers.
-const ppGRHLen = 40
 
 // ppPeerTimeout is the default --peer-timeout. A live peer answers within
 // the transport's retry budget (timeout 14, retry 7: verbs.RetryBudget, at
@@ -199,7 +193,7 @@ func (c *ppConfig) check() string {
 		return fmt.Sprintf("port %d: softroce devices have one port, 1", c.ibPort)
 	case c.size < 1 || c.size > 1<<30:
 		return "size must be 1..1073741824"
-	case c.kind != ppUD && verbs.MTU(ppMTUEnum(c.mtu)) == 0:
+	case c.kind != ppUD && verbs.MTU(toolkit.MTUEnum(c.mtu)) == 0:
 		return fmt.Sprintf("mtu %d: must be 256, 512, 1024, 2048 or 4096", c.mtu)
 	case c.rxDepth < 1 || c.rxDepth > 16384:
 		return "rx-depth must be 1..16384"
@@ -215,23 +209,6 @@ func (c *ppConfig) check() string {
 		return fmt.Sprintf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP.", c.rxDepth, c.numQP)
 	}
 	return ""
-}
-
-// ppMTUEnum is pp_mtu_to_enum: 0 for sizes other than 256..4096.
-func ppMTUEnum(n int) verbs.MTU {
-	switch n {
-	case 256:
-		return verbs.MTU256
-	case 512:
-		return verbs.MTU512
-	case 1024:
-		return verbs.MTU1024
-	case 2048:
-		return verbs.MTU2048
-	case 4096:
-		return verbs.MTU4096
-	}
-	return 0
 }
 
 // ppCtx is struct pingpong_context.
@@ -258,12 +235,6 @@ type ppCtx struct {
 	recvSGE [1]verbs.SGE
 	// watchdog fires after --peer-timeout without a completion.
 	watchdog *time.Timer
-}
-
-func randPSN() uint32 {
-	var b [4]byte
-	rand.Read(b[:])
-	return binary.LittleEndian.Uint32(b[:]) & 0xFFFFFF
 }
 
 func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err error) {
@@ -299,7 +270,7 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 	}
 	p.local = make([]oob.PingpongDest, len(p.qps))
 	for i, qp := range p.qps {
-		p.local[i] = oob.PingpongDest{QPN: qp.QPN(), PSN: randPSN(), GID: gid}
+		p.local[i] = oob.PingpongDest{QPN: qp.QPN(), PSN: toolkit.RandPSN(), GID: gid}
 		d := &p.local[i]
 		sep := ","
 		if c.kind == ppUD {
@@ -355,7 +326,7 @@ func (p *ppCtx) init() error {
 	c := p.c
 	n := c.size
 	if c.kind == ppUD {
-		n += ppGRHLen
+		n += toolkit.GRHLen
 		mtu := p.dev.ActiveMTU().Bytes()
 		if c.size > mtu {
 			return fmt.Errorf("Requested size larger than port MTU (%d)", mtu)
@@ -427,7 +398,7 @@ func (p *ppCtx) init() error {
 	p.recvWR[0] = verbs.RecvWR{WRID: ppRecvWRID, SGList: p.recvSGE[:]}
 	off := uint64(0)
 	if c.kind == ppUD {
-		off = ppGRHLen
+		off = toolkit.GRHLen
 	}
 	p.sendSGE[0] = verbs.SGE{Addr: p.mr.Addr() + off, Length: uint32(c.size), LKey: p.mr.LKey()}
 	p.sendWR[0] = verbs.SendWR{WRID: ppSendWRID, SGList: p.sendSGE[:], Opcode: verbs.WRSend, Flags: p.flags}
@@ -467,7 +438,7 @@ func (p *ppCtx) exchange(ctx context.Context) error {
 		count = oob.SRQPingpongMaxQP
 	}
 	if c.server != "" {
-		conn, err := ppDial(ctx, c.server, c.tcpPort, c.connectTO)
+		conn, err := toolkit.Dial(ctx, c.server, c.tcpPort, c.connectTO)
 		if err != nil {
 			return err
 		}
@@ -509,33 +480,6 @@ func (p *ppCtx) exchange(ctx context.Context) error {
 	return nil
 }
 
-// errConnRefused matches a TCP connection refused (the server is not listening yet).
-var errConnRefused error = syscall.ECONNREFUSED
-
-// ppDial connects to the server, retrying while it is not listening yet
-// (the C tools fail at once; a short grace period helps scripts that start
-// both sides together).
-func ppDial(ctx context.Context, host string, port int, grace time.Duration) (net.Conn, error) {
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	deadline := time.Now().Add(grace)
-	var d net.Dialer
-	for {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := d.DialContext(dctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			return conn, nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) || !errors.Is(err, errConnRefused) {
-			return nil, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func (p *ppCtx) connectAll() error {
 	for i := range p.qps {
 		if err := p.connect(i); err != nil {
@@ -568,7 +512,7 @@ func (p *ppCtx) connect(i int) error {
 		p.ahs[i] = a
 		return nil
 	}
-	a := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: ppMTUEnum(c.mtu), DestQPNum: dest.QPN, RQPSN: dest.PSN,
+	a := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: toolkit.MTUEnum(c.mtu), DestQPNum: dest.QPN, RQPSN: dest.PSN,
 		MaxDestRdAtomic: 1, MinRNRTimer: 12, AHAttr: ah}
 	m := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
 	if c.kind != ppUC {
@@ -587,60 +531,6 @@ func (p *ppCtx) connect(i int) error {
 	}
 	return nil
 }
-
-// cqWaiter waits for completions the way the tools poll, adapted to a Go
-// runtime: it spins (yielding the processor) for a short while, then arms
-// the CQ and parks on its completion channel until the next completion. A
-// hard spin, as the C tools do, would starve the device's own goroutines on
-// small machines and make every round trip slower.
-type cqWaiter struct {
-	ctx   context.Context
-	cq    *verbs.CQ
-	ch    *verbs.CompChannel
-	empty int
-	spin  int // empty polls before parking (0: spinPolls)
-	timer *time.Timer
-	alive func() error // when set, checked while parked: the peer is still there
-}
-
-// spinPolls is how many empty polls cqWaiter spins before parking.
-const spinPolls = 64
-
-func (w *cqWaiter) idle() error {
-	w.empty++
-	spin := w.spin
-	if spin == 0 {
-		spin = spinPolls
-	}
-	if w.empty < spin || w.ch == nil {
-		runtime.Gosched()
-		return nil
-	}
-	if err := w.cq.ReqNotify(false); err != nil {
-		return err
-	}
-	if w.cq.Len() > 0 {
-		return nil
-	}
-	if w.timer == nil {
-		w.timer = time.NewTimer(10 * time.Millisecond)
-	} else {
-		w.timer.Reset(10 * time.Millisecond)
-	}
-	select {
-	case <-w.ch.C():
-		w.cq.AckEvents(1)
-	case <-w.timer.C:
-		if w.alive != nil {
-			return w.alive()
-		}
-	case <-w.ctx.Done():
-		return errors.New("interrupted")
-	}
-	return nil
-}
-
-func (w *cqWaiter) progress() { w.empty = 0 }
 
 func (p *ppCtx) loop(ctx context.Context, routs int) error {
 	c := p.c
@@ -668,7 +558,7 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 		}
 		return err
 	}
-	w := cqWaiter{ctx: ctx, cq: p.cq, ch: p.ch}
+	w := toolkit.CQWaiter{Ctx: ctx, CQ: p.cq, Ch: p.ch}
 	numEvents := 0
 	defer func() {
 		if numEvents > 0 {
@@ -692,13 +582,13 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 		ne := p.cq.Poll(wc[:])
 		if ne == 0 {
 			if !c.events {
-				if err := w.idle(); err != nil {
+				if err := w.Idle(); err != nil {
 					return peerGone(err)
 				}
 			}
 			continue
 		}
-		w.progress()
+		w.Progress()
 		if p.watchdog != nil {
 			p.watchdog.Reset(c.peerTimeout)
 		}
@@ -743,7 +633,7 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 // room for UD).
 func (p *ppCtx) payload() []byte {
 	if p.c.kind == ppUD {
-		return p.buf[ppGRHLen:]
+		return p.buf[toolkit.GRHLen:]
 	}
 	return p.buf
 }
