@@ -56,7 +56,7 @@ func TestDumpLoopbackSplitsGSO(t *testing.T) {
 	}
 	m := regexp.MustCompile(`(?m)^(\d+) packets, 0 bad ICRC, 0 unknown`).FindSubmatch(out)
 	// 20 WRITEs of 64 KiB in packets of at most 4096 bytes: at least 320.
-	if m == nil || atoi(t, string(m[1])) < 20*16 {
+	if m == nil || tooltest.Atoi(t, string(m[1])) < 20*16 {
 		tail := string(out[max(len(out)-200, 0):])
 		t.Errorf("dump -r of the lo capture: want every WRITE packet decoded and no bad ICRC, got ...%s", tail)
 	}

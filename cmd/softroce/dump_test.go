@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/capture"
+	"github.com/softroce/softroce/internal/tooltest"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -20,10 +21,9 @@ var updateDump = flag.Bool("update-dump", false, "rewrite the dump golden files 
 
 // capturesDir holds the repository's golden captures of kernel rxe traffic
 // (its README.md has each tool's command line and printed output).
-const capturesDir = "../../testdata/captures"
 
 // rpingPcap is the rping capture, the one most dump tests decode.
-const rpingPcap = capturesDir + "/rping.pcap"
+const rpingPcap = tooltest.CapturesDir + "/rping.pcap"
 
 // dlUTC makes the dump's time-of-day output independent of the machine's zone.
 func dlUTC(t *testing.T) {
@@ -64,7 +64,7 @@ func TestDumpGoldenRping(t *testing.T) {
 func TestDumpCaptures(t *testing.T) {
 	var files []string
 	for _, name := range []string{"atomic_lat.pcap", "rc_pingpong_small.pcap", "read_lat.pcap", "rping.pcap", "ud_pingpong.pcap", "write_bw_rdmacm.pcap"} {
-		files = append(files, filepath.Join(capturesDir, name))
+		files = append(files, filepath.Join(tooltest.CapturesDir, name))
 	}
 	shared, _ := filepath.Glob("../../../shared/captures/*.pcap")
 	if len(shared) == 0 {
@@ -177,7 +177,7 @@ func TestDumpGoldenSynth(t *testing.T) {
 
 func TestDumpVerboseHex(t *testing.T) {
 	dlUTC(t)
-	out, _, code := dlRun(t, "dump", "-r", capturesDir+"/rc_pingpong_small.pcap", "-v", "-x", "-ttt")
+	out, _, code := dlRun(t, "dump", "-r", tooltest.CapturesDir+"/rc_pingpong_small.pcap", "-v", "-x", "-ttt")
 	if code != 0 {
 		t.Fatal(code)
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // TestDumpLinkBinary runs the built softroce binary as a user would: link
@@ -88,7 +90,7 @@ func TestDumpLinkBinary(t *testing.T) {
 		if out, errOut, code := sh(nil, "dump", "-r", rpingPcap); code != 0 || out != string(want) || errOut != "" {
 			t.Errorf("dump -r: exit %d, stderr %q, stdout differs from testdata/rping.dump:\n%s", code, errOut, out)
 		}
-		img, _ := os.ReadFile(capturesDir + "/ud_pingpong.pcap")
+		img, _ := os.ReadFile(tooltest.CapturesDir + "/ud_pingpong.pcap")
 		if out, _, code := sh(img, "dump", "-r", "-"); code != 0 || !strings.HasSuffix(out, "\n20 packets, 0 bad ICRC, 0 unknown (11 other frames skipped)\n") {
 			t.Errorf("dump -r - (stdin): exit %d, %q", code, out)
 		}

@@ -11,13 +11,17 @@ import (
 	"strings"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/tools/perftest"
 	"github.com/softroce/softroce/tools/pingpong"
 )
 
 // commands is the command table: every tool family's commands by name.
 var commands = cli.Table{}
 
-func init() { commands.Add(pingpong.Commands()...) }
+func init() {
+	commands.Add(pingpong.Commands()...)
+	commands.Add(perftest.Commands()...)
+}
 
 // register adds c to the command table.
 func register(c *cli.Command) { commands.Add(c) }

@@ -37,18 +37,3 @@ func TestPingpongRefusesWhatItCannotHonour(t *testing.T) {
 
 // FuzzGetopt: the option parser never panics and either fails or returns
 // operands drawn from its input.
-
-func TestProgressOnlyOnTerminal(t *testing.T) {
-	var b strings.Builder
-	c := &ptConfig{duration: 10, iters: 5}
-	p := newPtProgress(c, &b)
-	if p.on {
-		t.Fatal("progress enabled on a pipe/buffer")
-	}
-	stop := p.run(func() uint64 { return 1 })
-	stop()
-	p.clear()
-	if b.Len() != 0 {
-		t.Fatalf("progress wrote %q to a non-terminal", b.String())
-	}
-}

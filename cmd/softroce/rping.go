@@ -296,24 +296,6 @@ func lookupAddr(s string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
-// toolCMConfig configures the CM agents of the rdma_cm tools (nil: Linux's
-// timing); tests shorten the timers.
-var toolCMConfig *cm.Config
-
-// toolAgentConfig is the CM configuration of the tools' devices:
-// toolCMConfig, resolving addresses through the kernel's neighbour table
-// (rdma_resolve_addr's ARP) unless it says otherwise.
-func toolAgentConfig() *cm.Config {
-	var c cm.Config
-	if toolCMConfig != nil {
-		c = *toolCMConfig
-	}
-	if c.Resolve == nil && toolkit.NeighResolve != nil {
-		c.Resolve = toolkit.NeighResolve
-	}
-	return &c
-}
-
 // cmDevice opens a softroce device on addr (UDP port 4791) with a CM agent.
 type cmDevice struct {
 	dev   *verbs.Device
@@ -347,7 +329,7 @@ func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
 		}
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
 	}
-	if d.agent, err = cm.Attach(d.dev, toolAgentConfig()); err != nil {
+	if d.agent, err = cm.Attach(d.dev, toolkit.AgentConfig()); err != nil {
 		d.dev.Close()
 		if d.pcap != nil {
 			d.pcap.Close()

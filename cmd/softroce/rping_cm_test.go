@@ -15,6 +15,7 @@ import (
 
 	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/internal/tooltest"
 	"github.com/softroce/softroce/wire"
 )
@@ -22,9 +23,9 @@ import (
 // shortCMConfig makes the tools' CM give up after 3 × 100 ms.
 func shortCMConfig(t *testing.T) {
 	t.Helper()
-	old := toolCMConfig
-	toolCMConfig = &cm.Config{Timeout: 100 * time.Millisecond, MaxRetries: 2, TimeWait: 50 * time.Millisecond}
-	t.Cleanup(func() { toolCMConfig = old })
+	old := toolkit.CMConfig
+	toolkit.CMConfig = &cm.Config{Timeout: 100 * time.Millisecond, MaxRetries: 2, TimeWait: 50 * time.Millisecond}
+	t.Cleanup(func() { toolkit.CMConfig = old })
 }
 
 // spoofedREQ is a well-formed rdma_cm REQ for dst:port as if from peer
@@ -372,7 +373,7 @@ func TestRdmaCMNoAnswer(t *testing.T) {
 		}
 		return nil
 	}
-	toolCMConfig.Resolve = noResolve
+	toolkit.CMConfig.Resolve = noResolve
 	a1, a2 := tooltest.LoopPair()
 	nobody := strings.TrimSuffix(a1, ".1") + ".9" // no device: the REQ goes unanswered
 	unres := strings.TrimSuffix(a1, ".1") + ".99"
@@ -396,12 +397,12 @@ func TestRdmaCMNoAnswer(t *testing.T) {
 		}, []string{"cma event RDMA_CM_EVENT_ADDR_ERROR, error -110\n"}},
 		{"write_bw-R-unreachable", func() (int, string) {
 			var o, e syncBuf
-			return runPerftest(ptTools[1], []string{"-R", "-d", a2, "-p", "18515", nobody}, &o, &e), e.String()
+			return run([]string{"write_bw", "-R", "-d", a2, "-p", "18515", nobody}, &o, &e), e.String()
 		}, []string{" No answer yet from " + nobody + ":18515: waiting for its connection manager",
 			"Unexpected CM event bl blka 7\n Unable to perform rdma_client function\n Unable to init the socket connection ("}},
 		{"write_bw-R-addr-error", func() (int, string) {
 			var o, e syncBuf
-			return runPerftest(ptTools[1], []string{"-R", "-d", a2, "-p", "18515", unres}, &o, &e), e.String()
+			return run([]string{"write_bw", "-R", "-d", a2, "-p", "18515", unres}, &o, &e), e.String()
 		}, []string{"Received 10 times ADDR_ERROR\n Unable to perform rdma_client function\n Unable to init the socket connection ("}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -436,7 +437,7 @@ func TestRdmaCMNoAnswer(t *testing.T) {
 // without its RTU, before the CM's own budget (16 × 100 ms here) runs out.
 func TestRpingPersistentHalfOpenBounds(t *testing.T) {
 	shortCMConfig(t)
-	toolCMConfig.MaxRetries = 15
+	toolkit.CMConfig.MaxRetries = 15
 	a1, _ := tooltest.LoopPair()
 	srv := netip.MustParseAddr(a1)
 	port := 20000 + rand.IntN(30000)

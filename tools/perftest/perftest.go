@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func init() {
 			kind = "latency"
 		}
 		op := map[ptVerb]string{ptSend: "SEND", ptWrite: "RDMA WRITE", ptRead: "RDMA READ", ptAtomic: "atomic"}[t.verb]
-		register(&cli.Command{Name: t.name, Summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
+		registerCmd(&cli.Command{Name: t.name, Summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
 			Run: func(args []string, stdout, stderr io.Writer) int { return runPerftest(t, args, stdout, stderr) }})
 	}
 }

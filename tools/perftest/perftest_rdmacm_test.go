@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ type rdmacmCapture struct {
 
 func readRdmacmCapture(t testing.TB) *rdmacmCapture {
 	t.Helper()
-	return readCMPcap(t, filepath.Join(capturesDir, "write_bw_rdmacm.pcap"), netip.MustParseAddr("10.77.0.12"))
+	return readCMPcap(t, filepath.Join(tooltest.CapturesDir, "write_bw_rdmacm.pcap"), netip.MustParseAddr("10.77.0.12"))
 }
 
 // readCMPcap reads a perftest -R session from a pcap; client is the
@@ -387,7 +387,7 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 				}
 				for i := range got.reqs {
 					g, w := got.reqs[i], want.reqs[i]
-					if g.ServiceID != w.ServiceID-uint64(oob.DefaultPort)+uint64(atoi(t, port)) || g.ResponderResources != w.ResponderResources ||
+					if g.ServiceID != w.ServiceID-uint64(oob.DefaultPort)+uint64(tooltest.Atoi(t, port)) || g.ResponderResources != w.ResponderResources ||
 						g.InitiatorDepth != w.InitiatorDepth || g.RetryCount != w.RetryCount || g.RNRRetryCount != w.RNRRetryCount ||
 						g.TransportType != w.TransportType || g.SRQ != w.SRQ {
 						t.Errorf("REQ %d: %+v\ncaptured %+v", i, g, w)
@@ -443,14 +443,6 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 			}
 		})
 	}
-}
-
-func atoi(t *testing.T, s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // TestPerftestRdmaCMRefused: what softroce's -R does not do is refused

@@ -1,6 +1,7 @@
-package main
+package perftest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -29,5 +30,20 @@ func TestPerftestResultRequired(t *testing.T) {
 		if got := c.hasResult(tc.res); got != tc.want {
 			t.Errorf("%s -D %d %+v: hasResult %v, want %v", tc.tool.name, tc.dur, tc.res, got, tc.want)
 		}
+	}
+}
+
+func TestProgressOnlyOnTerminal(t *testing.T) {
+	var b strings.Builder
+	c := &ptConfig{duration: 10, iters: 5}
+	p := newPtProgress(c, &b)
+	if p.on {
+		t.Fatal("progress enabled on a pipe/buffer")
+	}
+	stop := p.run(func() uint64 { return 1 })
+	stop()
+	p.clear()
+	if b.Len() != 0 {
+		t.Fatalf("progress wrote %q to a non-terminal", b.String())
 	}
 }

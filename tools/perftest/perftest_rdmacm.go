@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"context"
@@ -436,7 +436,7 @@ func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
 // the server accepts one connection on port -p, the client connects to it
 // (retrying while the server is not listening yet, for c.connectTO).
 func startPtCM(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stderr io.Writer) (*ptCM, error) {
-	ag, err := cm.Attach(td.Dev, toolAgentConfig())
+	ag, err := cm.Attach(td.Dev, toolkit.AgentConfig())
 	if err != nil {
 		return nil, fmt.Errorf("Unable to create RDMA_CM resources: %w", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"fmt"
@@ -194,7 +194,7 @@ func TestLatFirstSender(t *testing.T) {
 	for _, tool := range []string{"send_lat", "write_lat"} {
 		t.Run(tool, func(t *testing.T) {
 			capClient := netip.MustParseAddr("10.77.0.12")
-			want := firstRequestFrom(t, filepath.Join(capturesDir, tool+".pcap")) == capClient
+			want := firstRequestFrom(t, filepath.Join(tooltest.CapturesDir, tool+".pcap")) == capClient
 			sa, ca := tooltest.LoopPair()
 			sport := tooltest.FreeTCPPort(t)
 			pc := filepath.Join(t.TempDir(), "client.pcap")
