@@ -178,7 +178,27 @@ func ptDefaultSize(t ptTool) int {
 }
 
 func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
-	c := &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
+	c, code, ok := ptParse(t, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if cli.ArgsOnly {
+		return cli.ExitOK
+	}
+	ctx, cancel := toolkit.SignalContext()
+	defer cancel()
+	if err := ptRun(ctx, c, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, " %v\n", err)
+		return cli.ExitFailure
+	}
+	return cli.ExitOK
+}
+
+// ptParse parses a command line of tool t. ok is false when the command is
+// done: code is cli.ExitOK after -h and cli.ExitUsage after a usage error
+// (printed on stderr).
+func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, code int, ok bool) {
+	c = &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
 		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
 		connectTO: 10 * time.Second}
 	g := cli.Getopt{Prog: "softroce " + t.name}
@@ -224,28 +244,19 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	g.Refuse('C', "report-cycles", false, "softroce measures time, not CPU cycles")
 	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
 	if !ok {
-		return code
+		return nil, code, false
 	}
 	if len(ops) > 1 {
-		return cli.UsageErr(stderr, g.Prog, "one server address at most, got %q", ops)
+		return nil, cli.UsageErr(stderr, g.Prog, "one server address at most, got %q", ops), false
 	}
 	if len(ops) == 1 {
 		c.server = ops[0]
 	}
 	if msg := c.finish(); msg != "" {
 		fmt.Fprintf(stderr, " %s\n", msg) // perftest's messages, as perftest prints them
-		return cli.ExitUsage
+		return nil, cli.ExitUsage, false
 	}
-	if cli.ArgsOnly {
-		return cli.ExitOK
-	}
-	ctx, cancel := toolkit.SignalContext()
-	defer cancel()
-	if err := ptRun(ctx, c, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, " %v\n", err)
-		return cli.ExitFailure
-	}
-	return cli.ExitOK
+	return c, cli.ExitOK, true
 }
 
 func ptSetNum(p *int, set *bool) func(string) error {
@@ -494,6 +505,11 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 			err = cerr
 		}
 	}()
+	return ptRunOn(ctx, c, td, stdout, stderr)
+}
+
+// ptRunOn runs one side of a test on the open device td.
+func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, stderr io.Writer) error {
 	gid, err := td.GID(c.gidx)
 	if err != nil {
 		return err
