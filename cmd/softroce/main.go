@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/tools/dump"
 	"github.com/softroce/softroce/tools/perftest"
 	"github.com/softroce/softroce/tools/pingpong"
 )
@@ -21,6 +22,7 @@ var commands = cli.Table{}
 func init() {
 	commands.Add(pingpong.Commands()...)
 	commands.Add(perftest.Commands()...)
+	commands.Add(dump.Commands()...)
 }
 
 // register adds c to the command table.

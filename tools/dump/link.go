@@ -1,4 +1,4 @@
-package main
+package dump
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register(&cli.Command{
+	registerCmd(&cli.Command{
 		Name:    "link",
 		Summary: "add, show and delete softroce links (like 'rdma link')",
 		Run:     runLink,

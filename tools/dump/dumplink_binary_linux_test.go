@@ -1,4 +1,4 @@
-package main
+package dump
 
 import (
 	"bytes"
@@ -19,19 +19,12 @@ import (
 // TestDumpLinkBinary runs the built softroce binary as a user would: link
 // add/show/delete against a private state file, dump -r on the testdata
 // captures (file and stdin), and, as root, a live capture on lo stopped by
-// SIGINT. If the package does not build (another tool mid-edit), the
-// in-process tests above cover the same ground and this test skips.
+// SIGINT.
 func TestDumpLinkBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+	bin := tooltest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "softroce")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building the binary: %v\n%s", err, out)
-	}
 	state := filepath.Join(dir, "state", "links.json")
 	env := append(os.Environ(), "SOFTROCE_STATE="+state, "TZ=UTC")
 	sh := func(stdin []byte, args ...string) (string, string, int) {

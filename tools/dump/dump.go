@@ -1,4 +1,4 @@
-package main
+package dump
 
 import (
 	"bufio"
@@ -22,7 +22,7 @@ import (
 )
 
 func init() {
-	register(&cli.Command{
+	registerCmd(&cli.Command{
 		Name:    "dump",
 		Summary: "capture RoCEv2 traffic to pcap, or decode a pcap (like ibdump/tcpdump)",
 		Run:     runDump,
