@@ -14,6 +14,7 @@ import (
 	"github.com/softroce/softroce/tools/dump"
 	"github.com/softroce/softroce/tools/perftest"
 	"github.com/softroce/softroce/tools/pingpong"
+	"github.com/softroce/softroce/tools/rping"
 )
 
 // commands is the command table: every tool family's commands by name.
@@ -23,6 +24,7 @@ func init() {
 	commands.Add(pingpong.Commands()...)
 	commands.Add(perftest.Commands()...)
 	commands.Add(dump.Commands()...)
+	commands.Add(rping.Commands()...)
 }
 
 // register adds c to the command table.

@@ -1,4 +1,4 @@
-package main
+package rping
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register(&cli.Command{Name: "krping", Summary: "the kernel krping test (ping, wlat, rlat, bw) as a user-space tool over rdma_cm", Run: runKrping})
+	registerCmd(&cli.Command{Name: "krping", Summary: "the kernel krping test (ping, wlat, rlat, bw) as a user-space tool over rdma_cm", Run: runKrping})
 }
 
 func krpingUsage(w io.Writer) {

@@ -1,4 +1,4 @@
-package main
+package rping
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 )
 
 func init() {
-	register(&cli.Command{Name: "rping", Summary: "RDMA ping over rdma_cm, wire- and output-compatible with rdma-core's rping", Run: runRping})
+	registerCmd(&cli.Command{Name: "rping", Summary: "RDMA ping over rdma_cm, wire- and output-compatible with rdma-core's rping", Run: runRping})
 }
 
 // rping's states (enum test_state), printed in its error messages.

@@ -1,4 +1,4 @@
-package main
+package rping
 
 import (
 	"context"
@@ -7,11 +7,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/internal/tooltest"
 )
 
@@ -60,16 +58,5 @@ func TestPcapOnCMTools(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestPcapOnDadaSend: "dada send" takes --pcap and opens the capture with
-// its device (a path that cannot be created fails the run, naming --pcap).
-func TestPcapOnDadaSend(t *testing.T) {
-	a, _ := tooltest.LoopPair()
-	var o, e strings.Builder
-	code := run([]string{"dada", "send", "-c", "127.0.0.1", "-d", a, "-b", "4096", "--pcap", filepath.Join(t.TempDir(), "no", "x.pcap")}, &o, &e)
-	if code != cli.ExitFailure || !strings.Contains(e.String(), "--pcap: ") {
-		t.Errorf("exit %d, stderr %q; want 1 and the --pcap error", code, e.String())
 	}
 }
