@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/tools/dadatool"
 	"github.com/softroce/softroce/tools/dump"
 	"github.com/softroce/softroce/tools/perftest"
 	"github.com/softroce/softroce/tools/pingpong"
@@ -25,6 +26,7 @@ func init() {
 	commands.Add(perftest.Commands()...)
 	commands.Add(dump.Commands()...)
 	commands.Add(rping.Commands()...)
+	commands.Add(dadatool.Commands()...)
 }
 
 // register adds c to the command table.

@@ -1,4 +1,4 @@
-package main
+package dadatool
 
 import (
 	"bytes"
@@ -18,32 +18,18 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/dada"
+	"github.com/softroce/softroce/internal/tooltest"
 	"github.com/softroce/softroce/pipeline"
 )
 
 // These tests run "softroce dada recv" and "softroce dada send" as two
 // processes, as a user would, and check the bytes with the dada reader.
 
-// buildStreamBinary builds the softroce binary into dir.
-func buildStreamBinary(t *testing.T, dir string) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the softroce binary")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	bin := filepath.Join(dir, "softroce")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestDadaStream runs "softroce dada recv" and "softroce dada send" as two
 // processes in each mode.
 func TestDadaStream(t *testing.T) {
 	streamNeedRoot(t)
-	bin := buildStreamBinary(t, t.TempDir())
+	bin := tooltest.Binary(t)
 	t.Run("RoCE", func(t *testing.T) { testDadaStreamRoCE(t, bin) })
 	t.Run("UDP", func(t *testing.T) { testDadaStreamUDP(t, bin) })
 	t.Run("RoCE relay", func(t *testing.T) { testDadaStreamRelay(t, bin) })
@@ -335,7 +321,7 @@ func TestDadaStreamBenchmark(t *testing.T) {
 	if s := os.Getenv("SOFTROCE_DADA_BENCH_BYTES"); s != "" {
 		size, _ = strconv.ParseInt(s, 10, 64)
 	}
-	bin := buildStreamBinary(t, t.TempDir())
+	bin := tooltest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bench := func(t *testing.T, recvArgs, sendArgs []string) {

@@ -1,4 +1,4 @@
-package main
+package dadatool
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(&cli.Command{
+	registerCmd(&cli.Command{
 		Name:    "dada",
 		Summary: "PSRDADA ring buffers: db (create/destroy), monitor, write, read, send, recv",
 		Run:     runDada,

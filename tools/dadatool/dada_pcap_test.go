@@ -1,4 +1,4 @@
-package main
+package dadatool
 
 import (
 	"path/filepath"

@@ -1,4 +1,4 @@
-package main
+package dadatool
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/dada"
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // lockedBuf is an io.Writer safe to read while a process writes to it.
@@ -98,7 +99,7 @@ func waitRing(t *testing.T, what string, d time.Duration, cond func() bool) {
 // bounded time with one line.
 func TestDadaKill9(t *testing.T) {
 	streamNeedRoot(t)
-	bin := buildStreamBinary(t, t.TempDir())
+	bin := tooltest.Binary(t)
 	hf := filepath.Join(t.TempDir(), "obs.hdr")
 	if err := os.WriteFile(hf, []byte("HDR_SIZE 4096\nSOURCE kill9\nNBIT 8\nUTC_START 2026-01-01-00:00:00\n"), 0o644); err != nil {
 		t.Fatal(err)
