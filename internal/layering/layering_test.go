@@ -12,20 +12,26 @@ const mod = "github.com/softroce/softroce"
 // forbidden lists, per package prefix, the project packages it must not import
 // (directly or indirectly).
 var forbidden = map[string][]string{
-	"wire":            {"link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "cmd"},
-	"link":            {"internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "cmd"},
-	"mem":             {"link", "internal/engine", "verbs", "cm", "dada", "capture", "pipeline", "cmd"},
-	"dada":            {"wire", "link", "internal/engine", "verbs", "cm", "mem", "capture", "pipeline", "cmd"},
-	"internal/sysv":   {"wire", "link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "cmd"},
-	"internal/engine": {"verbs", "cm", "dada", "pipeline", "cmd"},
-	"verbs":           {"cm", "dada", "pipeline", "cmd"},
-	"cm":              {"dada", "pipeline", "cmd"},
-	"capture":         {"internal/engine", "verbs", "cm", "dada", "pipeline", "cmd"},
-	"pipeline":        {"cmd"},
+	"wire":            {"link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"link":            {"internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"mem":             {"link", "internal/engine", "verbs", "cm", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"dada":            {"wire", "link", "internal/engine", "verbs", "cm", "mem", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"internal/sysv":   {"wire", "link", "internal/engine", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"internal/engine": {"verbs", "cm", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"verbs":           {"cm", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"cm":              {"dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"capture":         {"internal/engine", "verbs", "cm", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"pipeline":        {"tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	// The tool families (tools/...) and their shared internals sit between the
+	// libraries and the command table; the grammar (internal/cli) is stdlib only.
+	"internal/toolkit":  {"tools", "internal/tooltest", "cmd"},
+	"internal/tooltest": {"tools", "cmd"},
+	"tools":             {"internal/tooltest", "cmd"},
+	"cmd":               {"internal/tooltest"},
 }
 
 // stdlibOnly packages may import nothing outside the standard library.
-var stdlibOnly = []string{"wire"}
+var stdlibOnly = []string{"wire", "internal/cli"}
 
 func TestImportDirection(t *testing.T) {
 	out, err := exec.Command("go", "list", "-e", "-deps", "-json=ImportPath,Deps,Standard", mod+"/...").Output()
