@@ -903,8 +903,22 @@ func (cb *rcb) serveConn(test func() int) int {
 		}
 	}
 	defer established()
-	defer cb.freeQP(cb.child)
-	if err := cb.setupQP(cb.child); err != nil {
+	accept := func() int {
+		ret := cb.acceptConn()
+		established()
+		return ret
+	}
+	destroy := func() { cb.child.Destroy() }
+	return cb.session(cb.child, "server", accept, destroy, test, destroy)
+}
+
+// session is the frame the server's connection and the client share around
+// test: set up the QP on id and the buffers, post the first receive, start
+// the CQ thread, connect (failed cleans up after a failed connect before
+// the CQ thread is flushed), run test, disconnect, then end.
+func (cb *rcb) session(id *cm.ID, side string, connect func() int, failed func(), test func() int, end func()) int {
+	defer cb.freeQP(id)
+	if err := cb.setupQP(id); err != nil {
 		cb.errf("setup_qp failed: %v\n", err)
 		return -1
 	}
@@ -918,24 +932,22 @@ func (cb *rcb) serveConn(test func() int) int {
 		return -1
 	}
 	cb.startCQThread()
-	ret := cb.acceptConn()
-	established()
-	if ret != 0 {
+	if ret := connect(); ret != 0 {
 		cb.errf("connect error %d\n", ret)
-		cb.child.Destroy()
+		failed()
 		cb.flushQP()
 		cb.joinCQThread()
 		return ret
 	}
 	cb.setTesting(true)
-	ret = test()
+	ret := test()
 	cb.setTesting(false)
 	if ret != 0 {
-		cb.errf("%s server failed: %d\n", cb.tool(), ret)
+		cb.errf("%s %s failed: %d\n", cb.tool(), side, ret)
 	}
-	cb.disconnect(cb.child)
+	cb.disconnect(id)
 	cb.joinCQThread()
-	cb.child.Destroy()
+	end()
 	return ret
 }
 
@@ -1131,40 +1143,12 @@ func (cb *rcb) clientSession(test func() int) int {
 	if ret := cb.bindClient(); ret != 0 {
 		return ret
 	}
-	defer cb.freeQP(cb.id)
-	if err := cb.setupQP(cb.id); err != nil {
-		cb.errf("setup_qp failed: %v\n", err)
-		return -1
-	}
-	defer cb.freeBuffers()
-	if err := cb.setupBuffers(); err != nil {
-		cb.errf("rping_setup_buffers failed: %v\n", err)
-		return -1
-	}
-	if err := cb.postRecv(); err != nil {
-		cb.errf("ibv_post_recv failed: %v\n", err)
-		return -1
-	}
-	cb.startCQThread()
-	if ret := cb.connectClient(); ret != 0 {
-		cb.errf("connect error %d\n", ret)
-		cb.flushQP()
-		cb.joinCQThread()
-		return ret
-	}
-	cb.setTesting(true)
-	ret := test()
-	cb.setTesting(false)
-	if ret != 0 {
-		cb.errf("%s client failed: %d\n", cb.tool(), ret)
-	}
-	cb.disconnect(cb.id)
-	cb.joinCQThread()
-	// Let the DREP arrive so DISCONNECTED is reported, as rping shows it.
-	for end := time.Now().Add(2 * time.Second); cb.getState() != stDisconnected && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
-	}
-	return ret
+	return cb.session(cb.id, "client", cb.connectClient, func() {}, test, func() {
+		// Let the DREP arrive so DISCONNECTED is reported, as rping shows it.
+		for end := time.Now().Add(2 * time.Second); cb.getState() != stDisconnected && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	})
 }
 
 // waitSaying is wait, printing line() to stderr once if nothing happens
