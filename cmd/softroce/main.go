@@ -12,6 +12,7 @@ import (
 
 	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/tools/dadatool"
+	"github.com/softroce/softroce/tools/devinfo"
 	"github.com/softroce/softroce/tools/dump"
 	"github.com/softroce/softroce/tools/perftest"
 	"github.com/softroce/softroce/tools/pingpong"
@@ -27,6 +28,7 @@ func init() {
 	commands.Add(dump.Commands()...)
 	commands.Add(rping.Commands()...)
 	commands.Add(dadatool.Commands()...)
+	commands.Add(devinfo.Commands()...)
 }
 
 // register adds c to the command table.

@@ -1,4 +1,4 @@
-package main
+package devinfo
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register(&cli.Command{Name: "devinfo", Summary: "print device and port attributes, like ibv_devinfo", Run: runDevinfo})
+	registerCmd(&cli.Command{Name: "devinfo", Summary: "print device and port attributes, like ibv_devinfo", Run: runDevinfo})
 }
 
 const devinfoUsage = `Usage: softroce devinfo [-d NAME] [-i PORT] [-l] [-v]
