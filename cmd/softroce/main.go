@@ -12,6 +12,7 @@ import (
 
 	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/tools/dadatool"
+	"github.com/softroce/softroce/tools/demo"
 	"github.com/softroce/softroce/tools/devinfo"
 	"github.com/softroce/softroce/tools/dump"
 	"github.com/softroce/softroce/tools/perftest"
@@ -29,10 +30,8 @@ func init() {
 	commands.Add(rping.Commands()...)
 	commands.Add(dadatool.Commands()...)
 	commands.Add(devinfo.Commands()...)
+	commands.Add(demo.Commands()...)
 }
-
-// register adds c to the command table.
-func register(c *cli.Command) { commands.Add(c) }
 
 func commandNames() []string { return commands.Names() }
 

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(&cli.Command{Name: "demo", Summary: "two devices on loopback: RC SEND/WRITE/READ/atomics, then speed vs TCP", Run: runDemo})
+	registerCmd(&cli.Command{Name: "demo", Summary: "two devices on loopback: RC SEND/WRITE/READ/atomics, then speed vs TCP", Run: runDemo})
 }
 
 // demoEnd is one side of the demo: device, PD, MR, CQ and an RC QP.
