@@ -47,8 +47,11 @@
 // at once and EventMRInvalidated arrives on Device.AsyncEvents.
 //
 // Posting, polling and the per-packet paths do not allocate in steady state.
-// The types are defined in the internal engine package and re-exported here
-// as aliases; each alias's documentation lists its fields and methods.
+// The objects (Device, PD, MR, MW, CQ, CompChannel, QP, SRQ, AH) and the
+// structs that carry them (SendWR, MWBind, MWBindInfo, QPInitAttr,
+// AsyncEvent) are defined here; the transport under them lives in an
+// internal package. Plain data types and enumerations (WC, RecvWR, SGE,
+// QPAttr, Config, Stats, Error, ...) are aliases of the transport's, so
+// posting and polling pass the caller's slices through without copying;
+// each alias's documentation shows its fields.
 package verbs
-
-//go:generate go run ./internal/genalias

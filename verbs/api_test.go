@@ -1,0 +1,161 @@
+package verbs
+
+import (
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/softroce/softroce/internal/engine"
+)
+
+// objects are verbs' object types, each over the engine's object of the
+// same name.
+var objects = map[string][2]reflect.Type{
+	"Device":      {reflect.TypeFor[Device](), reflect.TypeFor[engine.Device]()},
+	"PD":          {reflect.TypeFor[PD](), reflect.TypeFor[engine.PD]()},
+	"MR":          {reflect.TypeFor[MR](), reflect.TypeFor[engine.MR]()},
+	"MW":          {reflect.TypeFor[MW](), reflect.TypeFor[engine.MW]()},
+	"CQ":          {reflect.TypeFor[CQ](), reflect.TypeFor[engine.CQ]()},
+	"CompChannel": {reflect.TypeFor[CompChannel](), reflect.TypeFor[engine.CompChannel]()},
+	"QP":          {reflect.TypeFor[QP](), reflect.TypeFor[engine.QP]()},
+	"SRQ":         {reflect.TypeFor[SRQ](), reflect.TypeFor[engine.SRQ]()},
+	"AH":          {reflect.TypeFor[AH](), reflect.TypeFor[engine.AH]()},
+	"FakeClock":   {reflect.TypeFor[FakeClock](), reflect.TypeFor[engine.FakeClock]()},
+}
+
+// carriers are the structs that hold objects, declared in verbs with the
+// engine's layout.
+var carriers = map[string][2]reflect.Type{
+	"SendWR":     {reflect.TypeFor[SendWR](), reflect.TypeFor[engine.SendWR]()},
+	"MWBind":     {reflect.TypeFor[MWBind](), reflect.TypeFor[engine.MWBind]()},
+	"MWBindInfo": {reflect.TypeFor[MWBindInfo](), reflect.TypeFor[engine.MWBindInfo]()},
+	"QPInitAttr": {reflect.TypeFor[QPInitAttr](), reflect.TypeFor[engine.QPInitAttr]()},
+	"AsyncEvent": {reflect.TypeFor[AsyncEvent](), reflect.TypeFor[engine.AsyncEvent]()},
+}
+
+// TestAPIDeclared checks what go doc shows: the objects and the structs
+// that carry them are declared in verbs (not aliases), every exported
+// name and method has its own doc comment, and every exported method of
+// the engine's objects has its verbs counterpart.
+func TestAPIDeclared(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := make([]*ast.File, 0)
+	for _, f := range pkgs["verbs"].Files {
+		files = append(files, f)
+	}
+	p, err := doc.NewFromFiles(fset, files, "github.com/softroce/softroce/verbs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]*doc.Type{}
+	for _, ty := range p.Types {
+		declared[ty.Name] = ty
+		if ty.Doc == "" {
+			t.Errorf("type %s has no doc comment", ty.Name)
+		}
+		for _, f := range append(ty.Methods, ty.Funcs...) {
+			if f.Doc == "" {
+				t.Errorf("%s.%s has no doc comment", ty.Name, f.Name)
+			}
+		}
+	}
+	for _, f := range p.Funcs {
+		if f.Doc == "" {
+			t.Errorf("func %s has no doc comment", f.Name)
+		}
+	}
+	for name := range mergeKeys(objects, carriers) {
+		ty := declared[name]
+		if ty == nil {
+			t.Errorf("type %s is not declared in verbs", name)
+			continue
+		}
+		spec := ty.Decl.Specs[0].(*ast.TypeSpec)
+		if spec.Assign.IsValid() {
+			t.Errorf("type %s is an alias; want a type declared in verbs", name)
+		}
+		if _, ok := spec.Type.(*ast.StructType); !ok {
+			t.Errorf("type %s is declared as %T; want a struct", name, spec.Type)
+		}
+	}
+	for name, ts := range objects {
+		ty := declared[name]
+		if ty == nil {
+			continue
+		}
+		have := map[string]bool{}
+		for _, m := range ty.Methods {
+			have[m.Name] = true
+		}
+		e := reflect.PointerTo(ts[1])
+		for i := range e.NumMethod() {
+			if m := e.Method(i).Name; !have[m] {
+				t.Errorf("engine's %s has method %s; verbs.%s does not", name, m, name)
+			}
+		}
+	}
+}
+
+func mergeKeys(ms ...map[string][2]reflect.Type) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range ms {
+		for k := range m {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// TestEngineLayout checks that each struct carrying objects has the
+// engine's layout field by field (names, offsets, sizes, and the same type
+// or verbs' view of the engine's object), which is what lets PostSend and
+// AsyncEvents read the caller's memory as the engine's without a copy.
+func TestEngineLayout(t *testing.T) {
+	view := map[reflect.Type]reflect.Type{}
+	for _, ts := range objects {
+		if ts[0].Size() != ts[1].Size() || ts[0].NumField() != 1 || ts[0].Field(0).Type != ts[1] {
+			t.Errorf("%v is not exactly the engine's %v", ts[0], ts[1])
+		}
+		view[reflect.PointerTo(ts[0])] = reflect.PointerTo(ts[1])
+	}
+	for _, ts := range carriers {
+		view[ts[0]] = ts[1]
+	}
+	var same func(path string, v, e reflect.Type)
+	same = func(path string, v, e reflect.Type) {
+		if v == e {
+			return
+		}
+		if view[v] != e {
+			t.Errorf("%s: verbs has %v, engine %v", path, v, e)
+			return
+		}
+		if v.Kind() != reflect.Struct {
+			return
+		}
+		if v.NumField() != e.NumField() || v.Size() != e.Size() || v.Align() != e.Align() {
+			t.Errorf("%s: verbs %v has %d fields, %d bytes; engine %v has %d, %d", path, v, v.NumField(), v.Size(), e, e.NumField(), e.Size())
+			return
+		}
+		for i := range v.NumField() {
+			fv, fe := v.Field(i), e.Field(i)
+			if fv.Name != fe.Name || fv.Offset != fe.Offset {
+				t.Errorf("%s field %d: verbs %s at %d, engine %s at %d", path, i, fv.Name, fv.Offset, fe.Name, fe.Offset)
+				continue
+			}
+			same(path+"."+fv.Name, fv.Type, fe.Type)
+		}
+	}
+	for name, ts := range carriers {
+		same(name, ts[0], ts[1])
+	}
+}
