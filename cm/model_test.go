@@ -46,7 +46,11 @@ func rcQP(t *testing.T, id *ID) *verbs.QP {
 // sides, negotiated values, the PSN rule, an MRA for a slow accept, a
 // disconnect from the passive side and TIMEWAIT_EXIT.
 func TestModel(t *testing.T) {
-	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
+	// A 400 ms MAD timeout against a 20 ms MRA delay: the MRA reaches the
+	// client long before its REQ timer even on a loaded machine.
+	cfg := testConfig()
+	cfg.Timeout = 400 * time.Millisecond
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
 	sch, cch := NewEventChannel(), NewEventChannel()
 	defer sch.Close()
 	defer cch.Close()
@@ -91,7 +95,7 @@ func TestModel(t *testing.T) {
 	}
 	// Slow accept: the CM sends an MRA, the client waits.
 	waitFor(t, 2*time.Second, "MRA", func() bool { return p.ab.Stats().MRAsSent.Load() == 1 })
-	time.Sleep(150 * time.Millisecond) // > Timeout: the client would have retransmitted without the MRA (service timeout 17 ≈ 537 ms)
+	time.Sleep(500 * time.Millisecond) // > Timeout: the client would have retransmitted without the MRA (service timeout 17 ≈ 537 ms)
 	sqp := rcQP(t, sid)
 	if err := sid.Accept(&ConnParam{PrivateData: []byte("rep"), ResponderResources: 2, InitiatorDepth: 3, RNRRetryCount: 4}); err != nil {
 		t.Fatal(err)
