@@ -159,3 +159,70 @@ func TestEngineLayout(t *testing.T) {
 		same(name, ts[0], ts[1])
 	}
 }
+
+// aliasStructs are the aliases of engine structs whose doc comment lists
+// their fields (go doc shows an alias's comment, not the engine's fields).
+var aliasStructs = map[string]reflect.Type{
+	"Config": reflect.TypeFor[Config](), "Stats": reflect.TypeFor[Stats](), "Error": reflect.TypeFor[Error](),
+	"WC": reflect.TypeFor[WC](), "SGE": reflect.TypeFor[SGE](), "RecvWR": reflect.TypeFor[RecvWR](),
+	"GlobalRoute": reflect.TypeFor[GlobalRoute](), "AHAttr": reflect.TypeFor[AHAttr](), "QPCap": reflect.TypeFor[QPCap](),
+	"QPAttr": reflect.TypeFor[QPAttr](), "DeviceAttr": reflect.TypeFor[DeviceAttr](), "PortAttr": reflect.TypeFor[PortAttr](),
+	"SRQAttr": reflect.TypeFor[SRQAttr](),
+}
+
+// TestAliasDocFields checks that each struct alias's doc comment lists
+// exactly the engine struct's exported fields, in order, so the listing
+// go doc shows cannot drift from the type.
+func TestAliasDocFields(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "types.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.TYPE {
+			continue
+		}
+		spec := g.Specs[0].(*ast.TypeSpec)
+		rt, ok := aliasStructs[spec.Name.Name]
+		if !ok {
+			continue
+		}
+		seen[spec.Name.Name] = true
+		var listed []string
+		in := false
+		for _, line := range strings.Split(g.Doc.Text(), "\n") {
+			s := strings.TrimSpace(line)
+			switch {
+			case s == "struct {":
+				in = true
+			case s == "}":
+				in = false
+			case in && s != "" && !strings.HasPrefix(s, "//"):
+				names, _, _ := strings.Cut(strings.Fields(s)[0]+" ", " ")
+				if strings.HasSuffix(names, ",") { // "A, B  T"
+					names = s[:strings.IndexAny(s, "\t")]
+				}
+				for n := range strings.SplitSeq(names, ",") {
+					listed = append(listed, strings.TrimSpace(n))
+				}
+			}
+		}
+		var want []string
+		for i := range rt.NumField() {
+			if fl := rt.Field(i); fl.IsExported() {
+				want = append(want, fl.Name)
+			}
+		}
+		if strings.Join(listed, " ") != strings.Join(want, " ") {
+			t.Errorf("%s's doc lists fields %v; the type has %v", spec.Name.Name, listed, want)
+		}
+	}
+	for name := range aliasStructs {
+		if !seen[name] {
+			t.Errorf("%s: no alias declaration with a field listing in types.go", name)
+		}
+	}
+}

@@ -275,10 +275,10 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	return wrapMW(v), err
 }
 
-// MR is a registered memory region. Remote and local access by the engine
+// MR is a registered memory region. Remote and local access by the device
 // goes only through the device's MR table (key -> MR -> PD -> access ->
 // bounds) under the MR's read lock; Deregister and Invalidate take it
-// exclusively, so after they return the engine never touches the memory again.
+// exclusively, so after they return the device never touches the memory again.
 type MR struct{ x engine.MR }
 
 // LKey returns the local key.

@@ -2,7 +2,7 @@ package verbs
 
 import "github.com/softroce/softroce/internal/engine"
 
-// Clock is the time source of the engine's timers (retransmit, RNR). Tests
+// Clock is the time source of the device's timers (retransmit, RNR). Tests
 // may inject a fake one; the default is the real clock.
 type Clock = engine.Clock
 
