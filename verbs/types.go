@@ -116,7 +116,7 @@ type QPType = engine.QPType
 // QPState is a QP state (enum ibv_qp_state values).
 //
 // Methods:
-//   - String() string: String returns the state name, e.g.
+//   - String() string: String returns the state name, e.g. "RTS".
 type QPState = engine.QPState
 
 // Access is a set of memory/QP access flags (enum ibv_access_flags values).
@@ -131,7 +131,7 @@ type WCStatus = engine.WCStatus
 // WCOpcode is the operation a work completion reports (enum ibv_wc_opcode values).
 //
 // Methods:
-//   - String() string: String returns the IBV_WC_ name without its prefix, e.g.
+//   - String() string: String returns the IBV_WC_ name without its prefix, e.g. "RDMA_WRITE" or "RECV_RDMA_WITH_IMM".
 type WCOpcode = engine.WCOpcode
 
 // WCFlags are work completion flags (enum ibv_wc_flags values).
@@ -161,7 +161,7 @@ type WC = engine.WC
 // WROpcode is a send work request's operation (enum ibv_wr_opcode values).
 //
 // Methods:
-//   - String() string: String returns the IBV_WR_ name without its prefix, e.g.
+//   - String() string: String returns the IBV_WR_ name without its prefix, e.g. "RDMA_WRITE".
 type WROpcode = engine.WROpcode
 
 // SendFlags modify a send work request (enum ibv_send_flags values).
