@@ -48,10 +48,9 @@
 //
 // Posting, polling and the per-packet paths do not allocate in steady state.
 // The objects (Device, PD, MR, MW, CQ, CompChannel, QP, SRQ, AH) and the
-// structs that carry them (SendWR, MWBind, MWBindInfo, QPInitAttr,
-// AsyncEvent) are defined here; the transport under them lives in an
-// internal package. Plain data types and enumerations (WC, RecvWR, SGE,
-// QPAttr, Config, Stats, Error, ...) are aliases of the transport's, so
-// posting and polling pass the caller's slices through without copying;
-// each alias's documentation shows its fields.
+// structs (SendWR, RecvWR, WC, QPAttr, ...) are defined here; the transport
+// under them lives in an internal package. Posting and polling hand the
+// caller's slices to the transport as they are, without copying.
+// Enumerations, the Clock and Timer interfaces and Error are aliases of
+// the transport's (Error so that errors.As finds it).
 package verbs

@@ -38,7 +38,7 @@ func (d *Device) LocalAddr() netip.AddrPort {
 
 // Stats returns the device's live counters.
 func (d *Device) Stats() *Stats {
-	return d.eng().Stats()
+	return (*Stats)(d.eng().Stats())
 }
 
 // Clock returns the clock the device was configured with (RealClock by
@@ -50,12 +50,13 @@ func (d *Device) Clock() Clock {
 
 // QueryDevice returns the device attributes (ibv_query_device), rxe's limits (docs/protocol.md §10.1).
 func (d *Device) QueryDevice() DeviceAttr {
-	return d.eng().QueryDevice()
+	return DeviceAttr(d.eng().QueryDevice())
 }
 
 // QueryPort returns port 1's attributes (ibv_query_port).
 func (d *Device) QueryPort(port uint8) (PortAttr, error) {
-	return d.eng().QueryPort(port)
+	a, err := d.eng().QueryPort(port)
+	return PortAttr(a), err
 }
 
 // QueryGID returns GID index i of port 1 (ibv_query_gid).
@@ -149,7 +150,7 @@ func (cq *CQ) Context() any {
 
 // Poll moves up to len(wc) completions into wc and returns how many (ibv_poll_cq).
 func (cq *CQ) Poll(wc []WC) int {
-	return cq.eng().Poll(wc)
+	return cq.eng().Poll(engineWCs(wc))
 }
 
 // Len returns the number of completions waiting.
@@ -199,7 +200,7 @@ func (pd *PD) CreateGSIQP(attr *QPInitAttr) (*QP, error) {
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(attr SRQAttr, ctx any) (*SRQ, error) {
-	v, err := pd.eng().CreateSRQ(attr, ctx)
+	v, err := pd.eng().CreateSRQ(engine.SRQAttr(attr), ctx)
 	return wrapSRQ(v), err
 }
 
@@ -241,7 +242,7 @@ func (pd *PD) RegRegion(r *mem.Region, access Access) (*MR, error) {
 
 // CreateAH creates an address handle (ibv_create_ah). RoCE needs a GRH.
 func (pd *PD) CreateAH(attr *AHAttr) (*AH, error) {
-	v, err := pd.eng().CreateAH(attr)
+	v, err := pd.eng().CreateAH(attr.eng())
 	return wrapAH(v), err
 }
 
@@ -434,13 +435,13 @@ func (qp *QP) SourcePort() uint16 {
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
 func (qp *QP) Query() (QPAttr, QPInitAttr) {
 	a, ia := qp.eng().Query()
-	return a, qpInitAttrOf(ia)
+	return *qpAttrOf(&a), qpInitAttrOf(ia)
 }
 
 // Modify changes the QP's attributes selected by mask (ibv_modify_qp),
 // following the state machine and the required attributes per transition (docs/protocol.md §5.9).
 func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
-	return qp.eng().Modify(attr, mask)
+	return qp.eng().Modify(attr.eng(), mask)
 }
 
 // PostSend posts send WRs (ibv_post_send). It returns how many were posted;
@@ -452,7 +453,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 // PostRecv posts receive WRs (ibv_post_recv); it returns how many were
 // posted and, if fewer than len(wrs), why wrs[n] was refused.
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
-	return qp.eng().PostRecv(wrs)
+	return qp.eng().PostRecv(engineRecvWRs(wrs))
 }
 
 // Destroy destroys the QP (ibv_destroy_qp); outstanding work is discarded.
@@ -486,19 +487,19 @@ type SRQ struct{ x engine.SRQ }
 // PostRecv posts receive WRs (ibv_post_srq_recv); it returns how many were
 // posted and, if not all, why the next one was refused.
 func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
-	return s.eng().PostRecv(wrs)
+	return s.eng().PostRecv(engineRecvWRs(wrs))
 }
 
 // Query returns the SRQ's attributes (ibv_query_srq).
 func (s *SRQ) Query() SRQAttr {
-	return s.eng().Query()
+	return SRQAttr(s.eng().Query())
 }
 
 // Modify changes the limit (SRQAttrLimit) and/or size (SRQAttrMaxWR) (ibv_modify_srq).
 // Setting a non-zero limit arms the limit event: when fewer WQEs than the
 // limit remain, EventSRQLimitReached is raised once and the limit returns to 0.
 func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
-	return s.eng().Modify(attr, mask)
+	return s.eng().Modify(engine.SRQAttr(attr), mask)
 }
 
 // Destroy frees the SRQ (ibv_destroy_srq); EBUSY while QPs use it.
@@ -511,7 +512,8 @@ type AH struct{ x engine.AH }
 
 // Attr returns the AH's address vector.
 func (ah *AH) Attr() AHAttr {
-	return ah.eng().Attr()
+	a := ah.eng().Attr()
+	return *ahAttrOf(&a)
 }
 
 // Destroy frees the AH (ibv_destroy_ah).

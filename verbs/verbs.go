@@ -28,7 +28,7 @@ const (
 // Open starts a device on a link endpoint (a UDP socket from link/udp or an
 // in-memory pipe end from link/pipe). The device owns ep. cfg may be nil.
 func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
-	d, err := engine.Open(ep, cfg)
+	d, err := engine.Open(ep, (*engine.Config)(cfg))
 	return wrapDevice(d), err
 }
 
@@ -58,7 +58,7 @@ func OpenUDP(addr string, cfg *Config) (*Device, error) {
 		// GID 0 is the link-local GID of the interface's MAC, as on rxe.
 		c.MAC = macOf(ap.Addr())
 	}
-	d, err := engine.Open(ep, &c)
+	d, err := engine.Open(ep, (*engine.Config)(&c))
 	if err != nil {
 		ep.Close()
 		return nil, err

@@ -117,6 +117,9 @@ type AsyncEvent struct {
 var (
 	_ = [1]struct{}{}[unsafe.Sizeof(SendWR{})-unsafe.Sizeof(engine.SendWR{})]
 	_ = [1]struct{}{}[unsafe.Sizeof(AsyncEvent{})-unsafe.Sizeof(engine.AsyncEvent{})]
+	_ = [1]struct{}{}[unsafe.Sizeof(RecvWR{})-unsafe.Sizeof(engine.RecvWR{})]
+	_ = [1]struct{}{}[unsafe.Sizeof(AHAttr{})-unsafe.Sizeof(engine.AHAttr{})]
+	_ = [1]struct{}{}[unsafe.Sizeof(QPAttr{})-unsafe.Sizeof(engine.QPAttr{})]
 )
 
 // engineSendWRs views wrs as the engine's work requests (same memory).
@@ -126,6 +129,31 @@ func engineSendWRs(wrs []SendWR) []engine.SendWR {
 	}
 	return unsafe.Slice((*engine.SendWR)(unsafe.Pointer(&wrs[0])), len(wrs))
 }
+
+// engineRecvWRs views wrs as the engine's work requests (same memory).
+func engineRecvWRs(wrs []RecvWR) []engine.RecvWR {
+	if len(wrs) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*engine.RecvWR)(unsafe.Pointer(&wrs[0])), len(wrs))
+}
+
+// engineWCs views wc as the engine's completions (same memory; the types
+// are identical but for their names, which the conversion checks).
+func engineWCs(wc []WC) []engine.WC {
+	if len(wc) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*engine.WC)(&wc[0]), len(wc))
+}
+
+func (a *AHAttr) eng() *engine.AHAttr { return (*engine.AHAttr)(unsafe.Pointer(a)) }
+
+func ahAttrOf(a *engine.AHAttr) *AHAttr { return (*AHAttr)(unsafe.Pointer(a)) }
+
+func (a *QPAttr) eng() *engine.QPAttr { return (*engine.QPAttr)(unsafe.Pointer(a)) }
+
+func qpAttrOf(a *engine.QPAttr) *QPAttr { return (*QPAttr)(unsafe.Pointer(a)) }
 
 // asyncEventChan views the engine's event channel as one of verbs events.
 func asyncEventChan(c <-chan engine.AsyncEvent) <-chan AsyncEvent {
@@ -151,14 +179,14 @@ func (a *QPInitAttr) engine() *engine.QPInitAttr {
 	}
 	return &engine.QPInitAttr{
 		Context: a.Context, SendCQ: a.SendCQ.eng(), RecvCQ: a.RecvCQ.eng(),
-		SRQ: a.SRQ.eng(), Cap: a.Cap, QPType: a.QPType, SQSigAll: a.SQSigAll,
+		SRQ: a.SRQ.eng(), Cap: engine.QPCap(a.Cap), QPType: a.QPType, SQSigAll: a.SQSigAll,
 	}
 }
 
 func qpInitAttrOf(a engine.QPInitAttr) QPInitAttr {
 	return QPInitAttr{
 		Context: a.Context, SendCQ: wrapCQ(a.SendCQ), RecvCQ: wrapCQ(a.RecvCQ),
-		SRQ: wrapSRQ(a.SRQ), Cap: a.Cap, QPType: a.QPType, SQSigAll: a.SQSigAll,
+		SRQ: wrapSRQ(a.SRQ), Cap: QPCap(a.Cap), QPType: a.QPType, SQSigAll: a.SQSigAll,
 	}
 }
 
