@@ -51,6 +51,25 @@ var carriers = map[string][2]reflect.Type{
 	"SRQAttr":     {reflect.TypeFor[SRQAttr](), reflect.TypeFor[engine.SRQAttr]()},
 }
 
+// enums are verbs' enumerations and flag sets, each with the engine's
+// representation.
+var enums = map[string][2]reflect.Type{
+	"MWType":      {reflect.TypeFor[MWType](), reflect.TypeFor[engine.MWType]()},
+	"QPType":      {reflect.TypeFor[QPType](), reflect.TypeFor[engine.QPType]()},
+	"QPState":     {reflect.TypeFor[QPState](), reflect.TypeFor[engine.QPState]()},
+	"Access":      {reflect.TypeFor[Access](), reflect.TypeFor[engine.Access]()},
+	"WCStatus":    {reflect.TypeFor[WCStatus](), reflect.TypeFor[engine.WCStatus]()},
+	"WCOpcode":    {reflect.TypeFor[WCOpcode](), reflect.TypeFor[engine.WCOpcode]()},
+	"WCFlags":     {reflect.TypeFor[WCFlags](), reflect.TypeFor[engine.WCFlags]()},
+	"WROpcode":    {reflect.TypeFor[WROpcode](), reflect.TypeFor[engine.WROpcode]()},
+	"SendFlags":   {reflect.TypeFor[SendFlags](), reflect.TypeFor[engine.SendFlags]()},
+	"GID":         {reflect.TypeFor[GID](), reflect.TypeFor[engine.GID]()},
+	"AttrMask":    {reflect.TypeFor[AttrMask](), reflect.TypeFor[engine.AttrMask]()},
+	"EventType":   {reflect.TypeFor[EventType](), reflect.TypeFor[engine.EventType]()},
+	"PortState":   {reflect.TypeFor[PortState](), reflect.TypeFor[engine.PortState]()},
+	"SRQAttrMask": {reflect.TypeFor[SRQAttrMask](), reflect.TypeFor[engine.SRQAttrMask]()},
+}
+
 // TestAPIDeclared checks what go doc shows: the objects and the structs
 // that carry them are declared in verbs (not aliases), every exported
 // name and method has its own doc comment, and every exported method of
@@ -100,6 +119,49 @@ func TestAPIDeclared(t *testing.T) {
 			t.Errorf("type %s is declared as %T; want a struct", name, spec.Type)
 		}
 	}
+	for name, ts := range enums {
+		ty := declared[name]
+		if ty == nil {
+			t.Errorf("type %s is not declared in verbs", name)
+			continue
+		}
+		if ty.Decl.Specs[0].(*ast.TypeSpec).Assign.IsValid() {
+			t.Errorf("type %s is an alias; want a type declared in verbs", name)
+		}
+		for i := range ts[1].NumMethod() {
+			{
+				m := ts[1].Method(i).Name
+				if _, ok := ts[0].MethodByName(m); !ok {
+					t.Errorf("engine's %s has method %s; verbs.%s does not", name, m, name)
+				}
+			}
+		}
+	}
+	// Every exported constant of the engine has its verbs twin; typed ones
+	// are grouped under their type, as go doc lists them.
+	consts := map[string]bool{}
+	for _, c := range p.Consts {
+		for _, n := range c.Names {
+			consts[n] = true
+		}
+	}
+	for _, ty := range p.Types {
+		for _, c := range ty.Consts {
+			for _, n := range c.Names {
+				consts[n] = true
+			}
+		}
+	}
+	for _, n := range engineConsts(t) {
+		if !consts[n] {
+			t.Errorf("engine's constant %s has no verbs twin", n)
+		}
+	}
+	for name := range enums {
+		if ty := declared[name]; ty != nil && name != "GID" && len(ty.Consts) == 0 {
+			t.Errorf("go doc lists no constants under %s", name)
+		}
+	}
 	for name, ts := range objects {
 		ty := declared[name]
 		if ty == nil {
@@ -143,6 +205,9 @@ func TestEngineLayout(t *testing.T) {
 	for _, ts := range carriers {
 		view[ts[0]] = ts[1]
 	}
+	for _, ts := range enums {
+		view[ts[0]] = ts[1]
+	}
 	var same func(path string, v, e reflect.Type)
 	same = func(path string, v, e reflect.Type) {
 		if v == e {
@@ -158,6 +223,9 @@ func TestEngineLayout(t *testing.T) {
 			return
 		}
 		if v.Kind() != reflect.Struct {
+			if v.Kind() != e.Kind() || v.Size() != e.Size() {
+				t.Errorf("%s: verbs %v is a %d-byte %v, engine %v a %d-byte %v", path, v, v.Size(), v.Kind(), e, e.Size(), e.Kind())
+			}
 			return
 		}
 		if v.NumField() != e.NumField() || v.Size() != e.Size() || v.Align() != e.Align() {
@@ -239,4 +307,31 @@ func TestAliasDocFields(t *testing.T) {
 			t.Errorf("%s: no alias declaration with a field listing in types.go", name)
 		}
 	}
+}
+
+// engineConsts returns the names of the engine's exported constants.
+func engineConsts(t *testing.T) []string {
+	t.Helper()
+	pkgs, err := parser.ParseDir(token.NewFileSet(), "../internal/engine", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range pkgs["engine"].Files {
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+				for _, sp := range g.Specs {
+					for _, n := range sp.(*ast.ValueSpec).Names {
+						if n.IsExported() {
+							out = append(out, n.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("found no engine constants")
+	}
+	return out
 }

@@ -51,6 +51,7 @@
 // structs (SendWR, RecvWR, WC, QPAttr, ...) are defined here; the transport
 // under them lives in an internal package. Posting and polling hand the
 // caller's slices to the transport as they are, without copying.
-// Enumerations, the Clock and Timer interfaces and Error are aliases of
-// the transport's (Error so that errors.As finds it).
+// The enumerations are verbs' own types too; only the Clock and Timer
+// interfaces, Error (so that errors.As finds it), RealClock and ErrClosed
+// are the transport's.
 package verbs

@@ -56,17 +56,18 @@ func (d *Device) QueryDevice() DeviceAttr {
 // QueryPort returns port 1's attributes (ibv_query_port).
 func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	a, err := d.eng().QueryPort(port)
-	return PortAttr(a), err
+	return *portAttrOf(&a), err
 }
 
 // QueryGID returns GID index i of port 1 (ibv_query_gid).
 func (d *Device) QueryGID(port uint8, i int) (GID, error) {
-	return d.eng().QueryGID(port, i)
+	g, err := d.eng().QueryGID(port, i)
+	return GID(g), err
 }
 
 // GIDs returns the populated GID table entries.
 func (d *Device) GIDs() []GID {
-	return d.eng().GIDs()
+	return gidsOf(d.eng().GIDs())
 }
 
 // QueryPKey returns P_Key index i (only index 0, 0xFFFF).
@@ -226,7 +227,7 @@ func (pd *PD) Dealloc() error {
 // device's MR count (ENOMEM) or size (EINVAL) limits fail (Config.MaxMR,
 // Config.MaxMRSize).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	v, err := pd.eng().RegMR(buf, access)
+	v, err := pd.eng().RegMR(buf, engine.Access(access))
 	return wrapMR(v), err
 }
 
@@ -236,7 +237,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 // gets NAK 0x62, local use LOC_PROT_ERR). The MR's address is the region's
 // address (0 if ZERO_BASED). Deregister does not deregister the region.
 func (pd *PD) RegRegion(r *mem.Region, access Access) (*MR, error) {
-	v, err := pd.eng().RegRegion(r, access)
+	v, err := pd.eng().RegRegion(r, engine.Access(access))
 	return wrapMR(v), err
 }
 
@@ -255,7 +256,7 @@ func (pd *PD) CreateAH(attr *AHAttr) (*AH, error) {
 // mem.ErrNoProvider (EFAULT). When the provider revokes the memory the MR
 // becomes invalid and an EventMRInvalidated async event reports it.
 func (pd *PD) RegMem(req mem.Request, access Access) (*MR, error) {
-	v, err := pd.eng().RegMem(req, access)
+	v, err := pd.eng().RegMem(req, engine.Access(access))
 	return wrapMR(v), err
 }
 
@@ -265,14 +266,14 @@ func (pd *PD) RegMem(req mem.Request, access Access) (*MR, error) {
 // SGE addresses are iova plus an offset). The fd is duplicated; the caller
 // may close its own. It goes through the registry's fd provider.
 func (pd *PD) RegDmabufMR(fd int, offset uint64, length uint64, iova uint64, access Access) (*MR, error) {
-	v, err := pd.eng().RegDmabufMR(fd, offset, length, iova, access)
+	v, err := pd.eng().RegDmabufMR(fd, offset, length, iova, engine.Access(access))
 	return wrapMR(v), err
 }
 
 // AllocMW allocates a memory window (ibv_alloc_mw). A type 1 window starts
 // valid but unbound; a type 2 window starts free (unusable until bound).
 func (pd *PD) AllocMW(typ MWType) (*MW, error) {
-	v, err := pd.eng().AllocMW(typ)
+	v, err := pd.eng().AllocMW(engine.MWType(typ))
 	return wrapMW(v), err
 }
 
@@ -306,7 +307,7 @@ func (mr *MR) Len() int {
 
 // Access returns the access flags.
 func (mr *MR) Access() Access {
-	return mr.eng().Access()
+	return Access(mr.eng().Access())
 }
 
 // PD returns the protection domain.
@@ -352,7 +353,7 @@ func (mr *MR) Revalidate() uint32 {
 // read-only provider region is refused (EACCES). It fails with EBUSY while
 // memory windows are bound to the MR.
 func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
-	return mr.eng().Rereg(flags, pd.eng(), buf, access)
+	return mr.eng().Rereg(flags, pd.eng(), buf, engine.Access(access))
 }
 
 // Region returns the provider region behind the MR, or nil.
@@ -368,7 +369,7 @@ type MW struct{ x engine.MW }
 
 // Type returns the window type.
 func (mw *MW) Type() MWType {
-	return mw.eng().Type()
+	return MWType(mw.eng().Type())
 }
 
 // PD returns the window's protection domain.
@@ -408,7 +409,7 @@ func (qp *QP) QPN() uint32 {
 
 // Type returns the QP type.
 func (qp *QP) Type() QPType {
-	return qp.eng().Type()
+	return QPType(qp.eng().Type())
 }
 
 // Context returns the user context given at creation.
@@ -418,7 +419,7 @@ func (qp *QP) Context() any {
 
 // State returns the current state.
 func (qp *QP) State() QPState {
-	return qp.eng().State()
+	return QPState(qp.eng().State())
 }
 
 // Device returns the QP's device.
@@ -441,7 +442,7 @@ func (qp *QP) Query() (QPAttr, QPInitAttr) {
 // Modify changes the QP's attributes selected by mask (ibv_modify_qp),
 // following the state machine and the required attributes per transition (docs/protocol.md §5.9).
 func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
-	return qp.eng().Modify(attr.eng(), mask)
+	return qp.eng().Modify(attr.eng(), engine.AttrMask(mask))
 }
 
 // PostSend posts send WRs (ibv_post_send). It returns how many were posted;
@@ -465,12 +466,12 @@ func (qp *QP) Destroy() error {
 // datagrams sent to QPN 0xFFFFFF and the group's address reach it. The link
 // must receive the group's traffic (joining the IP group is the link's job).
 func (qp *QP) AttachMcast(gid GID, lid uint16) error {
-	return qp.eng().AttachMcast(gid, lid)
+	return qp.eng().AttachMcast(engine.GID(gid), lid)
 }
 
 // DetachMcast detaches the QP from the group (ibv_detach_mcast).
 func (qp *QP) DetachMcast(gid GID, lid uint16) error {
-	return qp.eng().DetachMcast(gid, lid)
+	return qp.eng().DetachMcast(engine.GID(gid), lid)
 }
 
 // BindMW binds a type 1 window (ibv_bind_mw): it posts a bind work request
@@ -499,7 +500,7 @@ func (s *SRQ) Query() SRQAttr {
 // Setting a non-zero limit arms the limit event: when fewer WQEs than the
 // limit remain, EventSRQLimitReached is raised once and the limit returns to 0.
 func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
-	return s.eng().Modify(engine.SRQAttr(attr), mask)
+	return s.eng().Modify(engine.SRQAttr(attr), engine.SRQAttrMask(mask))
 }
 
 // Destroy frees the SRQ (ibv_destroy_srq); EBUSY while QPs use it.

@@ -1,6 +1,10 @@
 package verbs
 
-import "github.com/softroce/softroce/internal/engine"
+import (
+	"net/netip"
+
+	"github.com/softroce/softroce/internal/engine"
+)
 
 // Clock is the time source of the device's timers (retransmit, RNR). Tests
 // may inject a fake one; the default is the real clock.
@@ -27,208 +31,255 @@ type Timer = engine.Timer
 type Error = engine.Error
 
 // MWType is a memory window's type (enum ibv_mw_type values).
-//
-// Methods:
-//   - String() string: String returns "type 1" or "type 2".
-type MWType = engine.MWType
+type MWType uint8
+
+// String returns "type 1" or "type 2".
+func (v MWType) String() string { return engine.MWType(v).String() }
+
+const (
+	MWType1 MWType = 1
+	MWType2 MWType = 2
+)
 
 // QPType is the transport service of a QP (enum ibv_qp_type values).
-//
-// Methods:
-//   - String() string: String returns "RC", "UC" or "UD".
-type QPType = engine.QPType
+type QPType uint8
+
+// String returns "RC", "UC" or "UD".
+func (v QPType) String() string { return engine.QPType(v).String() }
+
+const (
+	QPTypeRC QPType = 2
+	QPTypeUC QPType = 3
+	QPTypeUD QPType = 4
+)
 
 // QPState is a QP state (enum ibv_qp_state values).
-//
-// Methods:
-//   - String() string: String returns the state name, e.g. "RTS".
-type QPState = engine.QPState
+type QPState uint8
+
+// String returns the state name, e.g. "RTS".
+func (v QPState) String() string { return engine.QPState(v).String() }
+
+const (
+	QPStateReset QPState = 0
+	QPStateInit  QPState = 1
+	QPStateRTR   QPState = 2
+	QPStateRTS   QPState = 3
+	QPStateSQD   QPState = 4
+	QPStateSQE   QPState = 5
+	QPStateErr   QPState = 6
+)
 
 // Access is a set of memory/QP access flags (enum ibv_access_flags values).
-type Access = engine.Access
+type Access uint32
+
+const (
+	AccessLocalWrite      Access = 0x1
+	AccessRemoteWrite     Access = 0x2
+	AccessRemoteRead      Access = 0x4
+	AccessRemoteAtomic    Access = 0x8
+	AccessMWBind          Access = 0x10
+	AccessZeroBased       Access = 0x20
+	AccessOnDemand        Access = 0x40
+	AccessHugeTLB         Access = 0x80
+	AccessFlushGlobal     Access = 0x100
+	AccessFlushPersistent Access = 0x200
+	AccessRelaxedOrdering Access = 0x100000
+)
 
 // WCStatus is a work completion status (enum ibv_wc_status values).
-//
-// Methods:
-//   - String() string: String returns the text ibv_wc_status_str gives.
-type WCStatus = engine.WCStatus
+type WCStatus uint8
+
+// String returns the text ibv_wc_status_str gives.
+func (v WCStatus) String() string { return engine.WCStatus(v).String() }
+
+const (
+	WCSuccess          WCStatus = 0
+	WCLocLenErr        WCStatus = 1
+	WCLocQPOpErr       WCStatus = 2
+	WCLocEECOpErr      WCStatus = 3
+	WCLocProtErr       WCStatus = 4
+	WCWRFlushErr       WCStatus = 5
+	WCMWBindErr        WCStatus = 6
+	WCBadRespErr       WCStatus = 7
+	WCLocAccessErr     WCStatus = 8
+	WCRemInvReqErr     WCStatus = 9
+	WCRemAccessErr     WCStatus = 10
+	WCRemOpErr         WCStatus = 11
+	WCRetryExcErr      WCStatus = 12
+	WCRNRRetryExcErr   WCStatus = 13
+	WCLocRDDViolErr    WCStatus = 14
+	WCRemInvRDReqErr   WCStatus = 15
+	WCRemAbortErr      WCStatus = 16
+	WCInvEECNErr       WCStatus = 17
+	WCInvEECStateErr   WCStatus = 18
+	WCFatalErr         WCStatus = 19
+	WCRespTimeoutErr   WCStatus = 20
+	WCGeneralErr       WCStatus = 21
+	WCTMErr            WCStatus = 22
+	WCTMRndvIncomplete WCStatus = 23
+)
 
 // WCOpcode is the operation a work completion reports (enum ibv_wc_opcode values).
-//
-// Methods:
-//   - String() string: String returns the IBV_WC_ name without its prefix, e.g. "RDMA_WRITE" or "RECV_RDMA_WITH_IMM".
-type WCOpcode = engine.WCOpcode
+type WCOpcode uint8
+
+// String returns the IBV_WC_ name without its prefix, e.g. "RDMA_WRITE" or
+// "RECV_RDMA_WITH_IMM" (as ibv_wc_opcode names it in <infiniband/verbs.h>).
+func (v WCOpcode) String() string { return engine.WCOpcode(v).String() }
+
+const (
+	WCSend            WCOpcode = 0
+	WCRDMAWrite       WCOpcode = 1
+	WCRDMARead        WCOpcode = 2
+	WCCompSwap        WCOpcode = 3
+	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
+	WCTSO             WCOpcode = 7
+	WCFlush           WCOpcode = 8
+	WCAtomicWrite     WCOpcode = 9
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
 
 // WCFlags are work completion flags (enum ibv_wc_flags values).
-type WCFlags = engine.WCFlags
+type WCFlags uint8
+
+const (
+	WCWithGRH     WCFlags = 0x1
+	WCWithImm     WCFlags = 0x2
+	WCIPCsumOK    WCFlags = 0x4
+	WCWithInv     WCFlags = 0x8
+	WCTMSyncReq   WCFlags = 0x10
+	WCTMMatch     WCFlags = 0x20
+	WCTMDataValid WCFlags = 0x40
+)
 
 // WROpcode is a send work request's operation (enum ibv_wr_opcode values).
-//
-// Methods:
-//   - String() string: String returns the IBV_WR_ name without its prefix, e.g. "RDMA_WRITE".
-type WROpcode = engine.WROpcode
+type WROpcode uint8
+
+// String returns the IBV_WR_ name without its prefix, e.g. "RDMA_WRITE".
+func (v WROpcode) String() string { return engine.WROpcode(v).String() }
+
+const (
+	WRRDMAWrite         WROpcode = 0
+	WRRDMAWriteWithImm  WROpcode = 1
+	WRSend              WROpcode = 2
+	WRSendWithImm       WROpcode = 3
+	WRRDMARead          WROpcode = 4
+	WRAtomicCmpAndSwp   WROpcode = 5
+	WRAtomicFetchAndAdd WROpcode = 6
+	WRLocalInv          WROpcode = 7
+	WRBindMW            WROpcode = 8
+	WRSendWithInv       WROpcode = 9
+	WRTSO               WROpcode = 10
+	WRFlush             WROpcode = 14
+	WRAtomicWrite       WROpcode = 15
+)
 
 // SendFlags modify a send work request (enum ibv_send_flags values).
-type SendFlags = engine.SendFlags
+type SendFlags uint32
+
+const (
+	SendFence     SendFlags = 0x1
+	SendSignaled  SendFlags = 0x2
+	SendSolicited SendFlags = 0x4
+	SendInline    SendFlags = 0x8
+	SendIPCsum    SendFlags = 0x10
+)
 
 // GID is a 16-byte global identifier; for RoCEv2 the IPv6 address or the
 // IPv4-mapped IPv6 address of an endpoint.
-//
-// Methods:
-//   - Addr() netip.Addr: Addr returns the IP address the GID stands for (unmapped for IPv4).
-//   - String() string: String formats the GID as an IPv6 address.
-type GID = engine.GID
+type GID [16]byte
+
+// Addr returns the IP address the GID stands for (unmapped for IPv4).
+func (g GID) Addr() netip.Addr { return engine.GID(g).Addr() }
+
+// String formats the GID as an IPv6 address.
+func (g GID) String() string { return engine.GID(g).String() }
 
 // AttrMask selects QPAttr fields in ModifyQP / QueryQP (enum ibv_qp_attr_mask values).
-type AttrMask = engine.AttrMask
+type AttrMask uint32
+
+const (
+	QPAttrState            AttrMask = 0x1
+	QPAttrCurState         AttrMask = 0x2
+	QPAttrEnSQDAsyncNotify AttrMask = 0x4
+	QPAttrAccessFlags      AttrMask = 0x8
+	QPAttrPKeyIndex        AttrMask = 0x10
+	QPAttrPort             AttrMask = 0x20
+	QPAttrQKey             AttrMask = 0x40
+	QPAttrAV               AttrMask = 0x80
+	QPAttrPathMTU          AttrMask = 0x100
+	QPAttrTimeout          AttrMask = 0x200
+	QPAttrRetryCnt         AttrMask = 0x400
+	QPAttrRNRRetry         AttrMask = 0x800
+	QPAttrRQPSN            AttrMask = 0x1000
+	QPAttrMaxQPRdAtomic    AttrMask = 0x2000
+	QPAttrAltPath          AttrMask = 0x4000
+	QPAttrMinRNRTimer      AttrMask = 0x8000
+	QPAttrSQPSN            AttrMask = 0x10000
+	QPAttrMaxDestRdAtomic  AttrMask = 0x20000
+	QPAttrPathMigState     AttrMask = 0x40000
+	QPAttrCap              AttrMask = 0x80000
+	QPAttrDestQPN          AttrMask = 0x100000
+	QPAttrRateLimit        AttrMask = 0x2000000
+)
 
 // EventType is an asynchronous event type (enum ibv_event_type values).
-//
-// Methods:
-//   - String() string: String returns the text ibv_event_type_str gives.
-type EventType = engine.EventType
+type EventType uint8
+
+// String returns the text ibv_event_type_str gives.
+func (v EventType) String() string { return engine.EventType(v).String() }
+
+const (
+	EventCQErr            EventType = 0
+	EventQPFatal          EventType = 1
+	EventQPReqErr         EventType = 2
+	EventQPAccessErr      EventType = 3
+	EventCommEst          EventType = 4
+	EventSQDrained        EventType = 5
+	EventDeviceFatal      EventType = 8
+	EventPortActive       EventType = 9
+	EventPortErr          EventType = 10
+	EventSRQErr           EventType = 14
+	EventSRQLimitReached  EventType = 15
+	EventQPLastWQEReached EventType = 16
+	EventGIDChange        EventType = 18
+	// EventMRInvalidated (a softroce extension, no ibv_event_type) says a
+	// memory provider revoked the memory under AsyncEvent.MR: the MR is
+	// invalid from then on (remote access gets REM_ACCESS_ERR, local use
+	// LOC_PROT_ERR); deregister it. mem.Region.Cause says why.
+	EventMRInvalidated EventType = 64
+)
 
 // PortState is a port's state (enum ibv_port_state values).
-type PortState = engine.PortState
+type PortState uint8
+
+const (
+	PortDown   PortState = 1
+	PortInit   PortState = 2
+	PortArmed  PortState = 3
+	PortActive PortState = 4
+)
 
 // SRQAttrMask selects SRQAttr fields in ModifySRQ.
-type SRQAttrMask = engine.SRQAttrMask
+type SRQAttrMask uint32
+
+const (
+	SRQAttrMaxWR SRQAttrMask = 0x1
+	SRQAttrLimit SRQAttrMask = 0x2
+)
 
 // Constants, with the numeric values of rdma-core's enums.
 const (
-	MulticastQPN           = engine.MulticastQPN
-	ReregChangeTranslation = engine.ReregChangeTranslation
-	ReregChangePD          = engine.ReregChangePD
-	ReregChangeAccess      = engine.ReregChangeAccess
-	MWType1                = engine.MWType1
-	MWType2                = engine.MWType2
-	MaxMW                  = engine.MaxMW
-	QPTypeRC               = engine.QPTypeRC
-	QPTypeUC               = engine.QPTypeUC
-	QPTypeUD               = engine.QPTypeUD
-	QPStateReset           = engine.QPStateReset
-	QPStateInit            = engine.QPStateInit
-	QPStateRTR             = engine.QPStateRTR
-	QPStateRTS             = engine.QPStateRTS
-	QPStateSQD             = engine.QPStateSQD
-	QPStateSQE             = engine.QPStateSQE
-	QPStateErr             = engine.QPStateErr
-	AccessLocalWrite       = engine.AccessLocalWrite
-	AccessRemoteWrite      = engine.AccessRemoteWrite
-	AccessRemoteRead       = engine.AccessRemoteRead
-	AccessRemoteAtomic     = engine.AccessRemoteAtomic
-	AccessMWBind           = engine.AccessMWBind
-	AccessZeroBased        = engine.AccessZeroBased
-	AccessOnDemand         = engine.AccessOnDemand
-	AccessHugeTLB          = engine.AccessHugeTLB
-	AccessFlushGlobal      = engine.AccessFlushGlobal
-	AccessFlushPersistent  = engine.AccessFlushPersistent
-	AccessRelaxedOrdering  = engine.AccessRelaxedOrdering
-	WCSuccess              = engine.WCSuccess
-	WCLocLenErr            = engine.WCLocLenErr
-	WCLocQPOpErr           = engine.WCLocQPOpErr
-	WCLocEECOpErr          = engine.WCLocEECOpErr
-	WCLocProtErr           = engine.WCLocProtErr
-	WCWRFlushErr           = engine.WCWRFlushErr
-	WCMWBindErr            = engine.WCMWBindErr
-	WCBadRespErr           = engine.WCBadRespErr
-	WCLocAccessErr         = engine.WCLocAccessErr
-	WCRemInvReqErr         = engine.WCRemInvReqErr
-	WCRemAccessErr         = engine.WCRemAccessErr
-	WCRemOpErr             = engine.WCRemOpErr
-	WCRetryExcErr          = engine.WCRetryExcErr
-	WCRNRRetryExcErr       = engine.WCRNRRetryExcErr
-	WCLocRDDViolErr        = engine.WCLocRDDViolErr
-	WCRemInvRDReqErr       = engine.WCRemInvRDReqErr
-	WCRemAbortErr          = engine.WCRemAbortErr
-	WCInvEECNErr           = engine.WCInvEECNErr
-	WCInvEECStateErr       = engine.WCInvEECStateErr
-	WCFatalErr             = engine.WCFatalErr
-	WCRespTimeoutErr       = engine.WCRespTimeoutErr
-	WCGeneralErr           = engine.WCGeneralErr
-	WCTMErr                = engine.WCTMErr
-	WCTMRndvIncomplete     = engine.WCTMRndvIncomplete
-	WCSend                 = engine.WCSend
-	WCRDMAWrite            = engine.WCRDMAWrite
-	WCRDMARead             = engine.WCRDMARead
-	WCCompSwap             = engine.WCCompSwap
-	WCFetchAdd             = engine.WCFetchAdd
-	WCBindMW               = engine.WCBindMW
-	WCLocalInv             = engine.WCLocalInv
-	WCTSO                  = engine.WCTSO
-	WCFlush                = engine.WCFlush
-	WCAtomicWrite          = engine.WCAtomicWrite
-	WCRecv                 = engine.WCRecv
-	WCRecvRDMAWithImm      = engine.WCRecvRDMAWithImm
-	WCWithGRH              = engine.WCWithGRH
-	WCWithImm              = engine.WCWithImm
-	WCIPCsumOK             = engine.WCIPCsumOK
-	WCWithInv              = engine.WCWithInv
-	WCTMSyncReq            = engine.WCTMSyncReq
-	WCTMMatch              = engine.WCTMMatch
-	WCTMDataValid          = engine.WCTMDataValid
-	WRRDMAWrite            = engine.WRRDMAWrite
-	WRRDMAWriteWithImm     = engine.WRRDMAWriteWithImm
-	WRSend                 = engine.WRSend
-	WRSendWithImm          = engine.WRSendWithImm
-	WRRDMARead             = engine.WRRDMARead
-	WRAtomicCmpAndSwp      = engine.WRAtomicCmpAndSwp
-	WRAtomicFetchAndAdd    = engine.WRAtomicFetchAndAdd
-	WRLocalInv             = engine.WRLocalInv
-	WRBindMW               = engine.WRBindMW
-	WRSendWithInv          = engine.WRSendWithInv
-	WRTSO                  = engine.WRTSO
-	WRFlush                = engine.WRFlush
-	WRAtomicWrite          = engine.WRAtomicWrite
-	SendFence              = engine.SendFence
-	SendSignaled           = engine.SendSignaled
-	SendSolicited          = engine.SendSolicited
-	SendInline             = engine.SendInline
-	SendIPCsum             = engine.SendIPCsum
-	MaxSGE                 = engine.MaxSGE
-	MaxInline              = engine.MaxInline
-	QPAttrState            = engine.QPAttrState
-	QPAttrCurState         = engine.QPAttrCurState
-	QPAttrEnSQDAsyncNotify = engine.QPAttrEnSQDAsyncNotify
-	QPAttrAccessFlags      = engine.QPAttrAccessFlags
-	QPAttrPKeyIndex        = engine.QPAttrPKeyIndex
-	QPAttrPort             = engine.QPAttrPort
-	QPAttrQKey             = engine.QPAttrQKey
-	QPAttrAV               = engine.QPAttrAV
-	QPAttrPathMTU          = engine.QPAttrPathMTU
-	QPAttrTimeout          = engine.QPAttrTimeout
-	QPAttrRetryCnt         = engine.QPAttrRetryCnt
-	QPAttrRNRRetry         = engine.QPAttrRNRRetry
-	QPAttrRQPSN            = engine.QPAttrRQPSN
-	QPAttrMaxQPRdAtomic    = engine.QPAttrMaxQPRdAtomic
-	QPAttrAltPath          = engine.QPAttrAltPath
-	QPAttrMinRNRTimer      = engine.QPAttrMinRNRTimer
-	QPAttrSQPSN            = engine.QPAttrSQPSN
-	QPAttrMaxDestRdAtomic  = engine.QPAttrMaxDestRdAtomic
-	QPAttrPathMigState     = engine.QPAttrPathMigState
-	QPAttrCap              = engine.QPAttrCap
-	QPAttrDestQPN          = engine.QPAttrDestQPN
-	QPAttrRateLimit        = engine.QPAttrRateLimit
-	EventCQErr             = engine.EventCQErr
-	EventQPFatal           = engine.EventQPFatal
-	EventQPReqErr          = engine.EventQPReqErr
-	EventQPAccessErr       = engine.EventQPAccessErr
-	EventCommEst           = engine.EventCommEst
-	EventSQDrained         = engine.EventSQDrained
-	EventDeviceFatal       = engine.EventDeviceFatal
-	EventPortActive        = engine.EventPortActive
-	EventPortErr           = engine.EventPortErr
-	EventSRQErr            = engine.EventSRQErr
-	EventSRQLimitReached   = engine.EventSRQLimitReached
-	EventQPLastWQEReached  = engine.EventQPLastWQEReached
-	EventGIDChange         = engine.EventGIDChange
-	EventMRInvalidated     = engine.EventMRInvalidated
-	PortDown               = engine.PortDown
-	PortInit               = engine.PortInit
-	PortArmed              = engine.PortArmed
-	PortActive             = engine.PortActive
-	SRQAttrMaxWR           = engine.SRQAttrMaxWR
-	SRQAttrLimit           = engine.SRQAttrLimit
+	MulticastQPN           = 0xffffff
+	ReregChangeTranslation = 0x1
+	ReregChangePD          = 0x2
+	ReregChangeAccess      = 0x4
+	// MaxMW is the number of memory windows a device supports.
+	MaxMW     = 524288
+	MaxSGE    = 32
+	MaxInline = 512
 )
 
 // Variables.

@@ -89,7 +89,7 @@ func OpenPipe(a, b pipe.Config) (*Device, *Device, error) {
 }
 
 // GIDFromAddr returns the RoCEv2 GID of an IP address (IPv4-mapped for IPv4).
-func GIDFromAddr(a netip.Addr) GID { return engine.GIDFromAddr(a) }
+func GIDFromAddr(a netip.Addr) GID { return GID(engine.GIDFromAddr(a)) }
 
 // UDPSport returns the UDP source port rxe uses for an RC/UC QP whose AV has
 // the given flow label, between QPs lqpn and rqpn (rdma_get_udp_sport).

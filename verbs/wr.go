@@ -120,6 +120,8 @@ var (
 	_ = [1]struct{}{}[unsafe.Sizeof(RecvWR{})-unsafe.Sizeof(engine.RecvWR{})]
 	_ = [1]struct{}{}[unsafe.Sizeof(AHAttr{})-unsafe.Sizeof(engine.AHAttr{})]
 	_ = [1]struct{}{}[unsafe.Sizeof(QPAttr{})-unsafe.Sizeof(engine.QPAttr{})]
+	_ = [1]struct{}{}[unsafe.Sizeof(WC{})-unsafe.Sizeof(engine.WC{})]
+	_ = [1]struct{}{}[unsafe.Sizeof(PortAttr{})-unsafe.Sizeof(engine.PortAttr{})]
 )
 
 // engineSendWRs views wrs as the engine's work requests (same memory).
@@ -138,13 +140,12 @@ func engineRecvWRs(wrs []RecvWR) []engine.RecvWR {
 	return unsafe.Slice((*engine.RecvWR)(unsafe.Pointer(&wrs[0])), len(wrs))
 }
 
-// engineWCs views wc as the engine's completions (same memory; the types
-// are identical but for their names, which the conversion checks).
+// engineWCs views wc as the engine's completions (same memory).
 func engineWCs(wc []WC) []engine.WC {
 	if len(wc) == 0 {
 		return nil
 	}
-	return unsafe.Slice((*engine.WC)(&wc[0]), len(wc))
+	return unsafe.Slice((*engine.WC)(unsafe.Pointer(&wc[0])), len(wc))
 }
 
 func (a *AHAttr) eng() *engine.AHAttr { return (*engine.AHAttr)(unsafe.Pointer(a)) }
@@ -154,6 +155,16 @@ func ahAttrOf(a *engine.AHAttr) *AHAttr { return (*AHAttr)(unsafe.Pointer(a)) }
 func (a *QPAttr) eng() *engine.QPAttr { return (*engine.QPAttr)(unsafe.Pointer(a)) }
 
 func qpAttrOf(a *engine.QPAttr) *QPAttr { return (*QPAttr)(unsafe.Pointer(a)) }
+
+func portAttrOf(a *engine.PortAttr) *PortAttr { return (*PortAttr)(unsafe.Pointer(a)) }
+
+// gidsOf views the engine's GIDs as verbs' (same memory, the same bytes).
+func gidsOf(g []engine.GID) []GID {
+	if len(g) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*GID)(&g[0]), len(g))
+}
 
 // asyncEventChan views the engine's event channel as one of verbs events.
 func asyncEventChan(c <-chan engine.AsyncEvent) <-chan AsyncEvent {
@@ -166,11 +177,11 @@ func cqChan(c <-chan *engine.CQ) <-chan *CQ {
 }
 
 func (b MWBindInfo) engine() engine.MWBindInfo {
-	return engine.MWBindInfo{MR: b.MR.eng(), Addr: b.Addr, Length: b.Length, Access: b.Access}
+	return engine.MWBindInfo{MR: b.MR.eng(), Addr: b.Addr, Length: b.Length, Access: engine.Access(b.Access)}
 }
 
 func (b MWBind) engine() engine.MWBind {
-	return engine.MWBind{WRID: b.WRID, Flags: b.Flags, BindInfo: b.BindInfo.engine()}
+	return engine.MWBind{WRID: b.WRID, Flags: engine.SendFlags(b.Flags), BindInfo: b.BindInfo.engine()}
 }
 
 func (a *QPInitAttr) engine() *engine.QPInitAttr {
@@ -179,17 +190,17 @@ func (a *QPInitAttr) engine() *engine.QPInitAttr {
 	}
 	return &engine.QPInitAttr{
 		Context: a.Context, SendCQ: a.SendCQ.eng(), RecvCQ: a.RecvCQ.eng(),
-		SRQ: a.SRQ.eng(), Cap: engine.QPCap(a.Cap), QPType: a.QPType, SQSigAll: a.SQSigAll,
+		SRQ: a.SRQ.eng(), Cap: engine.QPCap(a.Cap), QPType: engine.QPType(a.QPType), SQSigAll: a.SQSigAll,
 	}
 }
 
 func qpInitAttrOf(a engine.QPInitAttr) QPInitAttr {
 	return QPInitAttr{
 		Context: a.Context, SendCQ: wrapCQ(a.SendCQ), RecvCQ: wrapCQ(a.RecvCQ),
-		SRQ: wrapSRQ(a.SRQ), Cap: QPCap(a.Cap), QPType: a.QPType, SQSigAll: a.SQSigAll,
+		SRQ: wrapSRQ(a.SRQ), Cap: QPCap(a.Cap), QPType: QPType(a.QPType), SQSigAll: a.SQSigAll,
 	}
 }
 
 func asyncEventOf(e engine.AsyncEvent) AsyncEvent {
-	return AsyncEvent{Type: e.Type, QP: wrapQP(e.QP), CQ: wrapCQ(e.CQ), SRQ: wrapSRQ(e.SRQ), MR: wrapMR(e.MR), Port: e.Port}
+	return AsyncEvent{Type: EventType(e.Type), QP: wrapQP(e.QP), CQ: wrapCQ(e.CQ), SRQ: wrapSRQ(e.SRQ), MR: wrapMR(e.MR), Port: e.Port}
 }
