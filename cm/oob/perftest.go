@@ -3,12 +3,14 @@ package oob
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // PerftestVersion is the VERSION string of perftest 4.5+0.17.
@@ -359,12 +361,19 @@ func (c *PerftestConn) Close(ctx context.Context, local *PerftestDest) error {
 		return err
 	}
 	err := bind(ctx, c.conn, func() error {
+		// perftest writes its "done" and closes at once, without reading
+		// ours: when ours arrives after that close, the peer's kernel
+		// answers with a reset. A peer that closed (EOF) or reset the
+		// connection here has finished the exchange.
 		if _, err := c.conn.Write(doneMsg); err != nil {
+			if peerClosed(err) {
+				return nil
+			}
 			return fmt.Errorf("oob: perftest write done: %w", err)
 		}
 		var done [5]byte
 		if _, err := io.ReadFull(c.conn, done[:]); err != nil {
-			if err == io.EOF {
+			if err == io.EOF || peerClosed(err) {
 				return nil
 			}
 			return fmt.Errorf("%w: %w", ErrDone, err)
@@ -561,4 +570,10 @@ func (c *PerftestConn) Run(ctx context.Context, s *PerftestSession) (err error) 
 		return c.Close(ctx, local)
 	}
 	return nil
+}
+
+// peerClosed reports an error that means the peer closed or reset the
+// connection.
+func peerClosed(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"net"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -348,5 +349,35 @@ func TestPerftestErrors(t *testing.T) {
 	}
 	if err := NewPerftestConn(cc, true).Run(ctx, &PerftestSession{}); !errors.Is(err, ErrCount) {
 		t.Errorf("no QPs: %v", err)
+	}
+}
+
+// TestPerftestCloseAfterPeerReset: perftest writes "done" and closes without
+// reading ours, so ours can meet a reset; the exchange is over by then, and
+// Close must not report it as a failure (a softroce client against
+// ib_write_bw under loss printed "Failed to close connection" and exited 1).
+func TestPerftestCloseAfterPeerReset(t *testing.T) {
+	cc, sc := tcpPair(t)
+	ctx := testCtx(t)
+	errc := make(chan error, 1)
+	go func() {
+		s := NewPerftestConn(sc, false)
+		if _, err := s.HandShake(ctx, &PerftestDest{QPN: 2}); err != nil {
+			errc <- err
+			return
+		}
+		// Close at once with SO_LINGER 0: the kernel sends a reset, as it
+		// does when unread data (our "done") sits in a closed socket.
+		if err := sc.(*net.TCPConn).SetLinger(0); err != nil {
+			errc <- err
+			return
+		}
+		errc <- sc.Close()
+	}()
+	if err := NewPerftestConn(cc, true).Close(ctx, &PerftestDest{QPN: 1}); err != nil {
+		t.Fatalf("Close after the peer reset the connection: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
