@@ -80,3 +80,34 @@ func TestImportDirection(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineBehindVerbs checks that verbs is the API: only verbs (and the
+// engine's own packages) import internal/engine directly, in code or in
+// tests; everything above reaches the transport through verbs' types.
+func TestEngineBehindVerbs(t *testing.T) {
+	out, err := exec.Command("go", "list", "-e", "-json=ImportPath,Imports,TestImports,XTestImports", mod+"/...").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	const engine = mod + "/internal/engine"
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath                         string
+			Imports, TestImports, XTestImports []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.ImportPath == mod+"/verbs" || p.ImportPath == engine || strings.HasPrefix(p.ImportPath, engine+"/") {
+			continue
+		}
+		for _, imps := range [][]string{p.Imports, p.TestImports, p.XTestImports} {
+			for _, d := range imps {
+				if d == engine || strings.HasPrefix(d, engine+"/") {
+					t.Errorf("%s imports %s directly; use package verbs", strings.TrimPrefix(p.ImportPath, mod+"/"), strings.TrimPrefix(d, mod+"/"))
+				}
+			}
+		}
+	}
+}
