@@ -61,6 +61,7 @@ type Getopt struct {
 	Operands []string // operands after Parse
 }
 
+// Gopt is one option of a Getopt: its names, argument kind, help and setter.
 type Gopt struct {
 	Short   byte   // 0: long only
 	Long    string // "": short only
@@ -83,6 +84,8 @@ var ParseHook func(g *Getopt)
 // bad values and shell completion).
 var ArgsOnly bool
 
+// Add registers an option with its short and long names; set receives the
+// argument (or "" for flags).
 func (g *Getopt) Add(short byte, long string, hasArg bool, set func(string) error) *Gopt {
 	o := &Gopt{Short: short, Long: long, HasArg: hasArg, Set: set, Kind: KindFlag}
 	if hasArg {
@@ -95,6 +98,7 @@ func (g *Getopt) Add(short byte, long string, hasArg bool, set func(string) erro
 // Describe sets the help text of o.
 func (o *Gopt) Describe(meta, help string) *Gopt { o.Meta, o.Usage = meta, help; return o }
 
+// Flag registers a flag that sets *p.
 func (g *Getopt) Flag(short byte, long string, p *bool) *Gopt {
 	return g.Add(short, long, false, func(string) error { *p = true; return nil })
 }
@@ -106,6 +110,7 @@ func (g *Getopt) Count(short byte, long string, p *int) *Gopt {
 	return o
 }
 
+// Str registers a string option stored in *p.
 func (g *Getopt) Str(short byte, long string, p *string) *Gopt {
 	return g.Add(short, long, true, func(s string) error { *p = s; return nil })
 }
@@ -189,13 +194,17 @@ func (g *Getopt) Refuse(short byte, long string, hasArg bool, why string) *Gopt 
 	return o
 }
 
+// ErrRefused is the error of an option softroce recognises but refuses; Why
+// says why.
 type ErrRefused struct{ Why string }
 
+// Error returns why the option is refused.
 func (e ErrRefused) Error() string { return e.Why }
 
-// ErrGetoptHelp is returned by parse for -h, --help and -help.
+// ErrGetoptHelp is returned by ParseList for -h, --help and -help.
 var ErrGetoptHelp = errors.New("help requested")
 
+// Name returns how messages name option o ("-n", "--iters" or "-n/--iters").
 func (g *Getopt) Name(o *Gopt) string {
 	if o.Long != "" && o.Short != 0 {
 		return fmt.Sprintf("-%c/--%s", o.Short, o.Long)
@@ -206,6 +215,7 @@ func (g *Getopt) Name(o *Gopt) string {
 	return fmt.Sprintf("-%c", o.Short)
 }
 
+// ByLong returns the option with the long name, or nil.
 func (g *Getopt) ByLong(name string) *Gopt {
 	for _, c := range g.Opts {
 		if c.Long != "" && c.Long == name {
@@ -395,6 +405,8 @@ type OptValue interface {
 // OptFlag is what Visit reports: the name of an option that was set.
 type OptFlag struct{ Name string }
 
+// SplitName splits a flag-package style name ("n" or "iters") into a short
+// and a long name.
 func SplitName(name string) (byte, string) {
 	if len(name) == 1 {
 		return name[0], ""
@@ -402,6 +414,7 @@ func SplitName(name string) (byte, string) {
 	return 0, name
 }
 
+// Named registers a flag-package style option (single-dash long names).
 func (g *Getopt) Named(name string, hasArg bool, kind OptKind, usage, def string, set func(string) error) {
 	s, l := SplitName(name)
 	o := g.Add(s, l, hasArg, set)

@@ -230,6 +230,7 @@ func (h *HostIface) GID() (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// IfaceByName returns the interface called name in host, or nil.
 func IfaceByName(host []HostIface, name string) *HostIface {
 	for i := range host {
 		if host[i].Name == name {
@@ -262,6 +263,7 @@ func IfaceWithAddr(host []HostIface, a netip.Addr) *HostIface {
 	return nil
 }
 
+// DescribeNetdevs lists host's netdevs for an error message.
 func DescribeNetdevs(host []HostIface) string {
 	names := make([]string, len(host))
 	for i, h := range host {
@@ -274,6 +276,7 @@ func DescribeNetdevs(host []HostIface) string {
 	return strings.Join(names, ", ")
 }
 
+// DescribeAddrs lists host's addresses for an error message.
 func DescribeAddrs(host []HostIface) string {
 	var s []string
 	for _, h := range host {
@@ -287,6 +290,7 @@ func DescribeAddrs(host []HostIface) string {
 	return strings.Join(s, ", ")
 }
 
+// DescribeLinks lists the links for an error message.
 func DescribeLinks(links []LinkEntry) string {
 	if len(links) == 0 {
 		return "no links: add one with 'softroce link add NAME netdev DEV'"

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// NeighResolve (resolveNeigh) is the rdma_cm tools' cm.Config.Resolve on Linux: like
+// NeighResolve (ResolveNeigh) is the rdma_cm tools' cm.Config.Resolve on Linux: like
 // rdma_resolve_addr, it succeeds once the kernel has the on-link IPv4
 // destination's hardware address (ARP), and times out with the context
 // when nobody answers. To make the kernel ask, it sends one empty UDP
@@ -21,6 +21,8 @@ import (
 // destinations resolve at once.
 var NeighResolve = ResolveNeigh
 
+// ResolveNeigh is NeighResolve on Linux: it makes the kernel resolve dst (as
+// rdma_resolve_addr's ARP does) and waits until that is done or ctx ends.
 func ResolveNeigh(ctx context.Context, src, dst netip.Addr) error {
 	if !dst.Is4() || dst.IsLoopback() || !OnLink(dst) {
 		return nil
