@@ -9,7 +9,7 @@ import (
 	"github.com/softroce/softroce/internal/cli"
 )
 
-// runGuarded runs the command line args in process with argsOnly set (the
+// runGuarded runs the command line args in process with cli.ArgsOnly set (the
 // commands stop after checking their arguments) and turns a panic into a
 // test failure.
 func runGuarded(t *testing.T, args []string) (code int, stdout, stderr string) {
@@ -169,14 +169,14 @@ func TestBadArgumentsNamed(t *testing.T) {
 		}
 		checkUsageLine(t, tc.args, errOut)
 		if !strings.Contains(errOut, " -h')") {
-			t.Errorf("softroce %q: %q lacks usageErr's \"(see '... -h')\"", tc.args, errOut)
+			t.Errorf("softroce %q: %q lacks cli.UsageErr's \"(see '... -h')\"", tc.args, errOut)
 		}
 	}
 }
 
 // TestUsageErrorsAfterParsing: the usage errors a command finds after
 // its options parse (so TestBadArgumentsNamed's args-only run never
-// reaches them) are one line with usageErr's "(see '... -h')" too, exit 2.
+// reaches them) are one line with cli.UsageErr's "(see '... -h')" too, exit 2.
 func TestUsageErrorsAfterParsing(t *testing.T) {
 	t.Setenv("SOFTROCE_STATE", filepath.Join(t.TempDir(), "links.json"))
 	for _, tc := range []struct {
@@ -192,7 +192,7 @@ func TestUsageErrorsAfterParsing(t *testing.T) {
 		code := run(tc.args, &o, &e)
 		errOut := e.String()
 		if code != cli.ExitUsage || !strings.Contains(errOut, tc.want) || !strings.HasSuffix(errOut, " -h')\n") {
-			t.Errorf("softroce %q: exit %d, stderr %q; want 2 and %q with usageErr's \"(see '... -h')\"", tc.args, code, errOut, tc.want)
+			t.Errorf("softroce %q: exit %d, stderr %q; want 2 and %q with cli.UsageErr's \"(see '... -h')\"", tc.args, code, errOut, tc.want)
 		}
 		checkUsageLine(t, tc.args, errOut)
 	}

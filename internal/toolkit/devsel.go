@@ -32,7 +32,7 @@ type Device struct {
 	Netdev string
 }
 
-// ErrNoDevice and errAmbiguousDevice are wrapped by resolveDevice's errors.
+// ErrNoDevice and ErrAmbiguousDevice are wrapped by ResolveDevice's errors.
 var (
 	ErrNoDevice        = errors.New("no such device")
 	ErrAmbiguousDevice = errors.New("ambiguous device")
@@ -53,7 +53,7 @@ func ResolveDevice(name string) (Device, error) {
 	return ResolveIn(name, st.Links, host)
 }
 
-// ResolveIn is resolveDevice over given links and interfaces (for tests).
+// ResolveIn is ResolveDevice over given links and interfaces (for tests).
 func ResolveIn(name string, links []LinkEntry, host []HostIface) (Device, error) {
 	if name == "" {
 		switch len(links) {

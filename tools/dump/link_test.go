@@ -75,6 +75,6 @@ link down6/1 state DOWN physical_state DISABLED netdev eth1 addr [fe80::2%eth1]:
 	// -d resolution sees the links the command saved.
 	d, err := toolkit.ResolveDevice("sr1")
 	if err != nil || d.Addr.String() != "10.0.0.2:5000" {
-		t.Errorf("resolveDevice(sr1) = %+v, %v", d, err)
+		t.Errorf("ResolveDevice(sr1) = %+v, %v", d, err)
 	}
 }

@@ -336,7 +336,7 @@ func (p *ppCtx) init() error {
 	for i := range p.buf {
 		p.buf[i] = p.fillByte()
 	}
-	// The channel serves -e, and parks the poller between bursts (cqWaiter).
+	// The channel serves -e, and parks the poller between bursts (toolkit.CQWaiter).
 	p.ch = p.dev.CreateCompChannel()
 	var err error
 	if p.pd, err = p.dev.AllocPD(); err != nil {
