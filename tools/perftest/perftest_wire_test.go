@@ -197,16 +197,25 @@ func TestLatFirstSender(t *testing.T) {
 			want := firstRequestFrom(t, filepath.Join(tooltest.CapturesDir, tool+".pcap")) == capClient
 			sa, ca := tooltest.LoopPair()
 			sport := tooltest.FreeTCPPort(t)
-			pc := filepath.Join(t.TempDir(), "client.pcap")
+			dir := t.TempDir()
+			ps, pc := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
 			s, c := tooltest.RunPair(t, 60*time.Second,
-				[]string{bin, tool, "-d", sa, "-p", strconv.Itoa(sport), "-n", "5", "-s", "64"},
+				[]string{bin, tool, "-d", sa, "-p", strconv.Itoa(sport), "-n", "5", "-s", "64", "--pcap", ps},
 				[]string{bin, tool, "-d", ca, "-p", strconv.Itoa(sport), "-n", "5", "-s", "64", "--pcap", pc, sa})
 			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
-			got := firstRequestFrom(t, pc) == netip.MustParseAddr(ca)
-			if got != want {
-				t.Errorf("client sends first: %v; the real tools: %v", got, want)
+			// Read the pcap of the side that should answer: it records a
+			// request it receives before it can send its own, while a
+			// sender's own packet is recorded only after the send returns
+			// (the answer may be recorded before it). So the answering
+			// side's first request shows who really sent first.
+			answerer, first := ps, netip.MustParseAddr(ca)
+			if !want {
+				answerer, first = pc, netip.MustParseAddr(sa)
+			}
+			if got := firstRequestFrom(t, answerer); got != first {
+				t.Errorf("first request from %v, want %v (client sends first in the real tools: %v)", got, first, want)
 			}
 		})
 	}
