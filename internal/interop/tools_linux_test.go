@@ -20,7 +20,7 @@ type family struct {
 	rdmacm   bool   // rping style: -s/-c -a ADDR instead of a positional server
 	listen   listenKind
 	check    func(t *testing.T, run pairRun)
-	smoke    bool   // part of the CI subset
+	smoke    bool // part of the CI subset
 }
 
 // perftest gets -F everywhere: under TCG on a loaded machine its CPU clock
