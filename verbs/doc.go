@@ -47,8 +47,11 @@
 // at once and EventMRInvalidated arrives on Device.AsyncEvents.
 //
 // Posting, polling and the per-packet paths do not allocate in steady state.
-// The types are defined in the internal engine package and re-exported here
-// as aliases; each alias's documentation lists its fields and methods.
+// The objects (Device, PD, MR, MW, CQ, CompChannel, QP, SRQ, AH) and the
+// structs (SendWR, RecvWR, WC, QPAttr, ...) are defined here; the transport
+// under them lives in an internal package. Posting and polling hand the
+// caller's slices to the transport as they are, without copying.
+// The enumerations are verbs' own types too; only the Clock and Timer
+// interfaces, Error (so that errors.As finds it), RealClock and ErrClosed
+// are the transport's.
 package verbs
-
-//go:generate go run ./internal/genalias

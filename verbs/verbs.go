@@ -27,7 +27,10 @@ const (
 
 // Open starts a device on a link endpoint (a UDP socket from link/udp or an
 // in-memory pipe end from link/pipe). The device owns ep. cfg may be nil.
-func Open(ep link.Endpoint, cfg *Config) (*Device, error) { return engine.Open(ep, cfg) }
+func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
+	d, err := engine.Open(ep, (*engine.Config)(cfg))
+	return wrapDevice(d), err
+}
 
 // OpenUDP opens a device on a UDP socket bound to addr ("127.0.0.1:4791";
 // without a port, 4791; port 0 lets the kernel choose).
@@ -55,12 +58,12 @@ func OpenUDP(addr string, cfg *Config) (*Device, error) {
 		// GID 0 is the link-local GID of the interface's MAC, as on rxe.
 		c.MAC = macOf(ap.Addr())
 	}
-	d, err := engine.Open(ep, &c)
+	d, err := engine.Open(ep, (*engine.Config)(&c))
 	if err != nil {
 		ep.Close()
 		return nil, err
 	}
-	return d, nil
+	return wrapDevice(d), nil
 }
 
 // OpenPipe opens two devices joined by an in-memory link (link/pipe) with
@@ -82,11 +85,11 @@ func OpenPipe(a, b pipe.Config) (*Device, *Device, error) {
 		eb.Close()
 		return nil, nil, err
 	}
-	return da, db, nil
+	return wrapDevice(da), wrapDevice(db), nil
 }
 
 // GIDFromAddr returns the RoCEv2 GID of an IP address (IPv4-mapped for IPv4).
-func GIDFromAddr(a netip.Addr) GID { return engine.GIDFromAddr(a) }
+func GIDFromAddr(a netip.Addr) GID { return GID(engine.GIDFromAddr(a)) }
 
 // UDPSport returns the UDP source port rxe uses for an RC/UC QP whose AV has
 // the given flow label, between QPs lqpn and rqpn (rdma_get_udp_sport).
@@ -103,7 +106,7 @@ func RetryBudget(timeout, retryCnt uint8) time.Duration { return engine.RetryBud
 
 // NewFakeClock returns a manual clock for deterministic timer tests; pass
 // it in Config.Clock and move time with Advance.
-func NewFakeClock(start time.Time) *FakeClock { return engine.NewFakeClock(start) }
+func NewFakeClock(start time.Time) *FakeClock { return wrapFakeClock(engine.NewFakeClock(start)) }
 
 // macOf returns the MAC address of the interface that holds a, or zero.
 func macOf(a netip.Addr) [6]byte {

@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/softroce/softroce/internal/cli"
 )
 
-// runGuarded runs the command line args in process with argsOnly set (the
+// runGuarded runs the command line args in process with cli.ArgsOnly set (the
 // commands stop after checking their arguments) and turns a panic into a
 // test failure.
 func runGuarded(t *testing.T, args []string) (code int, stdout, stderr string) {
@@ -20,8 +22,8 @@ func runGuarded(t *testing.T, args []string) (code int, stdout, stderr string) {
 				code = -1
 			}
 		}()
-		argsOnly = true
-		defer func() { argsOnly = false }()
+		cli.ArgsOnly = true
+		defer func() { cli.ArgsOnly = false }()
 		code = run(args, &o, &e)
 	}()
 	return code, o.String(), e.String()
@@ -46,11 +48,11 @@ func commandPaths() [][]string {
 	var paths [][]string
 	for _, n := range commandNames() {
 		c := commands[n]
-		if len(c.subs) == 0 {
+		if len(c.Subs) == 0 {
 			paths = append(paths, []string{n})
 			continue
 		}
-		for _, s := range c.subs {
+		for _, s := range c.Subs {
 			paths = append(paths, []string{n, s})
 		}
 	}
@@ -71,13 +73,13 @@ func TestBadArgumentsEveryCommand(t *testing.T) {
 		for _, h := range []string{"-h", "--help"} {
 			args := append(append([]string{}, path...), h)
 			// (The dada tools print their usage to stderr, as psrdada's do.)
-			if code, out, errOut := runGuarded(t, args); code != exitOK || out+errOut == "" {
+			if code, out, errOut := runGuarded(t, args); code != cli.ExitOK || out+errOut == "" {
 				t.Errorf("softroce %s %s: exit %d, stdout %q; want exit 0 and the usage", name, h, code, out)
 			}
 		}
 		args := append(append([]string{}, path...), "--no-such-option")
 		code, _, errOut := runGuarded(t, args)
-		if code != exitUsage {
+		if code != cli.ExitUsage {
 			t.Errorf("softroce %s --no-such-option: exit %d, want 2", name, code)
 		}
 		checkUsageLine(t, args, errOut)
@@ -86,18 +88,18 @@ func TestBadArgumentsEveryCommand(t *testing.T) {
 			t.Errorf("softroce %s parses no options with the shared grammar", name)
 		}
 		for _, g := range sets {
-			for _, o := range g.opts {
-				spell := fmt.Sprintf("-%c", o.short)
-				if o.short == 0 {
-					spell = "--" + o.long
+			for _, o := range g.Opts {
+				spell := fmt.Sprintf("-%c", o.Short)
+				if o.Short == 0 {
+					spell = "--" + o.Long
 				}
-				if !o.hasArg {
-					if o.long == "" {
+				if !o.HasArg {
+					if o.Long == "" {
 						continue
 					}
-					args := append(append([]string{}, path...), "--"+o.long+"=1")
+					args := append(append([]string{}, path...), "--"+o.Long+"=1")
 					code, _, errOut := runGuarded(t, args)
-					if code != exitUsage {
+					if code != cli.ExitUsage {
 						t.Errorf("softroce %q: exit %d, want 2 (a flag takes no value)", args, code)
 					}
 					checkUsageLine(t, args, errOut)
@@ -108,24 +110,24 @@ func TestBadArgumentsEveryCommand(t *testing.T) {
 					code, _, errOut := runGuarded(t, args)
 					swept++
 					switch code {
-					case exitOK:
-					case exitUsage:
+					case cli.ExitOK:
+					case cli.ExitUsage:
 						checkUsageLine(t, args, errOut)
 					default:
 						t.Errorf("softroce %q: exit %d (stderr %q); want 0 or 2", args, code, errOut)
 					}
-					numeric := o.kind == kindNum || o.kind == kindFloat || o.kind == kindDur
+					numeric := o.Kind == cli.KindNum || o.Kind == cli.KindFloat || o.Kind == cli.KindDur
 					bad := v == "x" || v == "" || v == "1e400" || v == "0x"
-					if o.kind != kindFloat {
+					if o.Kind != cli.KindFloat {
 						bad = bad || v == "99999999999999999999"
 					}
-					if o.kind == kindDur {
-						bad = bad || v == "-1" || v == "-1s" || v == "4G" || !o.zeroOK && (v == "0" || v == "-0")
+					if o.Kind == cli.KindDur {
+						bad = bad || v == "-1" || v == "-1s" || v == "4G" || !o.ZeroOK && (v == "0" || v == "-0")
 					}
-					if o.kind == kindNum {
+					if o.Kind == cli.KindNum {
 						bad = bad || v == "-1s" || v == "4G"
 					}
-					if numeric && bad && code != exitUsage {
+					if numeric && bad && code != cli.ExitUsage {
 						t.Errorf("softroce %q: exit %d; want 2 (%q is no valid value)", args, code, v)
 					}
 				}
@@ -162,19 +164,19 @@ func TestBadArgumentsNamed(t *testing.T) {
 		{[]string{"krping", "client,addr="}, "option addr needs a value"},                              //
 	} {
 		code, _, errOut := runGuarded(t, tc.args)
-		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+		if code != cli.ExitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("softroce %q: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut, tc.want)
 		}
 		checkUsageLine(t, tc.args, errOut)
 		if !strings.Contains(errOut, " -h')") {
-			t.Errorf("softroce %q: %q lacks usageErr's \"(see '... -h')\"", tc.args, errOut)
+			t.Errorf("softroce %q: %q lacks cli.UsageErr's \"(see '... -h')\"", tc.args, errOut)
 		}
 	}
 }
 
 // TestUsageErrorsAfterParsing: the usage errors a command finds after
 // its options parse (so TestBadArgumentsNamed's args-only run never
-// reaches them) are one line with usageErr's "(see '... -h')" too, exit 2.
+// reaches them) are one line with cli.UsageErr's "(see '... -h')" too, exit 2.
 func TestUsageErrorsAfterParsing(t *testing.T) {
 	t.Setenv("SOFTROCE_STATE", filepath.Join(t.TempDir(), "links.json"))
 	for _, tc := range []struct {
@@ -189,8 +191,8 @@ func TestUsageErrorsAfterParsing(t *testing.T) {
 		var o, e strings.Builder
 		code := run(tc.args, &o, &e)
 		errOut := e.String()
-		if code != exitUsage || !strings.Contains(errOut, tc.want) || !strings.HasSuffix(errOut, " -h')\n") {
-			t.Errorf("softroce %q: exit %d, stderr %q; want 2 and %q with usageErr's \"(see '... -h')\"", tc.args, code, errOut, tc.want)
+		if code != cli.ExitUsage || !strings.Contains(errOut, tc.want) || !strings.HasSuffix(errOut, " -h')\n") {
+			t.Errorf("softroce %q: exit %d, stderr %q; want 2 and %q with cli.UsageErr's \"(see '... -h')\"", tc.args, code, errOut, tc.want)
 		}
 		checkUsageLine(t, tc.args, errOut)
 	}
@@ -200,7 +202,7 @@ func TestUsageErrorsAfterParsing(t *testing.T) {
 // getopt style and in the flag-package style the dada tools keep
 // ("dada write -k K obs.hdr -b 100" ignored -b).
 func TestGrammarOptionsAfterOperands(t *testing.T) {
-	fs := newFlagSet("softroce dada write")
+	fs := cli.NewFlagSet("softroce dada write")
 	key := fs.String("k", "dada", "key")
 	b := fs.Int64("b", -1, "bytes")
 	hdrLen := fs.Int("hdr-len", 8, "header")
@@ -211,7 +213,7 @@ func TestGrammarOptionsAfterOperands(t *testing.T) {
 		t.Errorf("k %q b %d hdr-len %d operands %q", *key, *b, *hdrLen, fs.Args())
 	}
 	// Grouped short flags still work next to single-dash long names.
-	fs = newFlagSet("x")
+	fs = cli.NewFlagSet("x")
 	v, z := fs.Bool("v", false, ""), fs.Bool("z", false, "")
 	if err := fs.Parse([]string{"-vz"}); err != nil || !*v || !*z {
 		t.Errorf("-vz: %v %v %v", err, *v, *z)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/softroce/softroce/internal/cli"
 )
 
 // Shell completion: "softroce completion bash|zsh|fish" prints a script
@@ -28,10 +30,10 @@ complete -c softroce -f -a '(softroce __complete (commandline -opc)[2..-1] (comm
 func runCompletion(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
 		fmt.Fprintln(stdout, "Usage: softroce completion bash|zsh|fish\n\nPrints a shell completion script, e.g.: source <(softroce completion bash)")
-		return exitOK
+		return cli.ExitOK
 	}
 	if len(args) != 1 {
-		return usageErr(stderr, "softroce completion", "want one shell: bash, zsh or fish")
+		return cli.UsageErr(stderr, "softroce completion", "want one shell: bash, zsh or fish")
 	}
 	switch args[0] {
 	case "bash":
@@ -41,9 +43,9 @@ func runCompletion(args []string, stdout, stderr io.Writer) int {
 	case "fish":
 		fmt.Fprint(stdout, fishCompletion)
 	default:
-		return usageErr(stderr, "softroce completion", "unknown shell %q: want bash, zsh or fish", args[0])
+		return cli.UsageErr(stderr, "softroce completion", "unknown shell %q: want bash, zsh or fish", args[0])
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // runComplete prints the candidates for the last of words (the word being
@@ -57,23 +59,23 @@ func runComplete(words []string, stdout io.Writer) int {
 	if len(words) == 1 {
 		cands = append(commandNames(), "completion", "help", "--version")
 	} else if c, ok := commands[words[0]]; ok {
-		if !strings.HasPrefix(cur, "-") && len(words) == 2 && len(c.subs) > 0 {
-			cands = c.subs
+		if !strings.HasPrefix(cur, "-") && len(words) == 2 && len(c.Subs) > 0 {
+			cands = c.Subs
 		} else if strings.HasPrefix(cur, "-") {
 			path := []string{}
-			if len(c.subs) > 0 && len(words) > 2 {
+			if len(c.Subs) > 0 && len(words) > 2 {
 				path = append(path, words[1])
 			}
 			for _, g := range commandOptions(c, path) {
-				for _, o := range g.opts {
-					if o.refused {
+				for _, o := range g.Opts {
+					if o.Refused {
 						continue
 					}
-					if o.short != 0 {
-						cands = append(cands, "-"+string(o.short))
+					if o.Short != 0 {
+						cands = append(cands, "-"+string(o.Short))
 					}
-					if o.long != "" {
-						cands = append(cands, "--"+o.long)
+					if o.Long != "" {
+						cands = append(cands, "--"+o.Long)
 					}
 				}
 			}
@@ -86,16 +88,16 @@ func runComplete(words []string, stdout io.Writer) int {
 			fmt.Fprintln(stdout, s)
 		}
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // commandOptions returns the option sets command c (with the subcommand
 // path) parses, by running it with --help and nothing else.
-func commandOptions(c *command, path []string) []*getopt {
-	var sets []*getopt
-	parseHook = func(g *getopt) { sets = append(sets, g) }
-	argsOnly = true
-	defer func() { parseHook, argsOnly = nil, false }()
-	c.run(append(append([]string{}, path...), "--help"), io.Discard, io.Discard)
+func commandOptions(c *cli.Command, path []string) []*cli.Getopt {
+	var sets []*cli.Getopt
+	cli.ParseHook = func(g *cli.Getopt) { sets = append(sets, g) }
+	cli.ArgsOnly = true
+	defer func() { cli.ParseHook, cli.ArgsOnly = nil, false }()
+	c.Run(append(append([]string{}, path...), "--help"), io.Discard, io.Discard)
 	return sets
 }

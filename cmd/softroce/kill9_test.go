@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // The kill -9 tests: one side of a running ping-pong or perftest is
@@ -102,7 +105,7 @@ func (p *k9Proc) stdout() string { p.mu.Lock(); defer p.mu.Unlock(); return p.ou
 const k9Budget = 30 * time.Second
 
 func TestKill9(t *testing.T) {
-	bin := toolBinary(t)
+	bin := tooltest.Binary(t)
 	for _, tc := range []struct {
 		tool   string
 		args   []string
@@ -134,24 +137,24 @@ func TestKill9(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			sa, ca := loopPair()
-			port := strconv.Itoa(freeTCPPort(t))
-			env := toolEnv(t)
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			env := tooltest.Env(t)
 			srv := k9Start(ctx, t, env, append([]string{bin, tc.tool, "-d", sa, "-p", port}, tc.args...))
 			time.Sleep(50 * time.Millisecond)
-			cli := k9Start(ctx, t, env, append(append([]string{bin, tc.tool, "-d", ca, "-p", port}, tc.args...), "127.0.0.1"))
+			client := k9Start(ctx, t, env, append(append([]string{bin, tc.tool, "-d", ca, "-p", port}, tc.args...), "127.0.0.1"))
 			defer func() {
-				for _, p := range []*k9Proc{srv, cli} {
+				for _, p := range []*k9Proc{srv, client} {
 					p.cmd.Process.Kill()
 					<-p.done
 				}
 			}()
-			victim, survivor := srv, cli
+			victim, survivor := srv, client
 			if tc.victim == "client" {
-				victim, survivor = cli, srv
+				victim, survivor = client, srv
 			}
 			srv.waitLine(t, tc.ready, time.Minute)
-			cli.waitLine(t, tc.ready, time.Minute)
+			client.waitLine(t, tc.ready, time.Minute)
 			time.Sleep(500 * time.Millisecond) // mid-run
 			killed := time.Now()
 			if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -160,12 +163,12 @@ func TestKill9(t *testing.T) {
 			select {
 			case <-survivor.done:
 			case <-time.After(k9Budget):
-				t.Fatalf("the %s is still running %v after the kill -9 of the %s", map[bool]string{true: "client", false: "server"}[survivor == cli], k9Budget, tc.victim)
+				t.Fatalf("the %s is still running %v after the kill -9 of the %s", map[bool]string{true: "client", false: "server"}[survivor == client], k9Budget, tc.victim)
 			}
 			took := survivor.exitAt.Sub(killed)
 			stderr := survivor.errb.String()
 			t.Logf("survivor exited %d after %v: %q", survivor.code, took.Round(time.Millisecond), strings.TrimSpace(stderr))
-			if survivor.code != exitFailure {
+			if survivor.code != cli.ExitFailure {
 				t.Errorf("survivor exit %d, want 1\nstdout:\n%s\nstderr:\n%s", survivor.code, survivor.stdout(), stderr)
 			}
 			if !regexp.MustCompile(tc.want).MatchString(stderr) {

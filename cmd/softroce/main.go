@@ -8,46 +8,38 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"sort"
 	"strings"
+
+	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/tools/dadatool"
+	"github.com/softroce/softroce/tools/demo"
+	"github.com/softroce/softroce/tools/devinfo"
+	"github.com/softroce/softroce/tools/dump"
+	"github.com/softroce/softroce/tools/perftest"
+	"github.com/softroce/softroce/tools/pingpong"
+	"github.com/softroce/softroce/tools/rping"
 )
 
-// command is one subcommand. Each lives in its own file and registers itself
-// from an init function with register.
-type command struct {
-	name    string
-	summary string // one line for the command list
-	// run executes the command with the arguments after its name. It returns
-	// the process exit code (exitOK, exitFailure or exitUsage); errors are
-	// printed by the command itself.
-	run func(args []string, stdout, stderr io.Writer) int
-	// subs names the subcommands, for completion and the table test of bad values.
-	subs []string
+// commands is the command table: every tool family's commands by name.
+var commands = cli.Table{}
+
+func init() {
+	commands.Add(pingpong.Commands()...)
+	commands.Add(perftest.Commands()...)
+	commands.Add(dump.Commands()...)
+	commands.Add(rping.Commands()...)
+	commands.Add(dadatool.Commands()...)
+	commands.Add(devinfo.Commands()...)
+	commands.Add(demo.Commands()...)
 }
 
-var commands = map[string]*command{}
-
-func register(c *command) {
-	if _, dup := commands[c.name]; dup {
-		panic("softroce: duplicate command " + c.name)
-	}
-	commands[c.name] = c
-}
-
-func commandNames() []string {
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func commandNames() []string { return commands.Names() }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: softroce COMMAND [options] [args]\n       softroce --version | completion bash|zsh|fish")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, n := range commandNames() {
-		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].Summary)
 	}
 	fmt.Fprintln(w, "\nRun 'softroce COMMAND -h' for a command's options. Exit codes: 0 success,\n1 runtime failure, 2 usage error.")
 }
@@ -57,15 +49,15 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	switch args[0] {
 	case "-h", "--help", "-help", "help":
 		usage(stdout)
-		return exitOK
+		return cli.ExitOK
 	case "--version", "-version", "version":
 		fmt.Fprintln(stdout, versionLine())
-		return exitOK
+		return cli.ExitOK
 	case "completion":
 		return runCompletion(args[1:], stdout, stderr)
 	case completeCmd:
@@ -74,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c, ok := commands[args[0]]
 	if !ok {
 		if strings.HasPrefix(args[0], "-") {
-			return usageErr(stderr, "softroce", "unknown option %q: options go after the command", args[0])
+			return cli.UsageErr(stderr, "softroce", "unknown option %q: options go after the command", args[0])
 		}
 		var near []string
 		if args[0] != "" {
@@ -88,9 +80,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(near) > 0 {
 			hint = "; did you mean one of: " + strings.Join(near, ", ") + "?"
 		}
-		return usageErr(stderr, "softroce", "unknown command %q%s", args[0], hint)
+		return cli.UsageErr(stderr, "softroce", "unknown command %q%s", args[0], hint)
 	}
-	return c.run(args[1:], stdout, stderr)
+	return c.Run(args[1:], stdout, stderr)
 }
 
 // versionLine is "softroce VERSION (REVISION[, modified], DATE) GOVERSION"

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,13 +145,9 @@ func envOr(k, def string) string {
 }
 
 func buildSoftroce(out string) error {
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, gobin, "build", "-o", out, "github.com/softroce/softroce/cmd/softroce")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/softroce/softroce/cmd/softroce")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%v\n%s", err, b)
 	}

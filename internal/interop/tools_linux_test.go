@@ -20,8 +20,7 @@ type family struct {
 	rdmacm   bool   // rping style: -s/-c -a ADDR instead of a positional server
 	listen   listenKind
 	check    func(t *testing.T, run pairRun)
-	smoke    bool   // part of the CI subset
-	known    string // a known softroce bug that makes the case fail until fixed
+	smoke    bool // part of the CI subset
 }
 
 // perftest gets -F everywhere: under TCG on a loaded machine its CPU clock
@@ -32,11 +31,11 @@ var (
 	perftestDev = [2]string{"-d rxe0 -x 1", "-d " + hostIP + " -x 1"}
 )
 
-func pingpong(name, args string, iters int, smoke bool, known string) family {
+func pingpong(name, args string, iters int, smoke bool) family {
 	return family{name: name, guestBin: "ibv_" + name, hostTool: name,
 		args:     fmt.Sprintf("%s -n %d", args, iters),
 		guestDev: pingpongDev[0], hostDev: pingpongDev[1], listen: listenTCP,
-		check: checkPingpong(iters), smoke: smoke, known: known}
+		check: checkPingpong(iters), smoke: smoke}
 }
 
 func perftest(name, args string, size, iters int, smoke bool) family {
@@ -58,11 +57,10 @@ func perftest(name, args string, size, iters int, smoke bool) family {
 }
 
 var families = []family{
-	pingpong("rc_pingpong", "-c -s 4096", 100, true, ""),
-	pingpong("uc_pingpong", "-c -s 4096", 100, false, ""),
-	pingpong("ud_pingpong", "-c -s 512", 100, false, ""),
-	pingpong("srq_pingpong", "-c -s 1024 -q 4", 50, false,
-		"srq_pingpong -c buffer content (tools, H5)"),
+	pingpong("rc_pingpong", "-c -s 4096", 100, true),
+	pingpong("uc_pingpong", "-c -s 4096", 100, false),
+	pingpong("ud_pingpong", "-c -s 512", 100, false),
+	pingpong("srq_pingpong", "-c -s 1024 -q 4", 50, false),
 
 	perftest("write_bw", "", 65536, 200, true),
 	perftest("send_bw", "", 65536, 200, false),
@@ -80,11 +78,6 @@ var families = []family{
 		rdmacm: true, listen: listenCM, check: checkRping(20)},
 }
 
-func (f family) knownBug(why string) family {
-	f.known = why
-	return f
-}
-
 // TestTools runs every family with the kernel as server and softroce as
 // client, then the other way round.
 func TestTools(t *testing.T) {
@@ -97,9 +90,6 @@ func TestTools(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					need(t, f.smoke)
-					if f.known != "" {
-						t.Logf("known softroce bug until fixed: %s", f.known)
-					}
 					g := bootGuest(t, 0)
 					srv, cli := f.endpoints(g, softroceServer)
 					run := runPair(t, srv, cli, f.listen, 120*time.Second)

@@ -1,3 +1,4 @@
 // Package layering holds only a test: it keeps softroce's imports pointing
-// one way (wire → link → engine → verbs → cm → cmd), with dada free of RDMA.
+// one way (wire → link → engine → verbs → cm → tools → cmd), with dada free of
+// RDMA.
 package layering

@@ -1,9 +1,0 @@
-//go:build !linux
-
-package main
-
-import "syscall"
-
-// peerClosed is not implemented off Linux: the test then ends by the
-// transport's error completions only.
-func peerClosed(syscall.RawConn) bool { return false }

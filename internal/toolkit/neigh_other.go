@@ -1,0 +1,11 @@
+//go:build !linux
+
+package toolkit
+
+import (
+	"context"
+	"net/netip"
+)
+
+// NeighResolve is nil off Linux: every address resolves.
+var NeighResolve func(ctx context.Context, src, dst netip.Addr) error

@@ -1,0 +1,114 @@
+package toolkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/softroce/softroce/capture"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/udp"
+	"github.com/softroce/softroce/verbs"
+)
+
+// ToolDevice is an open softroce device as the traffic tools use it: the
+// device a -d argument names, on a UDP socket, optionally teeing its
+// traffic to a pcap file (--pcap).
+type ToolDevice struct {
+	Info Device
+	Dev  *verbs.Device
+	Tee  *capture.TeeEndpoint // nil without --pcap
+	Pcap *capture.Writer
+}
+
+// DeviceMAC returns the hardware address of netdev, or zero (the engine
+// then derives one from the IP address) for loopback and unknown devices.
+func DeviceMAC(netdev string) [6]byte {
+	var mac [6]byte
+	if netdev == "" {
+		return mac
+	}
+	ifc, err := net.InterfaceByName(netdev)
+	if err == nil && len(ifc.HardwareAddr) == 6 {
+		copy(mac[:], ifc.HardwareAddr)
+	}
+	return mac
+}
+
+// OpenDevice opens the device name (-d) on a UDP socket. With pcapPath
+// set, every datagram it sends and receives is written there, framed as
+// Ethernet/IP/UDP with a valid ICRC (capture.Writer).
+func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
+	info, err := ResolveDevice(name)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := udp.Listen(info.Addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("device %s: UDP %v is in use (another softroce tool on this device?): %w", info.Name, info.Addr, err)
+		}
+		return nil, fmt.Errorf("device %s: %w", info.Name, err)
+	}
+	t := &ToolDevice{Info: info}
+	var lep link.Endpoint = ep
+	if pcapPath != "" {
+		w, err := capture.Create(pcapPath, nil)
+		if err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		t.Pcap = w
+		t.Tee = capture.Tee(ep, w)
+		lep = t.Tee
+	}
+	t.Dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: DeviceMAC(info.Netdev)})
+	if err != nil {
+		lep.Close()
+		if t.Pcap != nil {
+			t.Pcap.Close()
+		}
+		return nil, fmt.Errorf("device %s: %w", info.Name, err)
+	}
+	return t, nil
+}
+
+// Close closes the device and the capture file.
+func (t *ToolDevice) Close() error {
+	err := t.Dev.Close()
+	if t.Pcap != nil {
+		if cerr := t.Pcap.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && t.Tee.Err() != nil {
+			err = fmt.Errorf("--pcap: %w", t.Tee.Err())
+		}
+	}
+	return err
+}
+
+// GID returns the device's GID at index i, refusing empty entries.
+func (t *ToolDevice) GID(i int) (verbs.GID, error) {
+	g, err := t.Dev.QueryGID(1, i)
+	if err != nil {
+		return g, err
+	}
+	if g == (verbs.GID{}) {
+		return g, fmt.Errorf("GID index %d of %s is empty (populated: 0..%d; 1 is the IP address, as rxe's IPv4-mapped GID)", i, t.Info.Name, len(t.Dev.GIDs())-1)
+	}
+	if own := t.Info.Addr.Addr().Unmap().WithZone(""); g.Addr().WithZone("") != own {
+		// rxe can send from its link-local GID 0 through the netdev; a
+		// softroce device sends from the IP address its socket is bound to.
+		return g, fmt.Errorf("GID index %d of %s is %s, which the device cannot send from: use the GID of its address %s (index 1)", i, t.Info.Name, g, own)
+	}
+	return g, nil
+}
+
+// SignalContext is cancelled by SIGINT or SIGTERM.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

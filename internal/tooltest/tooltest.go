@@ -1,0 +1,176 @@
+// Package tooltest holds the helpers of the tests that run the softroce
+// binary as a user would: it builds the binary once, starts servers and
+// clients on loopback pairs or in network namespaces, and collects results.
+package tooltest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/internal/netnstest"
+	"github.com/softroce/softroce/internal/toolkit"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+// Main runs the tests and removes the binary Binary built.
+func Main(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// Binary builds the softroce binary once per test run.
+func Binary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the softroce binary")
+	}
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "softroce-tools-")
+		if binErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		binPath = filepath.Join(binDir, "softroce")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", binPath, "github.com/softroce/softroce/cmd/softroce").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// FreeTCPPort returns a TCP port that was free a moment ago.
+func FreeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// LoopPair returns two loopback addresses no other test is likely to use
+// for UDP 4791: 127.x.y.1 (server) and 127.x.y.2 (client).
+func LoopPair() (string, string) {
+	x, y := 100+rand.IntN(150), 1+rand.IntN(250)
+	return fmt.Sprintf("127.%d.%d.1", x, y), fmt.Sprintf("127.%d.%d.2", x, y)
+}
+
+// ProcResult is one finished process.
+type ProcResult struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// String shows the exit code and both outputs.
+func (r ProcResult) String() string {
+	return fmt.Sprintf("exit %d\n--- stdout:\n%s--- stderr:\n%s", r.Code, r.Stdout, r.Stderr)
+}
+
+// Env is the environment of a tool process: a link state file of its own.
+func Env(t *testing.T) []string {
+	return append(os.Environ(), toolkit.StateEnv+"="+filepath.Join(t.TempDir(), "links.json"))
+}
+
+// StartProc starts argv (prefix, then the binary's arguments).
+func StartProc(ctx context.Context, t *testing.T, env []string, argv []string) func() ProcResult {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() ProcResult {
+		err := cmd.Wait()
+		r := ProcResult{Stdout: o.String(), Stderr: e.String()}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			r.Code = ee.ExitCode()
+		} else if err != nil {
+			r.Code = -1
+			r.Stderr += "\n(" + err.Error() + ")"
+		}
+		return r
+	}
+}
+
+// RunPair runs a server and a client (the client retries its TCP connect
+// while the server comes up) and returns both results.
+func RunPair(t *testing.T, timeout time.Duration, server, client []string) (ProcResult, ProcResult) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	env := Env(t)
+	waitS := StartProc(ctx, t, env, server)
+	time.Sleep(50 * time.Millisecond)
+	waitC := StartProc(ctx, t, env, client)
+	c := waitC()
+	s := waitS()
+	if ctx.Err() != nil {
+		t.Errorf("timed out after %v", timeout)
+	}
+	return s, c
+}
+
+// MustMatch fails the test unless r's stdout matches every regexp in res.
+func MustMatch(t *testing.T, who string, r ProcResult, res ...string) {
+	t.Helper()
+	for _, re := range res {
+		if !regexp.MustCompile(re).MatchString(r.Stdout) {
+			t.Errorf("%s: output does not match %q\n%s", who, re, r)
+		}
+	}
+}
+
+// PtGIDTail formats an IPv4 address as perftest prints the end of a GID.
+func PtGIDTail(a string) string {
+	parts := strings.Split(a, ".")
+	for i, p := range parts {
+		n, _ := strconv.Atoi(p)
+		parts[i] = fmt.Sprintf("%02d", n)
+	}
+	return strings.Join(parts, ".")
+}
+
+// NetnsPair creates two namespaces joined by a veth pair with
+// 10.231.0.1/24 and 10.231.0.2/24 and lo up, deleted when the test ends; it
+// skips the test unless it runs as root with iproute2.
+func NetnsPair(t *testing.T) (ns1, ns2, a1, a2 string) {
+	t.Helper()
+	p := netnstest.NewPair(t, netnstest.Config{
+		Prefix:   "srtl",
+		IPv4:     [2]string{"10.231.0.1/24", "10.231.0.2/24"},
+		Loopback: true,
+	})
+	return p.NS[0], p.NS[1], p.Addr[0], p.Addr[1]
+}

@@ -1,0 +1,22 @@
+package dadatool
+
+import (
+	"io"
+	"testing"
+
+	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/tooltest"
+)
+
+func TestMain(m *testing.M) { tooltest.Main(m) }
+
+// run runs the command line args with this family's commands, as softroce's
+// command table does.
+func run(args []string, stdout, stderr io.Writer) int {
+	for _, c := range Commands() {
+		if c.Name == args[0] {
+			return c.Run(args[1:], stdout, stderr)
+		}
+	}
+	return cli.UsageErr(stderr, "softroce", "unknown command %q", args[0])
+}

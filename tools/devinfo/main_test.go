@@ -1,0 +1,21 @@
+package devinfo
+
+import (
+	"io"
+
+	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/tools/dump"
+)
+
+// run runs the command line args with this family's commands and link
+// (tools/dump), as softroce's command table does.
+func run(args []string, stdout, stderr io.Writer) int {
+	for _, cs := range [][]*cli.Command{Commands(), dump.Commands()} {
+		for _, c := range cs {
+			if c.Name == args[0] {
+				return c.Run(args[1:], stdout, stderr)
+			}
+		}
+	}
+	return cli.UsageErr(stderr, "softroce", "unknown command %q", args[0])
+}

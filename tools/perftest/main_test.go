@@ -1,0 +1,9 @@
+package perftest
+
+import (
+	"testing"
+
+	"github.com/softroce/softroce/internal/tooltest"
+)
+
+func TestMain(m *testing.M) { tooltest.Main(m) }

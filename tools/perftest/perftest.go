@@ -1,0 +1,845 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/verbs"
+)
+
+// The perftest tools: ib_send_bw, ib_write_bw, ib_read_bw, ib_atomic_bw
+// and the *_lat tools of perftest 4.5 (Debian bookworm 4.5+0.17), with the
+// flags that matter, the same TCP side channel (cm/oob.PerftestConn) and
+// the same banner and result table.
+
+type ptVerb int
+
+const (
+	ptSend ptVerb = iota
+	ptWrite
+	ptRead
+	ptAtomic
+)
+
+type ptTool struct {
+	name string
+	test oob.PerftestTest
+	verb ptVerb
+	lat  bool
+}
+
+var ptTools = []ptTool{
+	{"send_bw", oob.SendBW, ptSend, false},
+	{"write_bw", oob.WriteBW, ptWrite, false},
+	{"read_bw", oob.ReadBW, ptRead, false},
+	{"atomic_bw", oob.AtomicBW, ptAtomic, false},
+	{"send_lat", oob.SendLat, ptSend, true},
+	{"write_lat", oob.WriteLat, ptWrite, true},
+	{"read_lat", oob.ReadLat, ptRead, true},
+	{"atomic_lat", oob.AtomicLat, ptAtomic, true},
+}
+
+func init() {
+	for _, t := range ptTools {
+		t := t
+		kind := "bandwidth"
+		if t.lat {
+			kind = "latency"
+		}
+		op := map[ptVerb]string{ptSend: "SEND", ptWrite: "RDMA WRITE", ptRead: "RDMA READ", ptAtomic: "atomic"}[t.verb]
+		registerCmd(&cli.Command{Name: t.name, Summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
+			Run: func(args []string, stdout, stderr io.Writer) int { return runPerftest(t, args, stdout, stderr) }})
+	}
+}
+
+// Perftest defaults and limits (perftest_parameters.h).
+const (
+	ptDefItersBW   = 5000
+	ptDefItersLat  = 1000
+	ptDefSizeBW    = 65536
+	ptDefSizeLat   = 2
+	ptAtomicSize   = 8
+	ptDefTxBW      = 128
+	ptDefRx        = 512
+	ptDefCQMod     = 100
+	ptMaxSize      = 8388608
+	ptCycleBuffer  = 4096
+	ptCacheLine    = 64
+	ptQKey         = 0x11111111
+	ptDefQPTimeout = 14
+	ptMinRNRTimer  = 12
+	ptResultLine   = "---------------------------------------------------------------------------------------\n"
+	ptMaxQPs       = 64
+)
+
+type ptConfig struct {
+	tool        ptTool
+	dev         string
+	ibPort      int
+	tcpPort     int
+	size        int
+	sizeSet     bool
+	iters       int
+	itersSet    bool
+	duration    int
+	all         bool
+	numQP       int
+	mtu         int
+	gidx        int
+	conn        string
+	reportGbits bool
+	txDepth     int
+	rxDepth     int
+	cqMod       int
+	inline      int
+	atomicType  string
+	outReads    int
+	sl          int
+	qpTimeout   int
+	tos         int
+	events      bool
+	noPeak      bool
+	pcap        string
+	server      string
+	connectTO   time.Duration
+	rdmaCM      bool // -R: connect the QPs through rdma_cm (implies cmComm)
+	cmComm      bool // -z: exchange the side channel's data over an rdma_cm connection
+}
+
+func (c *ptConfig) qpType() verbs.QPType {
+	switch c.conn {
+	case "UC":
+		return verbs.QPTypeUC
+	case "UD":
+		return verbs.QPTypeUD
+	}
+	return verbs.QPTypeRC
+}
+
+func (c *ptConfig) isServer() bool { return c.server == "" }
+
+func ptUsage(t ptTool, w io.Writer) {
+	fmt.Fprintf(w, `Usage:
+  softroce %[1]s            start a server and wait for connection
+  softroce %[1]s <host>     connect to server at <host>
+
+Options (those of perftest 4.5 that softroce honours):
+  -a, --all                  run sizes from 2 till 2^23
+  -c, --connection=<RC/UC/UD> connection type (default RC; UC: send and write; UD: send)
+  -d, --ib-dev=<dev>         device: a link, netdev or IP (default: the only link, else loopback)
+  -D, --duration=<sec>       run for <sec> seconds instead of a number of iterations
+  -F, --CPU-freq             accepted: softroce measures with the monotonic clock, not CPU cycles
+  -i, --ib-port=<port>       device port (default 1, the only one)
+  -m, --mtu=<mtu>            path MTU, 256..4096 (default: the port's active MTU)
+  -n, --iters=<iters>        number of exchanges (at least 5; default %[2]d)
+  -p, --port=<port>          TCP port of the side channel (default 18515)
+  -q, --qp=<num>             number of QPs (bandwidth tests)
+  -s, --size=<size>          message size (default %[3]d)
+  -t, --tx-depth=<dep>       send queue depth
+  -r, --rx-depth=<dep>       receive queue depth (send tests)
+  -Q, --cq-mod=<n>           generate a completion every <n> sends (bandwidth tests)
+  -I, --inline_size=<size>   largest message sent inline (0..512)
+  -o, --outs=<num>           outstanding reads/atomics (read and atomic tests)
+  -A, --atomic_type=<type>   CMP_AND_SWAP or FETCH_AND_ADD (atomic tests)
+  -x, --gid-index=<index>    GID index (default 1, the IP address)
+  -S, --sl=<sl>              service level
+  -u, --qp-timeout=<t>       QP timeout exponent (default 14)
+  -T, --tos=<tos>            traffic class of the GRH
+  -e, --events               wait on completion events instead of polling
+  -N, --noPeak               do not compute the peak bandwidth
+      --report_gbits         report bandwidth in Gb/s instead of MB/s
+      --pcap=<file>          write the device's RoCEv2 traffic to a pcap file
+  -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
+                             (the server listens on -p; RC only)
+  -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
+`, t.name, map[bool]int{false: ptDefItersBW, true: ptDefItersLat}[t.lat], ptDefaultSize(t))
+}
+
+func ptDefaultSize(t ptTool) int {
+	switch {
+	case t.verb == ptAtomic:
+		return ptAtomicSize
+	case t.lat:
+		return ptDefSizeLat
+	}
+	return ptDefSizeBW
+}
+
+func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
+	c, code, ok := ptParse(t, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if cli.ArgsOnly {
+		return cli.ExitOK
+	}
+	ctx, cancel := toolkit.SignalContext()
+	defer cancel()
+	if err := ptRun(ctx, c, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, " %v\n", err)
+		return cli.ExitFailure
+	}
+	return cli.ExitOK
+}
+
+// ptParse parses a command line of tool t. ok is false when the command is
+// done: code is cli.ExitOK after -h and cli.ExitUsage after a usage error
+// (printed on stderr).
+func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, code int, ok bool) {
+	c = &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
+		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
+		connectTO: 10 * time.Second}
+	g := cli.Getopt{Prog: "softroce " + t.name}
+	g.Flag('a', "all", &c.all)
+	g.Str('c', "connection", &c.conn)
+	g.Str('d', "ib-dev", &c.dev)
+	g.NumIn('D', "duration", &c.duration, 0, math.MaxInt32)
+	var cpuFreq bool
+	g.Flag('F', "CPU-freq", &cpuFreq)
+	g.Num('i', "ib-port", &c.ibPort)
+	g.Num('m', "mtu", &c.mtu)
+	g.Num('n', "iters", &c.iters).Set = ptSetNum(&c.iters, &c.itersSet)
+	g.NumIn('p', "port", &c.tcpPort, 0, 65535)
+	g.NumIn('q', "qp", &c.numQP, 1, ptMaxQPs)
+	g.Num('s', "size", &c.size).Set = ptSetNum(&c.size, &c.sizeSet)
+	// -1 marks "not given" (perftest's defaults depend on the test): the
+	// user's values must be in range.
+	g.NumIn('t', "tx-depth", &c.txDepth, 1, 16384)
+	g.NumIn('r', "rx-depth", &c.rxDepth, 1, 16384)
+	g.NumIn('Q', "cq-mod", &c.cqMod, 1, 1024)
+	g.NumIn('I', "inline_size", &c.inline, 0, verbs.MaxInline)
+	g.NumIn('o', "outs", &c.outReads, 1, 128)
+	g.Str('A', "atomic_type", &c.atomicType)
+	g.NumIn('x', "gid-index", &c.gidx, 0, 255)
+	g.Num('S', "sl", &c.sl)
+	g.Num('u', "qp-timeout", &c.qpTimeout)
+	g.Num('T', "tos", &c.tos)
+	g.Flag('e', "events", &c.events)
+	g.Flag('N', "noPeak", &c.noPeak)
+	g.Flag(0, "report_gbits", &c.reportGbits)
+	g.Str(0, "pcap", &c.pcap)
+	g.Flag('R', "rdma_cm", &c.rdmaCM)
+	g.Flag('z', "com_rdma_cm", &c.cmComm)
+	g.Refuse('b', "bidirectional", false, "bidirectional (duplex) runs are not implemented")
+	g.Refuse('l', "post_list", true, "posting lists of work requests is not implemented")
+	g.Refuse('O', "dualport", false, "softroce devices have one port")
+	g.Refuse('g', "mcg", false, "softroce has no multicast")
+	g.Refuse(0, "run_infinitely", false, "use -D with a long duration")
+	g.Refuse(0, "odp", false, "softroce registers ordinary Go memory; on-demand paging does not apply")
+	g.Refuse(0, "use_cuda", true, "softroce has no GPU memory support")
+	g.Refuse('H', "report-histogram", false, "histograms are not implemented")
+	g.Refuse('U', "report-unsorted", false, "unsorted reports are not implemented")
+	g.Refuse('C', "report-cycles", false, "softroce measures time, not CPU cycles")
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
+	if !ok {
+		return nil, code, false
+	}
+	if len(ops) > 1 {
+		return nil, cli.UsageErr(stderr, g.Prog, "one server address at most, got %q", ops), false
+	}
+	if len(ops) == 1 {
+		c.server = ops[0]
+	}
+	if msg := c.finish(); msg != "" {
+		fmt.Fprintf(stderr, " %s\n", msg) // perftest's messages, as perftest prints them
+		return nil, cli.ExitUsage, false
+	}
+	return c, cli.ExitOK, true
+}
+
+func ptSetNum(p *int, set *bool) func(string) error {
+	return func(s string) error {
+		v, err := cli.ParseNum(s, strconv.IntSize)
+		if err != nil {
+			return err
+		}
+		*p, *set = int(v), true
+		return nil
+	}
+}
+
+// finish applies perftest's defaults and checks the parameters; it
+// returns a message for the user when they cannot run.
+func (c *ptConfig) finish() string {
+	t := c.tool
+	c.conn = strings.ToUpper(c.conn)
+	switch c.conn {
+	case "RC":
+	case "UC":
+		if t.verb != ptSend && t.verb != ptWrite {
+			return "UC connection is supported only by the send and write tests"
+		}
+	case "UD":
+		if t.verb != ptSend {
+			return "UD connection is supported only by the send tests"
+		}
+	case "XRC", "DC", "SRD", "RAW_PACKET":
+		return c.conn + " connections are not supported by softroce"
+	default:
+		return "connection type must be RC, UC or UD"
+	}
+	if !c.itersSet {
+		c.iters = ptDefItersBW
+		if t.lat {
+			c.iters = ptDefItersLat
+		}
+	}
+	if !c.sizeSet {
+		c.size = ptDefaultSize(t)
+	}
+	if t.verb == ptAtomic {
+		if c.sizeSet && c.size != ptAtomicSize {
+			return "atomic tests use 8-byte messages (-s 8)"
+		}
+		c.size = ptAtomicSize
+		if c.all {
+			return "atomic tests have one size: -a does not apply"
+		}
+	}
+	switch strings.ToUpper(c.atomicType) {
+	case "CMP_AND_SWAP", "FETCH_AND_ADD":
+		c.atomicType = strings.ToUpper(c.atomicType)
+	default:
+		return "atomic type must be CMP_AND_SWAP or FETCH_AND_ADD"
+	}
+	switch {
+	case c.iters < 5 || c.iters > 100000000:
+		return "Iteration num should be between 5 and 100000000"
+	case c.size < 1 || c.size > ptMaxSize:
+		return fmt.Sprintf("Message Size should be between 1 and %d", ptMaxSize)
+	case c.duration < 0:
+		return "duration must be positive"
+	case c.duration > 0 && c.all:
+		return "-D and -a cannot be combined"
+	case c.numQP < 1 || c.numQP > ptMaxQPs:
+		return fmt.Sprintf("number of QPs must be 1..%d", ptMaxQPs)
+	case t.lat && c.numQP != 1:
+		return "latency tests use one QP"
+	case c.ibPort != 1:
+		return fmt.Sprintf("port %d: softroce devices have one port, 1", c.ibPort)
+	case c.mtu != 0 && toolkit.MTUEnum(c.mtu) == 0:
+		return "MTU must be 256, 512, 1024, 2048 or 4096"
+	case c.gidx < 0:
+		return "a GID index is required over RoCE (-x 1 is the IP address, -x 0 the link-local one)"
+	case c.inline < 0 || c.inline > verbs.MaxInline:
+		return fmt.Sprintf("inline size must be 0..%d", verbs.MaxInline)
+	case c.sl < 0 || c.sl > 15:
+		return "SL must be 0..15"
+	case c.qpTimeout < 0 || c.qpTimeout > 31:
+		return "QP timeout must be 0..31"
+	case c.tos < 0 || c.tos > 255:
+		return "TOS must be 0..255"
+	case c.tcpPort < 0 || c.tcpPort > 65535:
+		return "port must be 0..65535"
+	}
+	// Queue depths as perftest sets them.
+	if c.txDepth < 0 {
+		c.txDepth = ptDefTxBW
+		if t.lat {
+			c.txDepth = 1
+		}
+		if c.duration == 0 && c.txDepth > c.iters {
+			c.txDepth = c.iters
+		}
+	}
+	if c.rxDepth < 0 {
+		c.rxDepth = ptDefRx
+		if c.duration == 0 && c.rxDepth > c.iters {
+			c.rxDepth = c.iters
+		}
+	}
+	if c.cqMod < 0 {
+		c.cqMod = ptDefCQMod
+		if c.cqMod > c.txDepth {
+			c.cqMod = c.txDepth
+		}
+	}
+	if t.lat {
+		c.cqMod = 1
+	}
+	if c.outReads < 0 {
+		c.outReads = 1
+		if t.verb == ptRead || t.verb == ptAtomic {
+			c.outReads = 128 // the device's max_qp_rd_atom
+		}
+	}
+	switch {
+	case c.txDepth < 1 || c.txDepth > 16384:
+		return "TX depth must be 1..16384"
+	case c.rxDepth < 1 || c.rxDepth > 16384:
+		return "RX depth must be 1..16384"
+	case c.cqMod < 1 || c.cqMod > 1024:
+		return "CQ moderation must be 1..1024"
+	case c.outReads < 1 || c.outReads > 128:
+		return "outstanding reads must be 1..128"
+	}
+	if c.cqMod > c.txDepth {
+		c.cqMod = c.txDepth
+	}
+	if c.rdmaCM {
+		c.cmComm = true
+		if c.conn != "RC" {
+			return "softroce's -R (rdma_cm) supports RC connections only"
+		}
+	}
+	return ""
+}
+
+// ptTitle is the test title of the banner.
+func (c *ptConfig) title() string {
+	var s string
+	switch c.tool.verb {
+	case ptSend:
+		s = "Send"
+	case ptWrite:
+		s = "RDMA_Write"
+	case ptRead:
+		s = "RDMA_Read"
+	case ptAtomic:
+		s = "Atomic " + c.atomicType
+	}
+	if c.tool.lat {
+		return s + " Latency Test"
+	}
+	return s + " BW Test"
+}
+
+func ptOnOff(b bool) string {
+	if b {
+		return "ON"
+	}
+	return "OFF"
+}
+
+// printBanner is ctx_print_test_info.
+func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
+	t := c.tool
+	var b strings.Builder
+	b.WriteString(ptResultLine)
+	fmt.Fprintf(&b, "                    %s\n", c.title())
+	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
+	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", c.numQP)
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", c.conn)
+	fmt.Fprintf(&b, " PCIe relax order: %s\n", ptOnOff(!(t.lat && t.verb == ptWrite)))
+	b.WriteString(" ibv_wr* API     : OFF\n")
+	if !c.isServer() {
+		fmt.Fprintf(&b, " TX depth        : %d\n", c.txDepth)
+	}
+	if t.verb == ptSend && c.isServer() {
+		fmt.Fprintf(&b, " RX depth        : %d\n", c.rxDepth)
+	}
+	if !t.lat {
+		fmt.Fprintf(&b, " CQ Moderation   : %d\n", c.cqMod)
+	}
+	fmt.Fprintf(&b, " Mtu             : %d[B]\n", mtu.Bytes())
+	b.WriteString(" Link type       : Ethernet\n")
+	fmt.Fprintf(&b, " GID index       : %d\n", c.gidx)
+	if t.verb == ptRead || t.verb == ptAtomic {
+		fmt.Fprintf(&b, " Outstand reads  : %d\n", c.outReads)
+	} else {
+		fmt.Fprintf(&b, " Max inline data : %d[B]\n", c.inline)
+	}
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", ptOnOff(c.rdmaCM))
+	if c.cmComm {
+		b.WriteString(" Data ex. method : rdma_cm\n")
+	} else {
+		b.WriteString(" Data ex. method : Ethernet\n")
+	}
+	b.WriteString(ptResultLine)
+	io.WriteString(w, b.String())
+}
+
+// cHexAlt formats v like printf("%#0*x", width, v): zero-padded to width
+// characters including the "0x" prefix, which C omits for 0.
+func cHexAlt(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*x", width, 0)
+	}
+	return "0x" + fmt.Sprintf("%0*x", max(width-2, 1), v)
+}
+
+// printDest is ctx_print_pingpong_data.
+func (c *ptConfig) printDest(w io.Writer, side string, d *oob.PerftestDest) {
+	var b strings.Builder
+	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, cHexAlt(uint64(d.LID), 4), cHexAlt(uint64(d.QPN), 6),
+		cHexAlt(uint64(d.PSN), 6))
+	// With -R or -z perftest prints with its side channel's verb, SEND: no
+	// OUT, RKey or VAddr.
+	if c.tool.verb == ptRead && !c.cmComm {
+		fmt.Fprintf(&b, " OUT %s", cHexAlt(uint64(d.OutReads), 4))
+	}
+	if (c.tool.verb == ptRead || c.tool.verb == ptWrite) && !c.cmComm {
+		fmt.Fprintf(&b, " RKey %s VAddr %s", cHexAlt(uint64(d.RKey), 8), cHexAlt(d.VAddr, 16))
+	}
+	b.WriteString("\n GID: ")
+	for i, g := range d.GID {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		fmt.Fprintf(&b, "%02d", g)
+	}
+	b.WriteString("\n")
+	io.WriteString(w, b.String())
+}
+
+// ptRun runs one side of a test.
+func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err error) {
+	td, err := toolkit.OpenDevice(c.dev, c.pcap)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := td.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	return ptRunOn(ctx, c, td, stdout, stderr)
+}
+
+// ptRunOn runs one side of a test on the open device td.
+func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, stderr io.Writer) error {
+	gid, err := td.GID(c.gidx)
+	if err != nil {
+		return err
+	}
+	udMax := 0
+	if c.qpType() == verbs.QPTypeUD {
+		// As perftest's check_link_and_mtu: UD messages fit in one packet.
+		udMax = td.Dev.ActiveMTU().Bytes()
+		if c.mtu != 0 {
+			udMax = min(udMax, c.mtu)
+		}
+		if !c.all && c.size > udMax {
+			fmt.Fprintf(stdout, "Max msg size in UD is MTU %d\n Changing to this MTU\n", udMax)
+			c.size = udMax
+		}
+	}
+	var pc ptSide
+	var pcm *ptCM
+	var watch *ptPeerWatch // the TCP side channel's liveness (nil with -z/-R)
+	if c.isServer() {
+		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	}
+	if c.cmComm {
+		if pcm, err = startPtCM(ctx, c, td, stderr); err != nil {
+			return err
+		}
+		defer pcm.close()
+		pc = pcm.side
+	} else {
+		var conn net.Conn
+		if c.isServer() {
+			conn, err = ptAccept(ctx, c.tcpPort)
+		} else {
+			conn, err = toolkit.Dial(ctx, c.server, c.tcpPort, c.connectTO)
+		}
+		if err != nil {
+			return err
+		}
+		pc = oob.NewPerftestConn(conn, !c.isServer())
+		defer conn.Close()
+		watch = newPtPeerWatch(conn, c.qpTimeout)
+	}
+	r, err := newPtRes(c, td, gid)
+	if err != nil {
+		return err
+	}
+	r.watch = watch
+	localMTU := td.Dev.ActiveMTU()
+	if c.mtu != 0 {
+		localMTU = min(localMTU, toolkit.MTUEnum(c.mtu))
+	}
+	_, mtu, err := pc.Setup(ctx, oob.SysData{CycleBuffer: ptCycleBuffer, CacheLineSize: ptCacheLine}, int(localMTU))
+	if err != nil {
+		return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
+	}
+	r.mtu = verbs.MTU(mtu)
+	c.printBanner(stdout, td.Info.Name, r.mtu)
+	if c.rdmaCM {
+		if c.isServer() {
+			printCMWaiting(stdout)
+		}
+		if err := pcm.connectTraffic(ctx, r, gid); err != nil {
+			return err
+		}
+	}
+	for i := range r.local {
+		c.printDest(stdout, "local", &r.local[i])
+	}
+	remote, err := pc.Connect(ctx, r.local, func(rem []oob.PerftestDest) error {
+		r.remote = rem
+		for i := range rem {
+			c.printDest(stdout, "remote", &rem[i])
+		}
+		if c.rdmaCM {
+			return nil // the CM connected the QPs
+		}
+		return r.connect()
+	})
+	if err != nil {
+		return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
+	}
+	r.remote = remote
+	fmt.Fprint(stdout, ptResultLine)
+	plan := c.tool.test.Plan()
+	sizes := []int{c.size}
+	if c.all {
+		sizes = sizes[:0]
+		for i := 1; i < 24; i++ {
+			if udMax > 0 && 1<<i > udMax {
+				break
+			}
+			sizes = append(sizes, 1<<i)
+		}
+	}
+	prog := newPtProgress(c, stderr)
+	printsResults := !(c.tool.lat && c.isServer() && (c.tool.verb == ptRead || c.tool.verb == ptAtomic))
+	if printsResults {
+		c.printResultHeader(stdout)
+	}
+	// perftest 4.5 with -a: the send tests post receives and handshake before
+	// every size; the others handshake once, and the write/read/atomic BW
+	// client sends only its last report, which is all their server prints.
+	perSizeSync := c.tool.verb == ptSend
+	for i, size := range sizes {
+		prog.setSize(size)
+		if err := r.ready(size); err != nil {
+			return err
+		}
+		if i == 0 || perSizeSync {
+			for range plan.SyncBeforeTraffic {
+				if _, err := pc.HandShake(ctx, &r.local[0]); err != nil {
+					return fmt.Errorf("Failed to sync between server and client: %w", err)
+				}
+			}
+		}
+		res, err := r.traffic(ctx, size, prog)
+		if err != nil {
+			if !c.tool.lat && errors.Is(err, errWCFailed) {
+				// perftest's main after a failed run_iter_bw.
+				return fmt.Errorf("%w\n Failed to complete run_iter_bw function successfully", err)
+			}
+			return err
+		}
+		prog.clear()
+		last := i == len(sizes)-1
+		if plan.Report {
+			if !last {
+				if !c.isServer() {
+					c.printResult(stdout, res)
+				}
+				continue
+			}
+			if _, err := pc.HandShake(ctx, &r.local[0]); err != nil {
+				return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
+			}
+			rem, err := pc.ExchangeBWReport(ctx, res.bw)
+			if err != nil {
+				return fmt.Errorf("Failed to exchange the reports: %w", err)
+			}
+			if c.isServer() {
+				res.bw = rem
+			}
+		}
+		if printsResults {
+			if !c.hasResult(res) {
+				// A result line without iterations would hide a failed run.
+				return fmt.Errorf("no iteration of %d bytes completed: no result to report", size)
+			}
+			c.printResult(stdout, res)
+		}
+	}
+	if printsResults {
+		fmt.Fprint(stdout, ptResultLine)
+	}
+	if plan.Close {
+		if err := pc.Close(ctx, &r.local[0]); err != nil {
+			return fmt.Errorf("Failed to close connection between server and client: %w", err)
+		}
+	}
+	return nil
+}
+
+func ptAccept(ctx context.Context, port int) (net.Conn, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("Couldn't listen to port %d: %w", port, err)
+	}
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	conn, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("interrupted while waiting for a client on port %d", port)
+		}
+		return nil, fmt.Errorf("accept() failed: %w", err)
+	}
+	return conn, nil
+}
+
+func (c *ptConfig) printResultHeader(w io.Writer) {
+	switch {
+	case c.tool.lat && c.duration > 0:
+		fmt.Fprint(w, " #bytes        #iterations       t_avg[usec]  \t\n")
+	case c.tool.lat:
+		fmt.Fprint(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n")
+	case c.reportGbits:
+		fmt.Fprint(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n")
+	default:
+		fmt.Fprint(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
+	}
+}
+
+// ptResult is one size's outcome.
+type ptResult struct {
+	bw      oob.BWReport
+	lat     []time.Duration // successive-post deltas (iters-1 samples)
+	latAvg  time.Duration   // -D: average per iteration
+	latIter uint64
+	size    int
+}
+
+// hasResult reports whether r holds measured iterations.
+func (c *ptConfig) hasResult(r ptResult) bool {
+	switch {
+	case !c.tool.lat:
+		return r.bw.Iters > 0
+	case c.duration > 0:
+		return r.latIter > 0
+	}
+	return len(r.lat) > 0
+}
+
+func (c *ptConfig) printResult(w io.Writer, r ptResult) {
+	if !c.tool.lat {
+		io.WriteString(w, bwLine(r.bw))
+		return
+	}
+	rtt := 2.0
+	if c.tool.verb == ptRead || c.tool.verb == ptAtomic {
+		rtt = 1
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / rtt }
+	if c.duration > 0 {
+		fmt.Fprintf(w, " %-7d       %d            %-7.2f\n", r.size, r.latIter, us(r.latAvg))
+		return
+	}
+	s := slices.Clone(r.lat)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		fmt.Fprintf(w, " %-7d %d          (no samples)\n", r.size, c.iters)
+		return
+	}
+	var median float64
+	if n%2 == 0 {
+		median = (us(s[n/2-1]) + us(s[n/2])) / 2
+	} else {
+		median = us(s[n/2])
+	}
+	var sum, sq float64
+	for _, d := range s {
+		sum += us(d)
+	}
+	avg := sum / float64(n)
+	for _, d := range s {
+		sq += (us(d) - avg) * (us(d) - avg)
+	}
+	stdev := math.Sqrt(sq / float64(n))
+	i99 := int(math.Ceil(float64(n) * 0.99))
+	i999 := int(math.Ceil(float64(n) * 0.999))
+	io.WriteString(w, latLine(r.size, c.iters, [7]float64{us(s[0]), us(s[n-1]), median, avg, stdev, us(s[max(i99-1, 0)]), us(s[max(i999-1, 0)])}))
+}
+
+// latLine is perftest's REPORT_FMT_LAT line: t_min, t_max, t_typical,
+// t_avg, t_stdev, 99% and 99.9% percentiles in microseconds.
+func latLine(size, iters int, v [7]float64) string {
+	return fmt.Sprintf(" %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
+		size, iters, v[0], v[1], v[2], v[3], v[4], v[5], v[6])
+}
+
+// bwLine is perftest's REPORT_FMT line.
+func bwLine(r oob.BWReport) string {
+	return fmt.Sprintf(" %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRateAvg)
+}
+
+// ptProgress shows the progress of long runs on a terminal (stderr), never
+// when the output is piped.
+type ptProgress struct {
+	c    *ptConfig
+	w    io.Writer
+	on   bool
+	size int
+}
+
+func ptIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func newPtProgress(c *ptConfig, w io.Writer) *ptProgress {
+	p := &ptProgress{c: c, w: w}
+	long := c.duration > 0 || c.all || c.iters >= 100000
+	p.on = long && ptIsTerminal(w)
+	return p
+}
+
+func (p *ptProgress) setSize(n int) { p.size = n }
+
+// run starts updating the line while the traffic of one size runs.
+func (p *ptProgress) run(count func() uint64) func() {
+	if !p.on {
+		return func() {}
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				el := time.Since(start).Seconds()
+				var s string
+				switch {
+				case p.c.duration > 0:
+					s = fmt.Sprintf(" %d bytes: %.0f of %d s, %d iterations", p.size, el, p.c.duration, count())
+				default:
+					total := uint64(p.c.iters)
+					if !p.c.tool.lat {
+						total *= uint64(p.c.numQP)
+					}
+					s = fmt.Sprintf(" %d bytes: %d of %d iterations (%.0f%%)", p.size, count(), total, 100*float64(count())/float64(total))
+				}
+				fmt.Fprintf(p.w, "\r%s\033[K", s)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func (p *ptProgress) clear() {
+	if p.on {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

@@ -1,0 +1,226 @@
+package perftest
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/internal/tooltest"
+)
+
+const (
+	ptBWLineRE  = `(?m)^ %-7d    %-10d       \d+\.\d\d\s+\d+\.\d\d\s*\t\t   \d+\.\d{6}$`
+	ptLatLineRE = `(?m)^ %-7d %d          \d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d\d\s+\t\s+\d+\.\d\d\s+\t\d+\.\d\d\s*\t\t\d+\.\d\d\s*\t\t\d+\.\d\d\s*$`
+	ptBWHeader  = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+	ptLatHeader = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
+	ptWaiting   = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+)
+
+// TestPerftestBinary runs every benchmark as two processes on loopback
+// and checks exit codes, banner, address and result lines.
+func TestPerftestBinary(t *testing.T) {
+	bin := tooltest.Binary(t)
+	for _, tc := range []struct {
+		tool, title string
+		args        []string
+		size, iters int
+		serverRes   bool // the server prints a result line
+	}{
+		{"write_bw", "RDMA_Write BW Test", []string{"-s", "4096", "-n", "50"}, 4096, 50, true},
+		{"send_bw", "Send BW Test", []string{"-s", "2048", "-n", "50"}, 2048, 50, true},
+		{"read_bw", "RDMA_Read BW Test", []string{"-s", "4096", "-n", "20"}, 4096, 20, true},
+		{"atomic_bw", "Atomic FETCH_AND_ADD BW Test", []string{"-n", "50"}, 8, 50, true},
+		{"write_lat", "RDMA_Write Latency Test", []string{"-s", "64", "-n", "20"}, 64, 20, true},
+		{"send_lat", "Send Latency Test", []string{"-s", "64", "-n", "20"}, 64, 20, true},
+		{"read_lat", "RDMA_Read Latency Test", []string{"-s", "64", "-n", "20"}, 64, 20, false},
+		{"atomic_lat", "Atomic CMP_AND_SWAP Latency Test", []string{"-n", "20", "-A", "CMP_AND_SWAP"}, 8, 20, false},
+		{"write_bw", "RDMA_Write BW Test", []string{"-s", "1000", "-n", "30", "-q", "3", "-c", "UC", "--report_gbits"}, 1000, 30, true},
+		{"send_bw", "Send BW Test", []string{"-s", "1000", "-n", "40", "-c", "UD", "-m", "1024"}, 1000, 40, true},
+		{"send_lat", "Send Latency Test", []string{"-s", "300", "-n", "20", "-c", "UD"}, 300, 20, true},
+		{"read_bw", "RDMA_Read BW Test", []string{"-s", "65536", "-D", "1", "-x", "1", "-F"}, 65536, -1, true},
+	} {
+		t.Run(tc.tool+strings.Join(tc.args, ""), func(t *testing.T) {
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			s, c := tooltest.RunPair(t, 90*time.Second,
+				append([]string{bin, tc.tool, "-d", sa, "-p", port}, tc.args...),
+				append(append([]string{bin, tc.tool, "-d", ca, "-p", port}, tc.args...), "127.0.0.1"))
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			if !strings.HasPrefix(s.Stdout, ptWaiting+ptResultLine+"                    "+tc.title+"\n") {
+				t.Errorf("server banner:\n%s", s.Stdout)
+			}
+			if !strings.HasPrefix(c.Stdout, ptResultLine+"                    "+tc.title+"\n") {
+				t.Errorf("client banner:\n%s", c.Stdout)
+			}
+			lat := strings.Contains(tc.tool, "lat")
+			line := func(iters int) string {
+				if lat {
+					return fmt.Sprintf(ptLatLineRE, tc.size, iters)
+				}
+				if iters < 0 {
+					return fmt.Sprintf(`(?m)^ %-7d    \d+\s+0\.00\s+\d+\.\d\d\s*\t\t   \d+\.\d{6}$`, tc.size)
+				}
+				return fmt.Sprintf(ptBWLineRE, tc.size, iters)
+			}
+			header := ptBWHeader
+			if lat {
+				header = ptLatHeader
+			}
+			if strings.Contains(strings.Join(tc.args, " "), "--report_gbits") {
+				header = strings.ReplaceAll(header, "MB/sec", "Gb/sec")
+			}
+			for _, x := range []struct {
+				who         string
+				r           tooltest.ProcResult
+				self, peer  string
+				wantResults bool
+			}{{"server", s, sa, ca, tc.serverRes}, {"client", c, ca, sa, true}} {
+				tooltest.MustMatch(t, x.who, x.r,
+					`(?m)^ local address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}`,
+					`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:`+regexp.QuoteMeta(strings.ReplaceAll(tooltest.PtGIDTail(x.self), ".", ":"))+`$`,
+					`(?m)^ remote address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}`,
+					`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:`+regexp.QuoteMeta(strings.ReplaceAll(tooltest.PtGIDTail(x.peer), ".", ":"))+`$`)
+				has := strings.Contains(x.r.Stdout, header)
+				if has != x.wantResults {
+					t.Errorf("%s: result header present=%v, want %v:\n%s", x.who, has, x.wantResults, x.r)
+				}
+				if x.wantResults {
+					iters := tc.iters
+					if tc.tool == "send_bw" && strings.Contains(strings.Join(tc.args, " "), "UD") && x.who == "server" {
+						// UD datagrams may be dropped (no retransmission): the server counts what arrived.
+						tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(`(?m)^ %-7d    \d+\s+`, tc.size))
+						continue
+					}
+					tooltest.MustMatch(t, x.who, x.r, line(iters))
+					if !strings.HasSuffix(x.r.Stdout, ptResultLine) {
+						t.Errorf("%s: output does not end with the result line:\n%s", x.who, x.r.Stdout)
+					}
+				}
+			}
+			// Addresses are exchanged correctly: each side's remote QPN is the peer's local one.
+			qpn := regexp.MustCompile(`(?m)^ (local|remote) address: LID 0000 QPN (0x[0-9a-f]+) PSN (0x[0-9a-f]+)`)
+			ms, mc := qpn.FindAllStringSubmatch(s.Stdout, -1), qpn.FindAllStringSubmatch(c.Stdout, -1)
+			if len(ms) != len(mc) || len(ms) == 0 {
+				t.Fatalf("address lines: server %d, client %d", len(ms), len(mc))
+			}
+			half := len(ms) / 2
+			for i := 0; i < half; i++ {
+				if ms[i][2] != mc[half+i][2] || ms[i][3] != mc[half+i][3] {
+					t.Errorf("server local %v is not the client's remote %v", ms[i], mc[half+i])
+				}
+			}
+		})
+	}
+}
+
+// TestPerftestAllSizes runs write_bw -a: one result line per size, 2 to
+// 2^23, and send_lat -a, which synchronises before every size.
+func TestPerftestAllSizes(t *testing.T) {
+	bin := tooltest.Binary(t)
+	sa, ca := tooltest.LoopPair()
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	s, c := tooltest.RunPair(t, 120*time.Second,
+		[]string{bin, "write_bw", "-d", sa, "-p", port, "-a", "-n", "5"},
+		[]string{bin, "write_bw", "-d", ca, "-p", port, "-a", "-n", "5", "127.0.0.1"})
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("server: %v\nclient: %v", s, c)
+	}
+	for i := 1; i < 24; i++ {
+		tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptBWLineRE, 1<<i, 5))
+	}
+	// As perftest's: the server prints the client's last report only.
+	tooltest.MustMatch(t, "server", s, fmt.Sprintf(ptBWLineRE, 1<<23, 5))
+	if n := strings.Count(s.Stdout, "\n "); n == 0 || strings.Count(s.Stdout, "    5          ") != 1 {
+		t.Errorf("server should print one result line:\n%s", s.Stdout)
+	}
+	for _, r := range []tooltest.ProcResult{s, c} {
+		if n := strings.Count(r.Stdout, ptBWHeader); n != 1 {
+			t.Errorf("%d result headers, want 1", n)
+		}
+	}
+}
+
+func TestPerftestAllSizesLatency(t *testing.T) {
+	bin := tooltest.Binary(t)
+	for _, tool := range []string{"send_lat", "write_lat", "read_lat"} {
+		t.Run(tool, func(t *testing.T) {
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			s, c := tooltest.RunPair(t, 120*time.Second,
+				[]string{bin, tool, "-d", sa, "-p", port, "-a", "-n", "5"},
+				[]string{bin, tool, "-d", ca, "-p", port, "-a", "-n", "5", "127.0.0.1"})
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			for i := 1; i < 24; i++ {
+				tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptLatLineRE, 1<<i, 5))
+			}
+		})
+	}
+}
+
+// TestPerftestUDClampsToMTU: as perftest, a UD message larger than the MTU
+// is cut to the MTU with a notice, and -a stops at the MTU.
+func TestPerftestUDClampsToMTU(t *testing.T) {
+	bin := tooltest.Binary(t)
+	sa, ca := tooltest.LoopPair()
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	s, c := tooltest.RunPair(t, 60*time.Second,
+		[]string{bin, "send_lat", "-c", "UD", "-m", "1024", "-s", "3000", "-n", "10", "-d", sa, "-p", port},
+		[]string{bin, "send_lat", "-c", "UD", "-m", "1024", "-s", "3000", "-n", "10", "-d", ca, "-p", port, "127.0.0.1"})
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("server: %v\nclient: %v", s, c)
+	}
+	for _, r := range []tooltest.ProcResult{s, c} {
+		if !strings.Contains(r.Stdout, "Max msg size in UD is MTU 1024\n Changing to this MTU\n") {
+			t.Errorf("no MTU notice:\n%s", r.Stdout)
+		}
+		tooltest.MustMatch(t, "send_lat UD", r, fmt.Sprintf(ptLatLineRE, 1024, 10))
+	}
+	port = strconv.Itoa(tooltest.FreeTCPPort(t))
+	s, c = tooltest.RunPair(t, 60*time.Second,
+		[]string{bin, "send_bw", "-c", "UD", "-m", "1024", "-a", "-n", "10", "-d", sa, "-p", port},
+		[]string{bin, "send_bw", "-c", "UD", "-m", "1024", "-a", "-n", "10", "-d", ca, "-p", port, "127.0.0.1"})
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("server: %v\nclient: %v", s, c)
+	}
+	for i := 1; i <= 10; i++ {
+		tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptBWLineRE, 1<<i, 10))
+	}
+	if strings.Contains(c.Stdout, "\n 2048 ") {
+		t.Errorf("-a went past the UD MTU:\n%s", c.Stdout)
+	}
+}
+
+// TestPerftestLatencyDuration: -D on the ping-pong latency tests prints
+// perftest's duration table (iterations and average) on both sides.
+func TestPerftestLatencyDuration(t *testing.T) {
+	bin := tooltest.Binary(t)
+	for _, tool := range []string{"write_lat", "send_lat", "read_lat"} {
+		t.Run(tool, func(t *testing.T) {
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			s, c := tooltest.RunPair(t, 60*time.Second,
+				[]string{bin, tool, "-d", sa, "-p", port, "-D", "1"},
+				[]string{bin, tool, "-d", ca, "-p", port, "-D", "1", "127.0.0.1"})
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			who := []tooltest.ProcResult{c}
+			if tool != "read_lat" {
+				who = append(who, s)
+			}
+			for _, r := range who {
+				if !strings.Contains(r.Stdout, " #bytes        #iterations       t_avg[usec]  \t\n") {
+					t.Errorf("no duration header:\n%s", r)
+				}
+				tooltest.MustMatch(t, tool, r, `(?m)^ 2             [1-9]\d*\s+\d+\.\d\d\s*$`)
+			}
+		})
+	}
+}

@@ -1,0 +1,235 @@
+package perftest
+
+import (
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/verbs"
+)
+
+// capturedLines returns the lines of a testdata output of the real tool.
+func capturedLines(t *testing.T, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// linesBetween returns the lines from the first one with prefix from up to
+// and including the next one equal to the result line after it.
+func ptBanner(lines []string) []string {
+	for i, l := range lines {
+		if strings.HasPrefix(l, "                    ") {
+			for j := i + 1; j < len(lines); j++ {
+				if lines[j]+"\n" == ptResultLine {
+					return lines[i-1 : j+1]
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func ptGID4(a string) [16]byte { return netip.MustParseAddr("::ffff:" + a).As16() }
+
+// TestPerftestBannerMatchesCapture prints softroce's banner with the
+// parameters of each captured perftest run and compares it, line by line,
+// with what perftest 4.5 printed over kernel rxe.
+func TestPerftestBannerMatchesCapture(t *testing.T) {
+	for _, tc := range []struct {
+		tool, side string
+		iters      int
+		size       int
+		atomic     string
+	}{
+		{"write_bw", "client", 50, 4096, ""}, {"write_bw", "server", 50, 4096, ""},
+		{"send_bw", "client", 50, 2048, ""}, {"send_bw", "server", 50, 2048, ""},
+		{"read_bw", "client", 20, 4096, ""}, {"read_bw", "server", 20, 4096, ""},
+		{"atomic_bw", "client", 50, 0, ""}, {"atomic_bw", "server", 50, 0, ""},
+		{"write_lat", "client", 20, 64, ""}, {"write_lat", "server", 20, 64, ""},
+		{"send_lat", "client", 20, 64, ""}, {"send_lat", "server", 20, 64, ""},
+		{"read_lat", "client", 20, 64, ""}, {"read_lat", "server", 20, 64, ""},
+		{"atomic_lat", "client", 20, 0, "CMP_AND_SWAP"}, {"atomic_lat", "server", 20, 0, "CMP_AND_SWAP"},
+	} {
+		t.Run(tc.tool+"/"+tc.side, func(t *testing.T) {
+			var tool ptTool
+			for _, x := range ptTools {
+				if x.name == tc.tool {
+					tool = x
+				}
+			}
+			c := &ptConfig{tool: tool, ibPort: 1, numQP: 1, gidx: 1, conn: "RC", iters: tc.iters, itersSet: true,
+				atomicType: "FETCH_AND_ADD", txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1, qpTimeout: 14}
+			if tc.size != 0 {
+				c.size, c.sizeSet = tc.size, true
+			}
+			if tc.atomic != "" {
+				c.atomicType = tc.atomic
+			}
+			if tc.side == "client" {
+				c.server = "10.77.0.11"
+			}
+			if msg := c.finish(); msg != "" {
+				t.Fatal(msg)
+			}
+			var b strings.Builder
+			c.printBanner(&b, "rxe0", verbs.MTU1024)
+			got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+			want := ptBanner(capturedLines(t, "perftest_"+tc.tool+"_"+tc.side+".txt"))
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("banner differs from perftest's (-perftest +softroce):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestPerftestAddressLinesMatchCapture(t *testing.T) {
+	srv, cli := ptGID4("10.77.0.11"), ptGID4("10.77.0.12")
+	for _, tc := range []struct {
+		tool        string
+		local, peer oob.PerftestDest
+	}{
+		{"write_bw", oob.PerftestDest{QPN: 0x19, PSN: 0x4a4880, RKey: 0x7f0, VAddr: 0x560cc82d4000, GID: cli},
+			oob.PerftestDest{QPN: 0x19, PSN: 0xf725bc, RKey: 0x7b2, VAddr: 0x556b0c2a6000, GID: srv}},
+		{"read_bw", oob.PerftestDest{QPN: 0x1c, PSN: 0x4d93e1, OutReads: 0x80, RKey: 0xa18, VAddr: 0x55f04212a000, GID: cli},
+			oob.PerftestDest{QPN: 0x1c, PSN: 0x625713, OutReads: 0x80, RKey: 0xaff, VAddr: 0x558cf1998000, GID: srv}},
+		{"send_lat", oob.PerftestDest{QPN: 0x1e, PSN: 0x2f3ea9, GID: cli}, oob.PerftestDest{QPN: 0x1e, PSN: 0x1644a8, GID: srv}},
+		{"atomic_bw", oob.PerftestDest{QPN: 0x1f, PSN: 0x7d9e82, GID: cli}, oob.PerftestDest{QPN: 0x1f, PSN: 0x46a3ff, GID: srv}},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			var c ptConfig
+			for _, x := range ptTools {
+				if x.name == tc.tool {
+					c.tool = x
+				}
+			}
+			var b strings.Builder
+			c.printDest(&b, "local", &tc.local)
+			c.printDest(&b, "remote", &tc.peer)
+			lines := capturedLines(t, "perftest_"+tc.tool+"_client.txt")
+			var want []string
+			for i, l := range lines {
+				if strings.HasPrefix(l, " local address:") {
+					want = lines[i : i+4]
+				}
+			}
+			if d := cmp.Diff(want, strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")); d != "" {
+				t.Errorf("(-perftest +softroce):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestPerftestResultLinesMatchCapture(t *testing.T) {
+	bw := []struct {
+		file string
+		rep  oob.BWReport
+	}{
+		{"perftest_write_bw_client.txt", oob.BWReport{Size: 4096, Iters: 50, BWPeak: 13.55, BWAvg: 12.92, MsgRateAvg: 0.003309}},
+		{"perftest_send_bw_server.txt", oob.BWReport{Size: 2048, Iters: 50, BWPeak: 0, BWAvg: 11.66, MsgRateAvg: 0.005972}},
+		{"perftest_atomic_bw_client.txt", oob.BWReport{Size: 8, Iters: 50, BWPeak: 0.08, BWAvg: 0.07, MsgRateAvg: 0.009263}},
+	}
+	for _, tc := range bw {
+		lines := capturedLines(t, tc.file)
+		want := lines[len(lines)-2] + "\n"
+		if got := bwLine(tc.rep); got != want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.file, got, want)
+		}
+		if h := lines[len(lines)-3] + "\n"; h != " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n" {
+			t.Errorf("%s: header %q", tc.file, h)
+		}
+	}
+	lat := []struct {
+		file string
+		size int
+		v    [7]float64
+	}{
+		{"perftest_write_lat_server.txt", 64, [7]float64{235.28, 1731.17, 316.15, 382.27, 158.83, 1731.17, 1731.17}},
+		{"perftest_send_lat_client.txt", 64, [7]float64{255.16, 1063.88, 362.81, 472.99, 219.44, 1063.88, 1063.88}},
+		{"perftest_send_lat_server.txt", 64, [7]float64{271.54, 964.53, 377.61, 462.62, 201.08, 964.53, 964.53}},
+	}
+	for _, tc := range lat {
+		lines := capturedLines(t, tc.file)
+		if got, want := latLine(tc.size, 20, tc.v), lines[len(lines)-2]+"\n"; got != want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.file, got, want)
+		}
+		var b strings.Builder
+		c := ptConfig{tool: ptTool{lat: true}}
+		c.printResultHeader(&b)
+		if got, want := b.String(), lines[len(lines)-3]+"\n"; got != want {
+			t.Errorf("%s header:\n got %q\nwant %q", tc.file, got, want)
+		}
+	}
+}
+
+func TestCHexAlt(t *testing.T) {
+	for _, tc := range []struct {
+		v     uint64
+		width int
+		want  string
+	}{
+		{0, 4, "0000"}, {0x19, 6, "0x0019"}, {0xf725bc, 6, "0xf725bc"}, {0x80, 4, "0x80"},
+		{0x7b2, 8, "0x0007b2"}, {0x556b0c2a6000, 16, "0x00556b0c2a6000"}, {0x1234567, 4, "0x1234567"},
+	} {
+		if got := cHexAlt(tc.v, tc.width); got != tc.want {
+			t.Errorf("cHexAlt(%#x, %d) = %q, want %q", tc.v, tc.width, got, tc.want)
+		}
+	}
+}
+
+func TestPerftestLatencyStatistics(t *testing.T) {
+	// 19 deltas (20 iterations) of 2, 4, ..., 38 µs round trips: SEND
+	// latency halves them (1..19 µs); the 99% and 99.9% percentiles are the
+	// largest sample for so few iterations, as in perftest's output.
+	var r ptResult
+	r.size = 64
+	for i := 1; i <= 19; i++ {
+		r.lat = append(r.lat, ptMicros(2*i))
+	}
+	c := &ptConfig{tool: ptTool{lat: true, verb: ptSend}, iters: 20}
+	var b strings.Builder
+	c.printResult(&b, r)
+	want := latLine(64, 20, [7]float64{1, 19, 10, 10, 5.477225575051661, 19, 19})
+	if b.String() != want {
+		t.Errorf("got  %q\nwant %q", b.String(), want)
+	}
+}
+
+func TestPerftestFinishRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		mod  func(c *ptConfig)
+		want string
+	}{
+		{"read_bw", func(c *ptConfig) { c.conn = "UC" }, "UC connection is supported only"},
+		{"write_bw", func(c *ptConfig) { c.conn = "UD" }, "UD connection is supported only by the send tests"},
+		{"atomic_bw", func(c *ptConfig) { c.size, c.sizeSet = 64, true }, "8-byte"},
+		{"write_bw", func(c *ptConfig) { c.iters, c.itersSet = 3, true }, "between 5 and"},
+		{"send_lat", func(c *ptConfig) { c.numQP = 2 }, "one QP"},
+		{"write_lat", func(c *ptConfig) { c.duration, c.all = 2, true }, "-D and -a cannot be combined"},
+		{"write_bw", func(c *ptConfig) { c.gidx = -1 }, "GID index is required"},
+		{"write_bw", func(c *ptConfig) { c.mtu = 1500 }, "MTU must be"},
+	} {
+		var c ptConfig
+		for _, x := range ptTools {
+			if x.name == tc.tool {
+				c.tool = x
+			}
+		}
+		c.ibPort, c.numQP, c.gidx, c.conn, c.atomicType = 1, 1, 1, "RC", "FETCH_AND_ADD"
+		c.txDepth, c.rxDepth, c.cqMod, c.outReads = -1, -1, -1, -1
+		tc.mod(&c)
+		if got := c.finish(); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: finish() = %q, want it to contain %q", tc.tool, got, tc.want)
+		}
+	}
+}
+
+func ptMicros(n int) time.Duration { return time.Duration(n) * time.Microsecond }

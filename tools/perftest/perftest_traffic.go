@@ -1,0 +1,757 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/verbs"
+)
+
+// ptRes holds one side's verbs resources: per QP a send region and a
+// receive region (the one advertised to the peer as VAddr) in one MR.
+type ptRes struct {
+	c       *ptConfig
+	td      *toolkit.ToolDevice
+	dev     *verbs.Device
+	pd      *verbs.PD
+	buf     []byte
+	mr      *verbs.MR
+	region  int // bytes per region
+	scq     *verbs.CQ
+	rcq     *verbs.CQ
+	sch     *verbs.CompChannel
+	rch     *verbs.CompChannel
+	qps     []*verbs.QP
+	ahs     []*verbs.AH
+	qpIndex map[uint32]int
+	local   []oob.PerftestDest
+	remote  []oob.PerftestDest
+	mtu     verbs.MTU
+	posted  bool              // receives posted
+	qpAttr  *verbs.QPInitAttr // -R: for rdma_cm's QPs
+	watch   *ptPeerWatch      // nil: no TCP side channel to watch
+}
+
+func (r *ptRes) sendOff(q int) int { return 2 * q * r.region }
+func (r *ptRes) recvOff(q int) int { return (2*q + 1) * r.region }
+
+func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error) {
+	r := &ptRes{c: c, td: td, dev: td.Dev, qpIndex: map[uint32]int{}}
+	maxSize := c.size
+	if c.all {
+		maxSize = 1 << 23
+	}
+	r.region = max(maxSize, ptCycleBuffer)
+	if c.qpType() == verbs.QPTypeUD {
+		r.region += toolkit.GRHLen
+	}
+	r.region = (r.region + ptCycleBuffer - 1) &^ (ptCycleBuffer - 1)
+	r.buf = make([]byte, 2*c.numQP*r.region)
+	var err error
+	if r.pd, err = r.dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("Couldn't allocate PD: %w", err)
+	}
+	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if r.mr, err = r.pd.RegMR(r.buf, acc); err != nil {
+		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
+	}
+	r.sch, r.rch = r.dev.CreateCompChannel(), r.dev.CreateCompChannel()
+	if r.scq, err = r.dev.CreateCQ(min(c.txDepth*c.numQP+1, 32768), nil, r.sch); err != nil {
+		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
+	}
+	if r.rcq, err = r.dev.CreateCQ(min(c.rxDepth*c.numQP+1, 32768), nil, r.rch); err != nil {
+		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
+	}
+	rx := 1
+	if c.tool.verb == ptSend {
+		rx = c.rxDepth
+	}
+	typ := c.qpType()
+	ia := &verbs.QPInitAttr{SendCQ: r.scq, RecvCQ: r.rcq, QPType: typ,
+		Cap: verbs.QPCap{MaxSendWR: uint32(c.txDepth), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1,
+			MaxInlineData: uint32(c.inline)}}
+	if c.rdmaCM {
+		// The QPs come from rdma_cm (ptCM.connectTraffic).
+		r.qpAttr = ia
+		r.ahs = make([]*verbs.AH, c.numQP)
+		return r, nil
+	}
+	for i := 0; i < c.numQP; i++ {
+		qp, err := r.pd.CreateQP(ia)
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't create QP: %w", err)
+		}
+		a := &verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(c.ibPort), QKey: ptQKey}
+		m := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
+		switch typ {
+		case verbs.QPTypeUD:
+			m |= verbs.QPAttrQKey
+		case verbs.QPTypeUC:
+			a.QPAccessFlags = verbs.AccessRemoteWrite | verbs.AccessLocalWrite
+			m |= verbs.QPAttrAccessFlags
+		default:
+			a.QPAccessFlags = verbs.AccessRemoteWrite | verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+			m |= verbs.QPAttrAccessFlags
+		}
+		if err := qp.Modify(a, m); err != nil {
+			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
+		}
+		r.qpIndex[qp.QPN()] = i
+		r.qps = append(r.qps, qp)
+		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(c.outReads), QPN: qp.QPN(), PSN: toolkit.RandPSN(),
+			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64(r.recvOff(i)), GID: gid})
+	}
+	r.ahs = make([]*verbs.AH, c.numQP)
+	return r, nil
+}
+
+// connect is ctx_connect: every QP to RTR and RTS with perftest's attributes.
+func (r *ptRes) connect() error {
+	c := r.c
+	for i, qp := range r.qps {
+		d := &r.remote[i]
+		if d.GID == ([16]byte{}) {
+			return fmt.Errorf("remote QP %#06x sent no GID (peer run without -x?): RoCE needs a GID on both sides", d.QPN)
+		}
+		ah := verbs.AHAttr{IsGlobal: true, SL: uint8(c.sl), PortNum: uint8(c.ibPort),
+			GRH: verbs.GlobalRoute{DGID: d.GID, SGIDIndex: uint8(c.gidx), HopLimit: 0xFF, TrafficClass: uint8(c.tos)}}
+		switch c.qpType() {
+		case verbs.QPTypeUD:
+			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+				return fmt.Errorf("Failed to modify QP %#06x to RTR: %w", qp.QPN(), err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: r.local[i].PSN}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+				return fmt.Errorf("Failed to modify QP %#06x to RTS: %w", qp.QPN(), err)
+			}
+			a, err := r.pd.CreateAH(&ah)
+			if err != nil {
+				return fmt.Errorf("Failed to create AH: %w", err)
+			}
+			r.ahs[i] = a
+			continue
+		case verbs.QPTypeUC:
+			a := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: r.mtu, DestQPNum: d.QPN, RQPSN: d.PSN, AHAttr: ah}
+			if err := qp.Modify(a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN); err != nil {
+				return fmt.Errorf("Failed to modify QP %#06x to RTR: %w", qp.QPN(), err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: r.local[i].PSN}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+				return fmt.Errorf("Failed to modify QP %#06x to RTS: %w", qp.QPN(), err)
+			}
+			continue
+		}
+		a := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: r.mtu, DestQPNum: d.QPN, RQPSN: d.PSN,
+			MaxDestRdAtomic: uint8(c.outReads), MinRNRTimer: ptMinRNRTimer, AHAttr: ah}
+		if err := qp.Modify(a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			return fmt.Errorf("Failed to modify QP %#06x to RTR: %w", qp.QPN(), err)
+		}
+		out := min(max(int(d.OutReads), 1), 128)
+		a = &verbs.QPAttr{QPState: verbs.QPStateRTS, Timeout: uint8(c.qpTimeout), RetryCnt: 7, RNRRetry: 7,
+			SQPSN: r.local[i].PSN, MaxRdAtomic: uint8(out)}
+		if err := qp.Modify(a, verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("Failed to modify QP %#06x to RTS: %w", qp.QPN(), err)
+		}
+	}
+	return nil
+}
+
+// receives reports whether this side posts receives (send tests: the
+// server of send_bw, both sides of send_lat).
+func (r *ptRes) receives() bool {
+	return r.c.tool.verb == ptSend && (r.c.tool.lat || r.c.isServer())
+}
+
+func (r *ptRes) recvWR(q int) [1]verbs.RecvWR {
+	return [1]verbs.RecvWR{{WRID: uint64(q), SGList: []verbs.SGE{{Addr: r.mr.Addr() + uint64(r.recvOff(q)),
+		Length: uint32(r.region), LKey: r.mr.LKey()}}}}
+}
+
+// ready posts the receive queues (once; they are refilled as they drain).
+func (r *ptRes) ready(int) error {
+	if !r.receives() || r.posted {
+		return nil
+	}
+	r.posted = true
+	for q, qp := range r.qps {
+		wr := r.recvWR(q)
+		for range r.c.rxDepth {
+			if _, err := qp.PostRecv(wr[:]); err != nil {
+				return fmt.Errorf("Couldn't post receive: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// sendWR builds QP q's work request of the test for size bytes.
+func (r *ptRes) sendWR(q, size int) verbs.SendWR {
+	c := r.c
+	wr := verbs.SendWR{WRID: uint64(q)}
+	local := r.mr.Addr() + uint64(r.sendOff(q))
+	switch c.tool.verb {
+	case ptSend:
+		wr.Opcode = verbs.WRSend
+		if c.qpType() == verbs.QPTypeUD {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = r.ahs[q], r.remote[q].QPN, ptQKey
+		}
+	case ptWrite:
+		wr.Opcode = verbs.WRRDMAWrite
+	case ptRead:
+		wr.Opcode = verbs.WRRDMARead
+	case ptAtomic:
+		if c.atomicType == "CMP_AND_SWAP" {
+			wr.Opcode = verbs.WRAtomicCmpAndSwp
+		} else {
+			wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, 1
+		}
+	}
+	if c.tool.verb != ptSend {
+		wr.RemoteAddr, wr.RKey = r.remote[q].VAddr, r.remote[q].RKey
+	}
+	wr.SGList = []verbs.SGE{{Addr: local, Length: uint32(size), LKey: r.mr.LKey()}}
+	if size <= c.inline && (c.tool.verb == ptSend || c.tool.verb == ptWrite) {
+		wr.Flags |= verbs.SendInline
+	}
+	return wr
+}
+
+func (r *ptRes) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) *toolkit.CQWaiter {
+	w := &toolkit.CQWaiter{Ctx: ctx, CQ: cq, Ch: ch}
+	if r.watch != nil {
+		w.Alive = r.watch.check
+	}
+	if r.c.events {
+		w.Spin = 1
+	}
+	return w
+}
+
+// errWCFailed marks a failed completion; its text is empty so that the
+// message keeps perftest's words.
+var errWCFailed = errors.New("")
+
+// wcError is perftest's NOTIFY_COMP_ERROR_SEND (client: the counts of
+// posted and completed sends) or NOTIFY_COMP_ERROR_RECV (server: the
+// receives), printed after a leading space.
+func wcError(side string, e *verbs.WC, a, b uint64) error {
+	counts := fmt.Sprintf("scnt=%d, ccnt=%d", a, b)
+	if side == "server" {
+		counts = fmt.Sprintf(" rcnt=%d", a)
+	}
+	return fmt.Errorf("Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n%s%w",
+		side, e.Status, e.WRID, e.VendorErr, counts, errWCFailed)
+}
+
+// ptDrainGrace bounds, after a -D run's time is up, the wait for the last
+// completions.
+func (r *ptRes) drainGrace() time.Duration {
+	return 2*ptRetryBudget(r.c.qpTimeout, 7) + 2*time.Second
+}
+
+// traffic runs one message size and returns what the tool reports.
+func (r *ptRes) traffic(ctx context.Context, size int, prog *ptProgress) (ptResult, error) {
+	c := r.c
+	res := ptResult{size: size}
+	var err error
+	switch {
+	case !c.tool.lat && !c.isServer():
+		res.bw, err = r.bwClient(ctx, size, prog)
+	case !c.tool.lat && c.tool.verb == ptSend:
+		res.bw, err = r.bwServer(ctx, size, prog)
+	case !c.tool.lat:
+		// write/read/atomic BW server: passive, the client's report is shown.
+	case c.tool.verb == ptWrite || c.tool.verb == ptSend:
+		var lr ptLatRun
+		if c.tool.verb == ptWrite {
+			lr, err = r.latWrite(ctx, size, prog)
+		} else {
+			lr, err = r.latSend(ctx, size, prog)
+		}
+		res.lat, res.latAvg, res.latIter = lr.deltas, lr.avg, lr.iters
+	case !c.isServer():
+		res.lat, res.latAvg, res.latIter, err = r.latOne(ctx, size, prog)
+	}
+	res.bw.Size = uint64(size)
+	return res, err
+}
+
+// bwUnits converts bytes per second to the report's unit.
+func (c *ptConfig) bwUnits(bytesPerSec float64) float64 {
+	if c.reportGbits {
+		return bytesPerSec / 125e6
+	}
+	return bytesPerSec / 0x100000
+}
+
+// ptPeakLimit bounds the O(n²) peak computation (perftest computes it over
+// all iterations; softroce over the first ptPeakLimit).
+const ptPeakLimit = 20000
+
+func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.BWReport, error) {
+	c := r.c
+	n := len(r.qps)
+	dur := time.Duration(c.duration) * time.Second
+	keep := c.duration == 0 && !c.noPeak
+	total := c.iters * n
+	var tposted, tcompleted []int64
+	if keep {
+		k := min(total, ptPeakLimit)
+		tposted, tcompleted = make([]int64, 0, k), make([]int64, 0, k)
+	}
+	wrs := make([][1]verbs.SendWR, n)
+	for q := range wrs {
+		wrs[q][0] = r.sendWR(q, size)
+	}
+	scnt, ccnt := make([]int, n), make([]int, n)
+	var totC atomic.Uint64
+	stopProg := prog.run(totC.Load)
+	defer stopProg()
+	w := r.waiter(ctx, r.scq, r.sch)
+	var wc [16]verbs.WC
+	start := time.Now()
+	var last time.Time
+	stopped := false
+	for {
+		now := time.Now()
+		if dur > 0 && !stopped && now.Sub(start) >= dur {
+			stopped = true
+		}
+		for q, qp := range r.qps {
+			for scnt[q]-ccnt[q] < c.txDepth {
+				if dur == 0 && scnt[q] >= c.iters {
+					break
+				}
+				if stopped && scnt[q]%c.cqMod == 0 {
+					break
+				}
+				wr := &wrs[q][0]
+				wr.Flags &^= verbs.SendSignaled
+				if (scnt[q]+1)%c.cqMod == 0 || (dur == 0 && scnt[q]+1 == c.iters) {
+					wr.Flags |= verbs.SendSignaled
+				}
+				if _, err := qp.PostSend(wrs[q][:]); err != nil {
+					return oob.BWReport{}, fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
+				}
+				if keep && len(tposted) < cap(tposted) {
+					tposted = append(tposted, time.Since(start).Nanoseconds())
+				}
+				scnt[q]++
+			}
+		}
+		ne := r.scq.Poll(wc[:])
+		if ne > 0 {
+			w.Progress()
+			now := time.Now()
+			for i := range wc[:ne] {
+				e := &wc[i]
+				if e.Status != verbs.WCSuccess {
+					var posted int
+					for _, v := range scnt {
+						posted += v
+					}
+					return oob.BWReport{}, wcError("client", e, uint64(posted), totC.Load())
+				}
+				q := int(e.WRID)
+				if q >= n {
+					return oob.BWReport{}, fmt.Errorf("completion for unknown wr_id %d", e.WRID)
+				}
+				next := (ccnt[q]/c.cqMod + 1) * c.cqMod
+				if dur == 0 {
+					next = min(next, c.iters)
+				}
+				covered := next - ccnt[q]
+				ccnt[q] = next
+				totC.Add(uint64(covered))
+				for range covered {
+					if keep && len(tcompleted) < cap(tcompleted) {
+						tcompleted = append(tcompleted, now.Sub(start).Nanoseconds())
+					}
+				}
+			}
+			last = now
+		}
+		done := true
+		for q := range scnt {
+			if dur == 0 && ccnt[q] < c.iters || dur > 0 && (!stopped || ccnt[q] < scnt[q]) {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		if stopped && time.Since(start) > dur+r.drainGrace() {
+			return oob.BWReport{}, fmt.Errorf("completions still missing %v after the %v of -D: the peer stopped answering", r.drainGrace(), dur)
+		}
+		if ne == 0 {
+			// Do not park while there is room to post.
+			room := false
+			for q := range scnt {
+				if scnt[q]-ccnt[q] < c.txDepth && (dur == 0 && scnt[q] < c.iters || dur > 0 && !stopped) {
+					room = true
+				}
+			}
+			if !room {
+				if err := w.Idle(); err != nil {
+					return oob.BWReport{}, err
+				}
+			} else if err := ctx.Err(); err != nil {
+				return oob.BWReport{}, errors.New("interrupted")
+			} else if err := r.watch.check(); err != nil {
+				return oob.BWReport{}, err
+			}
+		}
+	}
+	iters := totC.Load()
+	secs := last.Sub(start).Seconds()
+	if secs <= 0 {
+		secs = 1e-9
+	}
+	rep := oob.BWReport{Size: uint64(size), Iters: iters / uint64(n)}
+	rep.BWAvg = c.bwUnits(float64(size) * float64(iters) / secs)
+	rep.MsgRateAvg = float64(iters) / secs / 1e6
+	if keep {
+		rep.BWPeak = r.peak(size, tposted, tcompleted)
+	}
+	return rep, nil
+}
+
+// peak is perftest's peak bandwidth: the best rate over any run of
+// consecutive iterations, min over i<=j of (completed[j]-posted[i])/(j-i+1).
+func (r *ptRes) peak(size int, posted, completed []int64) float64 {
+	k := min(len(posted), len(completed))
+	best := int64(-1)
+	bestN := int64(1)
+	for i := 0; i < k; i++ {
+		for j := i; j < k; j++ {
+			d := completed[j] - posted[i]
+			// d/(j-i+1) < best/bestN
+			if d > 0 && (best < 0 || d*bestN < best*int64(j-i+1)) {
+				best, bestN = d, int64(j-i+1)
+			}
+		}
+	}
+	if best <= 0 {
+		return 0
+	}
+	perIter := float64(best) / float64(bestN) / 1e9
+	return r.c.bwUnits(float64(size) / perIter)
+}
+
+// bwServer receives the messages of send_bw and measures its own rate.
+func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.BWReport, error) {
+	c := r.c
+	n := len(r.qps)
+	dur := time.Duration(c.duration) * time.Second
+	total := uint64(c.iters * n)
+	wrs := make([][1]verbs.RecvWR, n)
+	for q := range wrs {
+		wrs[q] = r.recvWR(q)
+	}
+	var rcnt atomic.Uint64
+	stopProg := prog.run(rcnt.Load)
+	defer stopProg()
+	w := r.waiter(ctx, r.rcq, r.rch)
+	var wc [16]verbs.WC
+	var first, last time.Time
+	begin := time.Now()
+	ud := c.qpType() == verbs.QPTypeUD
+	for {
+		if dur == 0 && rcnt.Load() >= total {
+			break
+		}
+		now := time.Now()
+		if dur > 0 && now.Sub(begin) >= dur && now.Sub(last) > 100*time.Millisecond {
+			break
+		}
+		if ud && !last.IsZero() && now.Sub(last) > 2*time.Second {
+			break // UD drops are not retransmitted: report what arrived
+		}
+		if dur > 0 && now.Sub(begin) > dur+r.drainGrace() {
+			return oob.BWReport{}, fmt.Errorf("no end of traffic %v after the %v of -D: the peer stopped sending", r.drainGrace(), dur)
+		}
+		ne := r.rcq.Poll(wc[:])
+		if ne == 0 {
+			if err := w.Idle(); err != nil {
+				return oob.BWReport{}, err
+			}
+			continue
+		}
+		w.Progress()
+		now = time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		last = now
+		for i := range wc[:ne] {
+			e := &wc[i]
+			if e.Status != verbs.WCSuccess {
+				return oob.BWReport{}, wcError("server", e, rcnt.Load(), 0)
+			}
+			q := int(e.WRID)
+			if q >= n {
+				return oob.BWReport{}, fmt.Errorf("completion for unknown wr_id %d", e.WRID)
+			}
+			if dur == 0 || now.Sub(begin) < dur {
+				rcnt.Add(1)
+			}
+			if _, err := r.qps[q].PostRecv(wrs[q][:]); err != nil {
+				return oob.BWReport{}, fmt.Errorf("Couldn't post receive: %w", err)
+			}
+		}
+	}
+	got := rcnt.Load()
+	secs := last.Sub(first).Seconds()
+	if secs <= 0 {
+		secs = 1e-9
+	}
+	rep := oob.BWReport{Size: uint64(size), Iters: got / uint64(n)}
+	rep.BWAvg = c.bwUnits(float64(size) * float64(got) / secs)
+	rep.MsgRateAvg = float64(got) / secs / 1e6
+	return rep, nil
+}
+
+// loadByte reads b[i] with an atomic load of its aligned 4-byte word, so
+// that a poll loop sees the engine's RDMA WRITE into the buffer. b must
+// start 4-byte aligned (Go heap allocations do) and len(b) be a multiple of 4.
+func loadByte(b []byte, i int) byte {
+	v := atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[i&^3])))
+	var x [4]byte
+	*(*uint32)(unsafe.Pointer(&x)) = v
+	return x[i&3]
+}
+
+// ptSpinPolls is how many times ptSpinWait polls before sleeping between polls.
+const ptSpinPolls = 64
+
+// errPtDeadline ends a wait when a -D run's time is up.
+var errPtDeadline = errors.New("duration over")
+
+// ptSpinWait spins (yielding) until cond holds, checking ctx and the
+// deadline (zero: none) now and then.
+func ptSpinWait(ctx context.Context, deadline time.Time, watch *ptPeerWatch, cond func() bool) error {
+	for n := 1; !cond(); n++ {
+		if n&1023 == 0 {
+			if ctx.Err() != nil {
+				return errors.New("interrupted")
+			}
+			if err := watch.check(); err != nil {
+				return err
+			}
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return errPtDeadline
+			}
+		}
+		if n > ptSpinPolls {
+			// The peer's write arrives through this process's receive
+			// goroutine: sleeping lets it run instead of competing with a
+			// spinning poller for the processors.
+			time.Sleep(time.Microsecond)
+			continue
+		}
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// ptWaitOne waits for one completion on cq (until the deadline, if set).
+func ptWaitOne(w *toolkit.CQWaiter, cq *verbs.CQ, side string, posted, done int, deadline time.Time) (verbs.WC, error) {
+	var wc [1]verbs.WC
+	for cq.Poll(wc[:]) == 0 {
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return wc[0], errPtDeadline
+		}
+		if err := w.Idle(); err != nil {
+			return wc[0], err
+		}
+	}
+	w.Progress()
+	if wc[0].Status != verbs.WCSuccess {
+		if side == "server" {
+			return wc[0], wcError(side, &wc[0], uint64(done), 0)
+		}
+		return wc[0], wcError(side, &wc[0], uint64(posted), uint64(done))
+	}
+	return wc[0], nil
+}
+
+func (r *ptRes) side() string {
+	if r.c.isServer() {
+		return "server"
+	}
+	return "client"
+}
+
+// ptLatRun is the outcome of a ping-pong latency run: the successive-post
+// deltas (iterations mode) or the average per iteration (-D).
+type ptLatRun struct {
+	deltas []time.Duration
+	avg    time.Duration
+	iters  uint64
+}
+
+// ptLatLoop drives the ping-pong of write_lat and send_lat, as perftest's
+// run_iter_lat_write/run_iter_lat_send: wait for the peer's message, post
+// ours, wait for our send's completion. The side that sends first skips its
+// first wait: the server in write_lat, the client in send_lat (perftest's
+// send_lat server polls its receive queue first). With -D both sides stop
+// when their time is up.
+func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst bool, recv func(n int, deadline time.Time) error,
+	send func(n int) error) (ptLatRun, error) {
+	c := r.c
+	sendsFirst := c.isServer() == serverFirst
+	dur := time.Duration(c.duration) * time.Second
+	var deadline time.Time
+	limit := c.iters
+	var tposted []time.Time
+	if dur > 0 {
+		limit = int(^uint(0) >> 1)
+	} else {
+		tposted = make([]time.Time, c.iters)
+	}
+	var cnt atomic.Uint64
+	stopProg := prog.run(cnt.Load)
+	defer stopProg()
+	w := r.waiter(ctx, r.scq, r.sch)
+	start := time.Now()
+	if dur > 0 {
+		deadline = start.Add(dur)
+	}
+	scnt, ccnt, rcnt := 0, 0, 0
+	for scnt < limit || ccnt < limit || rcnt < limit {
+		if dur > 0 && time.Now().After(deadline) {
+			break
+		}
+		if rcnt < limit && !(scnt < 1 && sendsFirst) {
+			rcnt++
+			if err := recv(rcnt, deadline); err != nil {
+				if errors.Is(err, errPtDeadline) {
+					break
+				}
+				return ptLatRun{}, err
+			}
+		}
+		if scnt < limit {
+			if tposted != nil {
+				tposted[scnt] = time.Now()
+			}
+			scnt++
+			if err := send(scnt); err != nil {
+				return ptLatRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+			}
+		}
+		if ccnt < limit {
+			if _, err := ptWaitOne(w, r.scq, r.side(), scnt, ccnt, deadline); err != nil {
+				if errors.Is(err, errPtDeadline) {
+					break
+				}
+				return ptLatRun{}, err
+			}
+			ccnt++
+			cnt.Store(uint64(ccnt))
+		}
+	}
+	if dur > 0 {
+		if ccnt == 0 {
+			return ptLatRun{}, errors.New("no iteration completed within the duration")
+		}
+		return ptLatRun{avg: time.Since(start) / time.Duration(ccnt), iters: uint64(ccnt)}, nil
+	}
+	return ptLatRun{deltas: ptDeltas(tposted), iters: uint64(ccnt)}, nil
+}
+
+// latWrite: each side writes the peer's buffer and polls its own for the
+// peer's write (the message's last byte carries the count).
+func (r *ptRes) latWrite(ctx context.Context, size int, prog *ptProgress) (ptLatRun, error) {
+	wr := [1]verbs.SendWR{r.sendWR(0, size)}
+	wr[0].Flags |= verbs.SendSignaled
+	sendBuf := r.buf[r.sendOff(0):]
+	recvAt := r.recvOff(0) + size - 1
+	return r.ptLatLoop(ctx, prog, true, func(n int, deadline time.Time) error {
+		want := byte(n)
+		return ptSpinWait(ctx, deadline, r.watch, func() bool { return loadByte(r.buf, recvAt) == want })
+	}, func(n int) error {
+		sendBuf[size-1] = byte(n)
+		_, err := r.qps[0].PostSend(wr[:])
+		return err
+	})
+}
+
+// latSend: a SEND ping-pong; each receive is reposted as it completes.
+func (r *ptRes) latSend(ctx context.Context, size int, prog *ptProgress) (ptLatRun, error) {
+	wr := [1]verbs.SendWR{r.sendWR(0, size)}
+	wr[0].Flags |= verbs.SendSignaled
+	rwr := r.recvWR(0)
+	rw := r.waiter(ctx, r.rcq, r.rch)
+	return r.ptLatLoop(ctx, prog, false, func(n int, deadline time.Time) error {
+		if _, err := ptWaitOne(rw, r.rcq, r.side(), n, n-1, deadline); err != nil {
+			return err
+		}
+		if _, err := r.qps[0].PostRecv(rwr[:]); err != nil {
+			return fmt.Errorf("Couldn't post receive: %w", err)
+		}
+		return nil
+	}, func(int) error {
+		_, err := r.qps[0].PostSend(wr[:])
+		return err
+	})
+}
+
+// latOne is run_iter_lat for READ and atomics: post, wait, repeat.
+func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.Duration, time.Duration, uint64, error) {
+	c := r.c
+	wr := [1]verbs.SendWR{r.sendWR(0, size)}
+	wr[0].Flags |= verbs.SendSignaled
+	dur := time.Duration(c.duration) * time.Second
+	var tposted []time.Time
+	if dur == 0 {
+		tposted = make([]time.Time, 0, c.iters)
+	}
+	var cnt atomic.Uint64
+	stopProg := prog.run(cnt.Load)
+	defer stopProg()
+	w := r.waiter(ctx, r.scq, r.sch)
+	start := time.Now()
+	n := 0
+	for {
+		if dur == 0 && n >= c.iters || dur > 0 && time.Since(start) >= dur {
+			break
+		}
+		if dur == 0 {
+			tposted = append(tposted, time.Now())
+		}
+		if _, err := r.qps[0].PostSend(wr[:]); err != nil {
+			return nil, 0, 0, fmt.Errorf("Couldn't post send: scnt=%d: %w", n, err)
+		}
+		if _, err := ptWaitOne(w, r.scq, "client", n+1, n, time.Time{}); err != nil {
+			return nil, 0, 0, err
+		}
+		n++
+		cnt.Store(uint64(n))
+	}
+	if dur > 0 {
+		if n == 0 {
+			return nil, 0, 0, errors.New("no iteration completed within the duration")
+		}
+		return nil, time.Since(start) / time.Duration(n), uint64(n), nil
+	}
+	return ptDeltas(tposted), 0, uint64(n), nil
+}
+
+func ptDeltas(t []time.Time) []time.Duration {
+	if len(t) < 2 {
+		return nil
+	}
+	d := make([]time.Duration, len(t)-1)
+	for i := range d {
+		d[i] = t[i+1].Sub(t[i])
+	}
+	return d
+}

@@ -1,0 +1,86 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/internal/tooltest"
+	"github.com/softroce/softroce/link/udp"
+	"github.com/softroce/softroce/verbs"
+)
+
+// openLoopDevice opens a verbs device on addr:4791, closed when t ends.
+func openLoopDevice(t *testing.T, name, addr string) *verbs.Device {
+	t.Helper()
+	ep, err := udp.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 4791))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := verbs.Open(ep, &verbs.Config{Name: name})
+	if err != nil {
+		ep.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// TestRunLibrary: a Go program runs a write_bw measurement between two
+// devices it opened itself, with perftest's options, and gets perftest's
+// report with the size and iterations it asked for.
+func TestRunLibrary(t *testing.T) {
+	sa, ca := tooltest.LoopPair()
+	srv, cli := openLoopDevice(t, "srv0", sa), openLoopDevice(t, "cli0", ca)
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var so, co strings.Builder
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, srv, "write_bw", []string{"-p", port, "-n", "20", "-s", "4096"}, &so) }()
+	cerr := Run(ctx, cli, "write_bw", []string{"-p", port, "-n", "20", "-s", "4096", sa}, &co)
+	serr := <-done
+	if cerr != nil || serr != nil {
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, co.String(), serr, so.String())
+	}
+	for who, out := range map[string]string{"client": co.String(), "server": so.String()} {
+		for _, re := range []string{`(?m)Device         : (srv0|cli0)$`, `(?m)^ 4096 +20 +\d`} {
+			if !regexp.MustCompile(re).MatchString(out) {
+				t.Errorf("%s output does not match %q:\n%s", who, re, out)
+			}
+		}
+	}
+}
+
+// TestRunLibraryErrors: bad tests and arguments are ErrUsage, before any
+// connection.
+func TestRunLibraryErrors(t *testing.T) {
+	sa, _ := tooltest.LoopPair()
+	dev := openLoopDevice(t, "lib0", sa)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		test string
+		args []string
+		want string
+	}{
+		{"write_bw", []string{"-d", "lo"}, "Run uses the one it is given"},
+		{"write_bw", []string{"--pcap", "x.pcap"}, "Run uses the one it is given"},
+		{"writ_bw", nil, `unknown test "writ_bw"`},
+		{"send_bw", []string{"-n", "zero"}, "zero"},
+		{"send_bw", []string{"-x", "9"}, "GID index 9"},
+	} {
+		err := Run(ctx, dev, tc.test, tc.args, new(strings.Builder))
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: %v; want ErrUsage mentioning %q", tc.test, tc.args, err, tc.want)
+		}
+	}
+	if err := Run(ctx, nil, "send_bw", nil, new(strings.Builder)); !errors.Is(err, ErrUsage) {
+		t.Errorf("nil device: %v, want ErrUsage", err)
+	}
+}
