@@ -7,7 +7,7 @@ import (
 )
 
 // This file holds the QP's retransmit and RNR timers: the timeout codes,
-// when the timers are armed and what their expiry does. timers.go is the
+// when the timers are armed and what their expiry does. timerheap.go is the
 // device's timer heap that runs them; comp.go the completer that answers
 // drive them.
 
