@@ -47,11 +47,36 @@
 // at once and EventMRInvalidated arrives on Device.AsyncEvents.
 //
 // Posting, polling and the per-packet paths do not allocate in steady state.
-// The objects (Device, PD, MR, MW, CQ, CompChannel, QP, SRQ, AH) and the
-// structs (SendWR, RecvWR, WC, QPAttr, ...) are defined here; the transport
-// under them lives in an internal package. Posting and polling hand the
-// caller's slices to the transport as they are, without copying.
-// The enumerations are verbs' own types too; only the Clock and Timer
-// interfaces, Error (so that errors.As finds it), RealClock and ErrClosed
-// are the transport's.
+// The objects (Device, PD, MR, MW, CQ, CompChannel, QP, SRQ, AH), the
+// structs (SendWR, RecvWR, WC, QPAttr, ...), the enumerations, Stats and the
+// errors are all defined here, over the transport in this package's own
+// files, shaped like rxe: req.go (the requester), comp.go (the completer),
+// resp.go (the responder), timer.go (retransmit and RNR timers), params.go
+// (the limits). Posting and polling hand the caller's slices to the
+// transport as they are, without copying.
+//
+// The transport behaves on the wire as Linux's Soft-RoCE driver (rdma_rxe)
+// does, rule by rule as written in docs/protocol.md (cited in comments as
+// "docs/protocol.md §5.7" and the like), so that softroce interoperates with
+// the kernel and with hardware RoCE NICs.
+//
+// Concurrency: one goroutine per device reads batches from its
+// link.Endpoint and dispatches each packet by destination QPN. Every QP's
+// requester, responder and completer run under that QP's mutex, so per-QP
+// processing is strictly ordered; posting work runs the requester in the
+// caller's goroutine, ACKs arriving on the receive loop resume it, and the
+// retransmit and RNR timers (from an injectable Clock) resume it too.
+// Remote memory is reached only through the MR table: key -> region -> PD
+// -> access bits -> bounds, then copy, under a per-region read lock that
+// Deregister and Invalidate take exclusively, so that after they return no
+// device goroutine touches that memory again.
+//
+// Memory windows (docs/protocol.md §7.3) live in the same key space, with
+// indices above the MRs': a remote key naming a window is checked against
+// the window (state, key, PD, access, QP for type 2, range) and then
+// resolved to its MR, whose own checks follow. Invalidating or deallocating
+// a window waits for accesses in progress through it. MRs over provider
+// memory (package mem) also enter the provider region's guard for every
+// access, so a provider's revocation is synchronous too; it is reported as
+// EventMRInvalidated.
 package verbs

@@ -130,7 +130,7 @@ func TestObjectIdentity(t *testing.T) {
 // (PostRecv, PostSend, Poll on both sides) through verbs allocates nothing,
 // so the conversions between verbs' types and the engine's are free.
 func TestPostPollAllocs(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || verbs.RaceEnabled {
 		t.Skip("allocation counts need a run without -race or -short")
 	}
 	da, db := pipeDevs(t)

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"time"
 
-	"github.com/softroce/softroce/internal/engine"
-	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/wire"
@@ -24,13 +21,6 @@ const (
 	MTU2048 = wire.MTU2048
 	MTU4096 = wire.MTU4096
 )
-
-// Open starts a device on a link endpoint (a UDP socket from link/udp or an
-// in-memory pipe end from link/pipe). The device owns ep. cfg may be nil.
-func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
-	d, err := engine.Open(ep, (*engine.Config)(cfg))
-	return wrapDevice(d), err
-}
 
 // OpenUDP opens a device on a UDP socket bound to addr ("127.0.0.1:4791";
 // without a port, 4791; port 0 lets the kernel choose).
@@ -58,12 +48,12 @@ func OpenUDP(addr string, cfg *Config) (*Device, error) {
 		// GID 0 is the link-local GID of the interface's MAC, as on rxe.
 		c.MAC = macOf(ap.Addr())
 	}
-	d, err := engine.Open(ep, (*engine.Config)(&c))
+	d, err := Open(ep, &c)
 	if err != nil {
 		ep.Close()
 		return nil, err
 	}
-	return wrapDevice(d), nil
+	return d, nil
 }
 
 // OpenPipe opens two devices joined by an in-memory link (link/pipe) with
@@ -73,40 +63,20 @@ func OpenPipe(a, b pipe.Config) (*Device, *Device, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	da, err := engine.Open(ea, nil)
+	da, err := Open(ea, nil)
 	if err != nil {
 		ea.Close()
 		eb.Close()
 		return nil, nil, err
 	}
-	db, err := engine.Open(eb, nil)
+	db, err := Open(eb, nil)
 	if err != nil {
 		da.Close()
 		eb.Close()
 		return nil, nil, err
 	}
-	return wrapDevice(da), wrapDevice(db), nil
+	return da, db, nil
 }
-
-// GIDFromAddr returns the RoCEv2 GID of an IP address (IPv4-mapped for IPv4).
-func GIDFromAddr(a netip.Addr) GID { return GID(engine.GIDFromAddr(a)) }
-
-// UDPSport returns the UDP source port rxe uses for an RC/UC QP whose AV has
-// the given flow label, between QPs lqpn and rqpn (rdma_get_udp_sport).
-func UDPSport(flowLabel, lqpn, rqpn uint32) uint16 { return engine.UDPSport(flowLabel, lqpn, rqpn) }
-
-// IncRKey returns key with its low 8 bits (key8) incremented, as
-// ibv_inc_rkey: the RKey to give a WRBindMW of a type 2 window.
-func IncRKey(key uint32) uint32 { return engine.IncRKey(key) }
-
-// RetryBudget is the longest an RC requester with local ACK timeout
-// timeout and retry_cnt retryCnt retries after its peer's last answer
-// before the RETRY_EXC_ERR completion (0 for timeout 0: no bound).
-func RetryBudget(timeout, retryCnt uint8) time.Duration { return engine.RetryBudget(timeout, retryCnt) }
-
-// NewFakeClock returns a manual clock for deterministic timer tests; pass
-// it in Config.Clock and move time with Advance.
-func NewFakeClock(start time.Time) *FakeClock { return wrapFakeClock(engine.NewFakeClock(start)) }
 
 // macOf returns the MAC address of the interface that holds a, or zero.
 func macOf(a netip.Addr) [6]byte {

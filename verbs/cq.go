@@ -1,0 +1,199 @@
+package verbs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+)
+
+// CompChannel is a completion event channel (ibv_comp_channel): armed CQs
+// attached to it deliver one event per arming.
+type CompChannel struct {
+	dev *Device
+	ch  chan *CQ
+}
+
+// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
+func (d *Device) CreateCompChannel() *CompChannel {
+	return &CompChannel{dev: d, ch: make(chan *CQ, 1024)}
+}
+
+// GetCQEvent waits for the next CQ event (ibv_get_cq_event). Every event
+// must be acknowledged with CQ.AckEvents.
+func (c *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
+	select {
+	case cq := <-c.ch:
+		cq.mu.Lock()
+		cq.evReceived++
+		cq.mu.Unlock()
+		return cq, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.dev.done:
+		return nil, ErrClosed
+	}
+}
+
+// C returns the channel events arrive on (for select loops); events read
+// from it directly count as received too.
+func (c *CompChannel) C() <-chan *CQ { return c.ch }
+
+// CQ is a completion queue (ibv_cq).
+type CQ struct {
+	dev *Device
+	ch  *CompChannel
+	ctx any
+
+	mu         sync.Mutex
+	ring       []WC
+	head, n    int
+	armed      uint8 // 0 off, 1 next completion, 2 solicited only
+	evReceived uint32
+	evAcked    uint32
+	users      int
+	destroyed  bool
+	overflowed bool
+}
+
+const (
+	armNext      = 1
+	armSolicited = 2
+)
+
+// CreateCQ creates a CQ with room for at least cqe completions
+// (ibv_create_cq); ch may be nil.
+func (d *Device) CreateCQ(cqe int, ctx any, ch *CompChannel) (*CQ, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	if cqe < 1 || cqe > maxCQE {
+		return nil, newErr("create cq", "cqe must be 1.."+utoa(maxCQE)+" (max_cqe)", syscall.EINVAL)
+	}
+	if ch != nil && ch.dev != d {
+		return nil, newErr("create cq", "completion channel belongs to another device", syscall.EINVAL)
+	}
+	return &CQ{dev: d, ch: ch, ctx: ctx, ring: make([]WC, cqe)}, nil
+}
+
+// CQE returns the CQ's capacity.
+func (cq *CQ) CQE() int { cq.mu.Lock(); defer cq.mu.Unlock(); return len(cq.ring) }
+
+// Context returns the user context given at creation.
+func (cq *CQ) Context() any { return cq.ctx }
+
+// Poll moves up to len(wc) completions into wc and returns how many (ibv_poll_cq).
+func (cq *CQ) Poll(wc []WC) int {
+	cq.mu.Lock()
+	k := 0
+	for k < len(wc) && cq.n > 0 {
+		wc[k] = cq.ring[cq.head]
+		cq.head++
+		if cq.head == len(cq.ring) {
+			cq.head = 0
+		}
+		cq.n--
+		k++
+	}
+	cq.mu.Unlock()
+	return k
+}
+
+// Len returns the number of completions waiting.
+func (cq *CQ) Len() int { cq.mu.Lock(); defer cq.mu.Unlock(); return cq.n }
+
+// ReqNotify arms the CQ (ibv_req_notify_cq): the next completion (or, with
+// solicitedOnly, the next solicited or error completion) sends one event to
+// the completion channel.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.ch == nil {
+		return newErr("req notify cq", "CQ has no completion channel", syscall.EINVAL)
+	}
+	cq.mu.Lock()
+	if solicitedOnly {
+		if cq.armed != armNext {
+			cq.armed = armSolicited
+		}
+	} else {
+		cq.armed = armNext
+	}
+	cq.mu.Unlock()
+	return nil
+}
+
+// AckEvents acknowledges n events received for this CQ (ibv_ack_cq_events).
+func (cq *CQ) AckEvents(n int) {
+	cq.mu.Lock()
+	cq.evAcked += uint32(n)
+	cq.mu.Unlock()
+}
+
+// Resize changes the capacity (ibv_resize_cq); it fails with EINVAL if the
+// completions waiting would not fit.
+func (cq *CQ) Resize(cqe int) error {
+	if cqe < 1 || cqe > maxCQE {
+		return newErr("resize cq", "cqe must be 1.."+utoa(maxCQE)+" (max_cqe)", syscall.EINVAL)
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cqe < cq.n {
+		return newErr("resize cq", "more completions waiting than the new size: poll first", syscall.EINVAL)
+	}
+	r := make([]WC, cqe)
+	for i := 0; i < cq.n; i++ {
+		r[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+	}
+	cq.ring, cq.head = r, 0
+	return nil
+}
+
+// Destroy frees the CQ (ibv_destroy_cq): EBUSY while QPs use it, or while
+// events are unacknowledged.
+func (cq *CQ) Destroy() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.destroyed {
+		return newErr("destroy cq", "already destroyed", syscall.EINVAL)
+	}
+	if cq.users > 0 {
+		return newErr("destroy cq", "QPs still use the CQ: destroy them first", syscall.EBUSY)
+	}
+	if cq.evAcked != cq.evReceived {
+		return newErr("destroy cq", "unacknowledged CQ events: call AckEvents", syscall.EBUSY)
+	}
+	cq.destroyed = true
+	return nil
+}
+
+// push adds a completion. It returns false on overflow: the CQ error event
+// is raised and the caller moves its QP to ERR (docs/protocol.md §5.7: receive CQ full).
+func (cq *CQ) push(wc *WC, solicited bool) bool {
+	cq.mu.Lock()
+	if cq.n == len(cq.ring) {
+		first := !cq.overflowed
+		cq.overflowed = true
+		cq.mu.Unlock()
+		if first {
+			cq.dev.event(AsyncEvent{Type: EventCQErr, CQ: cq})
+		}
+		return false
+	}
+	i := cq.head + cq.n
+	if i >= len(cq.ring) {
+		i -= len(cq.ring)
+	}
+	cq.ring[i] = *wc
+	cq.n++
+	notify := cq.armed == armNext || (cq.armed == armSolicited && (solicited || wc.Status != WCSuccess))
+	if notify {
+		cq.armed = 0
+	}
+	cq.mu.Unlock()
+	if notify && cq.ch != nil {
+		select {
+		case cq.ch.ch <- cq:
+		default:
+			cq.dev.stats.DropEvents.Add(1)
+		}
+	}
+	return true
+}

@@ -1,0 +1,644 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/mem"
+	"github.com/softroce/softroce/wire"
+)
+
+// Config tunes a device. The zero value is ready to use.
+type Config struct {
+	// Name is the device name (default "softroce0").
+	Name string
+	// Clock drives the retransmit and RNR timers (default: the real clock).
+	// On the real clock (nil or RealClock) a device keeps all its QPs'
+	// timers in one heap served by one goroutine; any other Clock (a
+	// FakeClock) gets the QPs' timers directly.
+	Clock Clock
+	// Logger receives debug logs (nil: silent).
+	Logger *slog.Logger
+	// NoICRCCheck skips the receive-side ICRC check (failures are still
+	// counted when checking is on).
+	NoICRCCheck bool
+	// MAC is the hardware address the link-local default GID (index 0) is
+	// derived from; zero derives one from the bound address.
+	MAC [6]byte
+	// MaxMR caps the number of registered MRs (0: rxe's 2^19-1; larger
+	// values are lowered to it). Registrations beyond it fail with ENOMEM.
+	MaxMR int
+	// MaxMRSize caps one MR's length in bytes (0: no limit but the
+	// address space, rxe's max_mr_size 2^64-1). Larger registrations fail
+	// with EINVAL. QueryDevice reports both limits.
+	MaxMRSize uint64
+	// Memory is the memory-provider registry PD.RegMem and
+	// PD.RegDmabufMR resolve memory with (see package mem). Nil gives the
+	// device its own registry with the Go heap provider ("heap", the
+	// catch-all for ordinary memory) and the file-descriptor provider ("fd").
+	Memory *mem.Registry
+}
+
+// Stats are a device's counters, updated atomically.
+type Stats struct {
+	RxPackets, RxBytes atomic.Uint64
+	TxPackets, TxBytes atomic.Uint64
+	TxErrors           atomic.Uint64 // packets the link failed to send
+	Retransmits        atomic.Uint64 // retry sequences started (timeout, NAK, lost response)
+	RetryTimeouts      atomic.Uint64 // retransmit timer expiries
+	RetryDeferred      atomic.Uint64 // timer expiries not retried: the peer had answered (no progress) in that period
+	RNRNAKsSent        atomic.Uint64
+	RNRNAKsRcvd        atomic.Uint64
+	SeqNAKsSent        atomic.Uint64
+	SeqNAKsRcvd        atomic.Uint64
+	SeqNAKsIgnored     atomic.Uint64 // sequence-error NAKs received while a retry was under way (rxe ignores them too)
+	NAKsSent           atomic.Uint64 // other NAKs (0x61-0x63)
+	NAKsRcvd           atomic.Uint64
+	DupRequests        atomic.Uint64 // duplicate requests answered
+	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
+	ICRCErrors         atomic.Uint64
+	MRs                atomic.Uint64 // registered MRs now
+	MWs                atomic.Uint64 // allocated memory windows now
+
+	// Drops by reason.
+	DropMalformed   atomic.Uint64 // wire.Packet.Parse failed
+	DropNoQP        atomic.Uint64 // unknown destination QPN (or QP0)
+	DropQPState     atomic.Uint64 // QP not ready for the packet (docs/protocol.md §5.9: receive from RTR, send from RTS)
+	DropTransport   atomic.Uint64 // opcode's transport differs from the QP type
+	DropPKey        atomic.Uint64
+	DropQKey        atomic.Uint64 // UD Q_Key mismatch (docs/protocol.md §6.1)
+	DropSrcAddr     atomic.Uint64 // RC/UC packet not from the QP's peer (docs/protocol.md §9)
+	DropNoRecv      atomic.Uint64 // UD packet with no receive WQE
+	DropLength      atomic.Uint64 // UD packet too large for the receive WQE or the MTU
+	DropResponse    atomic.Uint64 // stray, duplicate or out-of-order responses
+	DropBadResponse atomic.Uint64 // responses answering nothing sent or outstanding, or of the wrong kind (forged?)
+	DropDuplicate   atomic.Uint64 // duplicates that need no answer
+	DropOutOfSeq    atomic.Uint64 // requests after a PSN gap (NAK sent once)
+	DropUCResync    atomic.Uint64 // UC packets dropped while resynchronising (docs/protocol.md §6.2)
+	DropEvents      atomic.Uint64 // async or CQ events lost because the consumer lagged
+	DropUnsupported atomic.Uint64 // CNP and other ignored packets
+}
+
+// Device is a software RDMA device on one link endpoint (struct ibv_context).
+type Device struct {
+	ep    link.Endpoint
+	cfg   Config
+	clock Clock      // drives the QP timers: timers, or the configured clock
+	timer *timerHeap // the QP timers when the clock is the real one
+	log   *slog.Logger
+	local netip.AddrPort
+	gids  []GID
+	mtu   wire.MTU // active MTU
+	stats Stats
+
+	mu     sync.Mutex // PD numbers, lifecycle
+	nextPD uint32
+	closed atomic.Bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+	txMu   sync.Mutex
+	atomMu sync.Mutex // serialises remote atomics on this device
+	// Owned by the receive loop: QPs with packets to send at the end of
+	// the batch being processed.
+	pending []*QP
+	events  chan AsyncEvent
+	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
+	mrs     mrTable
+	mrFree  []uint32
+	mrLive  int     // registered MRs (under mrMu)
+	mws     mwTable // under mrMu for writers, like mrs
+	memOnce sync.Once
+	memReg  *mem.Registry
+	mwFree  []uint32
+	qpMu    sync.RWMutex         // serialises QP table writers; guards mcast
+	qps     *qpTable             // lookups are lock-free
+	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
+}
+
+// Open starts a device on a link endpoint (a UDP socket from link/udp or an
+// in-memory pipe end from link/pipe). The device owns ep and closes it on
+// Close. cfg may be nil.
+func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
+	if ep == nil {
+		return nil, newErr("open device", "nil link endpoint", syscall.EINVAL)
+	}
+	d := &Device{ep: ep, done: make(chan struct{}), events: make(chan AsyncEvent, eventQueue),
+		qps: newQPTable(firstQPN, maxQPN)}
+	if cfg != nil {
+		d.cfg = *cfg
+	}
+	if d.cfg.Name == "" {
+		d.cfg.Name = "softroce0"
+	}
+	if d.cfg.Clock == nil || d.cfg.Clock == RealClock {
+		// One heap and one goroutine for all the QPs' timers.
+		d.timer = newTimerHeap()
+		d.clock = d.timer
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.timer.run(d.done)
+		}()
+	} else {
+		d.clock = d.cfg.Clock
+	}
+	d.log = d.cfg.Logger
+	d.local = ep.LocalAddr()
+	m := ep.MTU()
+	if m <= 0 {
+		m = 1500
+	}
+	d.mtu = wire.ActiveMTU(m)
+	if d.mtu == 0 {
+		d.mtu = wire.MTU256
+	}
+	d.gids = makeGIDs(d.local.Addr(), d.cfg.MAC)
+	d.wg.Add(1)
+	go d.rxLoop()
+	d.event(AsyncEvent{Type: EventPortActive, Port: 1})
+	return d, nil
+}
+
+// makeGIDs builds the GID table: index 0 the link-local default GID from
+// the MAC's EUI-64 (docs/protocol.md §9), index 1 the bound address (IPv4-mapped for IPv4).
+func makeGIDs(a netip.Addr, mac [6]byte) []GID {
+	if mac == ([6]byte{}) {
+		// A locally administered MAC derived from the address.
+		b := a.Unmap().AsSlice()
+		mac = [6]byte{0x02, 0x00}
+		copy(mac[2:], b[len(b)-4:])
+	}
+	var ll GID
+	ll[0], ll[1] = 0xfe, 0x80
+	ll[8], ll[9], ll[10], ll[11], ll[12] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe
+	ll[13], ll[14], ll[15] = mac[3], mac[4], mac[5]
+	gids := []GID{ll}
+	if a.IsValid() && !a.IsUnspecified() {
+		gids = append(gids, GIDFromAddr(a))
+	}
+	return gids
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// LocalAddr returns the link's local address.
+func (d *Device) LocalAddr() netip.AddrPort { return d.local }
+
+// Stats returns the device's live counters.
+func (d *Device) Stats() *Stats { return &d.stats }
+
+// Clock returns the clock the device was configured with (RealClock by
+// default). The device runs its own QP timers on one per-device heap
+// rather than on RealClock's runtime timers.
+func (d *Device) Clock() Clock {
+	if d.cfg.Clock == nil {
+		return RealClock
+	}
+	return d.cfg.Clock
+}
+
+// QueryDevice returns the device attributes (ibv_query_device), rxe's limits (docs/protocol.md §10.1).
+func (d *Device) QueryDevice() DeviceAttr {
+	g := nodeGUID(d.gids[0])
+	return DeviceAttr{
+		FWVer: "0.0.0", NodeGUID: g, SysImageGUID: g, MaxMRSize: d.maxMRSize(), PageSizeCap: pageSizeCap,
+		VendorID: vendorID, MaxQP: maxQP, MaxQPWR: maxQPWR, DeviceCapFlags: deviceCapFlags,
+		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: maxCQ, MaxCQE: maxCQE, MaxMR: d.maxMR(), MaxPD: maxPD,
+		MaxQPRdAtom: maxRdAtom, MaxResRdAtom: maxResRdAtom, MaxQPInitRdAtom: maxRdAtom, AtomicCap: 1,
+		MaxMcastGrp: maxMcastGrp, MaxMcastQPAttach: maxMcastQPs, MaxTotalMcastQPAttach: maxTotalMcastQPs,
+		MaxAH: maxAH, MaxSRQ: maxSRQ, MaxSRQWR: maxQPWR, MaxSRQSGE: maxSRQSGE, MaxPKeys: maxPKeys,
+		LocalCAAckDelay: localCAAckDelay, PhysPortCnt: 1, MaxInlineData: MaxInline, MaxMsgSz: maxMsgSize, MaxMW: MaxMW,
+	}
+}
+
+func nodeGUID(ll GID) uint64 {
+	var g uint64
+	for _, b := range ll[8:] {
+		g = g<<8 | uint64(b)
+	}
+	return g
+}
+
+// QueryPort returns port 1's attributes (ibv_query_port).
+func (d *Device) QueryPort(port uint8) (PortAttr, error) {
+	if port != 1 {
+		return PortAttr{}, newErr("query port", "softroce devices have one port, number 1", syscall.EINVAL)
+	}
+	st := PortActive
+	if d.closed.Load() {
+		st = PortDown
+	}
+	return PortAttr{State: st, MaxMTU: wire.MTU4096, ActiveMTU: d.mtu, GIDTblLen: 1024,
+		PortCapFlags: portCapCMSup,
+		MaxMsgSz:     maxMsgSize, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: 5}, nil
+}
+
+// QueryGID returns GID index i of port 1 (ibv_query_gid).
+func (d *Device) QueryGID(port uint8, i int) (GID, error) {
+	if port != 1 || i < 0 || i >= 1024 {
+		return GID{}, newErr("query gid", "port must be 1 and index 0..1023", syscall.EINVAL)
+	}
+	if i >= len(d.gids) {
+		return GID{}, nil
+	}
+	return d.gids[i], nil
+}
+
+// GIDs returns the populated GID table entries.
+func (d *Device) GIDs() []GID { return append([]GID(nil), d.gids...) }
+
+// QueryPKey returns P_Key index i (only index 0, 0xFFFF).
+func (d *Device) QueryPKey(port uint8, i int) (uint16, error) {
+	if port != 1 || i != 0 {
+		return 0, newErr("query pkey", "port must be 1 and index 0", syscall.EINVAL)
+	}
+	return wire.DefaultPKey, nil
+}
+
+// ActiveMTU returns the port's active MTU.
+func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	d.mu.Lock()
+	d.nextPD++
+	h := d.nextPD
+	d.mu.Unlock()
+	return &PD{dev: d, handle: h}, nil
+}
+
+// GetAsyncEvent waits for the next asynchronous event (ibv_get_async_event).
+func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	select {
+	case ev := <-d.events:
+		return ev, nil
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	case <-d.done:
+		select {
+		case ev := <-d.events:
+			return ev, nil
+		default:
+		}
+		return AsyncEvent{}, ErrClosed
+	}
+}
+
+// AsyncEvents returns the channel asynchronous events arrive on.
+func (d *Device) AsyncEvents() <-chan AsyncEvent { return d.events }
+
+func (d *Device) event(ev AsyncEvent) {
+	select {
+	case d.events <- ev:
+	default:
+		d.stats.DropEvents.Add(1)
+	}
+}
+
+// Close stops the device: all QPs go to ERR (flushing their work), the
+// receive loop exits and the link is closed. It waits for the device's
+// goroutines.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.event(AsyncEvent{Type: EventPortErr, Port: 1})
+	d.qpMu.Lock()
+	var qps []*QP
+	d.qps.each(func(qp *QP) { qps = append(qps, qp) })
+	d.qpMu.Unlock()
+	for _, qp := range qps {
+		qp.mu.Lock()
+		qp.stopTimers()
+		qp.mu.Unlock()
+	}
+	close(d.done)
+	err := d.ep.Close()
+	d.wg.Wait()
+	// Wait for callbacks of a configured clock that may still be running
+	// (the device's own timer goroutine has exited).
+	for _, qp := range qps {
+		qp.mu.Lock()
+		qp.stopTimers()
+		qp.mu.Unlock()
+	}
+	d.releaseMemory()
+	return err
+}
+
+// Done is closed when the device closes.
+func (d *Device) Done() <-chan struct{} { return d.done }
+
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	bs := d.ep.BatchSize()
+	if bs <= 0 {
+		bs = 1
+	}
+	bs = min(bs, 64)
+	pkts := make([]link.Packet, bs)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, maxDatagram)
+	}
+	read := d.ep.ReadBatch
+	if vr, ok := d.ep.(viewReader); ok {
+		read = vr.ReadBatchView
+	}
+	var p wire.Packet
+	for {
+		n, err := read(pkts)
+		for i := 0; i < n; i++ {
+			d.dispatch(&pkts[i], &p, true)
+		}
+		d.flushPending()
+		if err != nil {
+			if d.closed.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if d.log != nil {
+				d.log.Debug("read batch", "err", err)
+			}
+			select {
+			case <-d.done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+}
+
+// viewReader is a link that can hand out received datagrams in place
+// (link/udp with GRO): the views stay valid until the next read, and the
+// receive loop is done with a batch (payloads placed, replies built) before
+// it reads again, so each payload is copied once, into its memory region.
+type viewReader interface {
+	ReadBatchView(pkts []link.Packet) (int, error)
+}
+
+// flushPending sends what the QPs produced during a received batch.
+func (d *Device) flushPending() {
+	for i, qp := range d.pending {
+		qp.mu.Lock()
+		qp.txPending = false
+		qp.flushUnlock()
+		d.pending[i] = nil
+	}
+	d.pending = d.pending[:0]
+}
+
+// maxDatagram is the buffer size for one RoCEv2 datagram.
+const maxDatagram = wire.MaxPayload + 256
+
+// input handles one received datagram and sends what it produces at once.
+func (d *Device) input(lp *link.Packet, p *wire.Packet) { d.dispatch(lp, p, false) }
+
+// dispatch handles one received datagram; batched (receive loop only)
+// leaves the packets it produces for flushPending.
+func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
+	b := lp.Bytes()
+	d.stats.RxPackets.Add(1)
+	d.stats.RxBytes.Add(uint64(len(b)))
+	if err := p.Parse(b); err != nil {
+		if errors.Is(err, wire.ErrUnsupportedOpcode) {
+			d.stats.DropUnsupported.Add(1) // CNPs are dropped (docs/protocol.md §1.4)
+		} else {
+			d.stats.DropMalformed.Add(1)
+		}
+		return
+	}
+	if !d.cfg.NoICRCCheck {
+		var ok bool
+		if lp.IPHdrLen > 0 {
+			ok = wire.VerifyICRC(lp.IPHdr[:lp.IPHdrLen], lp.Src.Port(), lp.Dst.Port(), b)
+		} else {
+			_, ok = wire.VerifyICRCAddrs(lp.Src, lp.Dst, b)
+		}
+		if !ok {
+			d.stats.ICRCErrors.Add(1)
+			return
+		}
+	}
+	// P_Key must match 0xFFFF: low 15 bits equal and a full member (docs/protocol.md §2.1).
+	if p.BTH.PKey&0x7FFF != 0x7FFF {
+		d.stats.DropPKey.Add(1)
+		return
+	}
+	qpn := p.BTH.DestQP
+	if qpn == 0 { // QP0 not supported (docs/protocol.md §2.1)
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	if qpn == MulticastQPN {
+		d.multicastInput(lp, p, batched)
+		return
+	}
+	qp := d.qps.get(qpn)
+	if qp == nil {
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	qp.input(lp, p, batched)
+}
+
+// MulticastQPN is the destination QPN of multicast datagrams (docs/protocol.md §6.3).
+const MulticastQPN = 0xFFFFFF
+
+// multicastInput delivers a UD datagram sent to a multicast group to every
+// QP attached to the group its destination address names (docs/protocol.md §6.3).
+func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet, batched bool) {
+	g := lp.Dst.Addr().Unmap()
+	d.qpMu.RLock()
+	qps := d.mcast[g]
+	var local [maxMcastQPs]*QP
+	n := copy(local[:], qps)
+	d.qpMu.RUnlock()
+	if n == 0 {
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	for _, qp := range local[:n] {
+		qp.input(lp, p, batched)
+	}
+}
+
+// AttachMcast attaches the UD QP to the multicast group gid (ibv_attach_mcast):
+// datagrams sent to QPN 0xFFFFFF and the group's address reach it. The link
+// must receive the group's traffic (joining the IP group is the link's job).
+func (qp *QP) AttachMcast(gid GID, lid uint16) error {
+	a := gid.Addr()
+	if qp.typ != QPTypeUD || !a.IsMulticast() {
+		return newErr("attach mcast", "only UD QPs attach, to a multicast GID", syscall.EINVAL)
+	}
+	d := qp.dev
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	l := d.mcast[a]
+	for _, q := range l {
+		if q == qp {
+			return nil
+		}
+	}
+	if len(l) >= maxMcastQPs {
+		return newErr("attach mcast", "group already has "+utoa(maxMcastQPs)+" QPs (max_mcast_qp_attach)", syscall.ENOMEM)
+	}
+	if d.mcast == nil {
+		d.mcast = map[netip.Addr][]*QP{}
+	}
+	d.mcast[a] = append(l, qp)
+	return nil
+}
+
+// DetachMcast detaches the QP from the group (ibv_detach_mcast).
+func (qp *QP) DetachMcast(gid GID, lid uint16) error {
+	a := gid.Addr()
+	d := qp.dev
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	l := d.mcast[a]
+	for i, q := range l {
+		if q == qp {
+			d.mcast[a] = append(l[:i:i], l[i+1:]...)
+			if len(d.mcast[a]) == 0 {
+				delete(d.mcast, a)
+			}
+			return nil
+		}
+	}
+	return newErr("detach mcast", "QP is not attached to that group", syscall.EINVAL)
+}
+
+// send writes pkts to the link, counting what it sends.
+func (d *Device) send(pkts []link.Packet) {
+	if len(pkts) == 0 {
+		return
+	}
+	d.txMu.Lock()
+	for len(pkts) > 0 {
+		n, err := d.ep.WriteBatch(pkts)
+		var bytes uint64
+		for i := 0; i < n; i++ {
+			bytes += uint64(pkts[i].N)
+		}
+		d.stats.TxBytes.Add(bytes)
+		d.stats.TxPackets.Add(uint64(n))
+		pkts = pkts[n:]
+		if err != nil {
+			if len(pkts) > 0 {
+				// Skip the failing packet: RC recovers by retransmission.
+				d.stats.TxErrors.Add(1)
+				pkts = pkts[1:]
+			}
+			if d.closed.Load() {
+				break
+			}
+		}
+	}
+	d.txMu.Unlock()
+}
+
+// addQP assigns a QPN (or the requested one) and inserts qp, in O(1).
+func (d *Device) addQP(qp *QP, want uint32) error {
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if want != 0 {
+		if d.qps.get(want) != nil {
+			return newErr("create qp", "QPN already in use (one GSI QP per device)", syscall.EBUSY)
+		}
+		qp.qpn = want
+	} else {
+		n, ok := d.qps.alloc()
+		if !ok {
+			return newErr("create qp", "no free QP numbers: destroy QPs first", syscall.ENOMEM)
+		}
+		qp.qpn = n
+	}
+	d.qps.put(qp.qpn, qp)
+	return nil
+}
+
+func (d *Device) removeQP(qp *QP) {
+	d.qpMu.Lock()
+	d.qps.del(qp.qpn, qp)
+	if qp.typ == QPTypeUD { // only UD QPs join multicast groups
+		for g, l := range d.mcast {
+			for i, q := range l {
+				if q == qp {
+					d.mcast[g] = append(l[:i:i], l[i+1:]...)
+					break
+				}
+			}
+			if len(d.mcast[g]) == 0 {
+				delete(d.mcast, g)
+			}
+		}
+	}
+	d.qpMu.Unlock()
+}
+
+// AH is an address handle (ibv_ah): a resolved destination for UD sends.
+type AH struct {
+	pd   *PD
+	attr AHAttr
+	dst  netip.AddrPort
+}
+
+// CreateAH creates an address handle (ibv_create_ah). RoCE needs a GRH.
+func (pd *PD) CreateAH(attr *AHAttr) (*AH, error) {
+	if attr == nil || !attr.IsGlobal {
+		return nil, newErr("create ah", "RoCE address handles need a GRH (is_global=1 with a dgid)", syscall.EINVAL)
+	}
+	if int(attr.GRH.SGIDIndex) >= len(pd.dev.gids) {
+		return nil, newErr("create ah", "sgid_index names an empty GID table entry", syscall.EINVAL)
+	}
+	if attr.PortNum > 1 {
+		return nil, newErr("create ah", "port must be 1", syscall.EINVAL)
+	}
+	dst, err := avDest(attr)
+	if err != nil {
+		return nil, err
+	}
+	if err := pd.ref(); err != nil {
+		return nil, err
+	}
+	return &AH{pd: pd, attr: *attr, dst: dst}, nil
+}
+
+func avDest(attr *AHAttr) (netip.AddrPort, error) {
+	a := attr.GRH.DGID.Addr()
+	if !a.IsValid() || a.IsUnspecified() {
+		return netip.AddrPort{}, newErr("address vector", "dgid is zero: RoCE needs the peer's GID", syscall.EINVAL)
+	}
+	port := attr.DstPort
+	if port == 0 {
+		port = wire.UDPPort
+	}
+	return netip.AddrPortFrom(a, port), nil
+}
+
+// Attr returns the AH's address vector.
+func (ah *AH) Attr() AHAttr { return ah.attr }
+
+// Destroy frees the AH (ibv_destroy_ah).
+func (ah *AH) Destroy() error {
+	if ah.pd == nil {
+		return newErr("destroy ah", "already destroyed", syscall.EINVAL)
+	}
+	ah.pd.unref()
+	ah.pd = nil
+	return nil
+}

@@ -1,0 +1,823 @@
+package verbs
+
+import (
+	"encoding/binary"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/wire"
+)
+
+// respRes is a responder resource: a READ, atomic, FLUSH or ATOMIC_WRITE
+// remembered so duplicates can be answered (docs/protocol.md §5.7).
+type respRes struct {
+	kind   wqeKind
+	valid  bool
+	first  uint32
+	last   uint32
+	va     uint64
+	rkey   uint32
+	length uint32
+	orig   uint64
+}
+
+type respState struct {
+	ePSN       uint32
+	msn        uint32
+	nakSeqSent bool
+	inMsg      uint8 // 0 none, msgSend, msgWrite: expecting MIDDLE/LAST
+	// Receive WQE in use by a multi-packet SEND.
+	haveWQE bool
+	wqeSRQ  bool
+	wqe     recvWQE
+	off     int
+	// RDMA WRITE in progress.
+	wMR  *MR // the target region, found at FIRST/ONLY
+	wKey uint32
+	wVA  uint64
+	wRem int
+	wLen uint32
+	// UC: dropping until the next FIRST/ONLY (docs/protocol.md §6.2).
+	ucDrop bool
+	res    []respRes
+	resIdx int
+}
+
+const (
+	msgSend  = 1
+	msgWrite = 2
+)
+
+// input handles one packet for this QP (called by the receive loop).
+func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
+	qp.mu.Lock()
+	defer qp.inputDone(batched)
+	st := &qp.dev.stats
+	// rxe receives from RTR on and drops packets for a side not yet ready (docs/protocol.md §5.9).
+	if qp.state < QPStateRTR || qp.state == QPStateErr || qp.dead {
+		st.DropQPState.Add(1)
+		return
+	}
+	// The opcode's transport must match the QP type (docs/protocol.md §2.1).
+	want := wire.TransportRC
+	switch qp.typ {
+	case QPTypeUC:
+		want = wire.TransportUC
+	case QPTypeUD:
+		want = wire.TransportUD
+	}
+	if p.BTH.Opcode.Transport() != want {
+		st.DropTransport.Add(1)
+		return
+	}
+	if qp.state == QPStateRTR && !qp.commEst && qp.typ != QPTypeUD {
+		// First packet in RTR: communication established (affiliated event;
+		// the CM treats it like an RTU).
+		qp.commEst = true
+		qp.dev.event(AsyncEvent{Type: EventCommEst, QP: qp})
+	}
+	if qp.typ == QPTypeUD {
+		qp.udReceive(lp, p)
+		return
+	}
+	// RC/UC packets must come from the peer the AV names (docs/protocol.md §9).
+	if lp.Src.Addr().Unmap() != qp.dst.Addr().Unmap() {
+		st.DropSrcAddr.Add(1)
+		return
+	}
+	if p.Mask&wire.IsResponse != 0 {
+		if qp.typ == QPTypeRC {
+			qp.completer(p)
+		} else {
+			st.DropTransport.Add(1)
+		}
+		return
+	}
+	if qp.typ == QPTypeUC {
+		qp.ucReceive(p)
+		return
+	}
+	qp.rcReceive(p)
+}
+
+// inputDone ends input: when batched (on the receive loop) the packets
+// produced (responses, new requests) wait in the QP's batch until the end
+// of the received batch, so that they leave in as few system calls as
+// possible; otherwise, or when the batch holds an acknowledgement, they are
+// sent at once: the peer's send window moves on the ACK (rxe acks when it
+// processes the packet), and a received batch can be 64 packets long.
+func (qp *QP) inputDone(batched bool) {
+	d := qp.dev
+	if qp.txn > 0 && batched && !qp.ackNow {
+		if !qp.txPending {
+			qp.txPending = true
+			d.pending = append(d.pending, qp)
+		}
+		qp.mu.Unlock()
+		return
+	}
+	qp.ackNow = false
+	qp.flushUnlock()
+}
+
+// sendAck sends an ACKNOWLEDGE with syndrome syn for psn.
+func (qp *QP) sendAck(psn uint32, syn uint8) {
+	qp.ackNow = true
+	var h wire.Packet
+	h.BTH = wire.BTH{Opcode: wire.RCAcknowledge, DestQP: qp.attr.DestQPNum, PSN: psn}
+	h.AETH = wire.AETH{Syndrome: syn, MSN: qp.resp.msn & wire.PSNMask}
+	tos, ttl := qp.grh()
+	qp.newPacket(&h, 0, qp.dst, tos, ttl)
+}
+
+// nakError sends NAK syn for psn, completes the receive WQE in use (if any)
+// with wcs and moves the QP to ERR (docs/protocol.md §5.7 responder error table).
+func (qp *QP) nakError(psn uint32, syn uint8, wcs WCStatus) {
+	qp.dev.stats.NAKsSent.Add(1)
+	qp.sendAck(psn, syn)
+	if qp.resp.haveWQE {
+		qp.pushRecvWC(&qp.resp.wqe, wcs, WCRecv, 0, 0, 0, false)
+		qp.resp.haveWQE = false
+	}
+	qp.toError()
+}
+
+// pushRecvWC completes a receive WQE.
+func (qp *QP) pushRecvWC(w *recvWQE, st WCStatus, op WCOpcode, n uint32, imm uint32, fl WCFlags, se bool) bool {
+	wc := WC{WRID: w.wrid, Status: st, Opcode: op, ByteLen: n, ImmData: imm, QPNum: qp.qpn, SrcQP: qp.attr.DestQPNum, Flags: fl}
+	if st != WCSuccess {
+		wc.ByteLen, wc.Flags, wc.ImmData = 0, 0, 0
+	}
+	if !qp.recvCQ.push(&wc, se) {
+		// Receive CQ overflow: QP to ERR without a NAK (docs/protocol.md §5.7).
+		qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
+		qp.toError()
+		return false
+	}
+	return true
+}
+
+// takeRecv takes a receive WQE from the SRQ or the RQ into qp.resp.wqe.
+func (qp *QP) takeRecv() bool {
+	r := &qp.resp
+	if qp.srq != nil {
+		r.haveWQE = qp.srq.take(&r.wqe)
+		r.wqeSRQ = true
+	} else {
+		r.haveWQE = qp.rq.pop(&r.wqe)
+		r.wqeSRQ = false
+	}
+	r.off = 0
+	return r.haveWQE
+}
+
+// qpAccessFor returns the qp_access_flags bit an incoming request needs (docs/protocol.md §7.2).
+func qpAccessFor(p *wire.Packet) Access {
+	m := p.Mask
+	switch {
+	case m&(wire.IsWrite|wire.IsAtomicWrite) != 0:
+		return AccessRemoteWrite
+	case m&wire.IsRead != 0:
+		return AccessRemoteRead
+	case m&wire.IsAtomic != 0:
+		return AccessRemoteAtomic
+	case m&wire.IsFlush != 0:
+		if p.FETH.PLT == wire.FlushPersistence {
+			return AccessFlushPersistent
+		}
+		return AccessFlushGlobal
+	}
+	return 0
+}
+
+// rcReceive is the RC responder (docs/protocol.md §5.7).
+func (qp *QP) rcReceive(p *wire.Packet) {
+	r := &qp.resp
+	st := &qp.dev.stats
+	psn := p.BTH.PSN
+	d := wire.PSNDiff(psn, r.ePSN)
+	if d > 0 {
+		// PSN gap: one NAK 0x60 with PSN = ePSN, not repeated until ePSN arrives.
+		st.DropOutOfSeq.Add(1)
+		if !r.nakSeqSent {
+			r.nakSeqSent = true
+			st.SeqNAKsSent.Add(1)
+			qp.sendAck(r.ePSN, wire.SyndromeNAKSeq)
+		}
+		return
+	}
+	if d < 0 {
+		qp.rcDuplicate(p)
+		return
+	}
+	r.nakSeqSent = false
+	m := p.Mask
+	// Opcode sequence (docs/protocol.md §5.7: bad opcode sequence -> NAK 0x61).
+	switch r.inMsg {
+	case msgSend:
+		if m&wire.IsSend == 0 || m&(wire.Middle|wire.Last) == 0 {
+			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			return
+		}
+	case msgWrite:
+		if m&wire.IsWrite == 0 || m&(wire.Middle|wire.Last) == 0 {
+			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			return
+		}
+	default:
+		if m&(wire.First|wire.Only) == 0 {
+			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			return
+		}
+	}
+	// Operation not enabled in qp_access_flags -> NAK 0x61 (docs/protocol.md §7.2).
+	if need := qpAccessFor(p); need != 0 && qp.attr.QPAccessFlags&need == 0 {
+		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		return
+	}
+	// Length checks (docs/protocol.md §5.2): FIRST/MIDDLE == PMTU, LAST 1..PMTU, ONLY <= PMTU.
+	if m&wire.HasPayload != 0 {
+		n := len(p.Payload)
+		bad := false
+		switch {
+		case m&(wire.First|wire.Middle) != 0:
+			bad = n != qp.pmtu
+		case m&wire.Last != 0:
+			bad = n < 1 || n > qp.pmtu
+		default:
+			bad = n > qp.pmtu
+		}
+		if bad {
+			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			return
+		}
+	}
+	switch {
+	case m&wire.IsSend != 0:
+		qp.rcSend(p)
+	case m&wire.IsWrite != 0:
+		qp.rcWrite(p)
+	case m&wire.IsRead != 0:
+		qp.rcRead(p)
+	case m&(wire.IsAtomic|wire.IsFlush|wire.IsAtomicWrite) != 0:
+		qp.rcAtomic(p)
+	default:
+		st.DropTransport.Add(1)
+	}
+}
+
+// accepted advances ePSN past psn and ACKs if asked (docs/protocol.md §5.3: one ACK per AckReq packet).
+func (qp *QP) accepted(p *wire.Packet, end bool) {
+	r := &qp.resp
+	if end {
+		r.msn++
+	}
+	r.ePSN = wire.PSNAdd(p.BTH.PSN, 1)
+	if p.BTH.AckReq && qp.state != QPStateErr {
+		qp.sendAck(p.BTH.PSN, wire.SyndromeACK)
+	}
+}
+
+func (qp *QP) rcSend(p *wire.Packet) {
+	r := &qp.resp
+	m := p.Mask
+	if m&(wire.First|wire.Only) != 0 {
+		if !r.haveWQE && !qp.takeRecv() {
+			// No receive WQE: RNR NAK with this packet's PSN (docs/protocol.md §5.6).
+			qp.dev.stats.RNRNAKsSent.Add(1)
+			qp.sendAck(p.BTH.PSN, wire.AETHTypeRNR|qp.attr.MinRNRTimer&wire.AETHValueMask)
+			return
+		}
+		r.off = 0
+	}
+	if !qp.placeSend(p) {
+		return
+	}
+	if m&(wire.Last|wire.Only) != 0 {
+		r.inMsg = 0
+		qp.finishSend(p)
+		if qp.state == QPStateErr {
+			return
+		}
+	} else {
+		r.inMsg = msgSend
+	}
+	qp.accepted(p, m&(wire.Last|wire.Only) != 0)
+}
+
+// placeSend copies a SEND packet's payload into the receive WQE.
+func (qp *QP) placeSend(p *wire.Packet) bool {
+	r := &qp.resp
+	n := len(p.Payload)
+	if uint64(r.off+n) > r.wqe.cap {
+		// Receive buffer too small -> NAK 0x61, REM_INV_REQ_ERR (docs/protocol.md §5.7).
+		qp.nakError(p.BTH.PSN, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		return false
+	}
+	if n > 0 && !qp.dev.scatter(qp.pd, r.wqe.sges(), r.off, p.Payload) {
+		// Malformed receive WQE (bad lkey/SGE) -> NAK 0x63, LOC_QP_OP_ERR (docs/protocol.md §5.7).
+		qp.nakError(p.BTH.PSN, wire.SyndromeNAKRemOp, WCLocQPOpErr)
+		return false
+	}
+	r.off += n
+	return true
+}
+
+// finishSend completes the receive WQE at the end of a SEND.
+func (qp *QP) finishSend(p *wire.Packet) {
+	r := &qp.resp
+	var fl WCFlags
+	var imm uint32
+	st := WCSuccess
+	if p.Mask&wire.HasImmDt != 0 {
+		fl, imm = WCWithImm, p.Imm
+	}
+	if p.Mask&wire.HasIETH != 0 {
+		fl, imm = WCWithInv, p.IETH
+		if !qp.remoteInvalidate(p.IETH) {
+			st = WCRemInvReqErr // SEND_WITH_INV of a bad R_Key: normal ACK, WC error, QP to ERR (docs/protocol.md §5.7)
+		}
+	}
+	r.haveWQE = false
+	qp.pushRecvWC(&r.wqe, st, WCRecv, uint32(r.off), imm, fl, p.BTH.SE)
+	if st != WCSuccess {
+		r.msn++
+		r.ePSN = wire.PSNAdd(p.BTH.PSN, 1)
+		qp.sendAck(p.BTH.PSN, wire.SyndromeACK)
+		qp.toError()
+	}
+}
+
+// remoteInvalidate executes a SEND_WITH_INVALIDATE's invalidation (docs/protocol.md §7.3,
+// o10-37): only a type 2 memory window bound to this QP may be invalidated
+// remotely. rxe also allows fast-registration MRs (IB_MR_TYPE_MEM_REG),
+// which softroce does not implement; an ordinary MR is refused (rxe
+// rxe_invalidate_mr), as is a type 1 window, a key of another PD or QP, or
+// an unknown key. A refusal is counted in Stats.BadInvalidates; the caller
+// completes the receive with REM_INV_REQ_ERR and moves the QP to ERR
+// (rxe: RESPST_ERR_INVALIDATE_RKEY), the requester gets a normal ACK.
+func (qp *QP) remoteInvalidate(key uint32) bool {
+	if key>>8 > maxMRIndex && qp.dev.lookupMW(key).invalidate(qp.pd, key, qp) {
+		return true
+	}
+	qp.dev.stats.BadInvalidates.Add(1)
+	return false
+}
+
+func (qp *QP) rcWrite(p *wire.Packet) {
+	r := &qp.resp
+	m := p.Mask
+	psn := p.BTH.PSN
+	if m&(wire.First|wire.Only) != 0 {
+		if p.RETH.Length > maxMsgSize {
+			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			return
+		}
+		// Zero-length WRITE skips the R_Key lookup (docs/protocol.md §7.1).
+		if p.RETH.Length > 0 {
+			mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
+			if mr == nil {
+				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+				return
+			}
+			mr.release()
+			r.wMR = nil
+			if p.RETH.RKey>>8 <= maxMRIndex {
+				r.wMR = mr // keep the MR; windows are looked up per packet
+			}
+		}
+		r.wKey, r.wVA, r.wRem, r.wLen = p.RETH.RKey, p.RETH.VA, int(p.RETH.Length), p.RETH.Length
+	}
+	n := len(p.Payload)
+	// While more than a PMTU remains the packet is a full PMTU; the last one
+	// carries exactly the rest (docs/protocol.md §5.2).
+	if (m&(wire.Last|wire.Only) != 0 && n != r.wRem) || (m&(wire.First|wire.Middle) != 0 && r.wRem <= qp.pmtu) {
+		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		return
+	}
+	imm := m&wire.HasImmDt != 0
+	if imm && !r.haveWQE && !qp.takeRecv() {
+		qp.dev.stats.RNRNAKsSent.Add(1)
+		qp.sendAck(psn, wire.AETHTypeRNR|qp.attr.MinRNRTimer&wire.AETHValueMask)
+		return
+	}
+	if n > 0 {
+		var mr *MR
+		var off int
+		if r.wMR != nil {
+			mr, off = r.wMR.acquire(qp.pd, r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+		} else {
+			mr, off = qp.rAcquire(r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+		}
+		if mr == nil {
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return
+		}
+		copy(mr.buf[off:off+n], p.Payload)
+		mr.release()
+		r.wVA += uint64(n)
+		r.wRem -= n
+	}
+	end := m&(wire.Last|wire.Only) != 0
+	if end {
+		r.inMsg = 0
+		if imm {
+			r.haveWQE = false
+			qp.pushRecvWC(&r.wqe, WCSuccess, WCRecvRDMAWithImm, r.wLen, p.Imm, WCWithImm, p.BTH.SE)
+		}
+	} else {
+		r.inMsg = msgWrite
+	}
+	qp.accepted(p, end)
+}
+
+// newRes takes the next responder resource, overwriting the oldest (docs/protocol.md §5.7, §10.3).
+func (qp *QP) newRes() *respRes {
+	r := &qp.resp
+	x := &r.res[r.resIdx]
+	r.resIdx = (r.resIdx + 1) % len(r.res)
+	return x
+}
+
+func (qp *QP) rcRead(p *wire.Packet) {
+	r := &qp.resp
+	psn := p.BTH.PSN
+	// rxe only NAKs reads when max_dest_rd_atomic == 0 (docs/protocol.md §5.7).
+	if len(r.res) == 0 || p.RETH.Length > maxMsgSize {
+		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		return
+	}
+	if p.RETH.Length > 0 {
+		mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteRead)
+		if mr == nil {
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return
+		}
+		mr.release()
+	}
+	n := 1
+	if p.RETH.Length > 0 {
+		n = (int(p.RETH.Length) + qp.pmtu - 1) / qp.pmtu
+	}
+	x := qp.newRes()
+	*x = respRes{kind: kindRead, valid: true, first: psn, last: wire.PSNAdd(psn, n-1), va: p.RETH.VA,
+		rkey: p.RETH.RKey, length: p.RETH.Length}
+	r.msn++ // MSN increments on receipt of a READ (C9-148)
+	r.ePSN = wire.PSNAdd(psn, n)
+	qp.readResponses(x, psn)
+}
+
+// readResponses sends a READ's responses from PSN from on; the R_Key is
+// re-validated for every packet (docs/protocol.md §7.1).
+func (qp *QP) readResponses(x *respRes, from uint32) {
+	tos, ttl := qp.grh()
+	n := int(wire.PSNDiff(x.last, x.first)) + 1
+	for i := int(wire.PSNDiff(from, x.first)); i < n; i++ {
+		off := i * qp.pmtu
+		plen := min(qp.pmtu, int(x.length)-off)
+		var h wire.Packet
+		o := wire.RCReadResponseMiddle
+		switch {
+		case n == 1:
+			o = wire.RCReadResponseOnly
+		case i == 0:
+			o = wire.RCReadResponseFirst
+		case i == n-1:
+			o = wire.RCReadResponseLast
+		}
+		psn := wire.PSNAdd(x.first, i)
+		h.BTH = wire.BTH{Opcode: o, DestQP: qp.attr.DestQPNum, PSN: psn}
+		h.AETH = wire.AETH{Syndrome: wire.SyndromeACK, MSN: qp.resp.msn & wire.PSNMask}
+		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
+		if plen > 0 {
+			mr, moff := qp.rAcquire(x.rkey, x.va+uint64(off), uint64(plen), AccessRemoteRead)
+			if mr == nil {
+				qp.cancelPacket()
+				x.valid = false
+				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+				return
+			}
+			copy(pl, mr.buf[moff:moff+plen])
+			mr.release()
+		}
+	}
+}
+
+// rcAtomic executes COMPARE_SWAP, FETCH_ADD, FLUSH and ATOMIC_WRITE (docs/protocol.md §5.3, §7.2).
+func (qp *QP) rcAtomic(p *wire.Packet) {
+	r := &qp.resp
+	psn := p.BTH.PSN
+	m := p.Mask
+	if len(r.res) == 0 {
+		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		return
+	}
+	x := respRes{valid: true, first: psn, last: psn}
+	switch {
+	case m&wire.IsAtomic != 0:
+		va := p.AtomicETH.VA
+		if va&7 != 0 { // atomic VA % 8 != 0 -> NAK 0x61
+			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			return
+		}
+		mr, off := qp.rAcquire(p.AtomicETH.RKey, va, 8, AccessRemoteAtomic)
+		if mr == nil {
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return
+		}
+		qp.dev.atomMu.Lock()
+		b := mr.buf[off : off+8]
+		orig := binary.NativeEndian.Uint64(b)
+		if p.BTH.Opcode == wire.RCCompareSwap {
+			if orig == p.AtomicETH.Compare {
+				binary.NativeEndian.PutUint64(b, p.AtomicETH.SwapAdd)
+			}
+		} else {
+			binary.NativeEndian.PutUint64(b, orig+p.AtomicETH.SwapAdd)
+		}
+		qp.dev.atomMu.Unlock()
+		mr.release()
+		x.kind, x.orig = kindAtomic, orig
+	case m&wire.IsAtomicWrite != 0:
+		va := p.RETH.VA
+		if va&7 != 0 || p.RETH.Length != 8 {
+			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			return
+		}
+		mr, off := qp.rAcquire(p.RETH.RKey, va, 8, AccessRemoteWrite)
+		if mr == nil {
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return
+		}
+		qp.dev.atomMu.Lock()
+		copy(mr.buf[off:off+8], p.Payload)
+		qp.dev.atomMu.Unlock()
+		mr.release()
+		x.kind = kindAtomicWrite
+	default: // FLUSH
+		need := AccessFlushGlobal
+		if p.FETH.PLT == wire.FlushPersistence {
+			need = AccessFlushPersistent
+		}
+		n := uint64(p.RETH.Length)
+		va := p.RETH.VA
+		if p.FETH.SEL == wire.FlushSelWholeMR {
+			n, va = 0, 0
+		}
+		if p.FETH.SEL == wire.FlushSelWholeMR || n > 0 {
+			mr := qp.dev.lookupMR(p.RETH.RKey)
+			ok := false
+			if mr != nil {
+				mr.mu.RLock()
+				ok = mr.key == p.RETH.RKey && mr.valid && mr.pd == qp.pd && mr.access&need != 0
+				if ok && n > 0 {
+					ok = va >= mr.iova && n <= uint64(len(mr.buf)) && va-mr.iova <= uint64(len(mr.buf))-n
+				}
+				mr.mu.RUnlock()
+			}
+			if !ok {
+				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+				return
+			}
+		}
+		x.kind = kindFlush // Go memory is coherent: nothing to flush
+	}
+	r.msn++
+	r.ePSN = wire.PSNAdd(psn, 1)
+	res := qp.newRes()
+	*res = x
+	qp.atomicResponse(res)
+}
+
+func (qp *QP) atomicResponse(x *respRes) {
+	var h wire.Packet
+	h.BTH = wire.BTH{Opcode: wire.RCReadResponseOnly, DestQP: qp.attr.DestQPNum, PSN: x.first}
+	h.AETH = wire.AETH{Syndrome: wire.SyndromeACK, MSN: qp.resp.msn & wire.PSNMask}
+	if x.kind == kindAtomic {
+		h.BTH.Opcode = wire.RCAtomicAcknowledge
+		h.AtomicAckETH.Orig = x.orig
+	}
+	tos, ttl := qp.grh()
+	qp.newPacket(&h, 0, qp.dst, tos, ttl)
+}
+
+// rcDuplicate answers a request with PSN < ePSN (docs/protocol.md §5.7).
+func (qp *QP) rcDuplicate(p *wire.Packet) {
+	st := &qp.dev.stats
+	m := p.Mask
+	psn := p.BTH.PSN
+	switch {
+	case m&(wire.IsSend|wire.IsWrite) != 0:
+		// Duplicate SEND/WRITE: ACK with PSN ePSN-1 even without AckReq; not re-placed.
+		st.DupRequests.Add(1)
+		qp.sendAck(wire.PSNAdd(qp.resp.ePSN, -1), wire.SyndromeACK)
+	case m&wire.IsRead != 0:
+		for i := range qp.resp.res {
+			x := &qp.resp.res[i]
+			if !x.valid || x.kind != kindRead || wire.PSNDiff(psn, x.first) < 0 || wire.PSNDiff(psn, x.last) > 0 {
+				continue
+			}
+			end := p.RETH.VA + uint64(p.RETH.Length)
+			if p.RETH.RKey != x.rkey || p.RETH.VA < x.va || end > x.va+uint64(x.length) {
+				break
+			}
+			st.DupRequests.Add(1)
+			qp.readResponses(x, psn)
+			return
+		}
+		st.DropDuplicate.Add(1)
+	default:
+		for i := range qp.resp.res {
+			x := &qp.resp.res[i]
+			if x.valid && x.kind != kindRead && x.first == psn {
+				st.DupRequests.Add(1)
+				qp.atomicResponse(x) // cached result; not re-executed
+				return
+			}
+		}
+		st.DropDuplicate.Add(1)
+	}
+}
+
+// ucReceive is the UC responder: no ACKs; on a PSN or sequence error it
+// drops the rest of the message and resynchronises on the next FIRST/ONLY (docs/protocol.md §6.2).
+func (qp *QP) ucReceive(p *wire.Packet) {
+	r := &qp.resp
+	st := &qp.dev.stats
+	m := p.Mask
+	psn := p.BTH.PSN
+	start := m&(wire.First|wire.Only) != 0
+	seqOK := psn == r.ePSN && !r.ucDrop
+	if seqOK {
+		switch r.inMsg {
+		case msgSend:
+			seqOK = m&wire.IsSend != 0 && !start
+		case msgWrite:
+			seqOK = m&wire.IsWrite != 0 && !start
+		default:
+			seqOK = start
+		}
+	}
+	if !seqOK {
+		if !start {
+			st.DropUCResync.Add(1)
+			r.ucDrop = true
+			r.inMsg = 0
+			r.ePSN = wire.PSNAdd(psn, 1)
+			return
+		}
+		// Adopt the new message's PSN; a partly filled WQE is reused.
+		r.ePSN, r.inMsg, r.ucDrop, r.off = psn, 0, false, 0
+	}
+	drop := func() {
+		st.DropUCResync.Add(1)
+		r.inMsg = 0
+		r.ucDrop = !isEnd(m)
+		r.off = 0
+		r.ePSN = wire.PSNAdd(psn, 1)
+	}
+	n := len(p.Payload)
+	if (m&(wire.First|wire.Middle) != 0 && n != qp.pmtu) || (m&wire.Last != 0 && (n < 1 || n > qp.pmtu)) || n > qp.pmtu {
+		drop()
+		return
+	}
+	if m&wire.IsSend != 0 {
+		if start && !r.haveWQE && !qp.takeRecv() {
+			drop() // no receive WQE: UC drops the message
+			return
+		}
+		if uint64(r.off+n) > r.wqe.cap || (n > 0 && !qp.dev.scatter(qp.pd, r.wqe.sges(), r.off, p.Payload)) {
+			drop()
+			return
+		}
+		r.off += n
+		if isEnd(m) {
+			var fl WCFlags
+			if m&wire.HasImmDt != 0 {
+				fl = WCWithImm
+			}
+			r.haveWQE, r.inMsg = false, 0
+			qp.pushRecvWC(&r.wqe, WCSuccess, WCRecv, uint32(r.off), p.Imm, fl, p.BTH.SE)
+			r.off = 0
+		} else {
+			r.inMsg = msgSend
+		}
+	} else {
+		if start {
+			if p.RETH.Length > 0 {
+				mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
+				if mr == nil {
+					drop()
+					return
+				}
+				mr.release()
+			}
+			r.wKey, r.wVA, r.wRem, r.wLen = p.RETH.RKey, p.RETH.VA, int(p.RETH.Length), p.RETH.Length
+		}
+		if (isEnd(m) && n != r.wRem) || (!isEnd(m) && r.wRem <= qp.pmtu) || qp.attr.QPAccessFlags&AccessRemoteWrite == 0 {
+			drop()
+			return
+		}
+		imm := m&wire.HasImmDt != 0
+		if imm && !r.haveWQE && !qp.takeRecv() {
+			drop()
+			return
+		}
+		if n > 0 {
+			mr, off := qp.rAcquire(r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
+			if mr == nil {
+				drop()
+				return
+			}
+			copy(mr.buf[off:off+n], p.Payload)
+			mr.release()
+			r.wVA += uint64(n)
+			r.wRem -= n
+		}
+		if isEnd(m) {
+			r.inMsg = 0
+			if imm {
+				r.haveWQE = false
+				qp.pushRecvWC(&r.wqe, WCSuccess, WCRecvRDMAWithImm, r.wLen, p.Imm, WCWithImm, p.BTH.SE)
+			}
+		} else {
+			r.inMsg = msgWrite
+		}
+	}
+	r.ePSN = wire.PSNAdd(psn, 1)
+}
+
+// udReceive is the UD responder (docs/protocol.md §6.1): Q_Key check, one receive WQE per
+// packet, 40-byte GRH area then the payload.
+func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
+	st := &qp.dev.stats
+	if p.DETH.QKey != qp.attr.QKey {
+		st.DropQKey.Add(1)
+		return
+	}
+	need := uint64(grhLen + len(p.Payload))
+	var w recvWQE
+	if qp.srq != nil {
+		if !qp.srq.take(&w) {
+			st.DropNoRecv.Add(1)
+			return
+		}
+		if w.cap < need {
+			st.DropLength.Add(1)
+			qp.pushRecvWC(&w, WCLocLenErr, WCRecv, 0, 0, 0, false) // SRQ: error completion (docs/protocol.md §6.1)
+			return
+		}
+	} else {
+		pw := qp.rq.peek()
+		if pw == nil {
+			st.DropNoRecv.Add(1)
+			return
+		}
+		if pw.cap < need {
+			st.DropLength.Add(1) // too small: dropped (docs/protocol.md §6.1)
+			return
+		}
+		qp.rq.pop(&w)
+	}
+	var grh [grhLen]byte
+	buildGRH(&grh, lp)
+	if !qp.dev.scatter(qp.pd, w.sges(), 0, grh[:]) || !qp.dev.scatter(qp.pd, w.sges(), grhLen, p.Payload) {
+		qp.pushRecvWC(&w, WCLocProtErr, WCRecv, 0, 0, 0, false)
+		return
+	}
+	fl := WCWithGRH
+	if p.Mask&wire.HasImmDt != 0 {
+		fl |= WCWithImm
+	}
+	wc := WC{WRID: w.wrid, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(need), ImmData: p.Imm,
+		QPNum: qp.qpn, SrcQP: p.DETH.SrcQP, Flags: fl}
+	if !qp.recvCQ.push(&wc, p.BTH.SE) {
+		qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
+		qp.toError()
+	}
+}
+
+const grhLen = 40
+
+// buildGRH fills the 40-byte GRH area of a UD receive (docs/protocol.md §6.1): the IPv6 header,
+// or 20 zero bytes and the IPv4 header.
+func buildGRH(g *[grhLen]byte, lp *link.Packet) {
+	udpLen := 8 + lp.N
+	src, dst := lp.Src.Addr().Unmap(), lp.Dst.Addr().Unmap()
+	if lp.IPHdrLen == 20 || lp.IPHdrLen == 40 {
+		copy(g[grhLen-lp.IPHdrLen:], lp.IPHdr[:lp.IPHdrLen])
+		return
+	}
+	ttl := lp.TTL
+	if ttl == 0 {
+		ttl = 64
+	}
+	if src.Is4() {
+		h := wire.IPv4Header{TOS: lp.TOS, TotalLen: uint16(wire.IPv4HeaderLen + udpLen), DF: true, TTL: ttl, Src: src.As4(), Dst: dst.As4()}
+		h.Put(g[grhLen-wire.IPv4HeaderLen:])
+		return
+	}
+	h := wire.IPv6Header{TrafficClass: lp.TOS, PayloadLen: uint16(udpLen), HopLimit: ttl, Src: src.As16(), Dst: dst.As16()}
+	h.Put(g[:])
+}
+
+func isEnd(m wire.Mask) bool { return m&(wire.Last|wire.Only) != 0 }

@@ -1,0 +1,143 @@
+package verbs
+
+import (
+	"time"
+
+	"github.com/softroce/softroce/wire"
+)
+
+// This file holds the QP's retransmit and RNR timers: the timeout codes,
+// when the timers are armed and what their expiry does. timerheap.go is the
+// device's timer heap that runs them; comp.go the completer that answers
+// drive them.
+
+// Retransmit timer (docs/protocol.md §5.5): one try waits the QP's local ACK timeout,
+// 4.096 us x 2^timeout (at least minAckTimeout). Consecutive timeouts of the
+// same PSN back off, and every wait gets a little random extra, so that the
+// thousand QPs a loss burst stalled together do not retransmit in step. The
+// limits keep the worst case of retry_cnt 7 at timeout 14 (67.1 ms) at
+// 67.1 ms x (1 + 7 x retryBackoffMax) x (1 + 1/retryJitterDiv) = 1.26 s.
+const (
+	retryBackoffMax = 2 // the wait multiplier after consecutive timeouts: 1, 2, 2, ...
+	retryJitterDiv  = 4 // each wait is lengthened by a random 0..1/retryJitterDiv of itself
+)
+
+// ackTimeout returns the local ACK timeout a QP's timeout attribute codes
+// (IBTA: 4.096 us x 2^timeout; docs/protocol.md §5.5); 0 means no timeout
+// (returns 0). The code is 5 bits: larger values count as maxTimerCode.
+func ackTimeout(code uint8) time.Duration {
+	if code == 0 {
+		return 0
+	}
+	return time.Duration(4096<<min(code, maxTimerCode)) * time.Nanosecond
+}
+
+// RetryBudget is the longest an RC requester with the given local ACK
+// timeout and retry_cnt keeps retrying after the last answer of its peer
+// before it completes the oldest WQE with RETRY_EXC_ERR (0 for timeout 0,
+// which disables the retransmit timer: no bound). Each wait is at most
+// twice the timeout (backoff) plus a quarter (jitter); after the last
+// answer there are at most retryCnt+1 timeouts (the last one fails), one
+// deferred expiry and one retry waived for an answer (see retry). A peer
+// that never answers is given up on sooner: T + retryCnt x 2T, plus jitter.
+func RetryBudget(timeout, retryCnt uint8) time.Duration {
+	if timeout == 0 {
+		return 0
+	}
+	d := max(ackTimeout(timeout), minAckTimeout) * retryBackoffMax
+	d += d / retryJitterDiv
+	return time.Duration(min(retryCnt, maxRetryCnt)+3) * d
+}
+
+// retryWait is the retransmit timer's next interval.
+func (qp *QP) retryWait() time.Duration {
+	d := max(ackTimeout(qp.attr.Timeout), minAckTimeout)
+	d *= time.Duration(min(1<<min(qp.comp.backoff, 8), retryBackoffMax))
+	// xorshift64: a cheap per-QP generator for the jitter.
+	x := qp.comp.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	qp.comp.rng = x
+	return d + time.Duration(x%uint64(d/retryJitterDiv+1))
+}
+
+// armRetry starts the retransmit timer while packets are unanswered (if it
+// is not running); timeout 0 disables it (docs/protocol.md §5.5).
+func (qp *QP) armRetry() {
+	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.comp.rnrWait {
+		if qp.comp.retryArmed {
+			qp.comp.retryTimer.Stop()
+			qp.comp.retryArmed = false
+		}
+		return
+	}
+	if !qp.comp.retryArmed {
+		qp.comp.retryArmed = true
+		d := qp.retryWait()
+		qp.comp.retryDue = qp.dev.clock.Now().Add(d)
+		qp.comp.retryTimer.Reset(d)
+	}
+}
+
+// rearmRetry restarts the running retransmit timer from now.
+func (qp *QP) rearmRetry() {
+	if qp.comp.retryArmed {
+		qp.comp.retryArmed = false
+		qp.armRetry()
+	}
+}
+
+func (qp *QP) onRetryTimer() {
+	qp.mu.Lock()
+	defer qp.flushUnlock()
+	// A callback the clock took off before an answer stopped and re-armed
+	// the timer (it then waited for mu) is stale: the re-armed timer's
+	// deadline has not come, and it will call again.
+	if !qp.comp.retryArmed || qp.dev.clock.Now().Before(qp.comp.retryDue) ||
+		!qp.sending() || qp.dev.closed.Load() {
+		return
+	}
+	qp.comp.retryArmed = false
+	if !qp.outstanding() {
+		return
+	}
+	if qp.comp.heardTimer {
+		// The peer answered during this period, only not with progress
+		// (duplicates, a READ's responses after a gap): it is alive and
+		// busy. Asking again now would make it replay the rest once more
+		// (rxe answers every duplicate READ with the whole remainder), so
+		// wait one more period; a silent one retries.
+		qp.comp.heardTimer = false
+		qp.dev.stats.RetryDeferred.Add(1)
+		qp.armRetry()
+		return
+	}
+	qp.dev.stats.RetryTimeouts.Add(1)
+	qp.comp.backoff++
+	if qp.comp.heard {
+		qp.resend() // waived: the peer answered since the last retry (see retry)
+		return
+	}
+	qp.retry()
+}
+
+func (qp *QP) onRNRTimer() {
+	qp.mu.Lock()
+	defer qp.flushUnlock()
+	if !qp.comp.rnrWait || !qp.sending() || qp.dev.closed.Load() {
+		return
+	}
+	qp.comp.rnrWait = false
+	qp.rewind()
+}
+
+// waitRNR stops the requester after an RNR NAK: the retransmit timer stops
+// and the RNR timer waits the time the NAK's timer code asks
+// (wire.RNRTimeout) before onRNRTimer resends (docs/protocol.md §5.6).
+func (qp *QP) waitRNR(code uint8) {
+	qp.comp.rnrWait = true
+	qp.comp.retryTimer.Stop()
+	qp.comp.retryArmed = false
+	qp.comp.rnrTimer.Reset(wire.RNRTimeout(code))
+}
