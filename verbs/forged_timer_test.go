@@ -33,7 +33,7 @@ func (qp *QP) oldestPSNLocked() (uint32, bool) {
 	return qp.oldestPSN()
 }
 
-// injectAndWait injects f at psn and waits (bounded) until a's engine has
+// injectAndWait injects f at psn and waits (bounded) until a's device has
 // handled it: one of the counters in seen moves.
 func injectAndWait(t *testing.T, a, b *side, f forged, psn uint32, seen func() uint64) {
 	t.Helper()

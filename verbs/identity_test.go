@@ -12,7 +12,7 @@ import (
 
 // TestObjectIdentity checks that the objects verbs hands back (from
 // accessors, queries, CQ events and async events) are the very pointers the
-// caller holds, and that they are verbs' types, not the engine's.
+// caller holds, and that %T names them as package verbs' own types.
 func TestObjectIdentity(t *testing.T) {
 	da, db := pipeDevs(t)
 	a, b := connected(t, da, db, verbs.QPTypeRC)
@@ -126,9 +126,9 @@ func TestObjectIdentity(t *testing.T) {
 	got.AckEvents(1)
 }
 
-// TestPostPollAllocs pins the verbs layer's hot path: a SEND round trip
-// (PostRecv, PostSend, Poll on both sides) through verbs allocates nothing,
-// so the conversions between verbs' types and the engine's are free.
+// TestPostPollAllocs pins the hot path as a program outside the package
+// sees it: a SEND round trip (PostRecv, PostSend, Poll on both sides)
+// through the exported API, over OpenPipe's devices, allocates nothing.
 func TestPostPollAllocs(t *testing.T) {
 	if testing.Short() || verbs.RaceEnabled {
 		t.Skip("allocation counts need a run without -race or -short")

@@ -19,7 +19,7 @@ import (
 )
 
 // backing is provider memory registered as b's MR, with a way to read and
-// write it that goes around the engine (through the provider or the
+// write it that goes around the device (through the provider or the
 // memory's owner), to verify what RDMA did.
 type backing struct {
 	mr   *MR
@@ -161,7 +161,7 @@ func newBacking(t *testing.T, s *side, kind string) backing {
 }
 
 // TestProviderMemoryRDMA: RDMA WRITE, READ, FETCH_ADD and CMP_SWAP land in
-// each provider's memory, verified around the engine.
+// each provider's memory, verified around the device.
 func TestProviderMemoryRDMA(t *testing.T) {
 	for _, kind := range []string{"heap", "mmap", "shm", "fd", "accel"} {
 		t.Run(kind, func(t *testing.T) {
@@ -487,7 +487,7 @@ func TestInvalidationDuringWrites(t *testing.T) {
 
 // TestBaseOnlyAndCapableProviders: a provider seen only through the base
 // contract and one with the optional capabilities (context private data,
-// version) both register and carry RDMA through the engine.
+// version) both register and carry RDMA through the device.
 func TestBaseOnlyAndCapableProviders(t *testing.T) {
 	a, b := newPair(t, pairOpts{bufSize: 1 << 16})
 	full, err := mem.NewAccelerator(mem.AcceleratorOptions{Name: "gpu-full", Size: 1 << 20})
