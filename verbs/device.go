@@ -104,11 +104,14 @@ type Device struct {
 	closed atomic.Bool
 	done   chan struct{}
 	wg     sync.WaitGroup
-	txMu   sync.Mutex
+	tx     txPath     // the transmit path all QPs share (tx.go)
 	atomMu sync.Mutex // serialises remote atomics on this device
-	// Owned by the receive loop: QPs with packets to send at the end of
-	// the batch being processed.
-	pending []*QP
+	// Owned by the receive loop: QPs whose ACK waits for the end of the
+	// batch being processed (at most one ACK per QP per batch), and
+	// whether the batch completed work (a poller may have been woken).
+	ackq    []*QP
+	rxWoke  atomic.Bool
+	rxMu    sync.Mutex // held by the receive loop while it handles a batch
 	events  chan AsyncEvent
 	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
 	mrs     mrTable
@@ -325,7 +328,12 @@ func (d *Device) Close() error {
 		qp.mu.Unlock()
 	}
 	close(d.done)
+	// What the receive loop is handling (and the ACKs it owes) goes out
+	// before the link closes.
+	d.rxMu.Lock()
+	d.kick()
 	err := d.ep.Close()
+	d.rxMu.Unlock()
 	d.wg.Wait()
 	// Wait for callbacks of a configured clock that may still be running
 	// (the device's own timer goroutine has exited).
@@ -359,10 +367,12 @@ func (d *Device) rxLoop() {
 	var p wire.Packet
 	for {
 		n, err := read(pkts)
+		d.rxMu.Lock()
 		for i := 0; i < n; i++ {
 			d.dispatch(&pkts[i], &p, true)
 		}
-		d.flushPending()
+		d.endBatch()
+		d.rxMu.Unlock()
 		if err != nil {
 			if d.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
@@ -385,17 +395,6 @@ func (d *Device) rxLoop() {
 // it reads again, so each payload is copied once, into its memory region.
 type viewReader interface {
 	ReadBatchView(pkts []link.Packet) (int, error)
-}
-
-// flushPending sends what the QPs produced during a received batch.
-func (d *Device) flushPending() {
-	for i, qp := range d.pending {
-		qp.mu.Lock()
-		qp.txPending = false
-		qp.flushUnlock()
-		d.pending[i] = nil
-	}
-	d.pending = d.pending[:0]
 }
 
 // maxDatagram is the buffer size for one RoCEv2 datagram.
@@ -517,35 +516,6 @@ func (qp *QP) DetachMcast(gid GID, lid uint16) error {
 		}
 	}
 	return newErr("detach mcast", "QP is not attached to that group", syscall.EINVAL)
-}
-
-// send writes pkts to the link, counting what it sends.
-func (d *Device) send(pkts []link.Packet) {
-	if len(pkts) == 0 {
-		return
-	}
-	d.txMu.Lock()
-	for len(pkts) > 0 {
-		n, err := d.ep.WriteBatch(pkts)
-		var bytes uint64
-		for i := 0; i < n; i++ {
-			bytes += uint64(pkts[i].N)
-		}
-		d.stats.TxBytes.Add(bytes)
-		d.stats.TxPackets.Add(uint64(n))
-		pkts = pkts[n:]
-		if err != nil {
-			if len(pkts) > 0 {
-				// Skip the failing packet: RC recovers by retransmission.
-				d.stats.TxErrors.Add(1)
-				pkts = pkts[1:]
-			}
-			if d.closed.Load() {
-				break
-			}
-		}
-	}
-	d.txMu.Unlock()
 }
 
 // addQP assigns a QPN (or the requested one) and inserts qp, in O(1).

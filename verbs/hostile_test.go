@@ -47,7 +47,7 @@ func inject(t *testing.T, a, b *side, f forged, psn uint32) {
 	}
 	h.Payload = payload
 	buf := h.Append(nil)
-	b.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+	b.dev.write([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
 }
 
 // drops is what a's completer has dropped so far.
@@ -270,7 +270,7 @@ func TestSendWithInvOtherQPsWindow(t *testing.T) {
 func injectReq(a, b *side, h *wire.Packet) {
 	h.BTH.DestQP, h.BTH.PKey = b.qp.QPN(), wire.DefaultPKey
 	buf := h.Append(nil)
-	a.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: b.dev.LocalAddr(), Src: a.dev.LocalAddr()}})
+	a.dev.write([]link.Packet{{Buf: buf, N: len(buf), Dst: b.dev.LocalAddr(), Src: a.dev.LocalAddr()}})
 }
 
 // TestReadAmplificationBounded: a READ request reaching past the MR is
@@ -346,7 +346,7 @@ func TestReadMiddleAfterDroppedNAK(t *testing.T) {
 			h.Payload = bytes.Repeat([]byte{fillByte}, 1024)
 		}
 		buf := h.Append(nil)
-		b.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+		b.dev.write([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
 	}
 	send(wire.RCReadResponseFirst, 100, wire.SyndromeACK, 1)
 	send(wire.RCAcknowledge, 100+1<<22, wire.SyndromeNAKRemAcc, 0) // dropped: never sent

@@ -87,11 +87,13 @@ type QP struct {
 	rq   recvRing
 	resp respState
 
-	// Transmit batch (used under mu).
-	txb       []link.Packet
-	txn       int
-	txPending bool // queued on the device's end-of-batch flush list
-	ackNow    bool // an ACK/NAK is in the batch: send it without waiting for the batch's end
+	// Staging batch of the transmit path (tx.go), used under mu.
+	txb    []link.Packet
+	txn    int
+	txOwed bool // packets handed to the device queue since the last flushUnlock
+	// rxBatched: input is running on the receive loop, which sends at the
+	// end of its batch (positive ACKs may wait for it).
+	rxBatched bool
 }
 
 // CreateQP creates a QP (ibv_create_qp).
@@ -480,7 +482,10 @@ func (qp *QP) enter(s QPState) {
 	qp.state = s
 	switch s {
 	case QPStateReset:
-		// RESET discards everything without completions (docs/protocol.md §5.9).
+		// RESET discards everything without completions (docs/protocol.md §5.9);
+		// an ACK deferred for what was received still leaves.
+		qp.emitAck()
+		qp.stage()
 		qp.stopTimers()
 		qp.sqHead, qp.sqTail, qp.req.idx, qp.req.pkt = 0, 0, 0, 0
 		for i := range qp.sq {
@@ -697,10 +702,13 @@ func (qp *QP) Destroy() error {
 		qp.mu.Unlock()
 		return newErr("destroy qp", "already destroyed", syscall.EINVAL)
 	}
+	// A deferred ACK for what the QP received still leaves: the peer's
+	// requester waits for it (rxe has sent it by the time a CQE shows).
+	qp.emitAck()
 	qp.dead = true
 	qp.state = QPStateReset
 	qp.stopTimers()
-	qp.mu.Unlock()
+	qp.flushUnlock()
 	qp.dev.removeQP(qp)
 	for _, cq := range [...]*CQ{qp.sendCQ, qp.recvCQ} {
 		cq.mu.Lock()
@@ -721,33 +729,6 @@ func (qp *QP) stopTimers() {
 	qp.comp.rnrTimer.Stop()
 	qp.comp.retryArmed = false
 	qp.comp.rnrWait = false
-}
-
-// flushUnlock sends the pending transmit batch and unlocks the QP.
-func (qp *QP) flushUnlock() {
-	qp.flushTx()
-	qp.mu.Unlock()
-}
-
-// flushTx sends the packets batched so far.
-func (qp *QP) flushTx() {
-	if qp.txn > 0 {
-		qp.dev.send(qp.txb[:qp.txn])
-		qp.txn = 0
-	}
-}
-
-// txPacket returns the next transmit slot, flushing a full batch.
-func (qp *QP) txPacket() *link.Packet {
-	if qp.txn == len(qp.txb) {
-		qp.flushTx()
-	}
-	p := &qp.txb[qp.txn]
-	if p.Buf == nil {
-		p.Buf = make([]byte, maxDatagram)
-	}
-	qp.txn++
-	return p
 }
 
 // toError moves the QP to ERR (docs/protocol.md §5.9: erroring WQE already has its status;

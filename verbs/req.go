@@ -16,6 +16,10 @@ import (
 // payloadLen bytes of payload, pad and the ICRC placeholder. It returns the
 // slot and the payload area for the caller to fill.
 func (qp *QP) newPacket(h *wire.Packet, payloadLen int, dst netip.AddrPort, tos, ttl uint8) (*link.Packet, []byte) {
+	if qp.resp.ackPend {
+		// A deferred ACK leaves before anything built after it.
+		qp.emitAck()
+	}
 	p := qp.txPacket()
 	h.BTH.PKey = wire.DefaultPKey
 	pad := wire.PadLen(payloadLen)

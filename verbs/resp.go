@@ -40,6 +40,9 @@ type respState struct {
 	ucDrop bool
 	res    []respRes
 	resIdx int
+	// A positive ACK deferred to the end of the received batch (tx.go).
+	ackPend, ackQueued bool
+	ackPSN, ackMSN     uint32
 }
 
 const (
@@ -50,6 +53,7 @@ const (
 // input handles one packet for this QP (called by the receive loop).
 func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 	qp.mu.Lock()
+	qp.rxBatched = batched
 	defer qp.inputDone(batched)
 	st := &qp.dev.stats
 	// rxe receives from RTR on and drops packets for a side not yet ready (docs/protocol.md §5.9).
@@ -99,32 +103,36 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 	qp.rcReceive(p)
 }
 
-// inputDone ends input: when batched (on the receive loop) the packets
-// produced (responses, new requests) wait in the QP's batch until the end
-// of the received batch, so that they leave in as few system calls as
-// possible; otherwise, or when the batch holds an acknowledgement, they are
-// sent at once: the peer's send window moves on the ACK (rxe acks when it
-// processes the packet), and a received batch can be 64 packets long.
+// inputDone ends input: what the packet produced goes to the device's
+// transmit queue; on the receive loop it is sent at the end of the batch
+// (tx.go), otherwise at once.
 func (qp *QP) inputDone(batched bool) {
-	d := qp.dev
-	if qp.txn > 0 && batched && !qp.ackNow {
-		if !qp.txPending {
-			qp.txPending = true
-			d.pending = append(d.pending, qp)
-		}
+	qp.rxBatched = false
+	if batched {
+		qp.stage()
+		qp.txOwed = false // the receive loop sends at the end of the batch
 		qp.mu.Unlock()
 		return
 	}
-	qp.ackNow = false
 	qp.flushUnlock()
 }
 
-// sendAck sends an ACKNOWLEDGE with syndrome syn for psn.
+// sendAck sends an ACKNOWLEDGE with syndrome syn for psn. A positive ACK
+// on the receive loop waits for the end of the batch (tx.go: deferAck);
+// a NAK goes out at once, after any deferred ACK.
 func (qp *QP) sendAck(psn uint32, syn uint8) {
-	qp.ackNow = true
+	if syn == wire.SyndromeACK && qp.rxBatched {
+		qp.deferAck(psn)
+		return
+	}
+	qp.buildAck(psn, syn, qp.resp.msn)
+}
+
+// buildAck builds an ACKNOWLEDGE packet with the given AETH.
+func (qp *QP) buildAck(psn uint32, syn uint8, msn uint32) {
 	var h wire.Packet
 	h.BTH = wire.BTH{Opcode: wire.RCAcknowledge, DestQP: qp.attr.DestQPNum, PSN: psn}
-	h.AETH = wire.AETH{Syndrome: syn, MSN: qp.resp.msn & wire.PSNMask}
+	h.AETH = wire.AETH{Syndrome: syn, MSN: msn & wire.PSNMask}
 	tos, ttl := qp.grh()
 	qp.newPacket(&h, 0, qp.dst, tos, ttl)
 }

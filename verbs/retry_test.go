@@ -139,7 +139,7 @@ func TestResponsesRearmRetryTimer(t *testing.T) {
 		h.BTH = wire.BTH{Opcode: mid.op, DestQP: a.qp.QPN(), PSN: 102, PKey: wire.DefaultPKey}
 		h.Payload = make([]byte, 1024)
 		buf := h.Append(nil)
-		b.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+		b.dev.write([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
 		deadline := time.Now().Add(5 * time.Second)
 		for drops(a) == n && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Microsecond)
@@ -177,7 +177,7 @@ func TestSlowPeerKeepsBudget(t *testing.T) {
 		h.BTH = wire.BTH{Opcode: wire.RCReadResponseMiddle, DestQP: a.qp.QPN(), PSN: 102, PKey: wire.DefaultPKey}
 		h.Payload = make([]byte, 1024)
 		buf := h.Append(nil)
-		b.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+		b.dev.write([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
 		deadline := time.Now().Add(5 * time.Second)
 		for drops(a) == n && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Microsecond)

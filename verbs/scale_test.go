@@ -301,13 +301,17 @@ func TestTenThousandQPs(t *testing.T) {
 			t.Fatalf("post on QP %d: %v", i, err)
 		}
 	}
-	// Timeout code 12 is ~17 ms: with sending blocked for 200 ms, the
+	// Timeout code 12 is ~17 ms: with every QP locked for 200 ms, the
 	// timers expire (and, were each expiry its own goroutine, those would
-	// pile up on the lock).
-	da.txMu.Lock()
+	// pile up on the QPs' locks).
+	for _, qp := range qps {
+		qp.mu.Lock()
+	}
 	time.Sleep(200 * time.Millisecond)
 	g := runtime.NumGoroutine()
-	da.txMu.Unlock()
+	for _, qp := range qps {
+		qp.mu.Unlock()
+	}
 	if g > g1+4 {
 		t.Fatalf("%d goroutines with 10,000 QPs timing out, %d before the QPs: timers must share one goroutine", g, g1)
 	}
