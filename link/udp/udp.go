@@ -63,7 +63,20 @@ type Config struct {
 	// Logger receives rare events (buffer-size fallbacks, send errors);
 	// nil is silent.
 	Logger *slog.Logger
+
+	// uring selects io_uring instead of recvmmsg/sendmmsg (Linux only;
+	// benchmarks and tests).
+	uring uringMode
 }
+
+// uringMode selects how an endpoint moves datagrams.
+type uringMode uint8
+
+const (
+	uringOff uringMode = iota // recvmmsg / sendmmsg
+	uringOn                   // io_uring RECVMSG / SENDMSG
+	uringZC                   // io_uring RECVMSG / SENDMSG_ZC (zero-copy send)
+)
 
 // Option changes a Config; see Listen.
 type Option func(*Config)
@@ -143,6 +156,7 @@ type Stats struct {
 	GSOFallbacks         uint64 // failed GSO sends that were retried one datagram per buffer
 	GROMessages          uint64 // received buffers that held several datagrams
 	GROSegments          uint64 // datagrams received in such buffers
+	Syscalls             uint64 // receive and send system calls (recvmmsg and sendmmsg tries, io_uring_enter)
 }
 
 type counters struct {
@@ -160,6 +174,7 @@ type counters struct {
 	gsoFallbacks         atomic.Uint64
 	groMessages          atomic.Uint64
 	groSegments          atomic.Uint64
+	syscalls             atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -173,6 +188,7 @@ func (c *counters) snapshot() Stats {
 		GSOMessages:   c.gsoMessages.Load(), GSOSegments: c.gsoSegments.Load(),
 		GSOFallbacks: c.gsoFallbacks.Load(),
 		GROMessages:  c.groMessages.Load(), GROSegments: c.groSegments.Load(),
+		Syscalls: c.syscalls.Load(),
 	}
 }
 
