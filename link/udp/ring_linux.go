@@ -98,9 +98,11 @@ var uringSetup = func(entries uint32, p *iouParams) (int, error) {
 
 // ring is one io_uring instance: a submission queue filled by a single
 // goroutine at a time and a completion queue reaped by the same goroutine.
-// It tracks pending, the requests submitted or queued whose last completion
-// has not been reaped (a zero-copy send completes twice: its result with
-// IORING_CQE_F_MORE, then a notification).
+// It tracks pending, the requests submitted or queued whose result has not
+// been reaped. Notifications (IORING_CQE_F_NOTIF: a zero-copy send's second
+// completion) are not counted: their callers do, since the kernel posts one
+// for some sends whose result lacks IORING_CQE_F_MORE (a linked send
+// cancelled by an earlier failure, Linux 6.18).
 type ring struct {
 	fd      int
 	mem     []byte // SQ and CQ rings (IORING_FEAT_SINGLE_MMAP)
@@ -236,7 +238,7 @@ func (r *ring) reap(fn func(userData uint64, res int32, flags uint32)) int {
 		c := &r.cqes[head&r.cqMask]
 		ud, res, fl := c.userData, c.res, c.flags
 		atomic.StoreUint32(r.cqHead, head+1)
-		if fl&iouCQEFMore == 0 {
+		if fl&iouCQEFNotif == 0 {
 			r.pending--
 		}
 		fn(ud, res, fl)
@@ -244,7 +246,8 @@ func (r *ring) reap(fn func(userData uint64, res int32, flags uint32)) int {
 	return n
 }
 
-// drain waits until no request is pending, discarding completions.
+// drain waits until no request is pending, discarding completions
+// (notifications that come later are discarded by later reaps).
 func (r *ring) drain() error {
 	for {
 		r.reap(func(uint64, int32, uint32) {})

@@ -67,6 +67,7 @@ type Endpoint struct {
 		got     int
 		errno   unix.Errno
 		msgPkts []int                     // packets per message (GSO)
+		frags   int                       // zero-copy sends: most pages per GSO message (0: no limit)
 		routes  map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
 		zones   map[string]uint32         // IPv6 zone name -> interface index
 	}
@@ -623,6 +624,7 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		seg      int
 		segs     int
 		runBytes int
+		runPages int // pages the run's buffers span (zero-copy sends)
 		cl       int // control bytes of the current message
 	)
 	finish := func() {
@@ -657,13 +659,19 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		}
 		b := p.Buf[:p.N]
 		id := uint16(0)
+		pages := 0
+		if tx.frags > 0 {
+			pages = spanPages(b)
+		}
 		if run && dst == rdst && src == rsrc && p.TOS == rtos && p.TTL == rttl &&
-			p.N <= seg && segs < maxGSOSegments && runBytes+p.N <= maxGSOBytes {
+			p.N <= seg && segs < maxGSOSegments && runBytes+p.N <= maxGSOBytes &&
+			(tx.frags == 0 || runPages+pages <= tx.frags) {
 			if !e.is6 {
 				id = uint16(segs)
 			}
 			segs++
 			runBytes += p.N
+			runPages += pages
 			run = p.N == seg
 			tx.msgPkts[nm-1]++
 		} else {
@@ -677,7 +685,7 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			tx.msgPkts[m] = 1
 			run = coalesce && p.N+overhead <= e.mtu
 			rdst, rsrc, rtos, rttl = dst, src, p.TOS, p.TTL
-			seg, segs, runBytes = p.N, 1, p.N
+			seg, segs, runBytes, runPages = p.N, 1, p.N, pages
 		}
 		wire.FillICRC(b, src, dst, id)
 		tx.iovs[np].Base = &b[0]

@@ -48,6 +48,8 @@ type uringIO struct {
 
 	// Send side, under Endpoint.tx.mu.
 	res      []int32 // result per message of the current send
+	notifs   int     // zero-copy notifications still to come
+	txErr    error   // the send ring failed: requests may be in flight
 	zcCopied atomic.Uint64
 }
 
@@ -99,8 +101,25 @@ func newURingIO(e *Endpoint, mode uringMode) (_ *uringIO, err error) {
 		u.repost[i] = i
 	}
 	u.res = make([]int32, e.batch)
+	if u.zc {
+		// A zero-copy send attaches the pages of its buffers to one
+		// packet, which holds at most MAX_SKB_FRAGS (17 by default)
+		// fragments; a larger GSO send fails with EMSGSIZE.
+		e.tx.frags = zcMaxFrags
+	}
 	liveURings.Store(u, e)
 	return u, nil
+}
+
+// zcMaxFrags is the kernel's default MAX_SKB_FRAGS (linux/skbuff.h).
+const zcMaxFrags = 17
+
+var pageSize = os.Getpagesize()
+
+// spanPages returns how many memory pages b (not empty) touches.
+func spanPages(b []byte) int {
+	off := int(uintptr(unsafe.Pointer(&b[0])) & uintptr(pageSize-1))
+	return (off + len(b) + pageSize - 1) / pageSize
 }
 
 func pow2(n uint32) uint32 {
@@ -179,6 +198,9 @@ func (u *uringIO) send(e *Endpoint, nm int) (int, error) {
 	if u.tx == nil {
 		return 0, errClosed
 	}
+	if u.txErr != nil {
+		return 0, u.txErr
+	}
 	tx := &e.tx
 	op, prio := uint8(iouOpSendmsg), uint16(0)
 	if u.zc {
@@ -198,6 +220,7 @@ func (u *uringIO) send(e *Endpoint, nm int) (int, error) {
 	for {
 		u.tx.reap(func(ud uint64, res int32, fl uint32) {
 			if fl&iouCQEFNotif != 0 {
+				u.notifs--
 				if uint32(res)&iouNotifUsageZCCopied != 0 {
 					u.zcCopied.Add(1)
 				}
@@ -206,17 +229,22 @@ func (u *uringIO) send(e *Endpoint, nm int) (int, error) {
 			if ud < uint64(nm) {
 				u.res[ud] = res
 			}
+			// A zero-copy send that got as far as the socket, or was
+			// cancelled after it was prepared, is followed by a
+			// notification once the kernel no longer reads its buffer.
+			if fl&iouCQEFMore != 0 || (u.zc && res == -int32(unix.ECANCELED)) {
+				u.notifs++
+			}
 		})
-		if u.tx.pending <= 0 {
+		if u.tx.pending <= 0 && u.notifs <= 0 {
 			break
 		}
-		if err := u.tx.enter(uint32(u.tx.pending)); err != nil {
-			// The requests may still be in flight and use the callers'
-			// buffers: do not return before they are done.
-			if derr := u.tx.drain(); derr != nil {
-				panic(fmt.Sprintf("udp: io_uring send requests cannot be waited for: %v, %v", err, derr))
-			}
-			return 0, err
+		if err := u.tx.enter(uint32(u.tx.pending + max(u.notifs, 0))); err != nil {
+			// Requests may still be in flight, reading the callers'
+			// buffers and the endpoint's headers (kept reachable by
+			// liveURings): this ring is done for.
+			u.txErr = fmt.Errorf("udp: io_uring send: %w", err)
+			return 0, u.txErr
 		}
 	}
 	e.ctr.writeCalls.Add(1)

@@ -38,3 +38,24 @@ func TestURingConformance(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkIOUring compares, on loopback with UDP GSO and GRO, the
+// recvmmsg/sendmmsg path (mmsg) with io_uring RECVMSG/SENDMSG (uring) and
+// io_uring with zero-copy sends (uring-zc), for 4 KiB and 1 KiB RoCE
+// payloads in batches of 64. Compare figures of one run only: run with
+// -count and alternate, e.g.
+//
+//	go test -run '^$' -bench IOUring -count 5 ./link/udp
+func BenchmarkIOUring(b *testing.B) {
+	needURing(b)
+	for _, payload := range []int{4096, 1024} {
+		for _, m := range []struct {
+			name string
+			mode uringMode
+		}{{"mmsg", uringOff}, {"uring", uringOn}, {"uring-zc", uringZC}} {
+			b.Run(m.name+"-"+itoa(payload/1024)+"k", func(b *testing.B) {
+				benchBatched(b, 64, payload, withURing(m.mode))
+			})
+		}
+	}
+}
