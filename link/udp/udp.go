@@ -64,19 +64,8 @@ type Config struct {
 	// nil is silent.
 	Logger *slog.Logger
 
-	// uring selects io_uring instead of recvmmsg/sendmmsg (Linux only;
-	// benchmarks and tests).
-	uring uringMode
+	osConfig // settings of one operating system's implementation
 }
-
-// uringMode selects how an endpoint moves datagrams.
-type uringMode uint8
-
-const (
-	uringOff uringMode = iota // recvmmsg / sendmmsg
-	uringOn                   // io_uring RECVMSG / SENDMSG
-	uringZC                   // io_uring RECVMSG / SENDMSG_ZC (zero-copy send)
-)
 
 // Option changes a Config; see Listen.
 type Option func(*Config)

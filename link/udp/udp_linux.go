@@ -236,8 +236,8 @@ func (e *Endpoint) BatchSize() int { return e.batch }
 // GRO reports whether the endpoint receives with UDP GRO.
 func (e *Endpoint) GRO() bool { return e.gro }
 
-// IOUring reports whether the endpoint moves datagrams through io_uring.
-func (e *Endpoint) IOUring() bool { return e.ur != nil }
+// usesURing reports whether the endpoint moves datagrams through io_uring.
+func (e *Endpoint) usesURing() bool { return e.ur != nil }
 
 // GSO reports whether the endpoint currently sends with UDP GSO.
 func (e *Endpoint) GSO() bool { return e.gso.Load() }

@@ -11,6 +11,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// osConfig holds the Linux-only Config settings.
+type osConfig struct {
+	// uring selects io_uring instead of recvmmsg/sendmmsg (benchmarks and
+	// tests: measured slower, so not offered; see the package
+	// documentation).
+	uring uringMode
+}
+
+// uringMode selects how an endpoint moves datagrams.
+type uringMode uint8
+
+const (
+	uringOff uringMode = iota // recvmmsg / sendmmsg
+	uringOn                   // io_uring RECVMSG / SENDMSG
+	uringZC                   // io_uring RECVMSG / SENDMSG_ZC (zero-copy send)
+)
+
 // User-data tags of the requests that are not messages.
 const (
 	tagWake   = ^uint64(0)

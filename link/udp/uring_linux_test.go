@@ -23,7 +23,7 @@ func withURing(m uringMode) Option { return func(c *Config) { c.uring = m } }
 func needURing(t testing.TB) {
 	t.Helper()
 	e := listen(t, "127.0.0.1:0", withURing(uringOn))
-	if !e.IOUring() {
+	if !e.usesURing() {
 		t.Skip("io_uring unavailable (io_uring_setup refused: old kernel, seccomp or kernel.io_uring_disabled)")
 	}
 }
@@ -159,7 +159,7 @@ func TestURingFallback(t *testing.T) {
 	for _, errno := range []unix.Errno{unix.ENOSYS, unix.EPERM, unix.EINVAL} {
 		uringSetup = func(uint32, *iouParams) (int, error) { return -1, errno }
 		a, b := listen(t, "127.0.0.1:0", withURing(uringOn)), listen(t, "127.0.0.1:0", withURing(uringZC))
-		if a.IOUring() || b.IOUring() {
+		if a.usesURing() || b.usesURing() {
 			t.Fatalf("%v: endpoints use io_uring", errno)
 		}
 		sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
