@@ -63,6 +63,8 @@ type Config struct {
 	// Logger receives rare events (buffer-size fallbacks, send errors);
 	// nil is silent.
 	Logger *slog.Logger
+
+	osConfig // settings of one operating system's implementation
 }
 
 // Option changes a Config; see Listen.
@@ -143,6 +145,7 @@ type Stats struct {
 	GSOFallbacks         uint64 // failed GSO sends that were retried one datagram per buffer
 	GROMessages          uint64 // received buffers that held several datagrams
 	GROSegments          uint64 // datagrams received in such buffers
+	Syscalls             uint64 // receive and send system calls (recvmmsg and sendmmsg tries, io_uring_enter)
 }
 
 type counters struct {
@@ -160,6 +163,7 @@ type counters struct {
 	gsoFallbacks         atomic.Uint64
 	groMessages          atomic.Uint64
 	groSegments          atomic.Uint64
+	syscalls             atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -173,6 +177,7 @@ func (c *counters) snapshot() Stats {
 		GSOMessages:   c.gsoMessages.Load(), GSOSegments: c.gsoSegments.Load(),
 		GSOFallbacks: c.gsoFallbacks.Load(),
 		GROMessages:  c.groMessages.Load(), GROSegments: c.groSegments.Load(),
+		Syscalls: c.syscalls.Load(),
 	}
 }
 

@@ -35,6 +35,7 @@ type Endpoint struct {
 	closed   atomic.Bool
 	gso      atomic.Bool // UDP GSO in use
 	gro      bool        // UDP GRO enabled on the socket
+	ur       *uringIO    // io_uring instead of recvmmsg/sendmmsg (nil: off)
 	ctr      counters
 
 	rx struct {
@@ -48,6 +49,7 @@ type Endpoint struct {
 		got       int
 		errno     unix.Errno
 		meta      []rxMeta
+		order     []int             // buffer of the i-th received GRO message
 		zoneNames map[uint32]string // IPv6 scope ID -> interface name
 		// GRO: received buffers not yet handed out.
 		groBuf                      []byte
@@ -65,6 +67,7 @@ type Endpoint struct {
 		got     int
 		errno   unix.Errno
 		msgPkts []int                     // packets per message (GSO)
+		frags   int                       // zero-copy sends: most pages per GSO message (0: no limit)
 		routes  map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
 		zones   map[string]uint32         // IPv6 zone name -> interface index
 	}
@@ -98,7 +101,17 @@ func Open(cfg Config) (*Endpoint, error) {
 	if !cfg.NoGRO {
 		e.gro = enableGRO(e.rc)
 	}
-	e.allocBatches()
+	e.allocBatches(cfg.uring != uringOff)
+	if cfg.uring != uringOff {
+		ur, err := newURingIO(e, cfg.uring)
+		if err != nil {
+			if e.log != nil {
+				e.log.Info("udp: io_uring unavailable; using recvmmsg/sendmmsg", "err", err)
+			}
+		} else {
+			e.ur = ur
+		}
+	}
 	return e, nil
 }
 
@@ -141,13 +154,17 @@ func bindSocket(cfg Config) (*Endpoint, error) {
 }
 
 // allocBatches allocates the receive and send message arrays of BatchSize
-// messages (and the GRO buffers if GRO is on).
-func (e *Endpoint) allocBatches() {
+// messages (and the GRO buffers if GRO is on, or if ownBufs asks for them).
+func (e *Endpoint) allocBatches(ownBufs bool) {
 	n := e.batch
 	e.rx.hdrs, e.rx.iovs, e.rx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
 	e.rx.oob = make([]byte, n*oobLen)
 	e.rx.meta = make([]rxMeta, n)
-	if e.gro {
+	e.rx.order = make([]int, n)
+	for i := range e.rx.order {
+		e.rx.order[i] = i
+	}
+	if e.gro || ownBufs {
 		e.rx.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
 	}
 	e.tx.hdrs, e.tx.iovs, e.tx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
@@ -219,6 +236,9 @@ func (e *Endpoint) BatchSize() int { return e.batch }
 // GRO reports whether the endpoint receives with UDP GRO.
 func (e *Endpoint) GRO() bool { return e.gro }
 
+// usesURing reports whether the endpoint moves datagrams through io_uring.
+func (e *Endpoint) usesURing() bool { return e.ur != nil }
+
 // GSO reports whether the endpoint currently sends with UDP GSO.
 func (e *Endpoint) GSO() bool { return e.gso.Load() }
 
@@ -231,12 +251,17 @@ func (e *Endpoint) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	return e.conn.Close()
+	var uerr error
+	if e.ur != nil {
+		uerr = e.ur.close(e)
+	}
+	return errors.Join(uerr, e.conn.Close())
 }
 
 func (e *Endpoint) doRead(fd uintptr) bool {
 	for {
 		n, errno := recvmmsg(fd, e.rx.hdrs[:e.rx.want])
+		e.ctr.syscalls.Add(1)
 		switch errno {
 		case unix.EINTR:
 			continue
@@ -277,7 +302,9 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view bool) (int, error) {
 	rx := &e.rx
 	rx.mu.Lock()
 	defer rx.mu.Unlock()
-	if e.gro && view {
+	// io_uring receives into the endpoint's buffers, as GRO does.
+	own := e.gro || e.ur != nil
+	if own && view {
 		return e.readGRO(pkts[:n], true)
 	}
 	for i := 0; i < n; i++ {
@@ -285,7 +312,7 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view bool) (int, error) {
 			return 0, fmt.Errorf("udp: ReadBatch: packet %d has a buffer of capacity 0: give each packet a buffer of at least MTU bytes", i)
 		}
 	}
-	if e.gro {
+	if own {
 		return e.readGRO(pkts[:n], false)
 	}
 	for i := 0; i < n; i++ {
@@ -348,28 +375,35 @@ func (e *Endpoint) recv(n int) (int, error) {
 	}
 	k := rx.got
 	for i := 0; i < k; i++ {
-		m, h := &rx.meta[i], &rx.hdrs[i]
-		sa := &rx.names[i]
-		*m = rxMeta{src: addrPortOf(sa), dst: e.local, n: int(h.n), trunc: h.hdr.Flags&unix.MSG_TRUNC != 0}
-		zone := ""
-		if sa.Family == unix.AF_INET6 && sa.Scope_id != 0 && m.src.Addr().IsLinkLocalUnicast() {
-			// A link-local sender: keep its scope so that replies to Src work.
-			zone = e.zoneName(sa.Scope_id)
-			m.src = netip.AddrPortFrom(m.src.Addr().WithZone(zone), m.src.Port())
-		}
-		if cl := int(h.hdr.Controllen); cl > 0 {
-			dst, tos, seg := parseCmsgs(rx.oob[i*oobLen : i*oobLen+min(cl, oobLen)])
-			m.tos, m.seg = tos, seg
-			if e.wildcard && dst.IsValid() {
-				if dst.IsLinkLocalUnicast() {
-					dst = dst.WithZone(zone)
-				}
-				m.dst = netip.AddrPortFrom(dst, e.local.Port())
-			}
-		}
+		e.decodeMsg(i)
 	}
 	e.ctr.readCalls.Add(1)
 	return k, nil
+}
+
+// decodeMsg decodes received message i (its length, address and control
+// messages) into rx.meta[i].
+func (e *Endpoint) decodeMsg(i int) {
+	rx := &e.rx
+	m, h := &rx.meta[i], &rx.hdrs[i]
+	sa := &rx.names[i]
+	*m = rxMeta{src: addrPortOf(sa), dst: e.local, n: int(h.n), trunc: h.hdr.Flags&unix.MSG_TRUNC != 0}
+	zone := ""
+	if sa.Family == unix.AF_INET6 && sa.Scope_id != 0 && m.src.Addr().IsLinkLocalUnicast() {
+		// A link-local sender: keep its scope so that replies to Src work.
+		zone = e.zoneName(sa.Scope_id)
+		m.src = netip.AddrPortFrom(m.src.Addr().WithZone(zone), m.src.Port())
+	}
+	if cl := int(h.hdr.Controllen); cl > 0 {
+		dst, tos, seg := parseCmsgs(rx.oob[i*oobLen : i*oobLen+min(cl, oobLen)])
+		m.tos, m.seg = tos, seg
+		if e.wildcard && dst.IsValid() {
+			if dst.IsLinkLocalUnicast() {
+				dst = dst.WithZone(zone)
+			}
+			m.dst = netip.AddrPortFrom(dst, e.local.Port())
+		}
+	}
 }
 
 // Receive buffers for GRO: each message can carry up to 64 KiB.
@@ -384,12 +418,20 @@ const (
 func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	rx := &e.rx
 	if rx.pendMsg >= rx.pendCount {
-		n := min(groMsgs, e.batch)
-		for i := 0; i < n; i++ {
-			rx.iovs[i].Base = &rx.groBuf[i*groBufSize]
-			rx.iovs[i].SetLen(groBufSize)
+		var (
+			k   int
+			err error
+		)
+		if e.ur != nil {
+			k, err = e.ur.recv(e)
+		} else {
+			n := min(groMsgs, e.batch)
+			for i := 0; i < n; i++ {
+				rx.iovs[i].Base = &rx.groBuf[i*groBufSize]
+				rx.iovs[i].SetLen(groBufSize)
+			}
+			k, err = e.recv(n)
 		}
-		k, err := e.recv(n)
 		if err != nil {
 			return 0, err
 		}
@@ -398,8 +440,9 @@ func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	var bytes uint64
 	i := 0
 	for i < len(pkts) && rx.pendMsg < rx.pendCount {
-		m := &rx.meta[rx.pendMsg]
-		data := rx.groBuf[rx.pendMsg*groBufSize : rx.pendMsg*groBufSize+m.n]
+		j := rx.order[rx.pendMsg] // recvmmsg: j == pendMsg
+		m := &rx.meta[j]
+		data := rx.groBuf[j*groBufSize : j*groBufSize+m.n]
 		seg := m.n
 		if m.seg > 0 {
 			seg = m.seg
@@ -447,6 +490,7 @@ func clearIovs(iovs []unix.Iovec) {
 func (e *Endpoint) doWrite(fd uintptr) bool {
 	for {
 		n, errno := sendmmsg(fd, e.tx.hdrs[e.tx.off:e.tx.end])
+		e.ctr.syscalls.Add(1)
 		switch errno {
 		case unix.EINTR:
 			continue
@@ -534,6 +578,9 @@ func (e *Endpoint) writeError(err error, p *link.Packet) error {
 
 // send transmits the nm prepared messages and returns how many went out.
 func (e *Endpoint) send(nm int) (int, error) {
+	if e.ur != nil {
+		return e.ur.send(e, nm)
+	}
 	tx := &e.tx
 	tx.off, tx.end = 0, nm
 	for tx.off < nm {
@@ -577,6 +624,7 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		seg      int
 		segs     int
 		runBytes int
+		runPages int // pages the run's buffers span (zero-copy sends)
 		cl       int // control bytes of the current message
 	)
 	finish := func() {
@@ -611,13 +659,19 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		}
 		b := p.Buf[:p.N]
 		id := uint16(0)
+		pages := 0
+		if tx.frags > 0 {
+			pages = spanPages(b)
+		}
 		if run && dst == rdst && src == rsrc && p.TOS == rtos && p.TTL == rttl &&
-			p.N <= seg && segs < maxGSOSegments && runBytes+p.N <= maxGSOBytes {
+			p.N <= seg && segs < maxGSOSegments && runBytes+p.N <= maxGSOBytes &&
+			(tx.frags == 0 || runPages+pages <= tx.frags) {
 			if !e.is6 {
 				id = uint16(segs)
 			}
 			segs++
 			runBytes += p.N
+			runPages += pages
 			run = p.N == seg
 			tx.msgPkts[nm-1]++
 		} else {
@@ -631,7 +685,7 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			tx.msgPkts[m] = 1
 			run = coalesce && p.N+overhead <= e.mtu
 			rdst, rsrc, rtos, rttl = dst, src, p.TOS, p.TTL
-			seg, segs, runBytes = p.N, 1, p.N
+			seg, segs, runBytes, runPages = p.N, 1, p.N, pages
 		}
 		wire.FillICRC(b, src, dst, id)
 		tx.iovs[np].Base = &b[0]

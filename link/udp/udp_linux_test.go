@@ -550,16 +550,20 @@ func benchPacket() []byte {
 
 func BenchmarkLoopback(b *testing.B) {
 	for _, batch := range []int{32, 64} {
-		b.Run("batched-"+itoa(batch), func(b *testing.B) { benchBatched(b, batch, WithoutGSO(), WithoutGRO()) })
+		b.Run("batched-"+itoa(batch), func(b *testing.B) { benchBatched(b, batch, benchPayload, WithoutGSO(), WithoutGRO()) })
 	}
-	b.Run("batched-64-gso", func(b *testing.B) { benchBatched(b, 64, WithoutGRO()) })
-	b.Run("batched-64-gso-gro", func(b *testing.B) { benchBatched(b, 64) })
+	b.Run("batched-64-gso", func(b *testing.B) { benchBatched(b, 64, benchPayload, WithoutGRO()) })
+	b.Run("batched-64-gso-gro", func(b *testing.B) { benchBatched(b, 64, benchPayload) })
 	b.Run("per-packet", benchSingle)
 }
 
 func itoa(n int) string { return string(rune('0'+n/10)) + string(rune('0'+n%10)) }
 
-func benchBatched(b *testing.B, batch int, opts ...Option) {
+// benchBatched sends packets of payload bytes through one endpoint to
+// another in batches of batch and reports, besides bytes/s and packets/s,
+// the process's CPU time (getrusage, all threads: sender and receiver) and
+// the two endpoints' system calls per MiB of RoCE datagrams.
+func benchBatched(b *testing.B, batch, payload int, opts ...Option) {
 	tx, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), append(opts, WithAnyPort(), WithBatchSize(batch))...)
 	if err != nil {
 		b.Fatal(err)
@@ -572,7 +576,7 @@ func benchBatched(b *testing.B, batch int, opts ...Option) {
 	defer rx.Close()
 	wr, rd := linktest.Batch(batch, 0), linktest.Batch(batch, 8192)
 	for i := range wr {
-		wr[i].Buf = benchPacket()
+		wr[i].Buf = linktest.Packet(nil, 0x11, 0, make([]byte, payload))
 		wr[i].N, wr[i].Dst = len(wr[i].Buf), rx.LocalAddr()
 	}
 	var got atomic.Int64
@@ -590,6 +594,7 @@ func benchBatched(b *testing.B, batch int, opts ...Option) {
 	b.SetBytes(int64(len(wr[0].Buf)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0, calls0 := cpuTime(b), tx.Stats().Syscalls+rx.Stats().Syscalls
 	for sent := 0; sent < b.N; {
 		n := min(batch, b.N-sent)
 		for int64(sent)-got.Load() > benchWindow {
@@ -603,9 +608,21 @@ func benchBatched(b *testing.B, batch int, opts ...Option) {
 	}
 	waitFor(b, &got, b.N)
 	b.StopTimer()
+	mib := float64(b.N) * float64(len(wr[0].Buf)) / (1 << 20)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/1e3/mib, "cpu-us/MiB")
+	b.ReportMetric(float64(tx.Stats().Syscalls+rx.Stats().Syscalls-calls0)/mib, "syscalls/MiB")
 	rx.Close()
 	<-done
+}
+
+// cpuTime returns the user and system CPU time of the process in ns.
+func cpuTime(b *testing.B) int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 func benchSingle(b *testing.B) {

@@ -51,3 +51,6 @@ func (e *Endpoint) GSO() bool { return false }
 
 // GRO reports false.
 func (e *Endpoint) GRO() bool { return false }
+
+// osConfig holds settings of the Linux implementation only.
+type osConfig struct{}
