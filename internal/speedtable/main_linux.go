@@ -36,6 +36,7 @@ type spec struct {
 	kind kind
 	argv []string // softroce command and its common options
 	soft bool     // a softroce device (binds -d on both sides)
+	qps  int      // QPs (the result line counts iterations per QP); 0: one
 }
 
 func (s spec) sides() (server, client []string) {
@@ -53,6 +54,7 @@ type harness struct {
 	dur     int
 	iters   int
 	qps     int
+	qpDepth int
 	only    map[string]bool
 	log     io.Writer
 	vals    map[string][]float64 // key.metric -> per-round values
@@ -130,7 +132,7 @@ func (h *harness) measure(ctx context.Context, round, key string, traced bool) {
 			h.fail(what, fmt.Errorf("client output: %v\n%s", err, c.Stdout))
 			return
 		}
-		unit = float64(b.Iters) * float64(b.Size) / mib
+		unit = float64(b.Iters) * float64(b.Size) * float64(max(sp.qps, 1)) / mib
 		if unit == 0 {
 			h.fail(what, fmt.Errorf("no bytes moved\n%s", c.Stdout))
 			return
@@ -221,6 +223,7 @@ func mainErr() int {
 	dur := flag.Int("dur", 3, "seconds of each bandwidth run (-D)")
 	iters := flag.Int("iters", 20000, "exchanges of each latency run (-n)")
 	qps := flag.Int("qps", 64, "QPs of the many-QP case (perftest's -q; softroce's tools accept at most 64)")
+	qpDepth := flag.Int("qp-depth", 16, "send queue depth per QP of the many-QP case (-t; 64 × the default 128 × 1 MiB do not drain within the tool's grace after -D)")
 	only := flag.String("only", allCases, "cases to run, comma separated: "+allCases)
 	bin := flag.String("bin", "", "softroce binary to measure (default: build ./cmd/softroce)")
 	out := flag.String("o", "", "also write the markdown table to this file")
@@ -229,7 +232,7 @@ func mainErr() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	h := &harness{rounds: *rounds, dur: *dur, iters: *iters, qps: *qps, only: map[string]bool{}, log: os.Stdout,
+	h := &harness{rounds: *rounds, dur: *dur, iters: *iters, qps: *qps, qpDepth: *qpDepth, only: map[string]bool{}, log: os.Stdout,
 		vals: map[string][]float64{}, loads: map[string][]float64{}}
 	for _, n := range strings.Split(*only, ",") {
 		if n = strings.TrimSpace(n); n == "" {
@@ -273,15 +276,16 @@ func mainErr() int {
 	}
 	d, n := fmt.Sprint(*dur), fmt.Sprint(*iters)
 	h.specs = map[string]spec{
-		"write_bw 1M":    {"write_bw 1M", kindBW, []string{"write_bw", "-s", "1048576", "-D", d}, true},
-		"tcp_bw 1M":      {"tcp_bw 1M", kindBW, []string{"tcp_bw", "-s", "1048576", "-D", d}, false},
-		"write_bw 4K":    {"write_bw 4K", kindBW, []string{"write_bw", "-s", "4096", "-D", d}, true},
-		"tcp_bw 4K":      {"tcp_bw 4K", kindBW, []string{"tcp_bw", "-s", "4096", "-D", d}, false},
-		"send_lat 64":    {"send_lat 64", kindLat, []string{"send_lat", "-s", "64", "-n", n}, true},
-		"write_lat 64":   {"write_lat 64", kindLat, []string{"write_lat", "-s", "64", "-n", n}, true},
-		"tcp_lat 64":     {"tcp_lat 64", kindLat, []string{"tcp_lat", "-s", "64", "-n", n}, false},
-		"rc_pingpong 64": {"rc_pingpong 64", kindPing, []string{"rc_pingpong", "-g", "1", "-s", "64", "-n", n}, true},
-		"write_bw QP":    {"write_bw QP", kindBW, []string{"write_bw", "-q", fmt.Sprint(*qps), "-s", "1048576", "-D", d}, true},
+		"write_bw 1M":    {"write_bw 1M", kindBW, []string{"write_bw", "-s", "1048576", "-D", d}, true, 0},
+		"tcp_bw 1M":      {"tcp_bw 1M", kindBW, []string{"tcp_bw", "-s", "1048576", "-D", d}, false, 0},
+		"write_bw 4K":    {"write_bw 4K", kindBW, []string{"write_bw", "-s", "4096", "-D", d}, true, 0},
+		"tcp_bw 4K":      {"tcp_bw 4K", kindBW, []string{"tcp_bw", "-s", "4096", "-D", d}, false, 0},
+		"send_lat 64":    {"send_lat 64", kindLat, []string{"send_lat", "-s", "64", "-n", n}, true, 0},
+		"write_lat 64":   {"write_lat 64", kindLat, []string{"write_lat", "-s", "64", "-n", n}, true, 0},
+		"tcp_lat 64":     {"tcp_lat 64", kindLat, []string{"tcp_lat", "-s", "64", "-n", n}, false, 0},
+		"rc_pingpong 64": {"rc_pingpong 64", kindPing, []string{"rc_pingpong", "-g", "1", "-s", "64", "-n", n}, true, 0},
+		"write_bw QP": {"write_bw QP", kindBW, []string{"write_bw", "-q", fmt.Sprint(*qps), "-t", fmt.Sprint(*qpDepth),
+			"-s", "1048576", "-D", d}, true, *qps},
 	}
 	fmt.Fprintf(h.log, "%d rounds on %s; load %.2f\n", *rounds, h.r.bin, loadavg())
 	for i := 0; i < *rounds && ctx.Err() == nil; i++ {
@@ -444,7 +448,7 @@ func (h *harness) table() string {
 	row("per round trip, per side (`write_lat` vs `tcp_lat`): CPU", "write_lat 64", "tcp_lat 64", " µs", "%.1f", "write_lat 64", "cpu/rt", "tcp_lat 64", "cpu/rt", 1)
 	row("demo 64 B half-RTT vs TCP (one process)", "demo", "demo", " µs", "%.2f", "demo", "lat", "demo", "tcplat", 1)
 	row("demo 1 MiB WRITE bandwidth vs TCP (one process)", "demo", "demo", " GB/s", "%.2f", "demo", "bw", "demo", "tcpbw", 1)
-	row(fmt.Sprintf("%d QPs × 1 MiB vs 1 QP (`write_bw -q %d`; goal within 20 %%)", h.qps, h.qps), "write_bw QP", "write_bw 1M", " MiB/s", "%.0f", "write_bw QP", "MiB/s", "write_bw 1M", "MiB/s", 1)
+	row(fmt.Sprintf("%d QPs × 1 MiB vs 1 QP (`write_bw -q %d -t %d`; goal within 20 %%)", h.qps, h.qps, h.qpDepth), "write_bw QP", "write_bw 1M", " MiB/s", "%.0f", "write_bw QP", "MiB/s", "write_bw 1M", "MiB/s", 1)
 	if _, ok := h.med("write_bw QP", "MiB/s"); ok {
 		fmt.Fprintf(&b, "\nUDP RcvbufErrors during the %d-QP runs (system-wide /proc/net/snmp): %d. "+
 			"256 QPs: not measured, the tools accept -q up to 64; retransmit timeouts: not reported by the tools.\n", h.qps, h.rcvbufΔ)
