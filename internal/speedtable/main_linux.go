@@ -394,7 +394,8 @@ func (h *harness) udp(ctx context.Context) {
 // table formats the medians as the README's markdown table.
 func (h *harness) table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d rounds, medians; load: 1-minute load average before each run (median; softroce / baseline)\n\n", h.rounds)
+	fmt.Fprintf(&b, "%d rounds, medians; ratio: median of the rounds' ratios (the pair ran back to back); "+
+		"load: 1-minute load average before each run (median; softroce / baseline)\n\n", h.rounds)
 	b.WriteString("| measurement | softroce | baseline | ratio | load |\n|---|---|---|---|---|\n")
 	ld := func(keys ...string) string {
 		var s []string
@@ -419,8 +420,8 @@ func (h *harness) table() string {
 			return fmt.Sprintf(format, v) + unit
 		}
 		ratio := "—"
-		if ok1 && ok2 && bv*bscale != 0 {
-			ratio = fmt.Sprintf("%.2f×", sv/(bv*bscale))
+		if r, ok := pairedRatio(h.vals[sk+"."+sm], h.vals[bk+"."+bm]); ok {
+			ratio = fmt.Sprintf("%.2f×", r/bscale)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", name, f(sv, ok1), f(bv*bscale, ok2), ratio, ld(soft, base))
 	}

@@ -210,3 +210,22 @@ func median(xs []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// pairedRatio is the median of a[i]/b[i] when a and b hold one value per
+// round each, else the ratio of their medians.
+func pairedRatio(a, b []float64) (float64, bool) {
+	if len(a) == 0 || len(b) == 0 {
+		return 0, false
+	}
+	if len(a) != len(b) {
+		mb := median(b)
+		return median(a) / mb, mb != 0
+	}
+	var r []float64
+	for i := range a {
+		if b[i] != 0 {
+			r = append(r, a[i]/b[i])
+		}
+	}
+	return median(r), len(r) > 0
+}

@@ -176,3 +176,21 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+func TestPairedRatio(t *testing.T) {
+	for _, tc := range []struct {
+		a, b []float64
+		want float64
+		ok   bool
+	}{
+		{nil, []float64{1}, 0, false},
+		{[]float64{1, 4, 9}, []float64{2, 2, 3}, 2, true}, // ratios 0.5, 2, 3
+		{[]float64{1, 2}, []float64{4}, 0.375, true},      // medians 1.5 / 4
+		{[]float64{1}, []float64{0}, 0, false},
+	} {
+		got, ok := pairedRatio(tc.a, tc.b)
+		if ok != tc.ok || math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("pairedRatio(%v, %v) = %v, %v; want %v, %v", tc.a, tc.b, got, ok, tc.want, tc.ok)
+		}
+	}
+}
