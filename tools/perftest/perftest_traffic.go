@@ -231,6 +231,9 @@ func (r *ptRes) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel)
 	if r.watch != nil {
 		w.Alive = r.watch.check
 	}
+	if r.c.tool.lat {
+		w.Spin = toolkit.LatencySpin
+	}
 	if r.c.events {
 		w.Spin = 1
 	}
@@ -531,8 +534,9 @@ func loadByte(b []byte, i int) byte {
 	return x[i&3]
 }
 
-// ptSpinPolls is how many times ptSpinWait polls before sleeping between polls.
-const ptSpinPolls = 64
+// ptSpinPolls is how many times ptSpinWait polls before sleeping between
+// polls (write_lat, on one processor: see toolkit.OneProc).
+const ptSpinPolls = toolkit.LatencySpin
 
 // errPtDeadline ends a wait when a -D run's time is up.
 var errPtDeadline = errors.New("duration over")
