@@ -185,6 +185,9 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	if cli.ArgsOnly {
 		return cli.ExitOK
 	}
+	if t.lat {
+		defer toolkit.OneProc()()
+	}
 	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
 	if err := ptRun(ctx, c, stdout, stderr); err != nil {

@@ -63,10 +63,13 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
 	}
 	r.sch, r.rch = r.dev.CreateCompChannel(), r.dev.CreateCompChannel()
-	if r.scq, err = r.dev.CreateCQ(min(c.txDepth*c.numQP+1, 32768), nil, r.sch); err != nil {
+	// Deep queues on many QPs would ask for more entries than a CQ has:
+	// the CQ holds what it can (perftest's QPs share it the same way).
+	maxCQE := r.dev.QueryDevice().MaxCQE
+	if r.scq, err = r.dev.CreateCQ(min(c.txDepth*c.numQP+1, maxCQE), nil, r.sch); err != nil {
 		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
 	}
-	if r.rcq, err = r.dev.CreateCQ(min(c.rxDepth*c.numQP+1, 32768), nil, r.rch); err != nil {
+	if r.rcq, err = r.dev.CreateCQ(min(c.rxDepth*c.numQP+1, maxCQE), nil, r.rch); err != nil {
 		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
 	}
 	rx := 1
@@ -227,6 +230,9 @@ func (r *ptRes) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel)
 	w := &toolkit.CQWaiter{Ctx: ctx, CQ: cq, Ch: ch}
 	if r.watch != nil {
 		w.Alive = r.watch.check
+	}
+	if r.c.tool.lat {
+		w.Spin = toolkit.LatencySpin
 	}
 	if r.c.events {
 		w.Spin = 1
@@ -528,8 +534,9 @@ func loadByte(b []byte, i int) byte {
 	return x[i&3]
 }
 
-// ptSpinPolls is how many times ptSpinWait polls before sleeping between polls.
-const ptSpinPolls = 64
+// ptSpinPolls is how many times ptSpinWait polls before sleeping between
+// polls (write_lat, on one processor: see toolkit.OneProc).
+const ptSpinPolls = toolkit.LatencySpin
 
 // errPtDeadline ends a wait when a -D run's time is up.
 var errPtDeadline = errors.New("duration over")

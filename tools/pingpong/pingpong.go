@@ -176,6 +176,7 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	if cli.ArgsOnly {
 		return cli.ExitOK
 	}
+	defer toolkit.OneProc()()
 	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
 	if err := ppRun(ctx, c, stdout, stderr); err != nil {
@@ -558,7 +559,7 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 		}
 		return err
 	}
-	w := toolkit.CQWaiter{Ctx: ctx, CQ: p.cq, Ch: p.ch}
+	w := toolkit.CQWaiter{Ctx: ctx, CQ: p.cq, Ch: p.ch, Spin: toolkit.LatencySpin}
 	numEvents := 0
 	defer func() {
 		if numEvents > 0 {
