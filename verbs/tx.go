@@ -231,4 +231,3 @@ func (qp *QP) emitAck() {
 	r.ackPend = false
 	qp.buildAck(r.ackPSN, wire.SyndromeACK, r.ackMSN)
 }
-
