@@ -530,7 +530,14 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		return 0, ErrClosed
 	}
 	qp.mu.Lock()
-	defer qp.flushUnlock()
+	// Doorbell batching: an RC QP with packets in flight is ACK-clocked —
+	// the answer to them ends a received batch, and the receive loop then
+	// sends everything queued — so what this post adds waits for it (or
+	// for the retransmit timer) instead of costing a system call of its
+	// own. Back-to-back posts of small messages leave together.
+	clocked := qp.typ == QPTypeRC && qp.state == QPStateRTS && !qp.comp.rnrWait &&
+		wire.PSNDiff(qp.req.sentPSN, qp.compPSN()) > 0
+	defer qp.postUnlock(clocked)
 	st := qp.state
 	if st != QPStateRTS && st != QPStateSQD && st != QPStateSQE && st != QPStateErr {
 		return 0, errPostSendState

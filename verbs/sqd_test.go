@@ -3,12 +3,17 @@ package verbs
 import (
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/link/pipe"
 )
 
 // TestSQDrain: entering SQD lets the message in progress finish, starts no
 // new WQE, raises SQ_DRAINED when asked, and RTS resumes the queue.
 func TestSQDrain(t *testing.T) {
-	a, b := newPair(t, pairOpts{})
+	// Every datagram takes 100 ms, so the first WRITE cannot finish (and
+	// the second start) before the QP is in SQD: PostSend returns as soon
+	// as the packets are queued.
+	a, b := newPair(t, pairOpts{faults: pipe.Faults{Delay: 100 * time.Millisecond}, timeout: 18})
 	w := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, 300000), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	w.WRID = 1
 	w2 := w

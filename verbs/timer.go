@@ -90,6 +90,7 @@ func (qp *QP) rearmRetry() {
 
 func (qp *QP) onRetryTimer() {
 	qp.mu.Lock()
+	defer qp.dev.kick() // also what posts left for an answer that did not come
 	defer qp.flushUnlock()
 	// A callback the clock took off before an answer stopped and re-armed
 	// the timer (it then waited for mu) is stale: the re-armed timer's
@@ -124,6 +125,7 @@ func (qp *QP) onRetryTimer() {
 
 func (qp *QP) onRNRTimer() {
 	qp.mu.Lock()
+	defer qp.dev.kick()
 	defer qp.flushUnlock()
 	if !qp.comp.rnrWait || !qp.sending() || qp.dev.closed.Load() {
 		return

@@ -193,6 +193,17 @@ func (qp *QP) flushUnlock() {
 	}
 }
 
+// postUnlock ends PostSend: as flushUnlock, except that a post on an
+// ACK-clocked QP (clocked) leaves its packets in the queue for the
+// receive loop, unless the QP left RTS or stopped for an RNR wait.
+func (qp *QP) postUnlock(clocked bool) {
+	if clocked && qp.state == QPStateRTS && !qp.comp.rnrWait {
+		qp.stage()
+		qp.txOwed = false
+	}
+	qp.flushUnlock()
+}
+
 // txPacket returns the next staging slot (with a buffer), handing a full
 // staging batch over first.
 func (qp *QP) txPacket() *link.Packet {

@@ -3,6 +3,7 @@ package verbs
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // every SEND still completes.
 func TestACKCoalescing(t *testing.T) {
 	const n = 32
-	a, b := newPair(t, pairOpts{bufSize: 1 << 16, wr: 64})
+	a, b := newPair(t, pairOpts{bufSize: 1 << 16, wr: 64, timeout: 16}) // no spurious timeouts on a loaded machine
 	for i := 0; i < n; i++ {
 		postRecv(t, b, uint64(i), i*64, 64)
 	}
@@ -139,7 +140,7 @@ func TestDeferredACKOnClose(t *testing.T) {
 	for _, how := range []string{"close", "reset", "destroy"} {
 		t.Run(how, func(t *testing.T) {
 			for i := 0; i < 20; i++ {
-				a, b := newPair(t, pairOpts{bufSize: 4096, wr: 8, timeout: 8, retry: 2, exact: true, rnrRetry: 7})
+				a, b := newPair(t, pairOpts{bufSize: 4096, wr: 8, timeout: 12, retry: 2, exact: true, rnrRetry: 7})
 				postRecv(t, b, 1, 0, 64)
 				post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 64)})
 				var wc [1]WC
@@ -287,5 +288,41 @@ func TestResetSendsDeferredACK(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		})
+	}
+}
+
+// countEP counts the link's WriteBatch calls.
+type countEP struct {
+	link.Endpoint
+	calls atomic.Int64
+}
+
+func (c *countEP) WriteBatch(p []link.Packet) (int, error) {
+	c.calls.Add(1)
+	return c.Endpoint.WriteBatch(p)
+}
+
+// TestDoorbellBatching: back-to-back PostSend calls of one small WRITE
+// each, on a QP with packets in flight, do not cost a link write each: the
+// packets wait for the answer to what is in flight (the receive loop then
+// sends everything queued), and all complete.
+func TestDoorbellBatching(t *testing.T) {
+	const n = 64
+	var o pairOpts
+	ea, eb := newPipePair(t, &o)
+	c := &countEP{Endpoint: ea}
+	a, b := newPairOn(t, c, eb, pairOpts{bufSize: 1 << 16, wr: 128, timeout: 16})
+	before := c.calls.Load()
+	for i := 0; i < n; i++ {
+		post(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			RKey: b.mr.RKey(), RemoteAddr: b.mr.Addr() + uint64(i*64), SGList: sge(a, i*64, 64)})
+	}
+	for _, wc := range waitWC(t, a.scq, n, 5*time.Second) {
+		if wc.Status != WCSuccess {
+			t.Fatalf("WC %+v", wc)
+		}
+	}
+	if calls := c.calls.Load() - before; calls > n/4 {
+		t.Fatalf("%d link writes for %d posts of one small WRITE each; want at most %d", calls, n, n/4)
 	}
 }
