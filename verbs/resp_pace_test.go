@@ -1,0 +1,158 @@
+package verbs
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/wire"
+)
+
+// slowReceiver is a pipe filter on a READ responder's end that models a
+// requester slower than the responder (a kernel in an emulated guest): it
+// holds up to depth READ responses and takes perMS of them per millisecond
+// of the clock; a response that finds it full is dropped, as an overrun
+// receive queue drops it. Other packets pass.
+type slowReceiver struct {
+	clk          Clock
+	depth, perMS float64
+
+	mu    sync.Mutex
+	level float64
+	last  time.Time
+	sent  int // READ responses the responder sent
+	drops int
+}
+
+func (s *slowReceiver) filter(p *link.Packet) pipe.Verdict {
+	if p.N < wire.BTHLen {
+		return pipe.Pass
+	}
+	switch wire.Opcode(p.Buf[0]) {
+	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
+	default:
+		return pipe.Pass
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clk.Now()
+	if !s.last.IsZero() {
+		s.level = max(0, s.level-s.perMS*float64(now.Sub(s.last))/float64(time.Millisecond))
+	}
+	s.last = now
+	s.sent++
+	if s.level+1 > s.depth {
+		s.drops++
+		return pipe.Drop
+	}
+	s.level++
+	return pipe.Pass
+}
+
+func (s *slowReceiver) counts() (sent, drops int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent, s.drops
+}
+
+// settle waits until the pipe is idle: every datagram each end sent has
+// been read by the other, and the counters stood still for two polls (the
+// receive loops have answered what they read).
+func settle(t *testing.T, ea, eb *pipe.Endpoint) {
+	t.Helper()
+	delivered := func(s pipe.Stats) uint64 {
+		return s.PacketsOut - s.NoRoute - s.Filtered - s.Lost + s.Duplicated - s.QueueDrops - s.PeerClosed
+	}
+	var prev [4]uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for stable := 0; stable < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("pipe did not settle in 10 s")
+		}
+		sa, sb := ea.Stats(), eb.Stats()
+		cur := [4]uint64{sa.PacketsOut, sa.PacketsIn, sb.PacketsOut, sb.PacketsIn}
+		if delivered(sa) == sb.PacketsIn && delivered(sb) == sa.PacketsIn && cur == prev {
+			stable++
+		} else {
+			stable = 0
+		}
+		prev = cur
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// TestReadPacingSlowRequester: a READ responder facing a requester that
+// takes 4 responses per millisecond and holds 32 (the rest of a burst is
+// lost, as a slow guest drops it) needs a bounded number of responses per
+// response delivered. Four 256 KiB READs need 1024 responses. Unpaced, the
+// responder sends all of them in one burst and, on each duplicate READ,
+// the whole remainder again: about 32 of each burst get through, about 15
+// times what is needed in all. Paced (resp_pace.go), the first
+// duplicate cuts the rate and later ones cut it further until the
+// requester keeps up.
+func TestReadPacingSlowRequester(t *testing.T) {
+	clk := NewFakeClock(time.Unix(0, 0))
+	rx := &slowReceiver{clk: clk, depth: 32, perMS: 4}
+	o := pairOpts{filterA: rx.filter, clock: clk, timeout: 10, bufSize: 1 << 20}
+	la, lb := newPipePair(t, &o)
+	ea, eb := la.(*pipe.Endpoint), lb.(*pipe.Endpoint)
+	a, b := newPairOn(t, la, lb, o) // a answers the READs b posts
+	fill(a.buf, 9)
+	const reads, size = 4, 256 << 10
+	for i := range reads {
+		post(t, b.qp, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled,
+			SGList: sge(b, i*size, size), RemoteAddr: a.mr.Addr() + uint64(i*size), RKey: a.mr.RKey()})
+	}
+	const step = 250 * time.Microsecond
+	var elapsed time.Duration
+	for b.scq.Len() < reads && elapsed < 20*time.Second {
+		settle(t, ea, eb)
+		clk.Advance(step)
+		elapsed += step
+	}
+	wcs := waitWC(t, b.scq, reads, time.Second)
+	for _, wc := range wcs {
+		if wc.Status != WCSuccess {
+			t.Fatalf("READ %d: %v", wc.WRID, wc.Status)
+		}
+	}
+	mustEqual(t, b.buf[:reads*size], a.buf[:reads*size])
+	needed := reads * size / 1024
+	sent, drops := rx.counts()
+	st := a.dev.Stats()
+	t.Logf("%d responses sent for %d needed (%.2f x), %d dropped by the slow requester; %v of clock; "+
+		"duplicate READs %d, rate cuts %d, paced %d",
+		sent, needed, float64(sent)/float64(needed), drops, elapsed, st.DupRequests.Load(),
+		st.ReadPaceCuts.Load(), st.ReadPaced.Load())
+	if float64(sent) > 3*float64(needed) {
+		t.Errorf("the responder sent %d responses for %d needed: more than 3 x", sent, needed)
+	}
+}
+
+// TestReadPacingFastRequester: a requester that keeps up is never paced:
+// READs it loses nothing of are answered in one burst each, with no cut
+// and no tick waited.
+func TestReadPacingFastRequester(t *testing.T) {
+	o := pairOpts{bufSize: 4 << 20}
+	la, lb := newPipePair(t, &o)
+	a, b := newPairOn(t, la, lb, o)
+	fill(a.buf, 5)
+	const reads, size = 8, 512 << 10 // each burst fits the pipe's queue
+	for i := range reads {
+		post(t, b.qp, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled,
+			SGList: sge(b, i*size, size), RemoteAddr: a.mr.Addr() + uint64(i*size), RKey: a.mr.RKey()})
+		if wc := waitWC(t, b.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+			t.Fatalf("READ %d: %v", i, wc[0].Status)
+		}
+	}
+	mustEqual(t, b.buf, a.buf)
+	if d := la.(*pipe.Endpoint).Stats().QueueDrops; d != 0 {
+		t.Skipf("the pipe dropped %d responses: the requester did not keep up", d)
+	}
+	st := a.dev.Stats()
+	if c, p := st.ReadPaceCuts.Load(), st.ReadPaced.Load(); c != 0 || p != 0 {
+		t.Errorf("lossless READs: %d rate cuts, %d paced sends; want none", c, p)
+	}
+}
