@@ -26,21 +26,32 @@ import (
 // Why softroce paces. The requester (rxe_comp.c check_psn, and comp.go)
 // drops every response after a missing one, and every response it gets,
 // dropped or not, restarts its retransmit timer: it asks again, from the
-// first missing PSN and for every later READ, only after the stream has
-// ended and a timeout has passed in silence. softroce answers at host
-// speed; a slow requester (a kernel in an emulated guest) overruns, keeps
-// a prefix of each burst and has the rest sent again and again.
+// first missing PSN and for every later READ, only after the responses
+// have stopped and its timeout has passed in silence. softroce answers at
+// host speed; a slow requester (a kernel in an emulated guest) overruns,
+// keeps a prefix of each burst and has the rest sent again and again. And
+// whatever the rate, everything sent after a loss is wasted until the
+// requester can speak, which it does only when the responses pause.
 //
 // The rule, per QP:
-//   - Unpaced (burst 0) until the requester shows a loss: responses leave
-//     at once, as before, and a fast requester is never slowed down.
-//   - A loss is a duplicate READ for a PSN already sent (of a stream
-//     being sent or finished). It cuts the rate: the first cut paces at
-//     paceStartBurst responses per paceTick, later ones halve it (down to
-//     paceMinBurst). One requester timeout re-asks for every outstanding
-//     READ at once, so cuts are at least paceCutGuard apart.
-//   - A stream sent to its end without a cut since it (re)started adds one
-//     response per tick; at paceMaxBurst the QP is unpaced again.
+//   - Unpaced until the requester shows a loss: responses leave at once,
+//     as before, and a requester that keeps up is never slowed down.
+//   - A loss is a duplicate READ for a PSN already sent (of a stream being
+//     sent or finished); the requester's PSN says how far it got since the
+//     current window began. A loss paces the QP: paceStartBurst responses
+//     per paceTick at first, half the rate at each later loss (down to
+//     paceMinBurst), and windows of twice the responses the requester took
+//     (at least paceMinWin) after which the responses pause for longer
+//     than the requester's retransmit timeout: a requester that lost
+//     something asks again during the pause, so a loss wastes at most a
+//     window, not the whole remainder. One requester timeout re-asks for
+//     every outstanding READ at once, so losses count once per
+//     paceCutGuard.
+//   - A window the requester is content with (the pause ends with no word,
+//     or it asks for exactly the next response: its timer ran out waiting)
+//     doubles the window (at paceMaxWin, unbounded) and, like a stream sent
+//     to its end without a loss, raises the rate by a quarter; at
+//     paceMaxBurst and an unbounded window the QP is unpaced again.
 //   - A duplicate for a stream still being sent moves its cursor back to
 //     the requested PSN instead of starting a second copy, and streams are
 //     served oldest PSN first, since the requester drops everything beyond
@@ -48,20 +59,35 @@ import (
 const (
 	paceTick       = time.Millisecond
 	paceStartBurst = 16
-	paceMinBurst   = 1
+	paceMinBurst   = 4
 	paceMaxBurst   = 512
+	paceMinWin     = 64
+	paceMaxWin     = 1 << 16
 	paceCutGuard   = 8 * paceTick
+	// A full window waits this much longer than the QP's own local ACK
+	// timeout (the requester's is unknown; connection managers and
+	// perftest give both sides the same) before it assumes the requester
+	// has it all, and at least paceMinPause.
+	pausePerTimeout = 1.5
+	paceMinPause    = 10 * time.Millisecond
+	paceNoTimeout   = 100 * time.Millisecond // the wait when the QP has no timeout
 )
 
 // readPacer is a QP's READ response pacing state (nil until the first
 // loss: an unpaced QP needs none). It lives in respState, so RESET drops
 // it; its timer then finds it stale.
 type readPacer struct {
-	burst   int   // responses per tick; 0: unpaced
-	cuts    int32 // rate cuts so far (a stream's epoch)
-	lastCut time.Time
-	timer   Timer
-	armed   bool
+	burst     int    // responses per tick; 0: unpaced
+	win       int    // responses per window; 0: unbounded
+	inWin     int    // responses sent in the current window
+	mark      uint32 // PSN the current window started at
+	paused    bool   // the window is full: waiting for the requester
+	pause     time.Duration
+	cuts      int32     // losses counted so far (a stream's epoch)
+	lastEvent time.Time // the last loss or content window counted
+	timer     Timer
+	armed     bool
+	due       time.Time
 }
 
 // startRead queues a new READ's responses (rcRead) and sends what the pace allows.
@@ -75,40 +101,93 @@ func (qp *QP) startRead(x *respRes) {
 
 // replayRead answers a duplicate READ for PSN psn of x (rcDuplicate): the
 // stream restarts at psn, whether it is still being sent or finished. A
-// PSN already sent means the requester lost something: the rate is cut.
+// PSN already sent means the requester lost something; the next PSN to
+// send, while the window waits, that the requester has the window.
 func (qp *QP) replayRead(x *respRes, psn uint32) {
-	if !x.sending || wire.PSNDiff(psn, x.next) < 0 {
-		qp.paceCut()
+	p := qp.resp.pace
+	loss := !x.sending || wire.PSNDiff(psn, x.next) < 0
+	switch {
+	case p != nil && qp.dev.clock.Now().Sub(p.lastEvent) < paceCutGuard:
+		// The rest of one requester retry, which re-asks for every
+		// outstanding READ: the first of them counted.
+		if p.paused && loss {
+			p.newWindow(psn)
+		}
+	case loss:
+		qp.paceLoss(x, psn)
+		p = qp.resp.pace
+	case p != nil && p.paused && psn == x.next && qp.nextRead() == x:
+		p.lastEvent = qp.dev.clock.Now()
+		qp.paceGrow(true)
+		p.newWindow(psn)
 	}
 	x.next, x.sending = psn, true
-	if p := qp.resp.pace; p != nil {
+	if p != nil {
 		x.epoch = p.cuts
 	}
 	qp.sendReads()
 }
 
-// paceCut lowers the READ response rate after a loss.
-func (qp *QP) paceCut() {
+// pauseFor is how long a full window waits for the requester.
+func (qp *QP) pauseFor() time.Duration {
+	if qp.attr.Timeout == 0 {
+		return paceNoTimeout
+	}
+	return max(time.Duration(float64(ackTimeout(qp.attr.Timeout))*pausePerTimeout), paceMinPause)
+}
+
+// newWindow starts a window at PSN psn.
+func (p *readPacer) newWindow(psn uint32) {
+	p.paused, p.inWin, p.mark = false, 0, psn
+}
+
+// paceLoss paces the QP after the requester asked again for psn of x,
+// already sent.
+func (qp *QP) paceLoss(x *respRes, psn uint32) {
 	p := qp.resp.pace
 	now := qp.dev.clock.Now()
 	if p == nil {
-		p = &readPacer{}
+		p = &readPacer{mark: x.first}
 		p.timer = qp.dev.clock.AfterFunc(1<<62, func() { qp.onPaceTimer(p) })
 		p.timer.Stop()
 		qp.resp.pace = p
-	} else if now.Sub(p.lastCut) < paceCutGuard {
-		return
 	}
-	p.lastCut = now
+	p.pause = qp.pauseFor()
+	took := max(int(wire.PSNDiff(psn, p.mark)), 0)
+	win := max(2*took, paceMinWin)
+	if p.win > 0 {
+		win = min(win, p.win)
+	}
+	p.win = win
+	p.lastEvent = now
 	p.cuts++
 	if p.burst == 0 {
 		p.burst = paceStartBurst
 	} else {
 		p.burst = max(p.burst/2, paceMinBurst)
 	}
+	p.newWindow(psn)
 	qp.dev.stats.ReadPaceCuts.Add(1)
 	if l := qp.dev.log; l != nil {
-		l.Debug("READ responses paced", "qpn", qp.qpn, "per tick", p.burst)
+		l.Debug("READ responses paced", "qpn", qp.qpn, "per tick", p.burst, "window", p.win, "took", took)
+	}
+}
+
+// paceGrow raises the pace after the requester kept up: a quarter more
+// rate, and after a window (not just a stream) twice the window.
+func (qp *QP) paceGrow(window bool) {
+	p := qp.resp.pace
+	if p.burst > 0 {
+		p.burst += p.burst/4 + 1
+	}
+	if p.win > 0 && window {
+		p.win *= 2
+		if p.win >= paceMaxWin {
+			p.win = 0
+		}
+	}
+	if p.burst >= paceMaxBurst && p.win == 0 {
+		p.burst = 0 // unpaced again
 	}
 }
 
@@ -130,9 +209,13 @@ func (qp *QP) nextRead() *respRes {
 }
 
 // sendReads sends the queued READ responses the pace allows now, oldest
-// stream first, and arms the pacing timer if some are left.
+// stream first, and arms the pacing timer if some are left: for the next
+// tick, or for the pause after a full window.
 func (qp *QP) sendReads() {
 	p := qp.resp.pace
+	if p != nil && p.paused {
+		return
+	}
 	budget := -1 // unpaced
 	if p != nil && p.burst > 0 {
 		budget = p.burst
@@ -142,37 +225,74 @@ func (qp *QP) sendReads() {
 		if x == nil {
 			return
 		}
-		n, ok := qp.readResponses(x, budget)
+		limit := budget
+		if p != nil && p.win > 0 {
+			if p.inWin >= p.win {
+				break
+			}
+			if limit < 0 || limit > p.win-p.inWin {
+				limit = p.win - p.inWin
+			}
+		}
+		n, ok := qp.readResponses(x, limit)
 		if !ok {
 			return
 		}
 		if budget > 0 {
 			budget -= n
 		}
-		if !x.sending && p != nil && p.burst > 0 && x.epoch == p.cuts {
-			// Sent to its end without a cut: additive increase.
-			if p.burst++; p.burst >= paceMaxBurst {
-				p.burst = 0
+		if p != nil {
+			p.inWin += n
+			if !x.sending && x.epoch == p.cuts {
+				qp.paceGrow(false) // sent to its end without a loss
 			}
 		}
 	}
-	if p != nil && qp.nextRead() != nil {
-		qp.dev.stats.ReadPaced.Add(1)
-		if !p.armed {
-			p.armed = true
-			p.timer.Reset(paceTick)
-		}
+	if p == nil || qp.nextRead() == nil {
+		return
 	}
+	qp.dev.stats.ReadPaced.Add(1)
+	if p.win > 0 && p.inWin >= p.win {
+		p.paused = true
+		p.arm(qp.dev.clock.Now(), p.pause)
+		return
+	}
+	p.arm(qp.dev.clock.Now(), paceTick)
 }
 
-// onPaceTimer sends the next tick's READ responses.
+// arm sets the pacing timer to fire d after now, unless it is set to fire
+// sooner.
+func (p *readPacer) arm(now time.Time, d time.Duration) {
+	due := now.Add(d)
+	if p.armed && !due.Before(p.due) {
+		return
+	}
+	p.armed, p.due = true, due
+	p.timer.Reset(d)
+}
+
+// onPaceTimer sends the next tick's READ responses, or ends a window's
+// pause: the requester said nothing, so it has the window.
 func (qp *QP) onPaceTimer(p *readPacer) {
 	qp.mu.Lock()
 	defer qp.flushUnlock()
-	if qp.resp.pace != p || qp.dead || qp.state < QPStateRTR || qp.state == QPStateErr || qp.dev.closed.Load() {
+	if qp.resp.pace != p || !p.armed || qp.dead || qp.state < QPStateRTR || qp.state == QPStateErr ||
+		qp.dev.closed.Load() {
 		return
 	}
+	if qp.dev.clock.Now().Before(p.due) {
+		return // stale: re-armed for later, it will call again
+	}
 	p.armed = false
+	if p.paused {
+		p.lastEvent = qp.dev.clock.Now()
+		qp.paceGrow(true)
+		next := p.mark
+		if x := qp.nextRead(); x != nil {
+			next = x.next
+		}
+		p.newWindow(next)
+	}
 	qp.sendReads()
 }
 
