@@ -71,23 +71,27 @@ const (
 	pausePerTimeout = 1.5
 	paceMinPause    = 10 * time.Millisecond
 	paceNoTimeout   = 100 * time.Millisecond // the wait when the QP has no timeout
+	paceMaxPause    = 2 * time.Second
 )
 
 // readPacer is a QP's READ response pacing state (nil until the first
 // loss: an unpaced QP needs none). It lives in respState, so RESET drops
 // it; its timer then finds it stale.
 type readPacer struct {
-	burst     int    // responses per tick; 0: unpaced
-	win       int    // responses per window; 0: unbounded
-	inWin     int    // responses sent in the current window
-	mark      uint32 // PSN the current window started at
-	paused    bool   // the window is full: waiting for the requester
-	pause     time.Duration
-	cuts      int32     // losses counted so far (a stream's epoch)
-	lastEvent time.Time // the last loss or content window counted
-	timer     Timer
-	armed     bool
-	due       time.Time
+	burst   int    // responses per tick; 0: unpaced
+	win     int    // responses per window; 0: unbounded
+	inWin   int    // responses sent in the current window
+	mark    uint32 // PSN the current window started at
+	paused  bool   // the window is full: waiting for the requester
+	guessed bool   // the last pause ended with no word from the requester
+	pause   time.Duration
+	// quietSince is when the last pause began.
+	quietSince time.Time
+	cuts       int32     // losses counted so far (a stream's epoch)
+	lastEvent  time.Time // the last loss or content window counted
+	timer      Timer
+	armed      bool
+	due        time.Time
 }
 
 // startRead queues a new READ's responses (rcRead) and sends what the pace allows.
@@ -105,6 +109,11 @@ func (qp *QP) startRead(x *respRes) {
 // send, while the window waits, that the requester has the window.
 func (qp *QP) replayRead(x *respRes, psn uint32) {
 	p := qp.resp.pace
+	if p != nil {
+		qp.paceHeard()
+	}
+	if p != nil {
+	}
 	loss := !x.sending || wire.PSNDiff(psn, x.next) < 0
 	switch {
 	case p != nil && qp.dev.clock.Now().Sub(p.lastEvent) < paceCutGuard:
@@ -126,6 +135,22 @@ func (qp *QP) replayRead(x *respRes, psn uint32) {
 		x.epoch = p.cuts
 	}
 	qp.sendReads()
+}
+
+// paceHeard learns how long the requester takes to ask again once the
+// responses stop: a duplicate during a pause, or after a pause that ended
+// with no word, came that long after the pause began. A full window waits
+// pausePerTimeout times the longest seen.
+func (qp *QP) paceHeard() {
+	p := qp.resp.pace
+	if !p.paused && !p.guessed {
+		return
+	}
+	p.guessed = false
+	took := qp.dev.clock.Now().Sub(p.quietSince)
+	if d := time.Duration(float64(took) * pausePerTimeout); d > p.pause {
+		p.pause = min(d, paceMaxPause)
+	}
 }
 
 // pauseFor is how long a full window waits for the requester.
@@ -152,7 +177,7 @@ func (qp *QP) paceLoss(x *respRes, psn uint32) {
 		p.timer.Stop()
 		qp.resp.pace = p
 	}
-	p.pause = qp.pauseFor()
+	p.pause = max(p.pause, qp.pauseFor())
 	took := max(int(wire.PSNDiff(psn, p.mark)), 0)
 	win := max(2*took, paceMinWin)
 	if p.win > 0 {
@@ -243,8 +268,10 @@ func (qp *QP) sendReads() {
 		}
 		if p != nil {
 			p.inWin += n
-			if !x.sending && x.epoch == p.cuts {
-				qp.paceGrow(false) // sent to its end without a loss
+			if !x.sending && x.epoch == p.cuts && p.win == 0 {
+				// Sent to its end without a loss; with windows, only a
+				// window the requester is content with counts.
+				qp.paceGrow(false)
 			}
 		}
 	}
@@ -253,8 +280,9 @@ func (qp *QP) sendReads() {
 	}
 	qp.dev.stats.ReadPaced.Add(1)
 	if p.win > 0 && p.inWin >= p.win {
-		p.paused = true
-		p.arm(qp.dev.clock.Now(), p.pause)
+		now := qp.dev.clock.Now()
+		p.paused, p.guessed, p.quietSince = true, false, now
+		p.arm(now, p.pause)
 		return
 	}
 	p.arm(qp.dev.clock.Now(), paceTick)
@@ -287,6 +315,7 @@ func (qp *QP) onPaceTimer(p *readPacer) {
 	if p.paused {
 		p.lastEvent = qp.dev.clock.Now()
 		qp.paceGrow(true)
+		p.guessed = true
 		next := p.mark
 		if x := qp.nextRead(); x != nil {
 			next = x.next
