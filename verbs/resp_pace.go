@@ -79,6 +79,7 @@ const (
 // it; its timer then finds it stale.
 type readPacer struct {
 	burst   int    // responses per tick; 0: unpaced
+	tokens  int    // responses left to send in this tick
 	win     int    // responses per window; 0: unbounded
 	inWin   int    // responses sent in the current window
 	mark    uint32 // PSN the current window started at
@@ -111,8 +112,6 @@ func (qp *QP) replayRead(x *respRes, psn uint32) {
 	p := qp.resp.pace
 	if p != nil {
 		qp.paceHeard()
-	}
-	if p != nil {
 	}
 	loss := !x.sending || wire.PSNDiff(psn, x.next) < 0
 	switch {
@@ -191,6 +190,7 @@ func (qp *QP) paceLoss(x *respRes, psn uint32) {
 	} else {
 		p.burst = max(p.burst/2, paceMinBurst)
 	}
+	p.tokens = p.burst
 	p.newWindow(psn)
 	qp.dev.stats.ReadPaceCuts.Add(1)
 	if l := qp.dev.log; l != nil {
@@ -243,7 +243,7 @@ func (qp *QP) sendReads() {
 	}
 	budget := -1 // unpaced
 	if p != nil && p.burst > 0 {
-		budget = p.burst
+		budget = max(min(p.tokens, p.burst), 0)
 	}
 	for budget != 0 {
 		x := qp.nextRead()
@@ -267,6 +267,7 @@ func (qp *QP) sendReads() {
 			budget -= n
 		}
 		if p != nil {
+			p.tokens -= n
 			p.inWin += n
 			if !x.sending && x.epoch == p.cuts && p.win == 0 {
 				// Sent to its end without a loss; with windows, only a
@@ -312,6 +313,7 @@ func (qp *QP) onPaceTimer(p *readPacer) {
 		return // stale: re-armed for later, it will call again
 	}
 	p.armed = false
+	p.tokens = p.burst
 	if p.paused {
 		p.lastEvent = qp.dev.clock.Now()
 		qp.paceGrow(true)
