@@ -171,10 +171,8 @@ func (qp *QP) paceLoss(x *respRes, psn uint32) {
 	p := qp.resp.pace
 	now := qp.dev.clock.Now()
 	if p == nil {
-		p = &readPacer{mark: x.first}
-		p.timer = qp.dev.clock.AfterFunc(1<<62, func() { qp.onPaceTimer(p) })
-		p.timer.Stop()
-		qp.resp.pace = p
+		p = qp.newPacer()
+		p.mark = x.first
 	}
 	p.pause = max(p.pause, qp.pauseFor())
 	took := max(int(wire.PSNDiff(psn, p.mark)), 0)
@@ -196,6 +194,15 @@ func (qp *QP) paceLoss(x *respRes, psn uint32) {
 	if l := qp.dev.log; l != nil {
 		l.Debug("READ responses paced", "qpn", qp.qpn, "per tick", p.burst, "window", p.win, "took", took)
 	}
+}
+
+// newPacer gives the QP an (unpaced) pacer.
+func (qp *QP) newPacer() *readPacer {
+	p := &readPacer{}
+	p.timer = qp.dev.clock.AfterFunc(1<<62, func() { qp.onPaceTimer(p) })
+	p.timer.Stop()
+	qp.resp.pace = p
+	return p
 }
 
 // paceGrow raises the pace after the requester kept up: a quarter more

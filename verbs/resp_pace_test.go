@@ -217,3 +217,92 @@ func TestReadPacingFastRequester(t *testing.T) {
 			st.DupRequests.Load(), b.dev.Stats().RetryTimeouts.Load())
 	}
 }
+
+// respCounter is a pipe filter counting the READ responses sent per PSN.
+type respCounter struct {
+	mu  sync.Mutex
+	psn map[uint32]int
+	n   int
+}
+
+func (c *respCounter) filter(p *link.Packet) pipe.Verdict {
+	var h wire.BTH
+	if p.N >= wire.BTHLen {
+		h.Decode(p.Buf[:p.N])
+		switch h.Opcode {
+		case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
+			c.mu.Lock()
+			c.psn[h.PSN]++
+			c.n++
+			c.mu.Unlock()
+		}
+	}
+	return pipe.Pass
+}
+
+func (c *respCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// TestReadReplayRestartsStream: a duplicate READ for a PSN inside a
+// stream still being sent moves the stream back to that PSN (rxe_resp.c
+// duplicate_request resets its one resource the same way); the responder
+// does not send a second copy of the remainder next to the first. A paced
+// responder (4 per tick) has sent 12 of a READ's 32 responses when the
+// requester asks again from the fifth: then 5..12 go again, and 13..32
+// once, 40 in all (unpaced, the old way: 32 + 28 = 60).
+func TestReadReplayRestartsStream(t *testing.T) {
+	clk := NewFakeClock(time.Unix(0, 0))
+	c := &respCounter{psn: map[uint32]int{}}
+	o := pairOpts{filterA: c.filter, clock: clk, timeout: 20}
+	la, lb := newPipePair(t, &o)
+	ea, eb := la.(*pipe.Endpoint), lb.(*pipe.Endpoint)
+	a, b := newPairOn(t, la, lb, o)
+	a.qp.mu.Lock()
+	p := a.qp.newPacer()
+	p.burst, p.tokens = 4, 4
+	a.qp.mu.Unlock()
+	fill(a.buf, 7)
+	const size = 32 << 10
+	post(t, b.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled,
+		SGList: sge(b, 0, size), RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()})
+	settle(t, ea, eb)
+	for range 2 {
+		clk.Advance(paceTick)
+		settle(t, ea, eb)
+	}
+	if n := c.total(); n != 12 {
+		t.Fatalf("%d responses sent after two ticks, want 12", n)
+	}
+	// The requester's SQ PSN is 100 (connect): ask again from PSN 104.
+	var h wire.Packet
+	h.BTH = wire.BTH{Opcode: wire.RCReadRequest, DestQP: a.qp.QPN(), PSN: 104, PKey: wire.DefaultPKey}
+	h.RETH = wire.RETH{VA: a.mr.Addr() + 4<<10, RKey: a.mr.RKey(), Length: size - 4<<10}
+	buf := h.Append(nil)
+	b.dev.send([]link.Packet{{Buf: buf, N: len(buf), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+	for i := 0; b.scq.Len() == 0 && i < 100; i++ {
+		settle(t, ea, eb)
+		clk.Advance(paceTick)
+	}
+	if wc := waitWC(t, b.scq, 1, time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("READ: %v", wc[0].Status)
+	}
+	mustEqual(t, b.buf[:size], a.buf[:size])
+	settle(t, ea, eb)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for psn := uint32(100); psn < 132; psn++ {
+		want := 1
+		if psn >= 104 && psn < 112 {
+			want = 2
+		}
+		if c.psn[psn] != want {
+			t.Errorf("PSN %d sent %d times, want %d", psn, c.psn[psn], want)
+		}
+	}
+	if c.n != 40 {
+		t.Errorf("%d responses sent, want 40", c.n)
+	}
+}
