@@ -13,8 +13,9 @@ import (
 // per call and returns RESPST_DONE while the READ has bytes left; the
 // responder task (rxe_responder, looped by rxe_task.c rxe_do_task) calls it
 // again at once, so a READ is answered in one burst as fast as the CPU
-// builds packets. Kernels from 6.4 yield the CPU after RXE_MAX_ITERATIONS
-// (1024) calls and reschedule the task, which is fairness, not pacing;
+// builds packets (the 6.1 tasklet loop has no bound; newer kernels yield
+// the CPU after RXE_MAX_ITERATIONS, 1024, calls and reschedule the task,
+// which is fairness, not pacing);
 // the in-flight skb limit (RXE_INFLIGHT_SKBS_PER_QP_HIGH 64, rxe_req.c)
 // holds back the requester only. While a READ is being answered
 // (qp->resp.res set) rxe_resp.c get_req keeps going to READ_REPLY, so later
@@ -42,16 +43,18 @@ import (
 //     per paceTick at first, half the rate at each later loss (down to
 //     paceMinBurst), and windows of twice the responses the requester took
 //     (at least paceMinWin) after which the responses pause for longer
-//     than the requester's retransmit timeout: a requester that lost
-//     something asks again during the pause, so a loss wastes at most a
-//     window, not the whole remainder. One requester timeout re-asks for
-//     every outstanding READ at once, so losses count once per
-//     paceCutGuard.
+//     than the requester takes to ask again (1.5 times the longest seen;
+//     at first 1.5 local ACK timeouts): a requester that lost something
+//     asks again during the pause, so a loss wastes at most a window, not
+//     the whole remainder. One requester timeout re-asks for every
+//     outstanding READ at once, so losses count once per paceCutGuard.
+//     New READs and duplicates share the tick's budget.
 //   - A window the requester is content with (the pause ends with no word,
 //     or it asks for exactly the next response: its timer ran out waiting)
-//     doubles the window (at paceMaxWin, unbounded) and, like a stream sent
-//     to its end without a loss, raises the rate by a quarter; at
-//     paceMaxBurst and an unbounded window the QP is unpaced again.
+//     doubles the window (at paceMaxWin, unbounded) and raises the rate by
+//     a quarter, as does a stream sent to its end without a loss once the
+//     window is unbounded; at paceMaxBurst and an unbounded window the QP
+//     is unpaced again.
 //   - A duplicate for a stream still being sent moves its cursor back to
 //     the requested PSN instead of starting a second copy, and streams are
 //     served oldest PSN first, since the requester drops everything beyond
@@ -64,10 +67,11 @@ const (
 	paceMinWin     = 64
 	paceMaxWin     = 1 << 16
 	paceCutGuard   = 8 * paceTick
-	// A full window waits this much longer than the QP's own local ACK
+	// A full window first waits this many times the QP's own local ACK
 	// timeout (the requester's is unknown; connection managers and
-	// perftest give both sides the same) before it assumes the requester
-	// has it all, and at least paceMinPause.
+	// perftest give both sides the same), at least paceMinPause, then this
+	// many times the longest the requester took to ask again, at most
+	// paceMaxPause, before it takes the requester to have it all.
 	pausePerTimeout = 1.5
 	paceMinPause    = 10 * time.Millisecond
 	paceNoTimeout   = 100 * time.Millisecond // the wait when the QP has no timeout
