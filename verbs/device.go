@@ -63,6 +63,8 @@ type Stats struct {
 	NAKsSent           atomic.Uint64 // other NAKs (0x61-0x63)
 	NAKsRcvd           atomic.Uint64
 	DupRequests        atomic.Uint64 // duplicate requests answered
+	ReadPaceCuts       atomic.Uint64 // losses the READ response pacing slowed down for: a duplicate READ asked again for responses already sent (resp_pace.go)
+	ReadPaced          atomic.Uint64 // times READ responses were left for a later pacing tick or window
 	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now

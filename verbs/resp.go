@@ -18,6 +18,10 @@ type respRes struct {
 	rkey   uint32
 	length uint32
 	orig   uint64
+	// READ: the responses still to send (resp_pace.go).
+	next    uint32 // next PSN to send
+	sending bool   // responses from next on are queued
+	epoch   int32  // the pacer's cut count when the stream (re)started
 }
 
 type respState struct {
@@ -40,6 +44,7 @@ type respState struct {
 	ucDrop bool
 	res    []respRes
 	resIdx int
+	pace   *readPacer // READ response pacing (resp_pace.go); nil: unpaced
 	// A positive ACK deferred to the end of the received batch (tx.go).
 	ackPend, ackQueued bool
 	ackPSN, ackMSN     uint32
@@ -471,43 +476,7 @@ func (qp *QP) rcRead(p *wire.Packet) {
 		rkey: p.RETH.RKey, length: p.RETH.Length}
 	r.msn++ // MSN increments on receipt of a READ (C9-148)
 	r.ePSN = wire.PSNAdd(psn, n)
-	qp.readResponses(x, psn)
-}
-
-// readResponses sends a READ's responses from PSN from on; the R_Key is
-// re-validated for every packet (docs/protocol.md §7.1).
-func (qp *QP) readResponses(x *respRes, from uint32) {
-	tos, ttl := qp.grh()
-	n := int(wire.PSNDiff(x.last, x.first)) + 1
-	for i := int(wire.PSNDiff(from, x.first)); i < n; i++ {
-		off := i * qp.pmtu
-		plen := min(qp.pmtu, int(x.length)-off)
-		var h wire.Packet
-		o := wire.RCReadResponseMiddle
-		switch {
-		case n == 1:
-			o = wire.RCReadResponseOnly
-		case i == 0:
-			o = wire.RCReadResponseFirst
-		case i == n-1:
-			o = wire.RCReadResponseLast
-		}
-		psn := wire.PSNAdd(x.first, i)
-		h.BTH = wire.BTH{Opcode: o, DestQP: qp.attr.DestQPNum, PSN: psn}
-		h.AETH = wire.AETH{Syndrome: wire.SyndromeACK, MSN: qp.resp.msn & wire.PSNMask}
-		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
-		if plen > 0 {
-			mr, moff := qp.rAcquire(x.rkey, x.va+uint64(off), uint64(plen), AccessRemoteRead)
-			if mr == nil {
-				qp.cancelPacket()
-				x.valid = false
-				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
-				return
-			}
-			copy(pl, mr.buf[moff:moff+plen])
-			mr.release()
-		}
-	}
+	qp.startRead(x)
 }
 
 // rcAtomic executes COMPARE_SWAP, FETCH_ADD, FLUSH and ATOMIC_WRITE (docs/protocol.md §5.3, §7.2).
@@ -629,7 +598,7 @@ func (qp *QP) rcDuplicate(p *wire.Packet) {
 				break
 			}
 			st.DupRequests.Add(1)
-			qp.readResponses(x, psn)
+			qp.replayRead(x, psn)
 			return
 		}
 		st.DropDuplicate.Add(1)
