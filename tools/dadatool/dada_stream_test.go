@@ -329,6 +329,8 @@ func testDadaStreamUDP(t *testing.T, bin string) {
 //	SOFTROCE_DADA_BENCH_GBPS     the UDP mode's send rate (default as fast as possible)
 //	SOFTROCE_DADA_BENCH_BIN      a softroce binary built elsewhere (before/after comparisons)
 //	SOFTROCE_DADA_BENCH_PROFILE  a directory for CPU profiles of dada send and recv (RoCE)
+//	SOFTROCE_DADA_BENCH_SEND     more flags for the RoCE dada send (space-separated, e.g. "-qps 8")
+//	SOFTROCE_DADA_BENCH_RECV     more flags for the RoCE dada recv (e.g. "-credits 7")
 func TestDadaStreamBenchmark(t *testing.T) {
 	if os.Getenv("SOFTROCE_DADA_BENCH") == "" {
 		t.Skip("set SOFTROCE_DADA_BENCH=1 to run the 8 × 64 MiB ring benchmark (needs a quiet machine)")
@@ -408,8 +410,9 @@ func TestDadaStreamBenchmark(t *testing.T) {
 			t.Run(fmt.Sprintf("%s-%d", mode, round), func(t *testing.T) {
 				if mode == "RoCE" {
 					ctl := "127.0.0.1:" + strconv.Itoa(streamFreePort(t, "tcp"))
-					r.roce, r.lroce = bench(t, round, mode, []string{"-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp")), "-l", ctl},
-						[]string{"-c", ctl, "-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp"))})
+					r.roce, r.lroce = bench(t, round, mode,
+						append([]string{"-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp")), "-l", ctl}, strings.Fields(os.Getenv("SOFTROCE_DADA_BENCH_RECV"))...),
+						append([]string{"-c", ctl, "-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp"))}, strings.Fields(os.Getenv("SOFTROCE_DADA_BENCH_SEND"))...))
 					return
 				}
 				dst := "127.0.0.1:" + strconv.Itoa(streamFreePort(t, "udp"))
