@@ -615,3 +615,36 @@ func TestDestroyedWhileWaiting(t *testing.T) {
 	}
 	other.Detach()
 }
+
+// MaxFull is the largest of Stats' per-reader FULL counts, and allocates
+// nothing.
+func TestMaxFull(t *testing.T) {
+	h := newHDU(t, Config{NBufs: 4, BufSize: 4096, NReaders: 2})
+	ctx := testCtx(t)
+	w, err := h.OpenWriter(ctx, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.WriteHeader(NewHeader(4096)); err != nil {
+		t.Fatal(err)
+	}
+	for want := 0; want < 3; want++ {
+		full := 0
+		for _, rs := range h.Data.Stats().Readers {
+			full = max(full, rs.Full)
+		}
+		if got := h.Data.MaxFull(); got != want || full != want {
+			t.Fatalf("MaxFull %d, Stats %d, want %d", got, full, want)
+		}
+		if _, err := w.OpenBlockContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.MarkFilled(4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() { h.Data.MaxFull() }); n != 0 {
+		t.Errorf("MaxFull makes %v allocations", n)
+	}
+}

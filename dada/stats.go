@@ -42,3 +42,16 @@ func (r *Ring) Stats() Stats {
 	}
 	return st
 }
+
+// MaxFull returns the largest FULL semaphore value over the ring's reader
+// slots: the blocks filled and not yet read by the slowest reader. It is
+// the Readers[i].Full of Stats without the rest of the snapshot: one
+// semaphore read per reader and no allocation, for a writer that reports
+// its ring's occupancy per block.
+func (r *Ring) MaxFull() int {
+	full := 0
+	for i := 0; i < r.nreaders; i++ {
+		full = max(full, r.semval(r.semData[i], semFull))
+	}
+	return full
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 
 	"github.com/softroce/softroce/verbs"
 )
@@ -33,47 +34,78 @@ const (
 // maxMsg bounds a control message body (the largest is a header).
 const maxMsg = 1 << 20
 
-// ctrl frames messages on a control connection.
+// ctrl frames messages on a control connection. Sending may happen from
+// several goroutines (credits, an error); each message is one Write from a
+// buffer reused under wmu, so a credit per block allocates nothing.
 type ctrl struct {
-	c net.Conn
-	r *bufio.Reader
+	c    net.Conn
+	r    *bufio.Reader
+	wmu  sync.Mutex
+	wbuf []byte
+	rbuf []byte // recvReuse's body
 }
 
 func newCtrl(c net.Conn) *ctrl { return &ctrl{c: c, r: bufio.NewReader(c)} }
 
 func (c *ctrl) send(typ byte, body []byte) error {
-	b := make([]byte, 5, 5+len(body))
-	b[0] = typ
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	b := append(c.wbuf[:0], typ, 0, 0, 0, 0)
 	binary.BigEndian.PutUint32(b[1:], uint32(len(body)))
-	_, err := c.c.Write(append(b, body...))
+	b = append(b, body...)
+	if cap(b) <= 4096 {
+		c.wbuf = b // keep small buffers (credits); a header-sized one may go
+	}
+	_, err := c.c.Write(b)
 	return err
 }
 
 // recv reads one message. A peer's error message is returned as an error
 // wrapping ErrPeer.
-func (c *ctrl) recv() (byte, []byte, error) { return readMsg(c.r) }
+func (c *ctrl) recv() (byte, []byte, error) { return readMsg(c.r, nil) }
 
-// readMsg reads one framed message from r.
-func readMsg(r io.Reader) (byte, []byte, error) {
-	var h [5]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
+// recvReuse is recv with the body in a buffer of c's, valid until the next
+// recvReuse: the steady-state reader (credits) allocates nothing. Only one
+// goroutine may call it.
+func (c *ctrl) recvReuse() (byte, []byte, error) {
+	t, b, err := readMsg(c.r, c.rbuf)
+	if err == nil && cap(b) <= 4096 {
+		c.rbuf = b[:0]
+	}
+	return t, b, err
+}
+
+// readMsg reads one framed message from r, into buf if it has room (the
+// type and length go there first: a header array of readMsg's own would
+// escape through io.ReadFull).
+func readMsg(r io.Reader, buf []byte) (byte, []byte, error) {
+	if cap(buf) < 5 {
+		buf = make([]byte, 5, 64)
+	}
+	h := buf[:5]
+	if _, err := io.ReadFull(r, h); err != nil {
 		return 0, nil, err
 	}
-	n := binary.BigEndian.Uint32(h[1:])
+	typ, n := h[0], binary.BigEndian.Uint32(h[1:])
 	if n > maxMsg {
 		return 0, nil, fmt.Errorf("%w: %d-byte message", ErrProtocol, n)
 	}
-	body := make([]byte, n)
+	var body []byte
+	if int(n) <= cap(buf) {
+		body = buf[:n]
+	} else {
+		body = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, body); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF // the header promised a body
 		}
 		return 0, nil, err
 	}
-	if h[0] == msgError {
+	if typ == msgError {
 		return 0, nil, fmt.Errorf("%w: %s", ErrPeer, body)
 	}
-	return h[0], body, nil
+	return typ, body, nil
 }
 
 // expect reads one message of type typ with at least min bytes.

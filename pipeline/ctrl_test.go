@@ -37,18 +37,18 @@ func TestControlMessages(t *testing.T) {
 	buf.Write(frame(msgCredit, cr.append(nil)))
 	buf.Write(frame(msgError, []byte("ring 0xdada is full")))
 	buf.Write(frame(msgDone, nil)[:3])
-	typ, body, err := readMsg(&buf)
+	typ, body, err := readMsg(&buf, nil)
 	if err != nil || typ != msgCredit || parseCredit(body) != cr {
 		t.Fatalf("credit message: %q %x %v", typ, body, err)
 	}
-	if _, _, err := readMsg(&buf); !errors.Is(err, ErrPeer) || err.Error() != "pipeline: peer failed: ring 0xdada is full" {
+	if _, _, err := readMsg(&buf, nil); !errors.Is(err, ErrPeer) || err.Error() != "pipeline: peer failed: ring 0xdada is full" {
 		t.Fatalf("error message: %v", err)
 	}
-	if _, _, err := readMsg(&buf); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, _, err := readMsg(&buf, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("truncated message: %v", err)
 	}
 	huge := []byte{msgHello, 0xff, 0xff, 0xff, 0xff}
-	if _, _, err := readMsg(bytes.NewReader(huge)); !errors.Is(err, ErrProtocol) {
+	if _, _, err := readMsg(bytes.NewReader(huge), nil); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("huge message: %v", err)
 	}
 	for _, bad := range [][]byte{nil, {0}, {17}, {2, 1, 2, 3}} {
@@ -91,7 +91,7 @@ func FuzzControl(f *testing.F) {
 		r := bytes.NewReader(b)
 		for {
 			pos := len(b) - r.Len()
-			typ, body, err := readMsg(r)
+			typ, body, err := readMsg(r, nil)
 			if err != nil {
 				checkReadErr(t, b[pos:], err)
 				return

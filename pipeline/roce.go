@@ -111,7 +111,9 @@ type roceRecv struct {
 	// a receive for each and grants it; the completion loop marks them
 	// filled. mu serialises the dada writer between the two.
 	mu        sync.Mutex
-	opened    []uint64 // block numbers opened, oldest first (guarded by mu)
+	opened    []uint64       // block numbers opened, oldest first (guarded by mu)
+	rwr       []verbs.RecvWR // the granter's receive work requests, reused
+	rsge      []verbs.SGE
 	tokens    chan struct{}
 	gctx      context.Context
 	stopGrant context.CancelFunc
@@ -297,18 +299,24 @@ func (x *roceRecv) grant(next uint64, b dada.Block) error {
 	// RDMA WRITE WITH IMMEDIATE consumes one receive (no buffer); SENDs
 	// land in receives whose buffers are the block's chunks, with the
 	// block's lkey (one MR, or the block's own).
-	rwr := []verbs.RecvWR{{WRID: next}}
+	// The work requests and SGEs are reused: PostRecv copies them.
+	if x.rwr == nil {
+		x.rwr, x.rsge = make([]verbs.RecvWR, x.chunks), make([]verbs.SGE, x.chunks)
+	}
+	rwr := x.rwr
+	rwr[0] = verbs.RecvWR{WRID: next}
 	if x.useSend {
-		rwr = make([]verbs.RecvWR, x.chunks)
 		for k := range rwr {
 			l := min(x.chunk, x.bufsz-k*x.chunk)
-			rwr[k] = verbs.RecvWR{WRID: next, SGList: []verbs.SGE{{Addr: addr + uint64(k*x.chunk), Length: uint32(l), LKey: bm.LKey}}}
+			x.rsge[k] = verbs.SGE{Addr: addr + uint64(k*x.chunk), Length: uint32(l), LKey: bm.LKey}
+			rwr[k] = verbs.RecvWR{WRID: next, SGList: x.rsge[k : k+1]}
 		}
 	}
 	if _, err := x.conn.qps[next%uint64(x.nqp)].PostRecv(rwr); err != nil {
 		return fmt.Errorf("pipeline: posting a receive: %w", err)
 	}
-	return x.c.send(msgCredit, credit{Block: next, Addr: addr, RKey: bm.RKey, Len: uint32(x.bufsz)}.append(nil))
+	var cb [creditLen]byte
+	return x.c.send(msgCredit, credit{Block: next, Addr: addr, RKey: bm.RKey, Len: uint32(x.bufsz)}.append(cb[:0]))
 }
 
 // watchPeer starts watching the control connection: a message from the
@@ -392,7 +400,7 @@ func (x *roceRecv) fillNext() {
 	x.pend[x.expect%C] = -1
 	x.mu.Lock()
 	err := x.w.MarkFilled(nb)
-	x.opened = x.opened[1:]
+	x.opened = append(x.opened[:0], x.opened[1:]...) // in place: no allocation per block
 	if err == nil {
 		x.st.Full.Store(fullBlocks(x.rr.hdu.Data))
 	}

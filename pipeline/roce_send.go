@@ -308,7 +308,7 @@ func (s *roceSender) listen() {
 	s.undo = append(s.undo, func() { close(s.quit) })
 	go func() {
 		for {
-			t, b, err := s.c.recv()
+			t, b, err := s.c.recvReuse() // b is used before the next call
 			switch {
 			case err != nil:
 				s.doneMsg <- err

@@ -579,14 +579,7 @@ func (r *udpRecv) finish() error {
 // updateFull records how many blocks wait for the slowest reader.
 func (r *udpRecv) updateFull() { r.st.Full.Store(fullBlocks(r.ring)) }
 
-func fullBlocks(ring *dada.Ring) int64 {
-	st := ring.Stats()
-	var full int64
-	for _, rd := range st.Readers {
-		full = max(full, int64(rd.Full))
-	}
-	return full
-}
+func fullBlocks(ring *dada.Ring) int64 { return int64(ring.MaxFull()) }
 
 // UDPSendConfig controls SendUDP.
 type UDPSendConfig struct {

@@ -311,6 +311,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 	useSend := fs.Bool("send", false, "RoCE: SENDs into receives posted on the block's chunks (a classic verbs receive loop) instead of RDMA WRITE WITH IMM")
 	chunk := fs.Int("chunk", 1<<20, "RoCE with -send: bytes per SEND (one posted receive each)")
 	qps := fs.Int("qps", 4, "RoCE: RC queue pairs; block b goes over QP b mod qps, so several blocks are in flight")
+	buffers := fs.Int("buffers", 0, "RoCE: source buffers of one block each, i.e. writes in flight (default qps+1; generated data only)")
 	fillOnce := fs.Bool("fill-once", false, "RoCE: generate the pattern once and resend it (benchmarks; data then not checkable)")
 	pf := streamPacketFlags(fs)
 	start := fs.Uint64("start", 0, "UDP: first sequence number")
@@ -438,7 +439,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 	defer c.Close()
 	go func() { <-ctx.Done(); c.Close() }()
 	p := startStreamProgress(stdout, st, "send", 0, *interval, *verbose, *quiet)
-	sum, err := pipeline.SendRoCE(ctx, c, dev, pipeline.RoCESendConfig{Header: hdr, Bytes: size, Rate: bps, FillOnce: *fillOnce, QPs: *qps, Source: src, UseSend: *useSend, ChunkSize: *chunk, Stats: st})
+	sum, err := pipeline.SendRoCE(ctx, c, dev, pipeline.RoCESendConfig{Header: hdr, Bytes: size, Rate: bps, FillOnce: *fillOnce, QPs: *qps, Buffers: *buffers, Source: src, UseSend: *useSend, ChunkSize: *chunk, Stats: st})
 	p.finish()
 	if err != nil {
 		return fail(err)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,7 +136,15 @@ type streamProc struct {
 
 func startStream(ctx context.Context, t *testing.T, bin string, args ...string) *streamProc {
 	t.Helper()
+	return startStreamEnv(ctx, t, nil, bin, args...)
+}
+
+// startStreamEnv is startStream with the environment env (nil: this
+// process's).
+func startStreamEnv(ctx context.Context, t *testing.T, env []string, bin string, args ...string) *streamProc {
+	t.Helper()
 	p := &streamProc{cmd: exec.CommandContext(ctx, bin, args...), waited: make(chan error, 1)}
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
@@ -307,11 +316,21 @@ func testDadaStreamUDP(t *testing.T, bin string) {
 
 // TestDadaStreamBenchmark measures "dada send" → "dada recv" between two
 // processes into an 8 × 64 MiB ring (created with -p so that its pages are
-// in place), in RoCE mode over loopback UDP and in UDP mode, with
-// "dada read" as the reader. It is not part of the default run: set
-// SOFTROCE_DADA_BENCH=1 (optionally SOFTROCE_DADA_BENCH_BYTES, default 4 GiB,
-// and SOFTROCE_DADA_BENCH_GBPS, the UDP send rate, default as fast as
-// possible).
+// in place), in RoCE mode over loopback UDP and, in the same round, in UDP
+// mode as the baseline. It is not part of the default run: set
+// SOFTROCE_DADA_BENCH=1. The reader that drains the ring is psrdada's own
+// dada_dbnull (-s -z) when PSRDADA_PREFIX names a psrdada 1.1 install, else
+// "softroce dada read -s". It prints each round's rates (the receiver's
+// summary) with the 1-minute load average, the medians and the median of
+// the per-round RoCE/UDP ratios. Optional:
+//
+//	SOFTROCE_DADA_BENCH_RUNS     rounds (default 3; the modes' order swaps every round)
+//	SOFTROCE_DADA_BENCH_BYTES    bytes per transfer (default 4 GiB)
+//	SOFTROCE_DADA_BENCH_GBPS     the UDP mode's send rate (default as fast as possible)
+//	SOFTROCE_DADA_BENCH_BIN      a softroce binary built elsewhere (before/after comparisons)
+//	SOFTROCE_DADA_BENCH_PROFILE  a directory for CPU profiles of dada send and recv (RoCE)
+//	SOFTROCE_DADA_BENCH_SEND     more flags for the RoCE dada send (space-separated, e.g. "-qps 8")
+//	SOFTROCE_DADA_BENCH_RECV     more flags for the RoCE dada recv (e.g. "-credits 7")
 func TestDadaStreamBenchmark(t *testing.T) {
 	if os.Getenv("SOFTROCE_DADA_BENCH") == "" {
 		t.Skip("set SOFTROCE_DADA_BENCH=1 to run the 8 × 64 MiB ring benchmark (needs a quiet machine)")
@@ -321,10 +340,35 @@ func TestDadaStreamBenchmark(t *testing.T) {
 	if s := os.Getenv("SOFTROCE_DADA_BENCH_BYTES"); s != "" {
 		size, _ = strconv.ParseInt(s, 10, 64)
 	}
-	bin := tooltest.Binary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bench := func(t *testing.T, recvArgs, sendArgs []string) {
+	runs := 3
+	if s := os.Getenv("SOFTROCE_DADA_BENCH_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	bin := os.Getenv("SOFTROCE_DADA_BENCH_BIN")
+	if bin == "" {
+		bin = tooltest.Binary(t)
+	}
+	profDir := os.Getenv("SOFTROCE_DADA_BENCH_PROFILE")
+	// the drain: stock dada_dbnull, or this project's reader
+	drain := func(ks string) []string { return []string{bin, "dada", "read", "-k", ks, "-s"} }
+	var drainEnv []string
+	if p := os.Getenv("PSRDADA_PREFIX"); p != "" {
+		dbnull := filepath.Join(p, "bin", "dada_dbnull")
+		if _, err := os.Stat(dbnull); err != nil {
+			t.Fatalf("PSRDADA_PREFIX=%s: %v", p, err)
+		}
+		ld := filepath.Join(p, "lib")
+		if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+			ld += ":" + old
+		}
+		drainEnv = append(os.Environ(), "LD_LIBRARY_PATH="+ld)
+		drain = func(ks string) []string { return []string{dbnull, "-k", ks, "-s", "-z"} }
+	}
+	t.Logf("binary %s; drain %s", bin, strings.Join(drain("KEY"), " "))
+	rateRE := regexp.MustCompile(`transfer 0\b.*, ([0-9.]+) Gb/s`)
+	bench := func(t *testing.T, round int, mode string, recvArgs, sendArgs []string) (gbps, load float64) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
 		k := streamRing(t, 1, 4096).Key() // reserve a free key, then make the real ring there
 		h, _ := dada.Connect(k, dada.AttachOptions{})
 		h.Destroy()
@@ -333,25 +377,91 @@ func TestDadaStreamBenchmark(t *testing.T) {
 			t.Fatalf("dada db: %v\n%s", err, out)
 		}
 		t.Cleanup(func() { dada.Destroy(k) })
-		rd := startStream(ctx, t, bin, "dada", "read", "-k", ks, "-s")
+		dargs := drain(ks)
+		rd := startStreamEnv(ctx, t, drainEnv, dargs[0], dargs[1:]...)
+		if profDir != "" && mode == "RoCE" {
+			recvArgs = append(recvArgs, "-cpuprofile", filepath.Join(profDir, fmt.Sprintf("recv%d.pprof", round)))
+			sendArgs = append(sendArgs, "-cpuprofile", filepath.Join(profDir, fmt.Sprintf("send%d.pprof", round)))
+		}
 		recv := startStream(ctx, t, bin, append([]string{"dada", "recv", "-k", ks, "-q"}, recvArgs...)...)
 		time.Sleep(300 * time.Millisecond)
 		send := startStream(ctx, t, bin, append([]string{"dada", "send", "-q", "-b", strconv.FormatInt(size, 10)}, sendArgs...)...)
-		t.Logf("send: %s", send.wait(t))
-		t.Logf("recv: %s", recv.wait(t))
-		t.Logf("read: %s", rd.wait(t))
-	}
-	t.Run("RoCE", func(t *testing.T) {
-		ctl := "127.0.0.1:" + strconv.Itoa(streamFreePort(t, "tcp"))
-		bench(t, []string{"-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp")), "-l", ctl},
-			[]string{"-c", ctl, "-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp"))})
-	})
-	t.Run("UDP", func(t *testing.T) {
-		dst := "127.0.0.1:" + strconv.Itoa(streamFreePort(t, "udp"))
-		sargs := []string{"-udp", "-c", dst}
-		if g := os.Getenv("SOFTROCE_DADA_BENCH_GBPS"); g != "" {
-			sargs = append(sargs, "-g", g)
+		sout, rout := send.wait(t), recv.wait(t)
+		load = streamLoadavg()
+		t.Logf("send: %s", sout)
+		t.Logf("recv: %s", rout)
+		t.Logf("drain: %s", rd.wait(t))
+		m := rateRE.FindStringSubmatch(rout)
+		if m == nil {
+			t.Fatalf("no rate in the recv summary:\n%s", rout)
 		}
-		bench(t, []string{"-udp", "-l", dst, "-idle", "500ms"}, sargs)
-	})
+		gbps, _ = strconv.ParseFloat(m[1], 64)
+		return gbps, load
+	}
+	type result struct{ roce, udp, lroce, ludp float64 }
+	var res []result
+	for round := range runs {
+		var r result
+		modes := []string{"RoCE", "UDP"}
+		if round%2 == 1 {
+			modes[0], modes[1] = modes[1], modes[0]
+		}
+		for _, mode := range modes {
+			t.Run(fmt.Sprintf("%s-%d", mode, round), func(t *testing.T) {
+				if mode == "RoCE" {
+					ctl := "127.0.0.1:" + strconv.Itoa(streamFreePort(t, "tcp"))
+					r.roce, r.lroce = bench(t, round, mode,
+						append([]string{"-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp")), "-l", ctl}, strings.Fields(os.Getenv("SOFTROCE_DADA_BENCH_RECV"))...),
+						append([]string{"-c", ctl, "-d", fmt.Sprintf("127.0.0.1:%d", streamFreePort(t, "udp"))}, strings.Fields(os.Getenv("SOFTROCE_DADA_BENCH_SEND"))...))
+					return
+				}
+				dst := "127.0.0.1:" + strconv.Itoa(streamFreePort(t, "udp"))
+				sargs := []string{"-udp", "-c", dst}
+				if g := os.Getenv("SOFTROCE_DADA_BENCH_GBPS"); g != "" {
+					sargs = append(sargs, "-g", g)
+				}
+				r.udp, r.ludp = bench(t, round, mode, []string{"-udp", "-l", dst, "-idle", "500ms"}, sargs)
+			})
+		}
+		res = append(res, r)
+	}
+	var roce, udp, ratio []float64
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "round  RoCE Gb/s (load)   UDP Gb/s (load)   RoCE/UDP\n")
+	for i, r := range res {
+		q := 0.0
+		if r.udp > 0 {
+			q = r.roce / r.udp
+		}
+		fmt.Fprintf(&tab, "%5d  %8.2f (%5.2f)  %8.2f (%5.2f)  %7.2f\n", i, r.roce, r.lroce, r.udp, r.ludp, q)
+		roce, udp, ratio = append(roce, r.roce), append(udp, r.udp), append(ratio, q)
+	}
+	fmt.Fprintf(&tab, "median %8.2f          %8.2f          %7.2f", streamMedian(roce), streamMedian(udp), streamMedian(ratio))
+	t.Logf("8 × 64 MiB ring, %d bytes per transfer, drained by %s:\n%s", size, filepath.Base(drain("KEY")[0]), tab.String())
+}
+
+// streamLoadavg returns the 1-minute load average (0 if unknown).
+func streamLoadavg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+func streamMedian(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
