@@ -278,7 +278,8 @@ func (qp *QP) rcReceive(p *wire.Packet) {
 	}
 }
 
-// accepted advances ePSN past psn and ACKs if asked (docs/protocol.md §5.3: one ACK per AckReq packet).
+// accepted advances ePSN past psn and ACKs if asked (docs/protocol.md §5.3: on the receive loop the
+// ACK is deferred to the end of the batch and coalesced, tx.go).
 func (qp *QP) accepted(p *wire.Packet, end bool) {
 	r := &qp.resp
 	if end {
