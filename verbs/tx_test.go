@@ -17,7 +17,13 @@ import (
 // every SEND still completes.
 func TestACKCoalescing(t *testing.T) {
 	const n = 32
-	a, b := newPair(t, pairOpts{bufSize: 1 << 16, wr: 64, timeout: 16}) // no spurious timeouts on a loaded machine
+	var o pairOpts
+	ea, eb := newPipePair(t, &o)
+	// b's receive loop reads only once all 32 packets wait in the pipe, so
+	// they form one received batch however the goroutines are scheduled.
+	g := &readGateEP{Endpoint: eb, open: make(chan struct{})}
+	a, b := newPairOn(t, ea, g, pairOpts{bufSize: 1 << 16, wr: 64, timeout: 16}) // no spurious timeouts on a loaded machine
+	t.Cleanup(g.release)
 	for i := 0; i < n; i++ {
 		postRecv(t, b, uint64(i), i*64, 64)
 	}
@@ -26,11 +32,18 @@ func TestACKCoalescing(t *testing.T) {
 		// One packet each, each with AckReq (the last packet of a message).
 		wrs[i] = SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, i*64, 64)}
 	}
-	// One PostSend: one WriteBatch of 32 packets, which the pipe hands to
-	// b's receive loop as one batch.
+	sent0 := pipeSent(ea)
 	if k, err := a.qp.PostSend(wrs); err != nil || k != n {
 		t.Fatalf("PostSend: %d, %v", k, err)
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for pipeSent(ea)-sent0 < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d packets reached b's pipe", pipeSent(ea)-sent0, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.release()
 	for _, wc := range waitWC(t, a.scq, n, 5*time.Second) {
 		if wc.Status != WCSuccess {
 			t.Fatalf("send WC %+v", wc)
@@ -45,6 +58,24 @@ func TestACKCoalescing(t *testing.T) {
 		t.Fatalf("%d retransmissions", got)
 	}
 }
+
+// readGateEP is a link endpoint whose ReadBatch waits until release.
+type readGateEP struct {
+	link.Endpoint
+	open chan struct{}
+	once sync.Once
+}
+
+func (g *readGateEP) ReadBatch(p []link.Packet) (int, error) {
+	<-g.open
+	return g.Endpoint.ReadBatch(p)
+}
+
+func (g *readGateEP) release() { g.once.Do(func() { close(g.open) }) }
+
+// pipeSent is how many datagrams a pipe end's WriteBatch accepted (with
+// no faults, each is in the peer's queue when WriteBatch returns).
+func pipeSent(ep link.Endpoint) int { return int(ep.(*pipe.Endpoint).Stats().PacketsOut) }
 
 // gateEP is a link endpoint whose WriteBatch blocks while the gate is shut.
 type gateEP struct {
@@ -308,10 +339,12 @@ func (c *countEP) WriteBatch(p []link.Packet) (int, error) {
 // sends everything queued), and all complete.
 func TestDoorbellBatching(t *testing.T) {
 	const n = 64
-	var o pairOpts
+	// A 50 ms link: the first WRITE's answer cannot come back while the
+	// other 63 are posted, so they wait for it however fast the loop is.
+	o := pairOpts{faults: pipe.Faults{Delay: 50 * time.Millisecond}}
 	ea, eb := newPipePair(t, &o)
 	c := &countEP{Endpoint: ea}
-	a, b := newPairOn(t, c, eb, pairOpts{bufSize: 1 << 16, wr: 128, timeout: 16})
+	a, b := newPairOn(t, c, eb, pairOpts{bufSize: 1 << 16, wr: 128, timeout: 18})
 	before := c.calls.Load()
 	for i := 0; i < n; i++ {
 		post(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
