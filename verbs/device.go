@@ -113,6 +113,7 @@ type Device struct {
 	// whether the batch completed work (a poller may have been woken).
 	ackq    []*QP
 	rxWoke  atomic.Bool
+	rxKick  bool // a packet of the batch queued an ACK that must leave at once
 	rxMu    sync.Mutex // held by the receive loop while it handles a batch
 	events  chan AsyncEvent
 	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
@@ -372,6 +373,10 @@ func (d *Device) rxLoop() {
 		d.rxMu.Lock()
 		for i := 0; i < n; i++ {
 			d.dispatch(&pkts[i], &p, true)
+			if d.rxKick {
+				d.rxKick = false
+				d.kick()
+			}
 		}
 		d.endBatch()
 		d.rxMu.Unlock()

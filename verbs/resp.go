@@ -287,6 +287,14 @@ func (qp *QP) accepted(p *wire.Packet, end bool) {
 	}
 	r.ePSN = wire.PSNAdd(p.BTH.PSN, 1)
 	if p.BTH.AckReq && qp.state != QPStateErr {
+		if !end && qp.rxBatched {
+			// An ACK asked for inside a message opens the sender's window
+			// (it asks every 65 packets, its window is 128): it leaves now,
+			// not at the end of the batch.
+			qp.buildAck(p.BTH.PSN, wire.SyndromeACK, r.msn)
+			qp.dev.rxKick = true
+			return
+		}
 		qp.sendAck(p.BTH.PSN, wire.SyndromeACK)
 	}
 }

@@ -50,6 +50,10 @@ func TestACKCoalescing(t *testing.T) {
 		}
 	}
 	waitWC(t, b.rcq, n, 5*time.Second)
+	// b counts a packet after its WriteBatch returns: a may have the ACK first.
+	for deadline := time.Now().Add(5 * time.Second); b.dev.Stats().TxPackets.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	acks := b.dev.Stats().TxPackets.Load()
 	if acks == 0 || acks > n/8 {
 		t.Fatalf("b sent %d ACKs for %d ACK-requesting packets received in one batch; want 1 (at most %d)", acks, n, n/8)
@@ -357,5 +361,55 @@ func TestDoorbellBatching(t *testing.T) {
 	}
 	if calls := c.calls.Load() - before; calls > n/4 {
 		t.Fatalf("%d link writes for %d posts of one small WRITE each; want at most %d", calls, n, n/4)
+	}
+}
+
+// TestUrgentMidMessageACK: an ACK a requester asks for inside a message
+// (every 65 packets; its window is 128) leaves as soon as its packet is
+// handled, not at the end of the received batch: b's first ACK goes out
+// when it has received about 66 packets, although the batch it is in
+// holds packets 65 to 128.
+func TestUrgentMidMessageACK(t *testing.T) {
+	var mu sync.Mutex
+	var rxAtAck []uint64
+	var bdev *Device
+	filterB := func(p *link.Packet) pipe.Verdict {
+		var wp wire.Packet
+		if wp.Parse(p.Bytes()) == nil && wp.BTH.Opcode == wire.RCAcknowledge {
+			mu.Lock()
+			rxAtAck = append(rxAtAck, bdev.Stats().RxPackets.Load())
+			mu.Unlock()
+		}
+		return pipe.Pass
+	}
+	ea, eb, err := pipe.New(pipe.Config{MTU: 65536}, pipe.Config{MTU: 65536, Filter: filterB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &readGateEP{Endpoint: eb, open: make(chan struct{})}
+	a, b := newPairOn(t, ea, g, pairOpts{bufSize: 1 << 20, wr: 16, timeout: 16})
+	t.Cleanup(g.release)
+	bdev = b.dev
+	rx0 := b.dev.Stats().RxPackets.Load()
+	sent0 := pipeSent(ea)
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: b.mr.RKey(),
+		RemoteAddr: b.mr.Addr(), SGList: sge(a, 0, 200*1024)}) // 200 packets at MTU 1024; the window sends 128
+	for deadline := time.Now().Add(5 * time.Second); pipeSent(ea)-sent0 < 128; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 128 packets reached b's pipe", pipeSent(ea)-sent0)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.release()
+	if wc := waitWC(t, a.scq, 1, 5*time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("WC %+v", wc[0])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rxAtAck) == 0 {
+		t.Fatal("b sent no ACK")
+	}
+	if got := rxAtAck[0] - rx0; got > 100 {
+		t.Fatalf("b's first ACK left after %d packets received; the ACK request was in packet 66 (ACKs %v)", got, rxAtAck)
 	}
 }
