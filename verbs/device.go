@@ -113,7 +113,7 @@ type Device struct {
 	// whether the batch completed work (a poller may have been woken).
 	ackq    []*QP
 	rxWoke  atomic.Bool
-	rxKick  bool // a packet of the batch queued an ACK that must leave at once
+	rxKick  bool       // a packet of the batch queued an ACK that must leave at once
 	rxMu    sync.Mutex // held by the receive loop while it handles a batch
 	events  chan AsyncEvent
 	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
