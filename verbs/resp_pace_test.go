@@ -26,13 +26,20 @@ type slowReceiver struct {
 	drops int
 }
 
-func (s *slowReceiver) filter(p *link.Packet) pipe.Verdict {
+// isReadResponse reports whether p is an RC READ response.
+func isReadResponse(p *link.Packet) bool {
 	if p.N < wire.BTHLen {
-		return pipe.Pass
+		return false
 	}
 	switch wire.Opcode(p.Buf[0]) {
 	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
-	default:
+		return true
+	}
+	return false
+}
+
+func (s *slowReceiver) filter(p *link.Packet) pipe.Verdict {
+	if !isReadResponse(p) {
 		return pipe.Pass
 	}
 	s.mu.Lock()
@@ -110,12 +117,7 @@ type lossyReceiver struct {
 }
 
 func (l *lossyReceiver) filter(p *link.Packet) pipe.Verdict {
-	if p.N < wire.BTHLen {
-		return pipe.Pass
-	}
-	switch wire.Opcode(p.Buf[0]) {
-	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
-	default:
+	if !isReadResponse(p) {
 		return pipe.Pass
 	}
 	l.mu.Lock()
