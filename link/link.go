@@ -37,6 +37,25 @@ type Packet struct {
 	TOS uint8
 	// TTL is the IPv4 TTL / IPv6 hop limit to send with (0: the link's default).
 	TTL uint8
+	// Data, on write to a GatherWriter, is payload sent in place, without
+	// being copied into Buf first: the datagram is Buf[:DataAt], then Data,
+	// then Buf[DataAt:N] (the pad and the ICRC placeholder), N+len(Data)
+	// bytes in all. The caller keeps Data's memory valid and unchanged until
+	// WriteBatch returns. Links that are not GatherWriters never get it set;
+	// reads never set it.
+	Data   []byte
+	DataAt int
+}
+
+// Len returns the datagram's length: N, plus len(Data) on a gather write.
+func (p *Packet) Len() int { return p.N + len(p.Data) }
+
+// GatherWriter is an Endpoint whose WriteBatch sends Packet.Data in place
+// (zero-copy send: one iovec for the headers, one for the payload straight
+// from registered memory, one for the pad and the ICRC).
+type GatherWriter interface {
+	// GatherWrite reports whether WriteBatch honours Packet.Data.
+	GatherWrite() bool
 }
 
 // Bytes returns Buf[:N].

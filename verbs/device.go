@@ -30,6 +30,10 @@ type Config struct {
 	// NoICRCCheck skips the receive-side ICRC check (failures are still
 	// counted when checking is on).
 	NoICRCCheck bool
+	// NoZeroCopySend copies every payload into its packet buffer, also on
+	// links that can send it in place from the MR (link.GatherWriter; see
+	// zc.go). For comparisons.
+	NoZeroCopySend bool
 	// MAC is the hardware address the link-local default GID (index 0) is
 	// derived from; zero derives one from the bound address.
 	MAC [6]byte
@@ -65,6 +69,7 @@ type Stats struct {
 	DupRequests        atomic.Uint64 // duplicate requests answered
 	ReadPaceCuts       atomic.Uint64 // losses the READ response pacing slowed down for: a duplicate READ asked again for responses already sent (resp_pace.go)
 	ReadPaced          atomic.Uint64 // times READ responses were left for a later pacing tick or window
+	ZeroCopyPackets    atomic.Uint64 // packets sent with their payload in place, not copied into a buffer (zc.go)
 	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now
@@ -107,6 +112,7 @@ type Device struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	tx     txPath     // the transmit path all QPs share (tx.go)
+	zc     bool       // payloads of one MR are sent in place (zc.go)
 	atomMu sync.Mutex // serialises remote atomics on this device
 	// Owned by the receive loop: QPs whose ACK waits for the end of the
 	// batch being processed (at most one ACK per QP per batch), and
@@ -157,6 +163,9 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 		d.clock = d.cfg.Clock
 	}
 	d.log = d.cfg.Logger
+	if g, ok := ep.(link.GatherWriter); ok && !d.cfg.NoZeroCopySend {
+		d.zc = g.GatherWrite()
+	}
 	d.local = ep.LocalAddr()
 	m := ep.MTU()
 	if m <= 0 {

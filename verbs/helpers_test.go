@@ -41,6 +41,7 @@ type pairOpts struct {
 	seed     uint64
 	exact    bool // use timeout/retry/rnrRetry as given, even 0
 	clock    Clock
+	noZC     bool // Config.NoZeroCopySend
 }
 
 func newPipePair(t testing.TB, o *pairOpts) (link.Endpoint, link.Endpoint) {
@@ -108,7 +109,7 @@ func newPair(t testing.TB, o pairOpts) (*side, *side) {
 
 func newSide(t testing.TB, ep link.Endpoint, o pairOpts) *side {
 	t.Helper()
-	d, err := Open(ep, &Config{Clock: o.clock})
+	d, err := Open(ep, &Config{Clock: o.clock, NoZeroCopySend: o.noZC})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,6 +76,9 @@ type MR struct {
 	numMW  int         // memory windows bound to the MR
 	// ownRegion: the MR was registered through RegMem and deregisters region.
 	ownRegion bool
+	// lent counts packets built but not yet written whose payload is in
+	// the MR's memory (zero-copy send, zc.go).
+	lent atomic.Int32
 }
 
 // LKey returns the local key.
@@ -193,6 +196,7 @@ func (mr *MR) Deregister() error {
 		own = mr.region
 	}
 	mr.mu.Unlock()
+	mr.waitLent() // the kernel reads lent payloads when they are written
 	d := mr.dev
 	d.mrMu.Lock()
 	if d.mrs.get(mr.index) == mr {
@@ -292,6 +296,9 @@ func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
 			pd.unref()
 		}
 		return newErr("rereg mr", "the provider revoked the MR's memory: change the translation or deregister it", syscall.EFAULT)
+	}
+	if flags&ReregChangeTranslation != 0 {
+		mr.waitLent() // the old buffer may be freed once Rereg returns
 	}
 	var detached *mem.Region
 	if flags&ReregChangeTranslation != 0 && mr.region != nil {

@@ -89,8 +89,10 @@ type QP struct {
 
 	// Staging batch of the transmit path (tx.go), used under mu.
 	txb    []link.Packet
+	txref  []zcRef // what txb[i] lends (zero-copy send, zc.go)
 	txn    int
 	txOwed bool // packets handed to the device queue since the last flushUnlock
+	txLent bool // packets lending MR memory built since the last postUnlock
 	// rxBatched: input is running on the receive loop, which sends at the
 	// end of its batch (positive ACKs may wait for it).
 	rxBatched bool
@@ -154,6 +156,7 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 	}
 	bs := min(max(d.ep.BatchSize(), 1), 32)
 	qp.txb = make([]link.Packet, bs)
+	qp.txref = make([]zcRef, bs)
 	if err := d.addQP(qp, qpn); err != nil {
 		pd.unref()
 		return nil, err
@@ -498,6 +501,9 @@ func (qp *QP) enter(s QPState) {
 			res[i] = respRes{}
 		}
 		qp.resp = respState{res: res}
+		for i := range qp.txn {
+			qp.txref[i].release()
+		}
 		qp.txn = 0
 		a := QPAttr{QKey: qp.attr.QKey}
 		if qp.qpn != 1 {

@@ -21,6 +21,7 @@ func (qp *QP) newPacket(h *wire.Packet, payloadLen int, dst netip.AddrPort, tos,
 		qp.emitAck()
 	}
 	p := qp.txPacket()
+	p.Data, p.DataAt = nil, 0
 	h.BTH.PKey = wire.DefaultPKey
 	pad := wire.PadLen(payloadLen)
 	h.BTH.PadCnt = uint8(pad)
@@ -37,7 +38,10 @@ func (qp *QP) newPacket(h *wire.Packet, payloadLen int, dst netip.AddrPort, tos,
 }
 
 // cancelPacket drops the slot newPacket returned last.
-func (qp *QP) cancelPacket() { qp.txn-- }
+func (qp *QP) cancelPacket() {
+	qp.txn--
+	qp.txref[qp.txn].release()
+}
 
 // grh returns the traffic class and the TTL / hop limit of the QP's
 // packets. The TTL is 0, the link's default (the route's hop limit, 64
@@ -178,10 +182,10 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		if rc {
 			h.BTH.AckReq = qp.ackReq(last || edge)
 		}
-		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
+		p, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
 		if len(w.inline) > 0 || w.wr.Flags&SendInline != 0 {
 			copy(pl, w.inline[off:])
-		} else if !qp.dev.gather(qp.pd, w.wr.SGList, off, pl) {
+		} else if !qp.gatherPayload(p, pl, w.wr.SGList, off) {
 			qp.cancelPacket()
 			qp.failWQE(w, WCLocProtErr)
 			return false

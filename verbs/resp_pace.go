@@ -367,7 +367,7 @@ func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
 		psn := wire.PSNAdd(x.first, i)
 		h.BTH = wire.BTH{Opcode: o, DestQP: qp.attr.DestQPNum, PSN: psn}
 		h.AETH = wire.AETH{Syndrome: wire.SyndromeACK, MSN: qp.resp.msn & wire.PSNMask}
-		_, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
+		p, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
 		if plen > 0 {
 			mr, moff := qp.rAcquire(x.rkey, x.va+uint64(off), uint64(plen), AccessRemoteRead)
 			if mr == nil {
@@ -376,7 +376,7 @@ func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
 				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 				return sent, false
 			}
-			copy(pl, mr.buf[moff:moff+plen])
+			qp.fillPayload(p, pl, mr, mr.buf[moff:moff+plen])
 			mr.release()
 		}
 		sent++

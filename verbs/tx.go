@@ -33,10 +33,12 @@ import (
 type txPath struct {
 	mu    sync.Mutex
 	q     []link.Packet // handed over, waiting to be sent, in order
+	qref  []zcRef       // what q[i] lends (zero-copy send, zc.go)
 	free  [][]byte      // packet buffers not in use
 	n     atomic.Int64  // len(q), readable without mu
 	busy  atomic.Bool   // a goroutine is in kick's send loop
 	spare []link.Packet // the sender's other queue (owned by the sender)
+	sref  []zcRef       // and its references
 }
 
 const (
@@ -76,15 +78,17 @@ func (d *Device) getBuf() []byte {
 // enqueue hands pkts over to the device queue; their buffers now belong to
 // the queue (the caller's slots are cleared). It reports whether the queue
 // is past its high-water mark.
-func (d *Device) enqueue(pkts []link.Packet) bool {
+func (d *Device) enqueue(pkts []link.Packet, refs []zcRef) bool {
 	t := &d.tx
 	t.mu.Lock()
 	t.q = append(t.q, pkts...)
+	t.qref = append(t.qref, refs...)
 	n := len(t.q)
 	t.n.Store(int64(n))
 	t.mu.Unlock()
 	for i := range pkts {
-		pkts[i].Buf = nil
+		pkts[i].Buf, pkts[i].Data = nil, nil
+		refs[i] = zcRef{}
 	}
 	return n > txHighWater
 }
@@ -104,19 +108,23 @@ func (d *Device) kick() {
 				t.mu.Unlock()
 				break
 			}
-			t.q = t.spare[:0]
+			refs := t.qref
+			t.q, t.qref = t.spare[:0], t.sref[:0]
 			t.n.Store(0)
 			t.mu.Unlock()
 			d.write(b)
+			for i := range refs {
+				refs[i].release() // written (or failed): the kernel is done with lent memory
+			}
 			t.mu.Lock()
 			for i := range b {
 				if len(t.free) < txMaxFree {
 					t.free = append(t.free, b[i].Buf)
 				}
-				b[i].Buf = nil
+				b[i].Buf, b[i].Data = nil, nil
 			}
 			t.mu.Unlock()
-			t.spare = b[:0]
+			t.spare, t.sref = b[:0], refs[:0]
 		}
 		t.busy.Store(false)
 		// Packets queued after the last swap by a goroutine that found
@@ -176,7 +184,7 @@ func (qp *QP) stage() {
 	if qp.txn == 0 {
 		return
 	}
-	full := qp.dev.enqueue(qp.txb[:qp.txn])
+	full := qp.dev.enqueue(qp.txb[:qp.txn], qp.txref[:qp.txn])
 	qp.txn = 0
 	qp.txOwed = true
 	if full {
@@ -191,7 +199,7 @@ func (qp *QP) stage() {
 func (qp *QP) flushUnlock() {
 	qp.stage()
 	owed := qp.txOwed
-	qp.txOwed = false
+	qp.txOwed, qp.txLent = false, false
 	qp.mu.Unlock()
 	if owed {
 		qp.dev.kick()
@@ -200,9 +208,13 @@ func (qp *QP) flushUnlock() {
 
 // postUnlock ends PostSend: as flushUnlock, except that a post on an
 // ACK-clocked QP (clocked) leaves its packets in the queue for the
-// receive loop, unless the QP left RTS or stopped for an RNR wait.
+// receive loop, unless the QP left RTS or stopped for an RNR wait, or
+// the packets lend MR memory (zc.go: a deregistration or a revocation
+// should not wait for the peer's next ACK).
 func (qp *QP) postUnlock(clocked bool) {
-	if clocked && qp.state == QPStateRTS && !qp.comp.rnrWait {
+	lent := qp.txLent
+	qp.txLent = false
+	if clocked && qp.state == QPStateRTS && !qp.comp.rnrWait && !lent {
 		qp.stage()
 		qp.txOwed = false
 	}

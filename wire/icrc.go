@@ -103,18 +103,23 @@ func ICRCIPv4(src, dst [4]byte, id uint16, df bool, sport, dport uint16, pkt []b
 // ICRCIPv6 computes the ICRC for pkt (BTH through pad) sent in an IPv6
 // datagram (40-byte header, no extension headers).
 func ICRCIPv6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
+	return icrcTail(icrcMaskedV6(src, dst, sport, dport, len(pkt)), pkt)
+}
+
+// icrcMaskedV6 returns the CRC state after the masked IPv6+UDP headers.
+func icrcMaskedV6(src, dst [16]byte, sport, dport uint16, pktLen int) uint32 {
 	var h [48]byte
 	h[0], h[1], h[2], h[3] = 0x6F, 0xFF, 0xFF, 0xFF
-	binary.BigEndian.PutUint16(h[4:], uint16(8+len(pkt)+ICRCLen))
+	binary.BigEndian.PutUint16(h[4:], uint16(8+pktLen+ICRCLen))
 	h[6] = 17
 	h[7] = 0xFF
 	copy(h[8:], src[:])
 	copy(h[24:], dst[:])
 	binary.BigEndian.PutUint16(h[40:], sport)
 	binary.BigEndian.PutUint16(h[42:], dport)
-	binary.BigEndian.PutUint16(h[44:], uint16(8+len(pkt)+ICRCLen))
+	binary.BigEndian.PutUint16(h[44:], uint16(8+pktLen+ICRCLen))
 	h[46], h[47] = 0xFF, 0xFF
-	return icrcTail(crcSmall(crcAfterL, h[:]), pkt)
+	return crcSmall(crcAfterL, h[:])
 }
 
 // ICRCFor computes the ICRC for pkt (BTH through pad) between two UDP
@@ -126,6 +131,25 @@ func ICRCFor(src, dst netip.AddrPort, ipv4ID uint16, pkt []byte) uint32 {
 		return ICRCIPv4(sa.As4(), da.As4(), ipv4ID, true, src.Port(), dst.Port(), pkt)
 	}
 	return ICRCIPv6(sa.As16(), da.As16(), src.Port(), dst.Port(), pkt)
+}
+
+// ICRCForGather is ICRCFor for a packet held in three pieces, as a
+// zero-copy send hands it to the kernel: hdr (from the BTH, at least
+// BTHLen bytes), data (the payload, in place) and tail (the pad; the ICRC
+// itself not included). It computes one CRC pass over the three, with no
+// copy.
+func ICRCForGather(src, dst netip.AddrPort, ipv4ID uint16, hdr, data, tail []byte) uint32 {
+	n := len(hdr) + len(data) + len(tail)
+	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
+	var crc uint32
+	if sa.Is4() {
+		crc = icrcMaskedV4(sa.As4(), da.As4(), ipv4ID, true, src.Port(), dst.Port(), n)
+	} else {
+		crc = icrcMaskedV6(sa.As16(), da.As16(), src.Port(), dst.Port(), n)
+	}
+	crc = icrcTail(crc, hdr)
+	crc = crc32.Update(crc, crc32.IEEETable, data)
+	return crc32.Update(crc, crc32.IEEETable, tail)
 }
 
 // PutICRC stores v in the last 4 bytes of b (a whole UDP payload), little-endian.

@@ -82,6 +82,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return cli.UsageErr(stderr, "softroce", "unknown command %q%s", args[0], hint)
 	}
+	stop, ok := startProfiles(stderr)
+	if !ok {
+		return cli.ExitFailure
+	}
+	defer stop()
 	return c.Run(args[1:], stdout, stderr)
 }
 

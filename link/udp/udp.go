@@ -146,6 +146,7 @@ type Stats struct {
 	GROMessages          uint64 // received buffers that held several datagrams
 	GROSegments          uint64 // datagrams received in such buffers
 	Syscalls             uint64 // receive and send system calls (recvmmsg and sendmmsg tries, io_uring_enter)
+	Gathered             uint64 // datagrams sent zero-copy, their payload in place (link.Packet.Data)
 }
 
 type counters struct {
@@ -164,6 +165,7 @@ type counters struct {
 	groMessages          atomic.Uint64
 	groSegments          atomic.Uint64
 	syscalls             atomic.Uint64
+	gathered             atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -177,7 +179,7 @@ func (c *counters) snapshot() Stats {
 		GSOMessages:   c.gsoMessages.Load(), GSOSegments: c.gsoSegments.Load(),
 		GSOFallbacks: c.gsoFallbacks.Load(),
 		GROMessages:  c.groMessages.Load(), GROSegments: c.groSegments.Load(),
-		Syscalls: c.syscalls.Load(),
+		Syscalls: c.syscalls.Load(), Gathered: c.gathered.Load(),
 	}
 }
 

@@ -67,6 +67,7 @@ type Endpoint struct {
 		got     int
 		errno   unix.Errno
 		msgPkts []int                     // packets per message (GSO)
+		niov    int                       // iovecs the last build filled
 		frags   int                       // zero-copy sends: most pages per GSO message (0: no limit)
 		routes  map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
 		zones   map[string]uint32         // IPv6 zone name -> interface index
@@ -167,7 +168,8 @@ func (e *Endpoint) allocBatches(ownBufs bool) {
 	if e.gro || ownBufs {
 		e.rx.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
 	}
-	e.tx.hdrs, e.tx.iovs, e.tx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
+	// Up to three iovecs per packet: headers, payload in place, pad+ICRC.
+	e.tx.hdrs, e.tx.iovs, e.tx.names = make([]mmsghdr, n), make([]unix.Iovec, 3*n), make([]sockaddr, n)
 	e.tx.oob = make([]byte, n*oobLen)
 	e.tx.msgPkts = make([]int, n)
 	for i := 0; i < n; i++ {
@@ -238,6 +240,10 @@ func (e *Endpoint) GRO() bool { return e.gro }
 
 // usesURing reports whether the endpoint moves datagrams through io_uring.
 func (e *Endpoint) usesURing() bool { return e.ur != nil }
+
+// GatherWrite reports whether WriteBatch sends link.Packet.Data in place
+// (zero-copy send): with sendmmsg, yes; with io_uring, no.
+func (e *Endpoint) GatherWrite() bool { return e.ur == nil }
 
 // GSO reports whether the endpoint currently sends with UDP GSO.
 func (e *Endpoint) GSO() bool { return e.gso.Load() }
@@ -481,6 +487,12 @@ func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	return i, nil
 }
 
+// setIov points v at b (not empty).
+func setIov(v *unix.Iovec, b []byte) {
+	v.Base = &b[0]
+	v.SetLen(len(b))
+}
+
 func clearIovs(iovs []unix.Iovec) {
 	for i := range iovs {
 		iovs[i].Base = nil
@@ -522,16 +534,16 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	sent := 0
 	coalesce := true
 	for sent < len(pkts) {
-		nm, np, perr := e.build(pkts[sent:], coalesce && e.gso.Load())
+		nm, _, perr := e.build(pkts[sent:], coalesce && e.gso.Load())
 		km, err := e.send(nm)
-		clearIovs(tx.iovs[:np])
+		clearIovs(tx.iovs[:tx.niov])
 		kp := 0
 		for _, c := range tx.msgPkts[:km] {
 			kp += c
 		}
 		var bytes uint64
 		for i := 0; i < kp; i++ {
-			bytes += uint64(pkts[sent+i].N)
+			bytes += uint64(pkts[sent+i].Len())
 		}
 		e.ctr.packetsOut.Add(uint64(kp))
 		e.ctr.bytesOut.Add(bytes)
@@ -626,6 +638,8 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		runBytes int
 		runPages int // pages the run's buffers span (zero-copy sends)
 		cl       int // control bytes of the current message
+		iv       int // iovecs filled
+		miov     int // iovecs of the current message
 	)
 	finish := func() {
 		if nm == 0 {
@@ -633,7 +647,7 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		}
 		m := nm - 1
 		h := &tx.hdrs[m].hdr
-		h.SetIovlen(segs)
+		h.SetIovlen(miov)
 		if segs > 1 {
 			ctl := tx.oob[m*oobLen : (m+1)*oobLen]
 			d, sp := putCmsg(ctl[cl:], unix.SOL_UDP, unix.UDP_SEGMENT, 2)
@@ -654,25 +668,27 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		dst, src, scope, err := e.addrs(p)
 		if err != nil {
 			finish()
+			tx.niov = iv
 			e.ctr.icrcFilled.Add(uint64(np))
 			return nm, np, err
 		}
 		b := p.Buf[:p.N]
+		size := p.Len()
 		id := uint16(0)
 		pages := 0
 		if tx.frags > 0 {
 			pages = spanPages(b)
 		}
 		if run && dst == rdst && src == rsrc && p.TOS == rtos && p.TTL == rttl &&
-			p.N <= seg && segs < maxGSOSegments && runBytes+p.N <= maxGSOBytes &&
+			size <= seg && segs < maxGSOSegments && runBytes+size <= maxGSOBytes &&
 			(tx.frags == 0 || runPages+pages <= tx.frags) {
 			if !e.is6 {
 				id = uint16(segs)
 			}
 			segs++
-			runBytes += p.N
+			runBytes += size
 			runPages += pages
-			run = p.N == seg
+			run = size == seg
 			tx.msgPkts[nm-1]++
 		} else {
 			finish()
@@ -680,19 +696,33 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			nm++
 			h := &tx.hdrs[m].hdr
 			h.Namelen = putSockaddr(&tx.names[m], dst, e.is6, scope)
-			h.Iov = &tx.iovs[np]
+			h.Iov = &tx.iovs[iv]
 			cl = e.putControl(tx.oob[m*oobLen:(m+1)*oobLen], p, src)
 			tx.msgPkts[m] = 1
-			run = coalesce && p.N+overhead <= e.mtu
+			run = coalesce && size+overhead <= e.mtu
 			rdst, rsrc, rtos, rttl = dst, src, p.TOS, p.TTL
-			seg, segs, runBytes, runPages = p.N, 1, p.N, pages
+			seg, segs, runBytes, runPages, miov = size, 1, size, pages, 0
 		}
-		wire.FillICRC(b, src, dst, id)
-		tx.iovs[np].Base = &b[0]
-		tx.iovs[np].SetLen(len(b))
+		if len(p.Data) == 0 {
+			wire.FillICRC(b, src, dst, id)
+			setIov(&tx.iovs[iv], b)
+			iv++
+			miov++
+		} else {
+			// Zero-copy: headers, the payload in place, pad and ICRC.
+			at := p.DataAt
+			wire.PutICRC(b, wire.ICRCForGather(src, dst, id, b[:at], p.Data, b[at:len(b)-wire.ICRCLen]))
+			setIov(&tx.iovs[iv], b[:at])
+			setIov(&tx.iovs[iv+1], p.Data)
+			setIov(&tx.iovs[iv+2], b[at:])
+			iv += 3
+			miov += 3
+			e.ctr.gathered.Add(1)
+		}
 		np++
 	}
 	finish()
+	tx.niov = iv
 	e.ctr.icrcFilled.Add(uint64(np))
 	return nm, np, nil
 }
@@ -705,6 +735,12 @@ func (e *Endpoint) addrs(p *link.Packet) (dst, src netip.AddrPort, scope uint32,
 			return dst, src, 0, fmt.Errorf("udp: packet length %d exceeds its buffer (cap %d)", p.N, cap(p.Buf))
 		}
 		return dst, src, 0, ErrShortPacket
+	}
+	if len(p.Data) > 0 && (p.DataAt < wire.BTHLen || p.DataAt > p.N-wire.ICRCLen || e.ur != nil) {
+		if e.ur != nil {
+			return dst, src, 0, errors.New("udp: Packet.Data set on an io_uring endpoint, which is not a GatherWriter")
+		}
+		return dst, src, 0, fmt.Errorf("udp: Packet.DataAt %d outside the headers and pad of a %d-byte buffer (want %d..%d)", p.DataAt, p.N, wire.BTHLen, p.N-wire.ICRCLen)
 	}
 	da := p.Dst.Addr()
 	if !e.is6 {

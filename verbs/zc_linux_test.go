@@ -1,0 +1,125 @@
+package verbs
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/udp"
+	"github.com/softroce/softroce/wire"
+)
+
+// udpPair opens two devices on 127.0.0.1 and 127.0.0.2 over real UDP
+// sockets (link/udp, a link.GatherWriter) with one connected QP each.
+func udpPair(t *testing.T, o pairOpts) (*side, *side) {
+	t.Helper()
+	open := func(addr string) link.Endpoint {
+		ep, err := udp.Listen(netip.MustParseAddrPort(addr), udp.WithAnyPort())
+		if err != nil {
+			t.Skip("UDP loopback unavailable:", err)
+		}
+		return ep
+	}
+	return newPairOn(t, open("127.0.0.1:0"), open("127.0.0.2:0"), o)
+}
+
+// TestZeroCopySend moves SENDs, a WRITE and a READ whose packets lie in one
+// SGE (sent in place from the MR), span two SGEs or are small (copied), with
+// and without Config.NoZeroCopySend, and checks the data and which packets
+// went zero-copy: every full packet of one SGE, the READ responses too, and
+// none of the others.
+func TestZeroCopySend(t *testing.T) {
+	for _, noZC := range []bool{false, true} {
+		a, b := udpPair(t, pairOpts{pmtu: wire.MTU1024, noZC: noZC})
+		if !a.dev.zc == !noZC {
+			t.Fatalf("device zero-copy %v with NoZeroCopySend %v", a.dev.zc, noZC)
+		}
+		fill(a.buf[:300000], 7)
+		fill(b.buf[500000:600000], 9)
+		postRecv(t, b, 1, 0, 8192)
+		postRecv(t, b, 2, 8192, 8192)
+		postRecv(t, b, 3, 16384, 8192)
+		post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 5000)}) // 5 packets in place
+		// 700 + 900 bytes: the first packet spans both SGEs (copied), the
+		// second (576 bytes) lies in the second one (in place).
+		post(t, a.qp, SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled,
+			SGList: []SGE{sge(a, 10000, 700)[0], sge(a, 20000, 900)[0]}})
+		post(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 30000, 100)}) // small: copied
+		post(t, a.qp, SendWR{WRID: 4, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 40001, 10001),
+			RemoteAddr: b.mr.Addr() + 100003, RKey: b.mr.RKey()}) // 10 packets in place, the last with a pad
+		post(t, a.qp, SendWR{WRID: 5, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 200000, 20000),
+			RemoteAddr: b.mr.Addr() + 500000, RKey: b.mr.RKey()}) // 20 responses in place on b
+		for _, wc := range waitWC(t, a.scq, 5, 10*time.Second) {
+			if wc.Status != WCSuccess {
+				t.Fatalf("noZC %v: %+v", noZC, wc)
+			}
+		}
+		waitWC(t, b.rcq, 3, 10*time.Second)
+		mustEqual(t, b.buf[:5000], a.buf[:5000])
+		mustEqual(t, b.buf[8192:8192+700], a.buf[10000:10700])
+		mustEqual(t, b.buf[8192+700:8192+1600], a.buf[20000:20900])
+		mustEqual(t, b.buf[16384:16484], a.buf[30000:30100])
+		mustEqual(t, b.buf[100003:110004], a.buf[40001:50002])
+		mustEqual(t, a.buf[200000:220000], b.buf[500000:520000])
+		za, zb := a.dev.stats.ZeroCopyPackets.Load(), b.dev.stats.ZeroCopyPackets.Load()
+		wantA, wantB := uint64(5+1+10), uint64(20)
+		if noZC {
+			wantA, wantB = 0, 0
+		}
+		if a.dev.stats.Retransmits.Load()+b.dev.stats.Retransmits.Load() > 0 {
+			if za < wantA || zb < wantB {
+				t.Errorf("noZC %v: zero-copy packets %d and %d, want at least %d and %d", noZC, za, zb, wantA, wantB)
+			}
+		} else if za != wantA || zb != wantB {
+			t.Errorf("noZC %v: zero-copy packets %d and %d, want %d and %d", noZC, za, zb, wantA, wantB)
+		}
+	}
+}
+
+// TestDeregisterWaitsForLentPackets holds the device's sender busy so that a
+// WRITE's packets stay queued with their payload lent from the MR, and
+// checks that Deregister does not return until they have been written
+// (after which the caller may free the memory).
+func TestDeregisterWaitsForLentPackets(t *testing.T) {
+	// A 4 s retransmit timeout: no retry (which would read the MR again,
+	// deregistered by then) while the sender is held.
+	a, b := udpPair(t, pairOpts{pmtu: wire.MTU1024, timeout: 20})
+	src := make([]byte, 64<<10)
+	fill(src, 3)
+	mr, err := a.pd.RegMR(src, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.dev.tx.busy.CompareAndSwap(false, true) {
+		t.Fatal("device sender busy at rest")
+	}
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGList: []SGE{{Addr: mr.Addr(), Length: 8192, LKey: mr.LKey()}}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if n := mr.lent.Load(); n != 8 {
+		t.Fatalf("%d packets lend the MR, want 8 (queued behind the busy sender)", n)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mr.Deregister() }()
+	select {
+	case err := <-done:
+		t.Fatalf("Deregister returned (%v) while 8 queued packets lend its memory", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.dev.tx.busy.Store(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Deregister still waiting 5 s after the sender was released")
+	}
+	if n := mr.lent.Load(); n != 0 {
+		t.Fatalf("%d packets still lend the MR after Deregister", n)
+	}
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("%+v", wc[0])
+	}
+	mustEqual(t, b.buf[:8192], src[:8192])
+}
