@@ -70,6 +70,7 @@ type Stats struct {
 	ReadPaceCuts       atomic.Uint64 // losses the READ response pacing slowed down for: a duplicate READ asked again for responses already sent (resp_pace.go)
 	ReadPaced          atomic.Uint64 // times READ responses were left for a later pacing tick or window
 	ZeroCopyPackets    atomic.Uint64 // packets sent with their payload in place, not copied into a buffer (zc.go)
+	ACKsBehindReply    atomic.Uint64 // deferred ACKs a post's reply went ahead of, to leave together (tx.go)
 	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now

@@ -93,6 +93,7 @@ type QP struct {
 	txn    int
 	txOwed bool // packets handed to the device queue since the last flushUnlock
 	txLent bool // packets lending MR memory built since the last postUnlock
+	inPost bool // PostSend is running (its few packets may go ahead of the QP's queued ACK: tx.go)
 	// rxBatched: input is running on the receive loop, which sends at the
 	// end of its batch (positive ACKs may wait for it).
 	rxBatched bool
@@ -543,6 +544,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	// own. Back-to-back posts of small messages leave together.
 	clocked := qp.typ == QPTypeRC && qp.state == QPStateRTS && !qp.comp.rnrWait &&
 		wire.PSNDiff(qp.req.sentPSN, qp.compPSN()) > 0
+	qp.inPost = true
 	defer qp.postUnlock(clocked)
 	st := qp.state
 	if st != QPStateRTS && st != QPStateSQD && st != QPStateSQE && st != QPStateErr {

@@ -39,6 +39,10 @@ type txPath struct {
 	busy  atomic.Bool   // a goroutine is in kick's send loop
 	spare []link.Packet // the sender's other queue (owned by the sender)
 	sref  []zcRef       // and its references
+	// tailAck is the QP whose deferred ACK is the last packet queued (nil
+	// if the last is anything else): a few requests its PostSend adds go
+	// ahead of it (enqueue).
+	tailAck *QP
 }
 
 const (
@@ -53,6 +57,9 @@ const (
 	txHighWater = 64
 	// txMaxFree caps the pooled buffers kept for reuse.
 	txMaxFree = 4096
+	// ackBehind is the most packets a post may put ahead of its QP's ACK
+	// waiting at the end of the queue (enqueue).
+	ackBehind = 4
 )
 
 // getBuf returns a transmit buffer of maxDatagram bytes. It takes the
@@ -75,14 +82,34 @@ func (d *Device) getBuf() []byte {
 	return make([]byte, maxDatagram)
 }
 
-// enqueue hands pkts over to the device queue; their buffers now belong to
-// the queue (the caller's slots are cleared). It reports whether the queue
-// is past its high-water mark.
-func (d *Device) enqueue(pkts []link.Packet, refs []zcRef) bool {
+// enqueue hands qp's packets pkts over to the device queue; their buffers
+// now belong to the queue (the caller's slots are cleared). ack says pkts
+// is the QP's deferred ACK alone. It reports whether the queue is past its
+// high-water mark.
+//
+// A post of a few requests (at most ackBehind) on the QP whose ACK is the
+// last packet queued goes ahead of that ACK: a reply then leaves first and
+// the ACK of the message it answers right behind it — the shorter one last,
+// so that UDP GSO sends both as one buffer — while everything queued
+// before the ACK (and so before the consumer the batch woke could add
+// anything, on any QP) still leaves before it.
+func (d *Device) enqueue(qp *QP, pkts []link.Packet, refs []zcRef, ack bool) bool {
 	t := &d.tx
 	t.mu.Lock()
-	t.q = append(t.q, pkts...)
-	t.qref = append(t.qref, refs...)
+	if t.tailAck == qp && qp.inPost && len(pkts) <= ackBehind {
+		k := len(t.q) - 1
+		a, r := t.q[k], t.qref[k]
+		t.q, t.qref = append(t.q[:k], pkts...), append(t.qref[:k], refs...)
+		t.q, t.qref = append(t.q, a), append(t.qref, r)
+		d.stats.ACKsBehindReply.Add(1)
+	} else {
+		t.q = append(t.q, pkts...)
+		t.qref = append(t.qref, refs...)
+		t.tailAck = nil
+		if ack {
+			t.tailAck = qp
+		}
+	}
 	n := len(t.q)
 	t.n.Store(int64(n))
 	t.mu.Unlock()
@@ -110,6 +137,7 @@ func (d *Device) kick() {
 			}
 			refs := t.qref
 			t.q, t.qref = t.spare[:0], t.sref[:0]
+			t.tailAck = nil
 			t.n.Store(0)
 			t.mu.Unlock()
 			d.write(b)
@@ -164,8 +192,14 @@ func (d *Device) endBatch() {
 	for i, qp := range d.ackq {
 		qp.mu.Lock()
 		qp.resp.ackQueued = false
-		qp.emitAck()
-		qp.stage()
+		if qp.resp.ackPend {
+			qp.emitAck()
+			qp.stageAck()
+		}
+		// The kick below sends the ACK, after the woken consumer had its
+		// chance to add a reply: a PostRecv, or a post that adds nothing,
+		// must not send the ACK alone meanwhile.
+		qp.txOwed = false
 		qp.mu.Unlock()
 		d.ackq[i] = nil
 	}
@@ -184,12 +218,20 @@ func (qp *QP) stage() {
 	if qp.txn == 0 {
 		return
 	}
-	full := qp.dev.enqueue(qp.txb[:qp.txn], qp.txref[:qp.txn])
+	full := qp.dev.enqueue(qp, qp.txb[:qp.txn], qp.txref[:qp.txn], false)
 	qp.txn = 0
 	qp.txOwed = true
 	if full {
 		qp.dev.kick()
 	}
+}
+
+// stageAck is stage for the QP's deferred ACK, built alone at the end of a
+// received batch.
+func (qp *QP) stageAck() {
+	qp.dev.enqueue(qp, qp.txb[:qp.txn], qp.txref[:qp.txn], qp.txn == 1)
+	qp.txn = 0
+	qp.txOwed = true
 }
 
 // flushUnlock hands the staged packets over, unlocks the QP and, if it
@@ -199,7 +241,7 @@ func (qp *QP) stage() {
 func (qp *QP) flushUnlock() {
 	qp.stage()
 	owed := qp.txOwed
-	qp.txOwed, qp.txLent = false, false
+	qp.txOwed, qp.txLent, qp.inPost = false, false, false
 	qp.mu.Unlock()
 	if owed {
 		qp.dev.kick()
