@@ -36,7 +36,10 @@
 // Config.NoGSO and Config.NoGRO turn it off). On send (UDP GSO), a run of
 // consecutive packets to one destination with equal sizes (the last may be
 // shorter) goes to the kernel as one buffer, gathered from the callers'
-// buffers without a copy, that the kernel cuts into datagrams. Linux numbers
+// buffers without a copy, that the kernel cuts into datagrams. A packet with
+// Packet.Data (the Endpoint is a link.GatherWriter) is gathered from three
+// iovecs, the headers, the payload in place and the pad with the ICRC, whose
+// ICRC is computed over the three without a copy. Linux numbers
 // the IPv4 Identification of such segments 0, 1, 2, ... (checked on the wire
 // by this package's tests through a TUN device), so the ICRC of the i-th
 // packet of a run is computed for ID i. If a GSO send fails, its packets are

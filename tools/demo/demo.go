@@ -400,6 +400,10 @@ func sendPingPong(a, b *demoEnd, dur time.Duration) (time.Duration, error) {
 	}
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
+	// One context for all of B's waits (a timer per wait would cost more
+	// than the round trip it measures); stopping cancels it.
+	bctx, bcancel := context.WithCancel(context.Background())
+	defer bcancel()
 	// B echoes every message it receives.
 	go func() {
 		wcs := make([]verbs.WC, 4)
@@ -416,9 +420,7 @@ func sendPingPong(a, b *demoEnd, dur time.Duration) (time.Duration, error) {
 				}
 			}
 			if k == 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-				b.sleep(ctx)
-				cancel()
+				b.sleep(bctx)
 			}
 			select {
 			case <-stop:
@@ -456,6 +458,7 @@ func sendPingPong(a, b *demoEnd, dur time.Duration) (time.Duration, error) {
 	}
 	el := time.Since(start)
 	close(stop)
+	bcancel()
 	if e := <-errc; err == nil {
 		err = e
 	}
