@@ -50,12 +50,16 @@ func TestZeroCopySend(t *testing.T) {
 			RemoteAddr: b.mr.Addr() + 100003, RKey: b.mr.RKey()}) // 10 packets in place, the last with a pad
 		post(t, a.qp, SendWR{WRID: 5, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 200000, 20000),
 			RemoteAddr: b.mr.Addr() + 500000, RKey: b.mr.RKey()}) // 20 responses in place on b
-		for _, wc := range waitWC(t, a.scq, 5, 10*time.Second) {
+		// A last small SEND: its completion on b orders the WRITE's data
+		// before b's reads (for the race detector, as for an application).
+		postRecv(t, b, 4, 24576, 64)
+		post(t, a.qp, SendWR{WRID: 6, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 30000, 8)})
+		for _, wc := range waitWC(t, a.scq, 6, 10*time.Second) {
 			if wc.Status != WCSuccess {
 				t.Fatalf("noZC %v: %+v", noZC, wc)
 			}
 		}
-		waitWC(t, b.rcq, 3, 10*time.Second)
+		waitWC(t, b.rcq, 4, 10*time.Second)
 		mustEqual(t, b.buf[:5000], a.buf[:5000])
 		mustEqual(t, b.buf[8192:8192+700], a.buf[10000:10700])
 		mustEqual(t, b.buf[8192+700:8192+1600], a.buf[20000:20900])
@@ -121,5 +125,10 @@ func TestDeregisterWaitsForLentPackets(t *testing.T) {
 	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
 		t.Fatalf("%+v", wc[0])
 	}
+	// A SEND after the WRITE: its completion on b orders the data before
+	// the comparison.
+	postRecv(t, b, 2, 65536, 64)
+	post(t, a.qp, SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 8)})
+	waitWC(t, b.rcq, 1, 10*time.Second)
 	mustEqual(t, b.buf[:8192], src[:8192])
 }
