@@ -416,3 +416,43 @@ func TestConcurrentRegisterRevoke(t *testing.T) {
 		t.Fatalf("live regions %d", n)
 	}
 }
+
+// TestOnDrain: a teardown that has to wait for an accessor calls the
+// OnDrain hooks (here the hook ends the access, as a queued zero-copy send
+// is flushed), and one that need not wait does not call them.
+func TestOnDrain(t *testing.T) {
+	p := newRangeProvider("p", 8192)
+	g := mem.NewRegistry(mem.Options{})
+	g.Register(p)
+	idle := mustRegister(t, g, mem.Request{Addr: p.lo, Length: 4096, Write: true})
+	busy := mustRegister(t, g, mem.Request{Addr: p.lo + 4096, Length: 4096, Write: true})
+	var idleCalls, busyCalls atomic.Int32
+	idle.OnDrain(func() { idleCalls.Add(1) })
+	if err := idle.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if n := idleCalls.Load(); n != 0 {
+		t.Fatalf("OnDrain called %d times by a teardown with no accessor", n)
+	}
+	if _, err := busy.Enter(); err != nil {
+		t.Fatal(err)
+	}
+	busy.OnDrain(func() {
+		if busyCalls.Add(1) == 1 {
+			busy.Exit()
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- busy.Deregister() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Deregister still waiting: the OnDrain hook was not called")
+	}
+	if n := busyCalls.Load(); n != 1 {
+		t.Fatalf("OnDrain called %d times, want 1", n)
+	}
+}

@@ -78,6 +78,7 @@ type Region struct {
 
 	lmu       sync.Mutex
 	listeners []func(Invalidation)
+	drainers  []func() // OnDrain hooks
 	notified  bool
 }
 
@@ -282,6 +283,19 @@ func (r *Region) OnInvalidate(fn func(Invalidation)) {
 	fn(Invalidation{Region: r, Cause: r.Cause()})
 }
 
+// OnDrain adds fn, called (from the tearing-down goroutine, without locks
+// of the region held by the caller's code) each time an invalidation or a
+// deregistration has to wait for accessors. An accessor that holds the
+// guard across asynchronous work, such as a zero-copy send queued for a
+// later system call, uses it to finish that work now instead of making the
+// teardown wait for it. fn must not call Enter on the region or tear it
+// down.
+func (r *Region) OnDrain(fn func()) {
+	r.lmu.Lock()
+	r.drainers = append(r.drainers, fn)
+	r.lmu.Unlock()
+}
+
 // drainWarn is how long drain waits before logging that accessors are
 // still inside the region.
 const drainWarn = time.Second
@@ -292,6 +306,12 @@ func (r *Region) drain() {
 	defer r.drainMu.Unlock()
 	if r.guard.Load()&countMask == 0 {
 		return
+	}
+	r.lmu.Lock()
+	hooks := r.drainers
+	r.lmu.Unlock()
+	for _, fn := range hooks {
+		fn()
 	}
 	t := time.NewTimer(drainWarn)
 	defer t.Stop()

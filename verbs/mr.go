@@ -435,6 +435,10 @@ func (pd *PD) RegRegion(r *mem.Region, access Access) (*MR, error) {
 		mr.iova = r.Addr()
 	}
 	mr.mu.Unlock()
+	// Zero-copy packets hold the region's guard until written (zc.go): a
+	// teardown sends what the device has queued instead of waiting for
+	// the queue's next send (a peer's answer, or a retransmit timer).
+	r.OnDrain(mr.dev.kick)
 	r.OnInvalidate(func(mem.Invalidation) {
 		mr.mu.Lock()
 		live := !mr.dereg

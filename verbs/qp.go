@@ -92,7 +92,6 @@ type QP struct {
 	txref  []zcRef // what txb[i] lends (zero-copy send, zc.go)
 	txn    int
 	txOwed bool // packets handed to the device queue since the last flushUnlock
-	txLent bool // packets lending MR memory built since the last postUnlock
 	inPost bool // PostSend is running (its few packets may go ahead of the QP's queued ACK: tx.go)
 	// rxBatched: input is running on the receive loop, which sends at the
 	// end of its batch (positive ACKs may wait for it).

@@ -115,7 +115,7 @@ func (qp *QP) inputDone(batched bool) {
 	qp.rxBatched = false
 	if batched {
 		qp.stage()
-		qp.txOwed, qp.txLent = false, false // the receive loop sends at the end of the batch
+		qp.txOwed = false // the receive loop sends at the end of the batch
 		qp.mu.Unlock()
 		return
 	}

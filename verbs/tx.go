@@ -241,7 +241,7 @@ func (qp *QP) stageAck() {
 func (qp *QP) flushUnlock() {
 	qp.stage()
 	owed := qp.txOwed
-	qp.txOwed, qp.txLent, qp.inPost = false, false, false
+	qp.txOwed, qp.inPost = false, false
 	qp.mu.Unlock()
 	if owed {
 		qp.dev.kick()
@@ -250,13 +250,11 @@ func (qp *QP) flushUnlock() {
 
 // postUnlock ends PostSend: as flushUnlock, except that a post on an
 // ACK-clocked QP (clocked) leaves its packets in the queue for the
-// receive loop, unless the QP left RTS or stopped for an RNR wait, or
-// the packets lend MR memory (zc.go: a deregistration or a revocation
-// should not wait for the peer's next ACK).
+// receive loop, unless the QP left RTS or stopped for an RNR wait. (Queued
+// packets may lend MR memory, zc.go: a deregistration or a provider's
+// revocation then sends the queue itself rather than wait for it.)
 func (qp *QP) postUnlock(clocked bool) {
-	lent := qp.txLent
-	qp.txLent = false
-	if clocked && qp.state == QPStateRTS && !qp.comp.rnrWait && !lent {
+	if clocked && qp.state == QPStateRTS && !qp.comp.rnrWait {
 		qp.stage()
 		qp.txOwed = false
 	}

@@ -20,10 +20,12 @@ import (
 //
 // A lent payload must stay valid until the packet is written: each such
 // packet holds a reference (zcRef) from when it is built until the device
-// queue has written it. Deregister and Rereg of a new buffer wait for the
-// MR's references (sending what is queued themselves); a provider region's
-// read guard is held too, so a revocation waits for the send instead of
-// unmapping memory the kernel is about to read.
+// queue has written it, which may be after PostSend returns (doorbell
+// batching leaves a post's packets for the next received batch).
+// Deregister and Rereg of a new buffer wait for the MR's references,
+// sending what is queued themselves; a provider region's read guard is held
+// too, so a revocation cannot unmap memory the kernel is about to read, and
+// its drain sends the queue (mem.Region.OnDrain) rather than wait for it.
 
 // zcMin is the smallest payload sent in place: below it a copy costs less
 // than a second iovec.
@@ -72,7 +74,6 @@ func (qp *QP) fillPayload(p *link.Packet, pl []byte, mr *MR, src []byte) {
 	clear(p.Buf[hl : hl+pad])
 	p.N = hl + pad + wire.ICRCLen
 	p.Data, p.DataAt = src, hl
-	qp.txLent = true
 	qp.dev.stats.ZeroCopyPackets.Add(1)
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/udp"
+	"github.com/softroce/softroce/mem"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -131,4 +132,53 @@ func TestDeregisterWaitsForLentPackets(t *testing.T) {
 	post(t, a.qp, SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 8)})
 	waitWC(t, b.rcq, 1, 10*time.Second)
 	mustEqual(t, b.buf[:8192], src[:8192])
+}
+
+// TestRevokeSendsLentPackets: WRITEs from provider memory wait in the
+// device queue (doorbell batching behind a WRITE to a peer that no longer
+// answers), each holding the region's guard while its payload is lent; the
+// provider's revocation sends them itself (mem.Region.OnDrain) and returns
+// at once instead of waiting for the retransmit timer (4 s here).
+func TestRevokeSendsLentPackets(t *testing.T) {
+	acc, err := mem.NewAccelerator(mem.AcceleratorOptions{Size: 1 << 20})
+	if err != nil {
+		t.Skip("accelerator provider unavailable:", err)
+	}
+	defer acc.Close()
+	reg := mem.NewRegistry(mem.Options{})
+	if err := reg.Register(acc); err != nil {
+		t.Fatal(err)
+	}
+	devAddr, err := acc.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	region, err := reg.RegisterMemory(mem.Request{Addr: devAddr, Length: 64 << 10, Write: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := udpPair(t, pairOpts{pmtu: wire.MTU1024, timeout: 20})
+	mr, err := a.pd.RegRegion(region, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.dev.Close() // the peer stops answering: nothing clocks a's queue
+	for i := range 4 {
+		post(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGList:     []SGE{{Addr: mr.Addr() + uint64(i)*4096, Length: 4096, LKey: mr.LKey()}},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	}
+	if n := mr.lent.Load(); n == 0 {
+		t.Fatal("no packet lends the region: nothing waits in the queue")
+	}
+	start := time.Now()
+	if err := acc.Revoke(devAddr); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("Revoke took %v with zero-copy packets queued; want well under a second", el)
+	}
+	if n := mr.lent.Load(); n != 0 {
+		t.Fatalf("%d packets still lend the revoked region", n)
+	}
 }
