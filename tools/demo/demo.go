@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
@@ -335,15 +336,22 @@ func demoSpeed(w io.Writer, a, b *demoEnd, dur time.Duration) error {
 	if err != nil {
 		return err
 	}
-	lat, err := sendPingPong(a, b, dur)
-	if err != nil {
-		return err
-	}
 	tbw, err := tcpBW(dur)
 	if err != nil {
 		return err
 	}
+	// Both latencies on one processor, as the latency tools measure
+	// (toolkit.OneProc; GOMAXPROCS in the environment overrides it): a
+	// completion then hands over to its poller without waking a thread.
+	// TCP's half-RTT is the same on one processor or two.
+	restore := toolkit.OneProc()
+	lat, err := sendPingPong(a, b, dur)
+	if err != nil {
+		restore()
+		return err
+	}
 	tlat, err := tcpPingPong(dur)
+	restore()
 	if err != nil {
 		return err
 	}
