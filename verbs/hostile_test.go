@@ -289,6 +289,12 @@ func TestReadAmplificationBounded(t *testing.T) {
 	if n := b.dev.Stats().NAKsSent.Load(); n != 1 {
 		t.Fatalf("NAKs sent %d, want 1", n)
 	}
+	// The QP is in ERR once the NAK is built; it is counted once written,
+	// at the end of the received batch.
+	for deadline := time.Now().Add(2 * time.Second); b.dev.Stats().TxPackets.Load() == tx && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // and nothing after it
 	if n := b.dev.Stats().TxPackets.Load() - tx; n != 1 {
 		t.Fatalf("responder sent %d packets for a READ beyond its MR, want 1 (the NAK)", n)
 	}
