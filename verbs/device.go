@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +35,12 @@ type Config struct {
 	// links that can send it in place from the MR (link.GatherWriter; see
 	// zc.go). For comparisons.
 	NoZeroCopySend bool
+	// BusyPoll keeps the receive loop polling the link, without sleeping,
+	// for this long after each received batch when the link can be polled
+	// (link/udp): a reply that arrives meanwhile is handled without a
+	// thread wake-up. It trades a processor for latency, as perftest's
+	// pollers do; the latency tools set it. 0: off.
+	BusyPoll time.Duration
 	// MAC is the hardware address the link-local default GID (index 0) is
 	// derived from; zero derives one from the bound address.
 	MAC [6]byte
@@ -377,9 +384,30 @@ func (d *Device) rxLoop() {
 	if vr, ok := d.ep.(viewReader); ok {
 		read = vr.ReadBatchView
 	}
+	var poll func([]link.Packet) (int, error)
+	if pr, ok := d.ep.(batchPoller); ok && d.cfg.BusyPoll > 0 {
+		poll = pr.PollBatch
+		if vr, ok := d.ep.(viewPoller); ok {
+			poll = vr.PollBatchView
+		}
+	}
 	var p wire.Packet
+	var idle time.Time // busy polling: when the last batch ended
 	for {
-		n, err := read(pkts)
+		var n int
+		var err error
+		if poll != nil && !idle.IsZero() {
+			if n, err = poll(pkts); n == 0 && err == nil {
+				if time.Since(idle) > d.cfg.BusyPoll {
+					idle = time.Time{} // park in the next read
+				} else {
+					runtime.Gosched() // the goroutines a batch woke run between polls
+				}
+				continue
+			}
+		} else {
+			n, err = read(pkts)
+		}
 		d.rxMu.Lock()
 		for i := 0; i < n; i++ {
 			d.dispatch(&pkts[i], &p, true)
@@ -390,6 +418,9 @@ func (d *Device) rxLoop() {
 		}
 		d.endBatch()
 		d.rxMu.Unlock()
+		if poll != nil {
+			idle = time.Now()
+		}
 		if err != nil {
 			if d.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
@@ -404,6 +435,16 @@ func (d *Device) rxLoop() {
 			}
 		}
 	}
+}
+
+// batchPoller and viewPoller are links that can be read without waiting
+// (link/udp), for Config.BusyPoll.
+type batchPoller interface {
+	PollBatch(pkts []link.Packet) (int, error)
+}
+
+type viewPoller interface {
+	PollBatchView(pkts []link.Packet) (int, error)
 }
 
 // viewReader is a link that can hand out received datagrams in place

@@ -42,6 +42,7 @@ type pairOpts struct {
 	exact    bool // use timeout/retry/rnrRetry as given, even 0
 	clock    Clock
 	noZC     bool // Config.NoZeroCopySend
+	busyPoll time.Duration
 }
 
 func newPipePair(t testing.TB, o *pairOpts) (link.Endpoint, link.Endpoint) {
@@ -109,7 +110,7 @@ func newPair(t testing.TB, o pairOpts) (*side, *side) {
 
 func newSide(t testing.TB, ep link.Endpoint, o pairOpts) *side {
 	t.Helper()
-	d, err := Open(ep, &Config{Clock: o.clock, NoZeroCopySend: o.noZC})
+	d, err := Open(ep, &Config{Clock: o.clock, NoZeroCopySend: o.noZC, BusyPoll: o.busyPoll})
 	if err != nil {
 		t.Fatal(err)
 	}

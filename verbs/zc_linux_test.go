@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,5 +181,53 @@ func TestRevokeSendsLentPackets(t *testing.T) {
 	}
 	if n := mr.lent.Load(); n != 0 {
 		t.Fatalf("%d packets still lend the revoked region", n)
+	}
+}
+
+// pollCountEP counts the polls of a busy-polling receive loop that returned
+// datagrams.
+type pollCountEP struct {
+	*udp.Endpoint
+	polled atomic.Int64
+}
+
+func (p *pollCountEP) PollBatchView(pkts []link.Packet) (int, error) {
+	n, err := p.Endpoint.PollBatchView(pkts)
+	if n > 0 {
+		p.polled.Add(1)
+	}
+	return n, err
+}
+
+// TestBusyPoll: with Config.BusyPoll the receive loop keeps polling after
+// each batch, so the replies of a ping-pong are picked up by polls (no
+// sleep in the kernel); the device still closes promptly.
+func TestBusyPoll(t *testing.T) {
+	open := func(addr string) *pollCountEP {
+		ep, err := udp.Listen(netip.MustParseAddrPort(addr), udp.WithAnyPort())
+		if err != nil {
+			t.Skip("UDP loopback unavailable:", err)
+		}
+		return &pollCountEP{Endpoint: ep}
+	}
+	ea, eb := open("127.0.0.1:0"), open("127.0.0.2:0")
+	a, b := newPairOn(t, ea, eb, pairOpts{busyPoll: time.Second})
+	const rounds = 20
+	for i := 0; i < rounds; i++ {
+		postRecv(t, b, uint64(i), 0, 64)
+		post(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 64)})
+		waitWC(t, b.rcq, 1, 5*time.Second)
+		waitWC(t, a.scq, 1, 5*time.Second)
+	}
+	// After the first datagram each side's loop polls for a second: all
+	// later ones are polled, not read after a wake-up.
+	if pa, pb := ea.polled.Load(), eb.polled.Load(); pa < rounds/2 || pb < rounds/2 {
+		t.Fatalf("batches picked up by polls: a %d, b %d, of %d each; want most", pa, pb, rounds)
+	}
+	start := time.Now()
+	a.dev.Close()
+	b.dev.Close()
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("closing busy-polling devices took %v", el)
 	}
 }

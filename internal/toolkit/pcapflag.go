@@ -66,7 +66,7 @@ func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
 		t.Tee = capture.Tee(ep, w)
 		lep = t.Tee
 	}
-	t.Dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: DeviceMAC(info.Netdev)})
+	t.Dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: DeviceMAC(info.Netdev), BusyPoll: latencyBusyPoll()})
 	if err != nil {
 		lep.Close()
 		if t.Pcap != nil {

@@ -138,6 +138,23 @@ var oneProc struct {
 	n, prev int
 }
 
+// LatencyBusyPoll is how long the device of a latency tool (one that runs
+// under OneProc) keeps polling its socket after each received batch
+// (verbs.Config.BusyPoll): a ping-pong's reply then arrives without a
+// thread wake-up, as perftest's C pollers busy-poll their CQ.
+const LatencyBusyPoll = 50 * time.Microsecond
+
+// latencyBusyPoll is the BusyPoll of a device opened now: LatencyBusyPoll
+// under OneProc, else 0.
+func latencyBusyPoll() time.Duration {
+	oneProc.Lock()
+	defer oneProc.Unlock()
+	if oneProc.n > 0 {
+		return LatencyBusyPoll
+	}
+	return 0
+}
+
 // OneProc runs the process on one processor (GOMAXPROCS 1) unless the
 // environment sets GOMAXPROCS, until the returned function is called. A
 // ping-pong has one message in flight: the poller and the device's receive

@@ -2,7 +2,9 @@ package udp
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/linktest"
@@ -92,6 +94,51 @@ func TestGatherWriteBadDataAt(t *testing.T) {
 		p[0].DataAt, p[0].Dst = at, b.LocalAddr()
 		if k, err := a.WriteBatch(p); k != 0 || err == nil {
 			t.Errorf("DataAt %d: WriteBatch = %d, %v; want 0 and an error", at, k, err)
+		}
+	}
+}
+
+// TestPollBatch: PollBatch and PollBatchView return at once with nothing
+// waiting, and return the datagrams that are, as ReadBatch would.
+func TestPollBatch(t *testing.T) {
+	for _, view := range []bool{false, true} {
+		a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+		poll := b.PollBatch
+		if view {
+			poll = b.PollBatchView
+		}
+		rd := linktest.Batch(8, 2048)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if k, err := poll(rd); k != 0 || err != nil {
+				t.Errorf("view %v: PollBatch with nothing waiting = %d, %v; want 0, nil", view, k, err)
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(linktest.Timeout):
+			b.Close()
+			<-done
+			t.Fatalf("view %v: PollBatch waited with nothing to read", view)
+		}
+		want := sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+		var got []byte
+		for deadline := time.Now().Add(linktest.Timeout); got == nil && time.Now().Before(deadline); {
+			k, err := poll(rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == 1 {
+				got = rd[0].Bytes()
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("view %v: polled %x, want %x", view, got, want)
+		}
+		b.Close()
+		if _, err := poll(rd); err == nil {
+			t.Fatalf("view %v: PollBatch on a closed endpoint: no error", view)
 		}
 	}
 }

@@ -45,6 +45,7 @@ type Endpoint struct {
 		names     []sockaddr
 		oob       []byte
 		fn        func(fd uintptr) bool
+		nowait    bool // PollBatch: EAGAIN returns no datagram instead of waiting
 		want      int
 		got       int
 		errno     unix.Errno
@@ -272,6 +273,10 @@ func (e *Endpoint) doRead(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if e.rx.nowait {
+				e.rx.got, e.rx.errno = 0, 0
+				return true
+			}
 			return false
 		}
 		e.rx.got, e.rx.errno = n, errno
@@ -287,7 +292,7 @@ func (e *Endpoint) doRead(fd uintptr) bool {
 // buffer; they are received into the endpoint's own buffers and copied out
 // one datagram per packet, and what does not fit in pkts is returned by the
 // next call.
-func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) { return e.readBatch(pkts, false) }
+func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) { return e.readBatch(pkts, false, false) }
 
 // ReadBatchView is ReadBatch without a copy when the endpoint receives with
 // UDP GRO: each filled packet's Buf is replaced by a read-only view of the
@@ -295,9 +300,29 @@ func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) { return e.readBat
 // ReadBatch or ReadBatchView call. Without GRO it is ReadBatch, and the
 // callers' buffers are filled as usual. It suits a single reader that has
 // finished with a batch before reading the next.
-func (e *Endpoint) ReadBatchView(pkts []link.Packet) (int, error) { return e.readBatch(pkts, true) }
+func (e *Endpoint) ReadBatchView(pkts []link.Packet) (int, error) {
+	return e.readBatch(pkts, true, false)
+}
 
-func (e *Endpoint) readBatch(pkts []link.Packet, view bool) (int, error) {
+// PollBatch is ReadBatch without waiting: it returns 0 at once when no
+// datagram is waiting (busy polling; one recvmmsg per call). With io_uring
+// it always returns 0.
+func (e *Endpoint) PollBatch(pkts []link.Packet) (int, error) { return e.pollBatch(pkts, false) }
+
+// PollBatchView is ReadBatchView without waiting, as PollBatch.
+func (e *Endpoint) PollBatchView(pkts []link.Packet) (int, error) { return e.pollBatch(pkts, true) }
+
+func (e *Endpoint) pollBatch(pkts []link.Packet, view bool) (int, error) {
+	if e.ur != nil {
+		if e.closed.Load() {
+			return 0, errClosed
+		}
+		return 0, nil
+	}
+	return e.readBatch(pkts, view, true)
+}
+
+func (e *Endpoint) readBatch(pkts []link.Packet, view, nowait bool) (int, error) {
 	if e.closed.Load() {
 		return 0, errClosed
 	}
@@ -308,6 +333,7 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view bool) (int, error) {
 	rx := &e.rx
 	rx.mu.Lock()
 	defer rx.mu.Unlock()
+	rx.nowait = nowait
 	// io_uring receives into the endpoint's buffers, as GRO does.
 	own := e.gro || e.ur != nil
 	if own && view {
