@@ -41,8 +41,9 @@ type txPath struct {
 	sref  []zcRef       // and its references
 	// tailAck is the QP whose deferred ACK is the last packet queued (nil
 	// if the last is anything else): a few requests its PostSend adds go
-	// ahead of it (enqueue).
-	tailAck *QP
+	// ahead of it (enqueue), ackAhead of them so far.
+	tailAck  *QP
+	ackAhead int
 }
 
 const (
@@ -87,8 +88,9 @@ func (d *Device) getBuf() []byte {
 // is the QP's deferred ACK alone. It reports whether the queue is past its
 // high-water mark.
 //
-// A post of a few requests (at most ackBehind) on the QP whose ACK is the
-// last packet queued goes ahead of that ACK: a reply then leaves first and
+// A post of a few requests (at most ackBehind, with those of earlier posts
+// that went ahead) on the QP whose ACK is the last packet queued goes ahead
+// of that ACK: a reply then leaves first and
 // the ACK of the message it answers right behind it — the shorter one last,
 // so that UDP GSO sends both as one buffer — while everything queued
 // before the ACK (and so before the consumer the batch woke could add
@@ -96,7 +98,8 @@ func (d *Device) getBuf() []byte {
 func (d *Device) enqueue(qp *QP, pkts []link.Packet, refs []zcRef, ack bool) bool {
 	t := &d.tx
 	t.mu.Lock()
-	if t.tailAck == qp && qp.inPost && len(pkts) <= ackBehind {
+	if t.tailAck == qp && qp.inPost && t.ackAhead+len(pkts) <= ackBehind {
+		t.ackAhead += len(pkts)
 		k := len(t.q) - 1
 		a, r := t.q[k], t.qref[k]
 		t.q, t.qref = append(t.q[:k], pkts...), append(t.qref[:k], refs...)
@@ -105,7 +108,7 @@ func (d *Device) enqueue(qp *QP, pkts []link.Packet, refs []zcRef, ack bool) boo
 	} else {
 		t.q = append(t.q, pkts...)
 		t.qref = append(t.qref, refs...)
-		t.tailAck = nil
+		t.tailAck, t.ackAhead = nil, 0
 		if ack {
 			t.tailAck = qp
 		}

@@ -504,3 +504,48 @@ func TestReplyCarriesACK(t *testing.T) {
 			together, rounds, ackFirst, alone)
 	}
 }
+
+// TestACKAheadBound: posts may put at most ackBehind packets in all ahead of
+// the QP's deferred ACK waiting at the end of the queue; later ones, and
+// anything another QP queues, go behind it.
+func TestACKAheadBound(t *testing.T) {
+	a, _ := newPair(t, pairOpts{})
+	d, qp := a.dev, a.qp
+	if !d.tx.busy.CompareAndSwap(false, true) { // nothing sends meanwhile
+		t.Fatal("device sender busy at rest")
+	}
+	defer d.tx.busy.Store(false)
+	pkt := func(op byte, n int) ([]link.Packet, []zcRef) {
+		p := make([]link.Packet, n)
+		for i := range p {
+			p[i] = link.Packet{Buf: []byte{op}, N: 1}
+		}
+		return p, make([]zcRef, n)
+	}
+	order := func() string {
+		s := ""
+		for _, p := range d.tx.q {
+			s += string(p.Buf[0])
+		}
+		return s
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	p, r := pkt('A', 1)
+	d.enqueue(qp, p, r, true) // the deferred ACK
+	qp.inPost = true
+	p, r = pkt('x', 3)
+	d.enqueue(qp, p, r, false) // ahead: 3
+	p, r = pkt('y', 2)
+	d.enqueue(qp, p, r, false) // 3+2 > ackBehind: behind
+	p, r = pkt('z', 1)
+	d.enqueue(qp, p, r, false) // the ACK is no longer last
+	qp.inPost = false
+	if got, want := order(), "xxxAyyz"; got != want {
+		t.Fatalf("queue order %q, want %q", got, want)
+	}
+	d.tx.mu.Lock()
+	d.tx.q, d.tx.qref, d.tx.tailAck, d.tx.ackAhead = d.tx.q[:0], d.tx.qref[:0], nil, 0
+	d.tx.n.Store(0)
+	d.tx.mu.Unlock()
+}
