@@ -13,23 +13,7 @@ import (
 // remotely, then revokes it: later remote access fails with REM_ACCESS_ERR
 // and the QP goes to ERR (the synchronous invalidation contract).
 func TestProviderRegion(t *testing.T) {
-	acc, err := mem.NewAccelerator(mem.AcceleratorOptions{Size: 1 << 20})
-	if err != nil {
-		t.Skip("accelerator provider unavailable:", err)
-	}
-	defer acc.Close()
-	reg := mem.NewRegistry(mem.Options{})
-	if err := reg.Register(acc); err != nil {
-		t.Fatal(err)
-	}
-	devAddr, err := acc.Alloc(64 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	region, err := reg.RegisterMemory(mem.Request{Addr: devAddr, Length: 64 << 10, Write: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	acc, region, devAddr := accelRegion(t)
 	// timeout 14: a spurious retry of the READ under load would reach the
 	// responder after the revocation and be NAKed there.
 	a, b := newPair(t, pairOpts{timeout: 14})
@@ -69,4 +53,30 @@ func TestProviderRegion(t *testing.T) {
 	if wc := waitWC(t, a.scq, 1, 5*time.Second); wc[0].Status != WCRemAccessErr {
 		t.Fatalf("%+v", wc[0])
 	}
+}
+
+// accelRegion registers 64 KiB of a fresh accelerator provider's memory
+// (its own address space, reachable only through the provider) and returns
+// the provider, the region and the region's device address. The provider
+// closes when the test ends; it skips the test where the provider cannot run.
+func accelRegion(t *testing.T) (*mem.Accelerator, *mem.Region, uint64) {
+	t.Helper()
+	acc, err := mem.NewAccelerator(mem.AcceleratorOptions{Size: 1 << 20})
+	if err != nil {
+		t.Skip("accelerator provider unavailable:", err)
+	}
+	t.Cleanup(func() { acc.Close() })
+	reg := mem.NewRegistry(mem.Options{})
+	if err := reg.Register(acc); err != nil {
+		t.Fatal(err)
+	}
+	devAddr, err := acc.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	region, err := reg.RegisterMemory(mem.Request{Addr: devAddr, Length: 64 << 10, Write: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acc, region, devAddr
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/udp"
-	"github.com/softroce/softroce/mem"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -141,23 +140,7 @@ func TestDeregisterWaitsForLentPackets(t *testing.T) {
 // provider's revocation sends them itself (mem.Region.OnDrain) and returns
 // at once instead of waiting for the retransmit timer (4 s here).
 func TestRevokeSendsLentPackets(t *testing.T) {
-	acc, err := mem.NewAccelerator(mem.AcceleratorOptions{Size: 1 << 20})
-	if err != nil {
-		t.Skip("accelerator provider unavailable:", err)
-	}
-	defer acc.Close()
-	reg := mem.NewRegistry(mem.Options{})
-	if err := reg.Register(acc); err != nil {
-		t.Fatal(err)
-	}
-	devAddr, err := acc.Alloc(64 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	region, err := reg.RegisterMemory(mem.Request{Addr: devAddr, Length: 64 << 10, Write: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	acc, region, devAddr := accelRegion(t)
 	a, b := udpPair(t, pairOpts{pmtu: wire.MTU1024, timeout: 20})
 	mr, err := a.pd.RegRegion(region, AccessLocalWrite)
 	if err != nil {

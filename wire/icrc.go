@@ -126,11 +126,18 @@ func icrcMaskedV6(src, dst [16]byte, sport, dport uint16, pktLen int) uint32 {
 // endpoints: IPv4 (including IPv4-mapped IPv6 addresses) with the given
 // Identification and DF set, as Linux sends RoCE; otherwise IPv6.
 func ICRCFor(src, dst netip.AddrPort, ipv4ID uint16, pkt []byte) uint32 {
+	return icrcTail(icrcMasked(src, dst, ipv4ID, len(pkt)), pkt)
+}
+
+// icrcMasked returns the CRC state after the masked IP and UDP headers of a
+// packet of pktLen bytes (BTH through pad) between src and dst, as ICRCFor
+// sends it.
+func icrcMasked(src, dst netip.AddrPort, ipv4ID uint16, pktLen int) uint32 {
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
 	if sa.Is4() {
-		return ICRCIPv4(sa.As4(), da.As4(), ipv4ID, true, src.Port(), dst.Port(), pkt)
+		return icrcMaskedV4(sa.As4(), da.As4(), ipv4ID, true, src.Port(), dst.Port(), pktLen)
 	}
-	return ICRCIPv6(sa.As16(), da.As16(), src.Port(), dst.Port(), pkt)
+	return icrcMaskedV6(sa.As16(), da.As16(), src.Port(), dst.Port(), pktLen)
 }
 
 // ICRCForGather is ICRCFor for a packet held in three pieces, as a
@@ -139,15 +146,7 @@ func ICRCFor(src, dst netip.AddrPort, ipv4ID uint16, pkt []byte) uint32 {
 // itself not included). It computes one CRC pass over the three, with no
 // copy.
 func ICRCForGather(src, dst netip.AddrPort, ipv4ID uint16, hdr, data, tail []byte) uint32 {
-	n := len(hdr) + len(data) + len(tail)
-	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
-	var crc uint32
-	if sa.Is4() {
-		crc = icrcMaskedV4(sa.As4(), da.As4(), ipv4ID, true, src.Port(), dst.Port(), n)
-	} else {
-		crc = icrcMaskedV6(sa.As16(), da.As16(), src.Port(), dst.Port(), n)
-	}
-	crc = icrcTail(crc, hdr)
+	crc := icrcTail(icrcMasked(src, dst, ipv4ID, len(hdr)+len(data)+len(tail)), hdr)
 	crc = crc32.Update(crc, crc32.IEEETable, data)
 	return crc32.Update(crc, crc32.IEEETable, tail)
 }
