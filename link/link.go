@@ -61,6 +61,16 @@ type GatherWriter interface {
 // Bytes returns Buf[:N].
 func (p *Packet) Bytes() []byte { return p.Buf[:p.N] }
 
+// ReceiveBufferer is an Endpoint that knows how many bytes of datagrams its
+// kernel holds for it before dropping (SO_RCVBUF, as the kernel granted it,
+// in the kernel's accounting: payload plus per-datagram overhead). A device
+// sizes its send budget from it (verbs.Config.InflightBudget): the peer,
+// built the same way, holds about as much.
+type ReceiveBufferer interface {
+	// ReceiveBuffer returns the receive buffer's size in bytes (0: unknown).
+	ReceiveBuffer() int
+}
+
 // Endpoint moves batches of RoCEv2 datagrams (UDP payloads) in and out of a device.
 // ReadBatch and WriteBatch may be called concurrently with each other, but each
 // only from one goroutine at a time. After Close both return an error wrapping

@@ -15,16 +15,21 @@ import (
 // pairs of one device pair, one WRITE in flight per QP: the aggregate
 // bandwidth of 256 QPs should match one QP's, with no receive-buffer drops
 // (the kernel's UDP RcvbufErrors, machine-wide) and no retransmit timeouts.
+// It reports the times a QP waited for the device's send budget, the
+// peer's ACKs and the most packets in flight at once (budget.go); the
+// nobudget case turns the budget off.
 func BenchmarkBulkQPs(b *testing.B) {
 	for _, n := range []int{1, 16, 256} {
-		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) { benchBulkQPs(b, n) })
+		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) { benchBulkQPs(b, n, 0) })
 	}
+	// Without the device's send budget (budget.go), for comparison.
+	b.Run("qps=256/nobudget", func(b *testing.B) { benchBulkQPs(b, 256, -1) })
 }
 
-func benchBulkQPs(b *testing.B, n int) {
+func benchBulkQPs(b *testing.B, n, budget int) {
 	const size = 1 << 20
 	ea, eb := scaleLink(b, "udp")
-	m := newManyQPs(b, ea, eb, n, manyQPsTimeout)
+	m := newManyQPsConfig(b, ea, eb, n, manyQPsTimeout, &Config{InflightBudget: budget})
 	src, err := m.a[0].pd.RegMR(make([]byte, size), AccessLocalWrite)
 	if err != nil {
 		b.Fatal(err)
@@ -48,6 +53,12 @@ func benchBulkQPs(b *testing.B, n int) {
 		post(i)
 	}
 	wcs := make([]WC, 256)
+	// One context for all the waits, cancelled by a watchdog that each
+	// wait re-arms: a context per wait would be the loop's allocations.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watchdog := time.AfterFunc(time.Minute, cancel)
+	defer watchdog.Stop()
 	b.SetBytes(size)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -58,9 +69,8 @@ func benchBulkQPs(b *testing.B, n int) {
 			if m.cqa.Len() > 0 {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			watchdog.Reset(time.Minute)
 			_, err := m.ch.GetCQEvent(ctx)
-			cancel()
 			if err != nil {
 				b.Fatalf("no completion for a minute after %d WRITEs: %v", done, err)
 			}
@@ -76,6 +86,9 @@ func benchBulkQPs(b *testing.B, n int) {
 		}
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(st.BudgetWaits.Load())/float64(b.N), "waits/op")
+	b.ReportMetric(float64(m.db.Stats().TxPackets.Load())/float64(b.N), "acks/op")
+	b.ReportMetric(float64(st.InflightMax.Load()), "inflight-max")
 	b.ReportMetric(float64(st.Retransmits.Load()-retr0), "retrans")
 	b.ReportMetric(float64(st.RetryTimeouts.Load()-tmo0), "timeouts")
 	if d0 := drops0; d0 >= 0 {

@@ -460,6 +460,8 @@ func (qp *QP) progressed() {
 		qp.comp.retryArmed = false
 	}
 	qp.completeReady()
+	qp.req.budgetLost = false
+	qp.budgetSync()
 	qp.reqProgress()
 	qp.armRetry()
 }

@@ -41,6 +41,13 @@ type Config struct {
 	// thread wake-up. It trades a processor for latency, as perftest's
 	// pollers do; the latency tools set it. 0: off.
 	BusyPoll time.Duration
+	// InflightBudget caps the packets the device's RC QPs may have sent
+	// and not seen acknowledged, all QPs together (budget.go): beyond it
+	// QPs take turns, oldest waiter first (a QP with nothing in flight
+	// may still send one packet). 0 sizes it from the link's receive buffer
+	// (link.ReceiveBufferer; the peer's is taken to be alike), at most
+	// 2048; negative turns it off (each QP then has its whole window).
+	InflightBudget int
 	// MAC is the hardware address the link-local default GID (index 0) is
 	// derived from; zero derives one from the bound address.
 	MAC [6]byte
@@ -78,6 +85,8 @@ type Stats struct {
 	ReadPaced          atomic.Uint64 // times READ responses were left for a later pacing tick or window
 	ZeroCopyPackets    atomic.Uint64 // packets sent with their payload in place, not copied into a buffer (zc.go)
 	ACKsBehindReply    atomic.Uint64 // deferred ACKs a post's reply went ahead of, to leave together (tx.go)
+	BudgetWaits        atomic.Uint64 // times an RC QP waited for the device's send budget (budget.go)
+	InflightMax        atomic.Uint64 // most packets RC QPs had in flight at once, all together (approximate high-water mark)
 	BadInvalidates     atomic.Uint64 // SEND_WITH_INVALIDATE of a key that may not be invalidated remotely
 	ICRCErrors         atomic.Uint64
 	MRs                atomic.Uint64 // registered MRs now
@@ -120,6 +129,7 @@ type Device struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	tx     txPath     // the transmit path all QPs share (tx.go)
+	budget sendBudget // packets RC QPs may have in flight, all together (budget.go)
 	zc     bool       // payloads of one MR are sent in place (zc.go)
 	atomMu sync.Mutex // serialises remote atomics on this device
 	// Owned by the receive loop: QPs whose ACK waits for the end of the
@@ -183,6 +193,7 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 	if d.mtu == 0 {
 		d.mtu = wire.MTU256
 	}
+	d.budget.init(d.cfg.InflightBudget, ep, d.mtu)
 	d.gids = makeGIDs(d.local.Addr(), d.cfg.MAC)
 	d.wg.Add(1)
 	go d.rxLoop()

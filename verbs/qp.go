@@ -72,6 +72,10 @@ type QP struct {
 	pmtu  int
 	dead  bool // destroyed
 
+	// The device's send budget (budget.go): the QP waits in its FIFO, or
+	// serveBudget is letting it send.
+	budgetWaiting, budgetServed bool
+
 	commEst   bool // EventCommEst raised
 	sqdNotify bool // raise EventSQDrained when the SQ drains
 
@@ -434,6 +438,7 @@ func (qp *QP) applyAttrs(a *QPAttr, m AttrMask) {
 	if m&QPAttrSQPSN != 0 {
 		q.SQPSN = a.SQPSN
 		qp.req.nextPSN, qp.req.sentPSN = a.SQPSN, a.SQPSN
+		qp.budgetSync()
 	}
 	if m&QPAttrMaxDestRdAtomic != 0 {
 		q.MaxDestRdAtomic = a.MaxDestRdAtomic
@@ -483,6 +488,7 @@ func roundPow2(n int) int {
 func (qp *QP) enter(s QPState) {
 	prev := qp.state
 	qp.state = s
+	qp.budgetFreed() // nothing counts in flight once the QP cannot send
 	switch s {
 	case QPStateReset:
 		// RESET discards everything without completions (docs/protocol.md §5.9);
@@ -721,6 +727,7 @@ func (qp *QP) Destroy() error {
 	qp.emitAck()
 	qp.dead = true
 	qp.state = QPStateReset
+	qp.budgetFreed()
 	qp.stopTimers()
 	qp.flushUnlock()
 	qp.dev.removeQP(qp)

@@ -129,6 +129,7 @@ func (qp *QP) reqProgress() {
 		}
 		qp.req.idx, qp.req.pkt = qp.req.idx+1, 0
 	}
+	qp.budgetReturn()
 	if qp.typ == QPTypeRC {
 		qp.armRetry()
 	} else {
@@ -172,6 +173,17 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			// A window narrowed after a retry closes before rxe's
 			// AckReq cadence asks for an ACK: ask at its edge.
 			edge = d == w-1 && w < maxUnackedPSNs
+			// A new packet comes out of the device's send budget
+			// (budget.go); the last of a grant the budget cut short
+			// asks for an ACK too: the QP will wait for its next
+			// grant, and must hear back meanwhile.
+			if psn == qp.req.sentPSN && qp.dev.budget.limit != 0 {
+				if qp.req.grant == 0 && !qp.budgetGrant(w-d) {
+					return false
+				}
+				qp.req.grant--
+				edge = edge || qp.req.grant == 0 && qp.req.grantCut
+			}
 		}
 		off := qp.req.pkt * qp.pmtu
 		plen := min(qp.pmtu, int(w.length)-off)
@@ -191,6 +203,9 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			return false
 		}
 		qp.noteSent(wire.PSNAdd(psn, 1))
+		if wire.PSNAdd(psn, 1) == qp.req.sentPSN {
+			qp.req.tailAckReq = h.BTH.AckReq
+		}
 		qp.req.pkt++
 	}
 	return true
@@ -205,6 +220,9 @@ func (qp *QP) sendRdRequest(w *sendWQE) bool {
 	}
 	psn := wire.PSNAdd(w.firstPSN, qp.req.pkt)
 	if wire.PSNDiff(psn, qp.compPSN()) >= int32(qp.window()) {
+		return false
+	}
+	if psn == qp.req.sentPSN && !qp.budgetRead(int32(w.npkts)) {
 		return false
 	}
 	var h wire.Packet
@@ -236,6 +254,7 @@ func (qp *QP) sendRdRequest(w *sendWQE) bool {
 	_, pl := qp.newPacket(&h, len(payload), qp.dst, tos, ttl)
 	copy(pl, payload)
 	qp.noteSent(wire.PSNAdd(w.lastPSN, 1))
+	qp.req.tailAckReq = true
 	qp.req.noAckPkts = 0
 	qp.req.pkt = w.npkts
 	return true
@@ -454,6 +473,11 @@ type reqState struct {
 	pkt         int    // next packet of that WQE
 	nextPSN     uint32 // first PSN of the next fresh WQE
 	sentPSN     uint32 // one past the newest PSN sent
+	counted     int32  // PSNs counted in flight against the device's budget (budget.go)
+	grant       int32  // new packets the budget granted and the QP has not built yet
+	grantCut    bool   // the budget granted fewer than the window allowed
+	tailAckReq  bool   // the newest PSN sent asked for an ACK
+	budgetLost  bool   // a retransmit timeout expired since the last progress: nothing counts in flight
 	rdOut       int    // started read/atomic WQEs not completed
 	maxRdAtomic int
 	noAckPkts   int // packets sent since the last one asking for an ACK

@@ -58,13 +58,19 @@ func scaleLink(tb testing.TB, kind string) (link.Endpoint, link.Endpoint) {
 // a QP whose peer stops answering fails within RetryBudget(timeout, 7)).
 func newManyQPs(tb testing.TB, ea, eb link.Endpoint, n int, timeout uint8) *manyQPs {
 	tb.Helper()
+	return newManyQPsConfig(tb, ea, eb, n, timeout, nil)
+}
+
+// newManyQPsConfig is newManyQPs with both devices opened with cfg.
+func newManyQPsConfig(tb testing.TB, ea, eb link.Endpoint, n int, timeout uint8, cfg *Config) *manyQPs {
+	tb.Helper()
 	m := &manyQPs{}
 	var err error
-	if m.da, err = Open(ea, nil); err != nil {
+	if m.da, err = Open(ea, cfg); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { m.da.Close() })
-	if m.db, err = Open(eb, nil); err != nil {
+	if m.db, err = Open(eb, cfg); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { m.db.Close() })

@@ -115,6 +115,11 @@ func (qp *QP) onRetryTimer() {
 		return
 	}
 	qp.dev.stats.RetryTimeouts.Add(1)
+	// What the peer did not answer in a timeout is no longer in its
+	// receive buffer: it stops counting against the device's budget
+	// (budget.go) until the peer answers, so a dead peer holds none.
+	qp.req.budgetLost = true
+	qp.budgetFreed()
 	qp.comp.backoff++
 	if qp.comp.heard {
 		qp.resend() // waived: the peer answered since the last retry (see retry)

@@ -211,6 +211,7 @@ func (d *Device) endBatch() {
 		d.rxWoke.Store(false)
 		runtime.Gosched()
 	}
+	d.serveBudget()
 	d.kick()
 }
 

@@ -35,6 +35,7 @@ type Endpoint struct {
 	closed   atomic.Bool
 	gso      atomic.Bool // UDP GSO in use
 	gro      bool        // UDP GRO enabled on the socket
+	rcvbuf   int         // SO_RCVBUF as granted (bytes, kernel accounting)
 	ur       *uringIO    // io_uring instead of recvmmsg/sendmmsg (nil: off)
 	ctr      counters
 
@@ -224,8 +225,16 @@ func (e *Endpoint) setOptions(fd, bufSize int) error {
 			}
 		}
 	}
+	if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
+		e.rcvbuf = v
+	}
 	return nil
 }
+
+// ReceiveBuffer returns the socket's receive buffer as the kernel granted
+// it (SO_RCVBUF: twice what was asked for, up to net.core.rmem_max unless
+// root), in bytes of the kernel's accounting.
+func (e *Endpoint) ReceiveBuffer() int { return e.rcvbuf }
 
 // LocalAddr returns the bound address and port.
 func (e *Endpoint) LocalAddr() netip.AddrPort { return e.local }

@@ -49,6 +49,9 @@ func (e *Endpoint) Close() error { return nil }
 // GSO reports false.
 func (e *Endpoint) GSO() bool { return false }
 
+// ReceiveBuffer returns 0.
+func (e *Endpoint) ReceiveBuffer() int { return 0 }
+
 // GRO reports false.
 func (e *Endpoint) GRO() bool { return false }
 

@@ -1,0 +1,236 @@
+package verbs
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/wire"
+)
+
+// budgetWRITEs posts k signaled WRITEs, round-robin, of size bytes on each pair in qps
+// (WRID = pair<<8 | message) from one source buffer to one target buffer.
+func budgetWRITEs(t *testing.T, m *manyQPs, qps []int, k, size int) {
+	t.Helper()
+	src, err := m.a[0].pd.RegMR(make([]byte, size), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := m.b[0].pd.RegMR(make([]byte, size), AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range k { // round-robin: message j on every QP, then j+1
+		for _, i := range qps {
+			wr := []SendWR{{WRID: uint64(i<<8 | j), Opcode: WRRDMAWrite, Flags: SendSignaled,
+				RKey: dst.RKey(), RemoteAddr: dst.Addr(),
+				SGList: []SGE{{Addr: src.Addr(), Length: uint32(size), LKey: src.LKey()}}}}
+			if _, err := m.a[i].PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// pollUntil polls cq until want completions arrived (each handed to fn),
+// failing the test after d.
+func pollUntil(t *testing.T, cq *CQ, want int, d time.Duration, fn func(WC)) {
+	t.Helper()
+	wcs := make([]WC, 64)
+	deadline := time.Now().Add(d)
+	for got := 0; got < want; {
+		n := cq.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			fn(wc)
+		}
+		got += n
+		if n == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d completions after %v", got, want, d)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+}
+
+// TestSendBudget streams 256 KiB WRITEs on 32 QPs of one device whose send
+// budget is a fraction of the QPs' windows: the packets in flight stay
+// within the budget, QPs take turns (when the first QP has all its
+// messages done, every QP has had a turn), and no QP stalls into a
+// retransmit timeout waiting for a turn (the last packet before a wait
+// asks for an ACK).
+func TestSendBudget(t *testing.T) {
+	for _, kind := range []string{"pipe", "udp"} {
+		t.Run(kind, func(t *testing.T) {
+			const (
+				nqp    = 32
+				budget = 256
+				msgs   = 3
+				size   = 256 << 10 // 256 packets at MTU 1024: windows end inside messages
+			)
+			ea, eb := scaleLink(t, kind)
+			m := newManyQPsConfig(t, ea, eb, nqp, 14, &Config{InflightBudget: budget})
+			// A QP that starts waiting has nothing in flight that did
+			// not ask for an ACK: it hears back, and its retransmit
+			// timer stops, however long it waits for its turn.
+			var silentWaits atomic.Int64
+			hook := func(qp *QP) {
+				if qp.req.counted > 0 && !qp.req.tailAckReq {
+					silentWaits.Add(1)
+				}
+			}
+			budgetWaitHook.Store(&hook)
+			defer budgetWaitHook.Store(nil)
+			qps := make([]int, nqp)
+			for i := range qps {
+				qps[i] = i
+			}
+			budgetWRITEs(t, m, qps, msgs, size)
+			done := make([]int, nqp)
+			minAtFirst := -1
+			pollUntil(t, m.cqa, nqp*msgs, 20*time.Second, func(wc WC) {
+				if wc.Status != WCSuccess {
+					t.Fatalf("WRITE %#x: %v", wc.WRID, wc.Status)
+				}
+				i := int(wc.WRID >> 8)
+				done[i]++
+				if done[i] == msgs && minAtFirst < 0 {
+					minAtFirst = msgs
+					for _, d := range done {
+						minAtFirst = min(minAtFirst, d)
+					}
+				}
+			})
+			st := m.da.Stats()
+			if got := st.BudgetWaits.Load(); got == 0 {
+				t.Errorf("BudgetWaits = 0: the budget of %d never held a QP back", budget)
+			}
+			// Over the budget: each QP's one packet with nothing in flight
+			// (budgetFloor), and one that asks for an ACK before a wait.
+			if got, most := st.InflightMax.Load(), uint64(budget+2*nqp); got > most {
+				t.Errorf("InflightMax = %d, want at most %d (budget %d, %d QPs)", got, most, budget, nqp)
+			}
+			if n := silentWaits.Load(); n != 0 {
+				t.Errorf("%d times a QP started waiting for a turn with packets in flight and no ACK asked for", n)
+			}
+			if got := st.RetryTimeouts.Load(); got != 0 {
+				t.Errorf("RetryTimeouts = %d: a QP waited for a turn without asking for an ACK", got)
+			}
+			if minAtFirst < 1 {
+				t.Errorf("when the first QP had its %d WRITEs done, some QP had none: QPs did not take turns (%v)", msgs, done)
+			}
+			if got := m.da.budget.inflight.Load(); got != 0 {
+				t.Errorf("budget in flight after all completed = %d, want 0", got)
+			}
+		})
+	}
+}
+
+// TestSendBudgetDeadPeer: QPs whose peer went silent hold the whole budget;
+// after their first retransmit timeout it no longer counts, and a live QP's
+// WRITE completes while they are still retrying (not only once they give
+// up and their QPs fail).
+func TestSendBudgetDeadPeer(t *testing.T) {
+	const (
+		nqp    = 9 // pair 0 live, 1..8 with a silent peer
+		budget = 128
+		size   = 64 << 10
+	)
+	ea, eb := scaleLink(t, "pipe")
+	m := newManyQPsConfig(t, ea, eb, nqp, 14, &Config{InflightBudget: budget})
+	dead := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	for _, i := range dead {
+		if err := m.b[i].Destroy(); err != nil { // packets to it are dropped unanswered
+			t.Fatal(err)
+		}
+	}
+	budgetWRITEs(t, m, dead, 1, size)
+	budgetWRITEs(t, m, []int{0}, 1, size)
+	var order []WC
+	pollUntil(t, m.cqa, nqp, 30*time.Second, func(wc WC) { order = append(order, wc) })
+	if order[0].WRID != 0 || order[0].Status != WCSuccess {
+		t.Errorf("first completion %#x (%v), want the live QP's WRITE (0) to succeed before the silent QPs fail", order[0].WRID, order[0].Status)
+	}
+	for _, wc := range order[1:] {
+		if wc.Status != WCRetryExcErr {
+			t.Errorf("silent peer's WRITE %#x: %v, want %v", wc.WRID, wc.Status, WCRetryExcErr)
+		}
+	}
+	if got := m.da.budget.inflight.Load(); got != 0 {
+		t.Errorf("budget in flight after all completed = %d, want 0", got)
+	}
+}
+
+// TestSendBudgetSmallMessage: a one-packet message on a QP with nothing in
+// flight does not wait for a turn: silent peers' QPs hold the budget until
+// their first retransmit timeout, and the message completes before it.
+func TestSendBudgetSmallMessage(t *testing.T) {
+	ea, eb := scaleLink(t, "pipe")
+	m := newManyQPsConfig(t, ea, eb, 5, 14, &Config{InflightBudget: 64})
+	silent := []int{1, 2, 3, 4}
+	for _, i := range silent {
+		if err := m.b[i].Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	budgetWRITEs(t, m, silent, 1, 64<<10)
+	wr := []SendWR{{SGList: make([]SGE, 1)}}
+	if err := m.write(wr, 0); err != nil { // 64 bytes, WRID 0
+		t.Fatal(err)
+	}
+	first := true
+	pollUntil(t, m.cqa, 5, 30*time.Second, func(wc WC) {
+		if !first {
+			return
+		}
+		first = false
+		if wc.WRID != 0 || wc.Status != WCSuccess {
+			t.Errorf("first completion %#x (%v), want the 64-byte WRITE (0)", wc.WRID, wc.Status)
+		}
+		if n := m.da.Stats().RetryTimeouts.Load(); n != 0 {
+			t.Errorf("the 64-byte WRITE completed after %d retransmit timeouts: it waited for the budget", n)
+		}
+	})
+}
+
+// budgetEP is a link endpoint that reports a receive buffer.
+type budgetEP struct {
+	link.Endpoint
+	rcvbuf int
+}
+
+func (e budgetEP) ReceiveBuffer() int { return e.rcvbuf }
+
+func TestBudgetLimit(t *testing.T) {
+	a, _, err := pipe.New(pipe.Config{}, pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	tests := []struct {
+		name   string
+		cfg    int
+		ep     link.Endpoint
+		mtu    wire.MTU
+		want   int64
+		wantQ  int64
+		reason string
+	}{
+		{"set", 100, a, wire.MTU4096, 100, 25, "Config.InflightBudget as given"},
+		{"off", -1, a, wire.MTU4096, 0, 1, "negative: no budget"},
+		{"unknown buffer", 0, a, wire.MTU4096, maxBudget, budgetQuantum, "a link that does not tell: the cap"},
+		{"from buffer", 0, budgetEP{a, 4608 * 300}, wire.MTU4096, 300, budgetQuantum, "the buffer over MTU plus overhead"},
+		{"smaller MTU", 0, budgetEP{a, 1536 * 300}, wire.MTU1024, 300, budgetQuantum, "packets of the active MTU"},
+		{"huge buffer", 0, budgetEP{a, 64 << 20}, wire.MTU4096, maxBudget, budgetQuantum, "capped"},
+		{"tiny buffer", 0, budgetEP{a, 1000}, wire.MTU4096, budgetFloor, 1, "at least one packet"},
+	}
+	for _, tt := range tests {
+		var b sendBudget
+		b.init(tt.cfg, tt.ep, tt.mtu)
+		if b.limit != tt.want || b.quantum != tt.wantQ {
+			t.Errorf("%s: limit, quantum = %d, %d; want %d, %d (%s)", tt.name, b.limit, b.quantum, tt.want, tt.wantQ, tt.reason)
+		}
+	}
+}
