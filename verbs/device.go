@@ -137,8 +137,9 @@ type Device struct {
 	// whether the batch completed work (a poller may have been woken).
 	ackq    []*QP
 	rxWoke  atomic.Bool
-	rxKick  bool       // a packet of the batch queued an ACK that must leave at once
-	rxMu    sync.Mutex // held by the receive loop while it handles a batch
+	rxKick  bool           // a packet of the batch queued an ACK that must leave at once
+	rxMu    sync.Mutex     // held by the receive loop while it handles a batch
+	rxICRC  wire.ICRCCache // the receive loop's ICRC prefix of a stream's packets
 	events  chan AsyncEvent
 	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
 	mrs     mrTable
@@ -490,6 +491,8 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 		var ok bool
 		if lp.IPHdrLen > 0 {
 			ok = wire.VerifyICRC(lp.IPHdr[:lp.IPHdrLen], lp.Src.Port(), lp.Dst.Port(), b)
+		} else if batched {
+			_, ok = d.rxICRC.VerifyICRCAddrs(lp.Src, lp.Dst, b)
 		} else {
 			_, ok = wire.VerifyICRCAddrs(lp.Src, lp.Dst, b)
 		}

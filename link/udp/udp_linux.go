@@ -69,6 +69,7 @@ type Endpoint struct {
 		got     int
 		errno   unix.Errno
 		msgPkts []int                     // packets per message (GSO)
+		icrc    wire.ICRCCache            // the ICRC prefix of a stream's packets
 		niov    int                       // iovecs the last build filled
 		frags   int                       // zero-copy sends: most pages per GSO message (0: no limit)
 		routes  map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
@@ -739,14 +740,14 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			seg, segs, runBytes, runPages, miov = size, 1, size, pages, 0
 		}
 		if len(p.Data) == 0 {
-			wire.FillICRC(b, src, dst, id)
+			tx.icrc.FillICRC(b, src, dst, id)
 			setIov(&tx.iovs[iv], b)
 			iv++
 			miov++
 		} else {
 			// Zero-copy: headers, the payload in place, pad and ICRC.
 			at := p.DataAt
-			wire.PutICRC(b, wire.ICRCForGather(src, dst, id, b[:at], p.Data, b[at:len(b)-wire.ICRCLen]))
+			wire.PutICRC(b, tx.icrc.ICRCForGather(src, dst, id, b[:at], p.Data, b[at:len(b)-wire.ICRCLen]))
 			setIov(&tx.iovs[iv], b[:at])
 			setIov(&tx.iovs[iv+1], p.Data)
 			setIov(&tx.iovs[iv+2], b[at:])

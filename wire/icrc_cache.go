@@ -1,0 +1,122 @@
+package wire
+
+import (
+	"hash/crc32"
+	"net/netip"
+)
+
+// ICRCCache computes and checks ICRCs faster for packets that share their
+// addresses, their length and their first four BTH bytes (opcode, flags,
+// P_Key) — the middle packets of a stream, which are most of its packets.
+// Of the bytes the ICRC covers before the payload (eight 0xFF, the masked
+// IP and UDP headers and the BTH's first five bytes, 41 for IPv4) it keeps
+// the CRC of the last such prefix seen, computed for IPv4 Identification
+// 0, and applies another Identification by linearity (two table steps and
+// one 32-bit linear map) instead of running the CRC over the prefix again.
+//
+// The zero value is ready to use. An ICRCCache is not safe for concurrent
+// use: give each sending or receiving goroutine its own.
+type ICRCCache struct {
+	src, dst netip.AddrPort
+	pktLen   int
+	bth      [4]byte
+	ok       bool
+	v4       bool
+	pre      uint32 // CRC after the prefix, IPv4 Identification 0 and DF set
+	// Hits and Misses count lookups that found the prefix and that
+	// computed it.
+	Hits, Misses uint64
+}
+
+// prefixZ is the number of prefix bytes after the IPv4 Identification:
+// the rest of the IPv4 header (14), the UDP header (8) and BTH bytes 0-4.
+const prefixZ = 14 + 8 + 5
+
+// idShift is F^prefixZ (prefixZ zero-byte steps of the CRC register) as
+// byte tables: it carries the change an Identification makes to the
+// register to the end of the prefix.
+var idShift [4][256]uint32
+
+func init() {
+	var m [32]uint32
+	for k := range m {
+		r := uint32(1) << k
+		for range prefixZ {
+			r = crcTab[byte(r)] ^ r>>8
+		}
+		m[k] = r
+	}
+	byteTables(&idShift, &m)
+}
+
+// prefix returns the CRC after the prefix of pkt (BTH through pad, at
+// least 5 bytes) sent from src to dst with IPv4 Identification id.
+func (c *ICRCCache) prefix(src, dst netip.AddrPort, id uint16, pkt []byte, pktLen int) uint32 {
+	b := [4]byte(pkt[:4])
+	if !c.ok || c.pktLen != pktLen || c.bth != b || c.src != src || c.dst != dst {
+		c.Misses++
+		c.src, c.dst, c.pktLen, c.bth, c.ok = src, dst, pktLen, b, true
+		c.v4 = src.Addr().Unmap().Is4()
+		c.pre = icrcTail(icrcMasked(src, dst, 0, pktLen), pkt[:5])
+	} else {
+		c.Hits++
+	}
+	if id == 0 || !c.v4 {
+		return c.pre
+	}
+	// The register change the two ID bytes make (from a zero change), then
+	// carried over the rest of the prefix.
+	r1 := crcTab[id>>8]
+	d := crcTab[byte(r1)^byte(id)] ^ r1>>8
+	return c.pre ^ idShift[0][byte(d)] ^ idShift[1][byte(d>>8)] ^ idShift[2][byte(d>>16)] ^ idShift[3][d>>24]
+}
+
+// ICRCFor is ICRCFor (the package function) through the cache.
+func (c *ICRCCache) ICRCFor(src, dst netip.AddrPort, ipv4ID uint16, pkt []byte) uint32 {
+	if len(pkt) < 5 {
+		return ICRCFor(src, dst, ipv4ID, pkt)
+	}
+	return crc32.Update(c.prefix(src, dst, ipv4ID, pkt, len(pkt)), crc32.IEEETable, pkt[5:])
+}
+
+// ICRCForGather is ICRCForGather (the package function) through the cache.
+func (c *ICRCCache) ICRCForGather(src, dst netip.AddrPort, ipv4ID uint16, hdr, data, tail []byte) uint32 {
+	if len(hdr) < 5 {
+		return ICRCForGather(src, dst, ipv4ID, hdr, data, tail)
+	}
+	crc := c.prefix(src, dst, ipv4ID, hdr, len(hdr)+len(data)+len(tail))
+	crc = crc32.Update(crc, crc32.IEEETable, hdr[5:])
+	crc = crc32.Update(crc, crc32.IEEETable, data)
+	return crc32.Update(crc, crc32.IEEETable, tail)
+}
+
+// FillICRC is FillICRC (the package function) through the cache.
+func (c *ICRCCache) FillICRC(b []byte, src, dst netip.AddrPort, ipv4ID uint16) {
+	PutICRC(b, c.ICRCFor(src, dst, ipv4ID, b[:len(b)-ICRCLen]))
+}
+
+// VerifyICRCAddrs is VerifyICRCAddrs (the package function) through the
+// cache: the same answers, including the IPv4 Identification solved for.
+func (c *ICRCCache) VerifyICRCAddrs(src, dst netip.AddrPort, b []byte) (id uint16, ok bool) {
+	if len(b) < ICRCLen+5 {
+		return VerifyICRCAddrs(src, dst, b)
+	}
+	pkt, rx := b[:len(b)-ICRCLen], GetICRC(b)
+	c0 := crc32.Update(c.prefix(src, dst, 0, pkt, len(pkt)), crc32.IEEETable, pkt[5:])
+	if c0 == rx {
+		return 0, true
+	}
+	if !c.v4 {
+		return 0, false
+	}
+	if id, ok := solveID(c0^rx, 14+8+len(pkt)); ok {
+		return id, true
+	}
+	// DF clear (not what Linux sends RoCE with): the full check, uncached.
+	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
+	c0 = ICRCIPv4(sa.As4(), da.As4(), 0, false, src.Port(), dst.Port(), pkt)
+	if c0 == rx {
+		return 0, true
+	}
+	return solveID(c0^rx, 14+8+len(pkt))
+}
