@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/udp"
 )
 
 // BenchmarkBulkQPs streams 1 MiB RDMA WRITEs over UDP loopback on n QP
@@ -24,11 +28,31 @@ func BenchmarkBulkQPs(b *testing.B) {
 	}
 	// Without the device's send budget (budget.go), for comparison.
 	b.Run("qps=256/nobudget", func(b *testing.B) { benchBulkQPs(b, 256, -1) })
+	// With 1 MiB socket buffers (SO_RCVBUF 2 MiB as the kernel counts),
+	// the budget sized from them, and without it.
+	b.Run("qps=256/rcvbuf=1MiB", func(b *testing.B) { benchBulkQPsBuf(b, 256, 0, 1<<20) })
+	b.Run("qps=256/rcvbuf=1MiB/nobudget", func(b *testing.B) { benchBulkQPsBuf(b, 256, -1, 1<<20) })
 }
 
-func benchBulkQPs(b *testing.B, n, budget int) {
+func benchBulkQPs(b *testing.B, n, budget int) { benchBulkQPsBuf(b, n, budget, 0) }
+
+func benchBulkQPsBuf(b *testing.B, n, budget, sockBuf int) {
 	const size = 1 << 20
-	ea, eb := scaleLink(b, "udp")
+	var ea, eb link.Endpoint
+	if sockBuf == 0 {
+		ea, eb = scaleLink(b, "udp")
+	} else {
+		a, err := udp.Listen(netip.MustParseAddrPort("127.0.0.1:0"), udp.WithAnyPort(), udp.WithSocketBuffer(sockBuf))
+		if err != nil {
+			b.Skip("UDP loopback unavailable:", err)
+		}
+		c, err := udp.Listen(netip.MustParseAddrPort("127.0.0.2:0"), udp.WithAnyPort(), udp.WithSocketBuffer(sockBuf))
+		if err != nil {
+			a.Close()
+			b.Skip("UDP loopback unavailable:", err)
+		}
+		ea, eb = a, c
+	}
 	m := newManyQPsConfig(b, ea, eb, n, manyQPsTimeout, &Config{InflightBudget: budget})
 	src, err := m.a[0].pd.RegMR(make([]byte, size), AccessLocalWrite)
 	if err != nil {
