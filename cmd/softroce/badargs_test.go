@@ -155,6 +155,7 @@ func TestBadArgumentsNamed(t *testing.T) {
 		{[]string{"krping", "server,addr=127.0.0.1,port=70000"}, "port 70000"},                         // accepted
 		{[]string{"write_bw", "-t", "-1"}, "-t/--tx-depth: -1 is out of range"},                        // taken as the default
 		{[]string{"read_bw", "-o", "-1"}, "-o/--outs: -1 is out of range"},                             // taken as the default
+		{[]string{"write_bw", "-q", "16385"}, "-q/--qp: 16385 is out of range (1..16384)"},             // perftest's MAX_QP_NUM (was 64)
 		{[]string{"rping", "-s", "-S", "4G"}, `option -S: "4G" is not a number`},                       // leaked strconv.Atoi
 		{[]string{"rc_pingpong", "-n", "99999999999999999999"}, "is out of range"},                     //
 		{[]string{"dump", "-r", "f.pcap", "-c", "0"}, "-c: 0 is out of range"},                         //

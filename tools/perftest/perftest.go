@@ -81,7 +81,7 @@ const (
 	ptDefQPTimeout = 14
 	ptMinRNRTimer  = 12
 	ptResultLine   = "---------------------------------------------------------------------------------------\n"
-	ptMaxQPs       = 64
+	ptMaxQPs       = 16384 // perftest's MAX_QP_NUM
 )
 
 type ptConfig struct {
