@@ -66,6 +66,9 @@
 // processing is strictly ordered; posting work runs the requester in the
 // caller's goroutine, ACKs arriving on the receive loop resume it, and the
 // retransmit and RNR timers (from an injectable Clock) resume it too.
+// Packets leave through one transmit queue per device (tx.go); the RC
+// requesters of a device share a send budget of packets in flight
+// (budget.go, Config.InflightBudget), beyond which they take turns.
 // Remote memory is reached only through the MR table: key -> region -> PD
 // -> access bits -> bounds, then copy, under a per-region read lock that
 // Deregister and Invalidate take exclusively, so that after they return no

@@ -37,8 +37,8 @@ func TestPerftestBinary(t *testing.T) {
 		{"send_lat", "Send Latency Test", []string{"-s", "64", "-n", "20"}, 64, 20, true},
 		{"read_lat", "RDMA_Read Latency Test", []string{"-s", "64", "-n", "20"}, 64, 20, false},
 		{"atomic_lat", "Atomic CMP_AND_SWAP Latency Test", []string{"-n", "20", "-A", "CMP_AND_SWAP"}, 8, 20, false},
-		{"write_bw", "RDMA_Write BW Test", []string{"-s", "1000", "-n", "30", "-q", "3", "-c", "UC", "--report_gbits"}, 1000, 30, true},
-		{"write_bw", "RDMA_Write BW Test", []string{"-s", "65536", "-n", "8", "-q", "256", "-t", "4"}, 65536, 8, true}, // more QPs than the send budget holds windows
+		{"write_bw", "RDMA_Write BW Test", []string{"-s", "1000", "-n", "30", "-q", "3", "-c", "UC", "--report_gbits"}, 1000, 90, true}, // #iterations: -n × -q, as perftest
+		{"write_bw", "RDMA_Write BW Test", []string{"-s", "65536", "-n", "8", "-q", "256", "-t", "4"}, 65536, 2048, true},               // more QPs than the send budget holds windows
 		{"send_bw", "Send BW Test", []string{"-s", "1000", "-n", "40", "-c", "UD", "-m", "1024"}, 1000, 40, true},
 		{"send_lat", "Send Latency Test", []string{"-s", "300", "-n", "20", "-c", "UD"}, 300, 20, true},
 		{"read_bw", "RDMA_Read BW Test", []string{"-s", "65536", "-D", "1", "-x", "1", "-F"}, 65536, -1, true},

@@ -337,9 +337,9 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 		{"send_lat", "Send Latency Test", []string{"-s", "64", "-n", "10"}, 64, 10, true},
 		{"read_lat", "RDMA_Read Latency Test", []string{"-s", "64", "-n", "10"}, 64, 10, false},
 		{"atomic_lat", "Atomic FETCH_AND_ADD Latency Test", []string{"-n", "10"}, 8, 10, false},
-		{"write_bw", "RDMA_Write BW Test", []string{"-s", "1000", "-n", "20", "-q", "3"}, 1000, 20, true},
-		{"read_bw", "RDMA_Read BW Test", []string{"-s", "8192", "-n", "10", "-q", "2", "-o", "4", "-e"}, 8192, 10, true},
-		{"send_bw", "Send BW Test", []string{"-s", "512", "-n", "20", "-q", "2", "-e"}, 512, 20, true},
+		{"write_bw", "RDMA_Write BW Test", []string{"-s", "1000", "-n", "20", "-q", "3"}, 1000, 60, true}, // #iterations: -n × -q, as perftest
+		{"read_bw", "RDMA_Read BW Test", []string{"-s", "8192", "-n", "10", "-q", "2", "-o", "4", "-e"}, 8192, 20, true},
+		{"send_bw", "Send BW Test", []string{"-s", "512", "-n", "20", "-q", "2", "-e"}, 512, 40, true},
 		// -z: only the side channel over rdma_cm, the QPs connected as without it.
 		{"write_bw", "RDMA_Write BW Test", []string{"-z", "-s", "4096", "-n", "20"}, 4096, 20, true},
 		{"send_lat", "Send Latency Test", []string{"-z", "-c", "UC", "-s", "64", "-n", "10"}, 64, 10, true},

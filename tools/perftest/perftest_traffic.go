@@ -420,7 +420,9 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	if secs <= 0 {
 		secs = 1e-9
 	}
-	rep := oob.BWReport{Size: uint64(size), Iters: iters / uint64(n)}
+	// #iterations counts all QPs' messages, as perftest's does (-n per QP
+	// times -q; with -D, the completions of the measured period).
+	rep := oob.BWReport{Size: uint64(size), Iters: iters}
 	rep.BWAvg = c.bwUnits(float64(size) * float64(iters) / secs)
 	rep.MsgRateAvg = float64(iters) / secs / 1e6
 	if keep {
@@ -518,7 +520,7 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 	if secs <= 0 {
 		secs = 1e-9
 	}
-	rep := oob.BWReport{Size: uint64(size), Iters: got / uint64(n)}
+	rep := oob.BWReport{Size: uint64(size), Iters: got} // all QPs', as perftest's
 	rep.BWAvg = c.bwUnits(float64(size) * float64(got) / secs)
 	rep.MsgRateAvg = float64(got) / secs / 1e6
 	return rep, nil
