@@ -26,11 +26,15 @@ import (
 // may send one packet whatever the budget (budgetFloor): a small message
 // does not wait for a turn. What a QP sent before a retransmit timeout
 // expired stops counting until its peer answers, so a dead peer holds no
-// budget for longer than a timeout, and every waiting QP has packets in
-// flight whose ACK ends a receive batch, which serves the FIFO.
+// budget for longer than a timeout. While QPs wait, what counts in flight
+// is packets whose ACK ends a receive batch (which serves the FIFO), or
+// whose timeout gives their count back (which serves it too); only a QP
+// with the retransmit timer off (timeout 0) and a dead peer holds its
+// count until it is destroyed or leaves RTS.
 
 const (
-	// budgetFloor is the packets a QP may have in flight over the budget.
+	// budgetFloor is the packets a QP with nothing in flight, and not
+	// waiting for a turn, may send whatever the budget.
 	budgetFloor = 1
 	// budgetQuantum is the least grant worth taking (unless the QP needs
 	// fewer): a grant cut short ends with an ACK request, and grants of a
