@@ -68,6 +68,8 @@ type sendBudget struct {
 	wait     []*QP      // QPs over the budget, oldest first
 	spare    []*QP      // serveBudget's other FIFO slice (under serving)
 	serving  sync.Mutex // held by serveBudget
+	// serveSoon: a goroutine budgetFreed started has yet to serve.
+	serveSoon atomic.Bool
 }
 
 // init sets the budget for a device on ep with active MTU mtu, given
@@ -209,8 +211,15 @@ func (qp *QP) budgetSync() {
 func (qp *QP) budgetFreed() {
 	before := qp.req.counted
 	qp.budgetSync()
-	if d := qp.dev; qp.req.counted < before && d.budget.nwait.Load() > 0 && !d.closed.Load() {
-		go d.serveBudget()
+	b := &qp.dev.budget
+	if qp.req.counted < before && b.nwait.Load() > 0 && !qp.dev.closed.Load() &&
+		b.serveSoon.CompareAndSwap(false, true) {
+		// One goroutine however many QPs give back at once (a dead
+		// peer's QPs time out together); it serves what they all freed.
+		go func() {
+			b.serveSoon.Store(false)
+			qp.dev.serveBudget()
+		}()
 	}
 }
 
