@@ -28,9 +28,9 @@ import (
 // expired stops counting until its peer answers, so a dead peer holds no
 // budget for longer than a timeout. While QPs wait, what counts in flight
 // is packets whose ACK ends a receive batch (which serves the FIFO), or
-// whose timeout gives their count back (which serves it too); only a QP
-// with the retransmit timer off (timeout 0) and a dead peer holds its
-// count until it is destroyed or leaves RTS.
+// whose timeout gives their count back (which serves it too). A QP with
+// the retransmit timer off (timeout 0), which could not, stays outside the
+// budget.
 
 const (
 	// budgetFloor is the packets a QP with nothing in flight, and not
@@ -97,6 +97,22 @@ func budgetLimit(cfg int, ep link.Endpoint, mtu wire.MTU) int64 {
 	return int64(min(max(n, budgetFloor), maxBudget))
 }
 
+// budgetIdle reports a QP that waits for its turn with nothing
+// unacknowledged in flight (its lock held): no answer is due, so its
+// retransmit timer does not run (armRetry), and waiting, however long,
+// spends none of its retries. Its turn arms the timer again.
+func (qp *QP) budgetIdle() bool {
+	return qp.budgetWaiting && wire.PSNDiff(qp.req.sentPSN, qp.compPSN()) <= 0
+}
+
+// budgeted reports whether the QP's new packets come out of the budget:
+// an RC QP on a device with one, whose retransmit timer is on. A QP with
+// the timer off (timeout 0) would never notice a dead peer, so could not
+// give its share back: it neither counts nor waits, as before the budget.
+func (qp *QP) budgeted() bool {
+	return qp.typ == QPTypeRC && qp.dev.budget.limit != 0 && qp.attr.Timeout != 0
+}
+
 // budgetGrant asks for up to need new packets in flight for an RC QP (its
 // lock held) and counts what it grants (qp.req.grant, used up by the
 // packets the QP builds next). A QP that waits must hear back: the last
@@ -158,7 +174,7 @@ func (qp *QP) budgetGrant(need int32) bool {
 // the budget is for, but a READ is one request: it goes when one packet
 // may.
 func (qp *QP) budgetRead(npkts int32) bool {
-	if qp.dev.budget.limit == 0 {
+	if !qp.budgeted() {
 		return true
 	}
 	if !qp.budgetGrant(1) {
@@ -192,7 +208,7 @@ func (qp *QP) budgetSync() {
 	}
 	var want int32
 	switch {
-	case !qp.sending() || qp.dead:
+	case !qp.sending() || qp.dead || qp.attr.Timeout == 0:
 		qp.req.grant = 0
 	case qp.req.budgetLost:
 		want = qp.req.grant

@@ -296,3 +296,131 @@ func TestSendBudgetLossy(t *testing.T) {
 	t.Logf("retransmits %d, timeouts %d, budget waits %d, most in flight %d",
 		st.Retransmits.Load(), st.RetryTimeouts.Load(), st.BudgetWaits.Load(), st.InflightMax.Load())
 }
+
+// TestSendBudgetNoTimer: QPs with the retransmit timer off (timeout 0),
+// whose peer went silent, would hold their share of the budget for ever;
+// they stay outside it, and a QP with a timer is not held back by them.
+func TestSendBudgetNoTimer(t *testing.T) {
+	const nsilent = 8
+	ea, eb := scaleLink(t, "pipe")
+	m := newManyQPsConfig(t, ea, eb, 1, 14, &Config{InflightBudget: 64})
+	pda, pdb := m.a[0].pd, m.b[0].pd
+	access := AccessLocalWrite | AccessRemoteWrite
+	src, err := pda.RegMR(make([]byte, 64<<10), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := pdb.RegMR(make([]byte, 64<<10), access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(qp *QP, id uint64) {
+		t.Helper()
+		wr := []SendWR{{WRID: id, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: dst.RKey(), RemoteAddr: dst.Addr(),
+			SGList: []SGE{{Addr: src.Addr(), Length: 64 << 10, LKey: src.LKey()}}}}
+		if _, err := qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	init := &QPInitAttr{SendCQ: m.cqa, RecvCQ: m.cqa, QPType: QPTypeRC,
+		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	for i := range nsilent {
+		a, err := pda.CreateQP(init)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peerInit := *init
+		peerInit.SendCQ, peerInit.RecvCQ = m.cqb, m.cqb
+		b, err := pdb.CreateQP(&peerInit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scaleConnect(t, a, b, m.db, eb.LocalAddr().Port(), access, 0) // no retransmit timer
+		scaleConnect(t, b, a, m.da, ea.LocalAddr().Port(), access, 0)
+		if err := b.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		write(a, uint64(100+i))
+	}
+	write(m.a[0], 0) // 64 packets, over the budget if the silent QPs held it
+	pollUntil(t, m.cqa, 1, 10*time.Second, func(wc WC) {
+		if wc.WRID != 0 || wc.Status != WCSuccess {
+			t.Errorf("completion %d (%v), want the timed QP's WRITE (0) to succeed", wc.WRID, wc.Status)
+		}
+	})
+}
+
+// TestSendBudgetLongWait: a QP may wait for its turn far longer than its
+// retransmit timeout allows retries. Here a QP whose peer went silent
+// (timeout ~4 s) holds the whole budget, and a QP with ~1 ms timeouts
+// waits with nothing unacknowledged in flight while 40 ms pass: its timer
+// does not run, so waiting spends no retries, and it gets its turn once
+// the silent QP's timeout gives the budget back.
+func TestSendBudgetLongWait(t *testing.T) {
+	fc := NewFakeClock(time.Unix(1e9, 0))
+	ea, eb := scaleLink(t, "pipe")
+	m := newManyQPsConfig(t, ea, eb, 1, 8, &Config{InflightBudget: 64, Clock: fc}) // m.a[0]: timeout ~1 ms
+	pda, pdb := m.a[0].pd, m.b[0].pd
+	access := AccessLocalWrite | AccessRemoteWrite
+	src, err := pda.RegMR(make([]byte, 64<<10), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := pdb.RegMR(make([]byte, 64<<10), access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(qp *QP, id uint64) {
+		t.Helper()
+		wr := []SendWR{{WRID: id, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: dst.RKey(), RemoteAddr: dst.Addr(),
+			SGList: []SGE{{Addr: src.Addr(), Length: 64 << 10, LKey: src.LKey()}}}}
+		if _, err := qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	init := &QPInitAttr{SendCQ: m.cqa, RecvCQ: m.cqa, QPType: QPTypeRC,
+		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	silent, err := pda.CreateQP(init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerInit := *init
+	peerInit.SendCQ, peerInit.RecvCQ = m.cqb, m.cqb
+	peer, err := pdb.CreateQP(&peerInit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scaleConnect(t, silent, peer, m.db, eb.LocalAddr().Port(), access, 20) // ~4.3 s
+	scaleConnect(t, peer, silent, m.da, ea.LocalAddr().Port(), access, 20)
+	if err := peer.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	write(silent, 100) // 64 packets at MTU 1024: the whole budget, never acknowledged
+	write(m.a[0], 0)   // one packet (the floor), then a wait
+	st := m.da.Stats()
+	for deadline := time.Now().Add(10 * time.Second); st.BudgetWaits.Load() == 0 || m.a[0].budgetInFlight() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the timed QP never started waiting with nothing in flight")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for range 20 {
+		fc.Advance(2 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if wcs := make([]WC, 4); m.cqa.Poll(wcs) != 0 {
+		t.Fatalf("while waiting for its turn: completion %d (%v), want none", wcs[0].WRID, wcs[0].Status)
+	}
+	// On to the silent QP's first timeout (~4.3 s and jitter), and no
+	// further: it gives the budget back, and the waiting QP's turn then
+	// runs in real time (a fake second more would expire its own 1 ms
+	// timer before the peer could answer).
+	for tmo := st.RetryTimeouts.Load(); st.RetryTimeouts.Load() == tmo; {
+		fc.Advance(100 * time.Millisecond)
+	}
+	pollUntil(t, m.cqa, 1, 10*time.Second, func(wc WC) {
+		if wc.WRID != 0 || wc.Status != WCSuccess {
+			t.Errorf("completion %d (%v), want the waiting QP's WRITE (0) to succeed", wc.WRID, wc.Status)
+		}
+	})
+}

@@ -44,7 +44,8 @@ type Config struct {
 	// InflightBudget caps the packets the device's RC QPs may have sent
 	// and not seen acknowledged, all QPs together (budget.go): beyond it
 	// QPs take turns, oldest waiter first (a QP with nothing in flight
-	// may still send one packet). 0 sizes it from the link's receive buffer
+	// may still send one packet; QPs with timeout 0 stay outside it). 0
+	// sizes it from the link's receive buffer
 	// (link.ReceiveBufferer; the peer's is taken to be alike), at most
 	// 2048; negative turns it off (each QP then has its whole window).
 	InflightBudget int

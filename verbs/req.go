@@ -177,7 +177,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			// (budget.go); the last of a grant the budget cut short
 			// asks for an ACK too: the QP will wait for its next
 			// grant, and must hear back meanwhile.
-			if psn == qp.req.sentPSN && qp.dev.budget.limit != 0 {
+			if psn == qp.req.sentPSN && qp.budgeted() {
 				if qp.req.grant == 0 && !qp.budgetGrant(w-d) {
 					return false
 				}
