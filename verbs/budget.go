@@ -97,14 +97,6 @@ func budgetLimit(cfg int, ep link.Endpoint, mtu wire.MTU) int64 {
 	return int64(min(max(n, budgetFloor), maxBudget))
 }
 
-// budgetIdle reports a QP that waits for its turn with nothing
-// unacknowledged in flight (its lock held): no answer is due, so its
-// retransmit timer does not run (armRetry), and waiting, however long,
-// spends none of its retries. Its turn arms the timer again.
-func (qp *QP) budgetIdle() bool {
-	return qp.budgetWaiting && wire.PSNDiff(qp.req.sentPSN, qp.compPSN()) <= 0
-}
-
 // budgeted reports whether the QP's new packets come out of the budget:
 // an RC QP on a device with one, whose retransmit timer is on. A QP with
 // the timer off (timeout 0) would never notice a dead peer, so could not

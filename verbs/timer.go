@@ -65,7 +65,7 @@ func (qp *QP) retryWait() time.Duration {
 // armRetry starts the retransmit timer while packets are unanswered (if it
 // is not running); timeout 0 disables it (docs/protocol.md §5.5).
 func (qp *QP) armRetry() {
-	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.comp.rnrWait || qp.budgetIdle() {
+	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.comp.rnrWait {
 		if qp.comp.retryArmed {
 			qp.comp.retryTimer.Stop()
 			qp.comp.retryArmed = false
@@ -100,7 +100,7 @@ func (qp *QP) onRetryTimer() {
 		return
 	}
 	qp.comp.retryArmed = false
-	if !qp.outstanding() || qp.budgetIdle() {
+	if !qp.outstanding() {
 		return
 	}
 	if qp.comp.heardTimer {
