@@ -11,9 +11,10 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
-// budgetWRITEs posts k signaled WRITEs, round-robin, of size bytes on each pair in qps
-// (WRID = pair<<8 | message) from one source buffer to one target buffer.
-func budgetWRITEs(t *testing.T, m *manyQPs, qps []int, k, size int) {
+// budgetWriter registers a source and a target buffer of size bytes on
+// m's two devices and returns a function that posts one signaled WRITE of
+// the whole source to the whole target on qp.
+func budgetWriter(t *testing.T, m *manyQPs, size int) func(qp *QP, id uint64) {
 	t.Helper()
 	src, err := m.a[0].pd.RegMR(make([]byte, size), AccessLocalWrite)
 	if err != nil {
@@ -23,16 +24,53 @@ func budgetWRITEs(t *testing.T, m *manyQPs, qps []int, k, size int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for j := range k { // round-robin: message j on every QP, then j+1
-		for _, i := range qps {
-			wr := []SendWR{{WRID: uint64(i<<8 | j), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				RKey: dst.RKey(), RemoteAddr: dst.Addr(),
-				SGList: []SGE{{Addr: src.Addr(), Length: uint32(size), LKey: src.LKey()}}}}
-			if _, err := m.a[i].PostSend(wr); err != nil {
-				t.Fatal(err)
-			}
+	return func(qp *QP, id uint64) {
+		t.Helper()
+		wr := []SendWR{{WRID: id, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: dst.RKey(), RemoteAddr: dst.Addr(),
+			SGList: []SGE{{Addr: src.Addr(), Length: uint32(size), LKey: src.LKey()}}}}
+		if _, err := qp.PostSend(wr); err != nil {
+			t.Fatal(err)
 		}
 	}
+}
+
+// budgetWRITEs posts k signaled WRITEs, round-robin, of size bytes on each
+// pair in qps (WRID = pair<<8 | message) from one source buffer to one
+// target buffer.
+func budgetWRITEs(t *testing.T, m *manyQPs, qps []int, k, size int) {
+	t.Helper()
+	write := budgetWriter(t, m, size)
+	for j := range k { // round-robin: message j on every QP, then j+1
+		for _, i := range qps {
+			write(m.a[i], uint64(i<<8|j))
+		}
+	}
+}
+
+// silentQP adds an RC QP on m's first device, connected with ACK timeout
+// code timeout to a QP on the second that is then destroyed: what it
+// sends is never answered.
+func silentQP(t *testing.T, m *manyQPs, ea, eb link.Endpoint, timeout uint8) *QP {
+	t.Helper()
+	access := AccessLocalWrite | AccessRemoteWrite
+	init := &QPInitAttr{SendCQ: m.cqa, RecvCQ: m.cqa, QPType: QPTypeRC,
+		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	a, err := m.a[0].pd.CreateQP(init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerInit := *init
+	peerInit.SendCQ, peerInit.RecvCQ = m.cqb, m.cqb
+	b, err := m.b[0].pd.CreateQP(&peerInit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scaleConnect(t, a, b, m.db, eb.LocalAddr().Port(), access, timeout)
+	scaleConnect(t, b, a, m.da, ea.LocalAddr().Port(), access, timeout)
+	if err := b.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // pollUntil polls cq until want completions arrived (each handed to fn),
@@ -304,43 +342,9 @@ func TestSendBudgetNoTimer(t *testing.T) {
 	const nsilent = 8
 	ea, eb := scaleLink(t, "pipe")
 	m := newManyQPsConfig(t, ea, eb, 1, 14, &Config{InflightBudget: 64})
-	pda, pdb := m.a[0].pd, m.b[0].pd
-	access := AccessLocalWrite | AccessRemoteWrite
-	src, err := pda.RegMR(make([]byte, 64<<10), AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := pdb.RegMR(make([]byte, 64<<10), access)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(qp *QP, id uint64) {
-		t.Helper()
-		wr := []SendWR{{WRID: id, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: dst.RKey(), RemoteAddr: dst.Addr(),
-			SGList: []SGE{{Addr: src.Addr(), Length: 64 << 10, LKey: src.LKey()}}}}
-		if _, err := qp.PostSend(wr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	init := &QPInitAttr{SendCQ: m.cqa, RecvCQ: m.cqa, QPType: QPTypeRC,
-		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	write := budgetWriter(t, m, 64<<10)
 	for i := range nsilent {
-		a, err := pda.CreateQP(init)
-		if err != nil {
-			t.Fatal(err)
-		}
-		peerInit := *init
-		peerInit.SendCQ, peerInit.RecvCQ = m.cqb, m.cqb
-		b, err := pdb.CreateQP(&peerInit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		scaleConnect(t, a, b, m.db, eb.LocalAddr().Port(), access, 0) // no retransmit timer
-		scaleConnect(t, b, a, m.da, ea.LocalAddr().Port(), access, 0)
-		if err := b.Destroy(); err != nil {
-			t.Fatal(err)
-		}
-		write(a, uint64(100+i))
+		write(silentQP(t, m, ea, eb, 0), uint64(100+i)) // no retransmit timer
 	}
 	write(m.a[0], 0) // 64 packets, over the budget if the silent QPs held it
 	pollUntil(t, m.cqa, 1, 10*time.Second, func(wc WC) {
@@ -366,43 +370,10 @@ func TestSendBudgetLongWait(t *testing.T) {
 	fc := NewFakeClock(time.Unix(1e9, 0))
 	ea, eb := scaleLink(t, "pipe")
 	m := newManyQPsConfig(t, ea, eb, 1, 8, &Config{InflightBudget: 64, Clock: fc}) // m.a[0]: timeout ~1 ms
-	pda, pdb := m.a[0].pd, m.b[0].pd
-	access := AccessLocalWrite | AccessRemoteWrite
-	src, err := pda.RegMR(make([]byte, 64<<10), AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := pdb.RegMR(make([]byte, 64<<10), access)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(qp *QP, id uint64) {
-		t.Helper()
-		wr := []SendWR{{WRID: id, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: dst.RKey(), RemoteAddr: dst.Addr(),
-			SGList: []SGE{{Addr: src.Addr(), Length: 64 << 10, LKey: src.LKey()}}}}
-		if _, err := qp.PostSend(wr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	init := &QPInitAttr{SendCQ: m.cqa, RecvCQ: m.cqa, QPType: QPTypeRC,
-		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
-	silent, err := pda.CreateQP(init)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerInit := *init
-	peerInit.SendCQ, peerInit.RecvCQ = m.cqb, m.cqb
-	peer, err := pdb.CreateQP(&peerInit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scaleConnect(t, silent, peer, m.db, eb.LocalAddr().Port(), access, 20) // ~4.3 s
-	scaleConnect(t, peer, silent, m.da, ea.LocalAddr().Port(), access, 20)
-	if err := peer.Destroy(); err != nil {
-		t.Fatal(err)
-	}
-	write(silent, 100) // 64 packets at MTU 1024: the whole budget, never acknowledged
-	write(m.a[0], 0)   // one packet (the floor), then a wait
+	write := budgetWriter(t, m, 64<<10)
+	silent := silentQP(t, m, ea, eb, 20) // ~4.3 s
+	write(silent, 100)                   // 64 packets at MTU 1024: the whole budget, never acknowledged
+	write(m.a[0], 0)                     // one packet (the floor), then a wait
 	st := m.da.Stats()
 	for deadline := time.Now().Add(10 * time.Second); st.BudgetWaits.Load() == 0 || m.a[0].budgetInFlight() != 0; {
 		if time.Now().After(deadline) {
