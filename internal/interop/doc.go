@@ -17,6 +17,8 @@
 //
 // ORACLE_NS (default rxepeer) names the namespace and SOFTROCE_INTEROP_GUESTS
 // (default 1,2) the two guest numbers, so that several users of one machine
-// do not share guests. Without SOFTROCE_INTEROP, or when root, qemu, the
+// do not share guests. SOFTROCE_INTEROP_PCAP names a directory where the
+// softroce side of each tool run writes its traffic (--pcap), one file per
+// test. Without SOFTROCE_INTEROP, or when root, qemu, the
 // harness or the image is missing, every test skips and says why.
 package interop

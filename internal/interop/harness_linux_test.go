@@ -27,6 +27,7 @@ var cfg struct {
 	ns      string // network namespace (ORACLE_NS)
 	guests  [2]int // guest numbers: [0] is the peer, [1] the second kernel for rxe<->rxe baselines
 	bin     string // the softroce binary built for this run
+	pcapDir string // SOFTROCE_INTEROP_PCAP: softroce sides write their traffic here
 }
 
 func TestMain(m *testing.M) {
@@ -79,6 +80,7 @@ func configure() {
 		}
 		cfg.guests = [2]int{x, y}
 	}
+	cfg.pcapDir = os.Getenv("SOFTROCE_INTEROP_PCAP")
 	if os.Geteuid() != 0 {
 		cfg.skip = "not root (the harness boots qemu guests on a bridge in a network namespace)"
 		return
@@ -358,6 +360,17 @@ func (e endpoint) start(ctx context.Context, limit time.Duration) <-chan result 
 		ch <- runCmd(cmd)
 	}()
 	return ch
+}
+
+// withPcap adds --pcap to a softroce command when SOFTROCE_INTEROP_PCAP
+// names a directory: the file is named after the test.
+func withPcap(t *testing.T, e endpoint) endpoint {
+	if cfg.pcapDir == "" || e.guest != nil {
+		return e
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	e.cmd += " --pcap " + filepath.Join(cfg.pcapDir, name+".pcap")
+	return e
 }
 
 // pairRun is the outcome of a server/client run.
