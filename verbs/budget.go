@@ -97,6 +97,13 @@ func budgetLimit(cfg int, ep link.Endpoint, mtu wire.MTU) int64 {
 	return int64(min(max(n, budgetFloor), maxBudget))
 }
 
+// budgetIdle reports a QP that waits for its turn with everything it sent
+// acknowledged (its lock held): a retransmit timeout then is no sign of a
+// lost packet or a dead peer, and spends no retry (onRetryTimer).
+func (qp *QP) budgetIdle() bool {
+	return qp.budgetWaiting && wire.PSNDiff(qp.req.sentPSN, qp.compPSN()) <= 0
+}
+
 // budgeted reports whether the QP's new packets come out of the budget:
 // an RC QP on a device with one, whose retransmit timer is on. A QP with
 // the timer off (timeout 0) would never notice a dead peer, so could not

@@ -357,16 +357,10 @@ func TestSendBudgetNoTimer(t *testing.T) {
 // TestSendBudgetLongWait: a QP may wait for its turn far longer than its
 // retransmit timeout allows retries. Here a QP whose peer went silent
 // (timeout ~4 s) holds the whole budget, and a QP with ~1 ms timeouts
-// waits with nothing unacknowledged in flight while 40 ms pass: its timer
-// does not run, so waiting spends no retries, and it gets its turn once
+// waits with nothing unacknowledged in flight while 40 ms pass: its timer's
+// expiries spend no retries (onRetryTimer), and it gets its turn once
 // the silent QP's timeout gives the budget back.
 func TestSendBudgetLongWait(t *testing.T) {
-	// Known and open: a waiting QP's retransmit timer still runs, and
-	// waiting spends its retries (this test fails: RETRY_EXC_ERR). Not
-	// running the timer while nothing is unacknowledged fixed it here,
-	// but made write_bw -q 64 against the kernel fail 4 runs in 12 with
-	// RETRY_EXC_ERR (0 in 12 without it), so it was taken back.
-	t.Skip("known: a QP waiting for the send budget spends retries (see the comment)")
 	fc := NewFakeClock(time.Unix(1e9, 0))
 	ea, eb := scaleLink(t, "pipe")
 	m := newManyQPsConfig(t, ea, eb, 1, 8, &Config{InflightBudget: 64, Clock: fc}) // m.a[0]: timeout ~1 ms

@@ -73,7 +73,7 @@ type Stats struct {
 	TxErrors           atomic.Uint64 // packets the link failed to send
 	Retransmits        atomic.Uint64 // retry sequences started (timeout, NAK, lost response)
 	RetryTimeouts      atomic.Uint64 // retransmit timer expiries
-	RetryDeferred      atomic.Uint64 // timer expiries not retried: the peer had answered (no progress) in that period
+	RetryDeferred      atomic.Uint64 // timer expiries not retried: the peer had answered (no progress) in that period, or the QP waited for its send-budget turn with nothing unacknowledged
 	RNRNAKsSent        atomic.Uint64
 	RNRNAKsRcvd        atomic.Uint64
 	SeqNAKsSent        atomic.Uint64

@@ -103,6 +103,14 @@ func (qp *QP) onRetryTimer() {
 	if !qp.outstanding() {
 		return
 	}
+	if qp.budgetIdle() {
+		// Waiting for its turn in the send budget with every packet it
+		// sent acknowledged: no answer is due, so the expiry spends no
+		// retry. The timer keeps running; the turn sends on.
+		qp.dev.stats.RetryDeferred.Add(1)
+		qp.armRetry()
+		return
+	}
 	if qp.comp.heardTimer {
 		// The peer answered during this period, only not with progress
 		// (duplicates, a READ's responses after a gap): it is alive and
