@@ -84,7 +84,7 @@ func TestTwoHosts(t *testing.T) {
 			}
 			if id, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
 				t.Errorf("datagram %d: ICRC does not verify", i)
-			} else if a4.GSO() && int(id) != i%a4.BatchSize()%(maxGSOBytes/p.N) {
+			} else if a4.GSO() && int(id) != i%a4.txPkts%(maxGSOBytes/p.N) {
 				t.Errorf("datagram %d: ICRC computed for ID %d", i, id)
 			}
 		}

@@ -123,10 +123,10 @@ func TestWireIPv4IDs(t *testing.T) {
 				id := binary.BigEndian.Uint16(hdr[4:])
 				wantID := uint16(0)
 				if gso {
-					// Runs are cut at BatchSize packets per call and at the
+					// Runs are cut at txPkts packets per call and at the
 					// GSO limits; each run starts again at ID 0.
 					perRun := min(maxGSOSegments, maxGSOBytes/len(pkts[0].Bytes()))
-					wantID = uint16(int(psn) % c.e.BatchSize() % perRun)
+					wantID = uint16(int(psn) % c.e.txPkts % perRun)
 				}
 				if psn != uint32(i) || id != wantID || hdr[6]&0x40 == 0 || hdr[1] != c.tos {
 					t.Errorf("datagram %d: PSN %d, IPv4 ID %d, flags %#x, TOS %#x; want PSN %d, ID %d, DF, TOS %#x",

@@ -14,7 +14,7 @@ import (
 
 // Defaults used when a Config field is zero.
 const (
-	// DefaultBatchSize is the number of datagrams moved per system call.
+	// DefaultBatchSize is the number of messages moved per system call.
 	DefaultBatchSize = 64
 	// MaxBatchSize bounds Config.BatchSize (the kernel caps recvmmsg/sendmmsg
 	// at UIO_MAXIOV = 1024 messages per call).
@@ -47,7 +47,9 @@ type Config struct {
 	// MTU overrides the IP MTU reported by Endpoint.MTU; 0 looks it up from
 	// the interface that holds Addr.
 	MTU int
-	// BatchSize is the most datagrams per system call (0: DefaultBatchSize).
+	// BatchSize is the most messages per system call (0: DefaultBatchSize):
+	// datagrams, except that a UDP GSO or GRO message holds several (a
+	// send then carries up to twice BatchSize datagrams).
 	BatchSize int
 	// SocketBuffer is the receive and send buffer size in bytes
 	// (0: DefaultSocketBuffer; negative: leave the kernel default).
@@ -76,7 +78,7 @@ func WithAnyPort() Option { return func(c *Config) { c.AnyPort = true } }
 // WithMTU overrides the reported IP MTU.
 func WithMTU(mtu int) Option { return func(c *Config) { c.MTU = mtu } }
 
-// WithBatchSize sets the number of datagrams per system call.
+// WithBatchSize sets the number of messages per system call (Config.BatchSize).
 func WithBatchSize(n int) Option { return func(c *Config) { c.BatchSize = n } }
 
 // WithSocketBuffer sets the socket receive and send buffer sizes in bytes.

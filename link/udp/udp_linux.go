@@ -30,7 +30,8 @@ type Endpoint struct {
 	is6      bool
 	wildcard bool
 	mtu      int
-	batch    int
+	batch    int // messages per system call
+	txPkts   int // packets one send may carry: GSO puts several in a message
 	log      *slog.Logger
 	closed   atomic.Bool
 	gso      atomic.Bool // UDP GSO in use
@@ -171,8 +172,12 @@ func (e *Endpoint) allocBatches(ownBufs bool) {
 	if e.gro || ownBufs {
 		e.rx.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
 	}
-	// Up to three iovecs per packet: headers, payload in place, pad+ICRC.
-	e.tx.hdrs, e.tx.iovs, e.tx.names = make([]mmsghdr, n), make([]unix.Iovec, 3*n), make([]sockaddr, n)
+	// A send carries up to BatchSize messages and txPkts packets: with GSO
+	// a message holds several, so that a window an ACK opens (rxe's
+	// requester asks every 65 packets) leaves in one system call. Up to
+	// three iovecs per packet: headers, payload in place, pad+ICRC.
+	e.txPkts = n * txPktsPerMsg
+	e.tx.hdrs, e.tx.iovs, e.tx.names = make([]mmsghdr, n), make([]unix.Iovec, 3*e.txPkts), make([]sockaddr, n)
 	e.tx.oob = make([]byte, n*oobLen)
 	e.tx.msgPkts = make([]int, n)
 	for i := 0; i < n; i++ {
@@ -654,9 +659,12 @@ const (
 	maxGSOBytes    = 65535 - 40 - 8
 )
 
-// build prepares messages for up to BatchSize() packets of pkts, computing
-// their ICRCs, and returns the number of messages and packets. It stops
-// before the first invalid packet and returns its error.
+// txPktsPerMsg is the packets per message a send has room for, on average.
+const txPktsPerMsg = 2
+
+// build prepares up to BatchSize() messages for up to txPkts packets of
+// pkts, computing their ICRCs, and returns the number of messages and
+// packets. It stops before the first invalid packet and returns its error.
 func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err error) {
 	tx := &e.tx
 	overhead := 8 + 20
@@ -699,7 +707,7 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		}
 		h.SetControllen(cl)
 	}
-	for np < len(pkts) && np < e.batch {
+	for np < len(pkts) && np < e.txPkts {
 		p := &pkts[np]
 		dst, src, scope, err := e.addrs(p)
 		if err != nil {
@@ -727,6 +735,9 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			run = size == seg
 			tx.msgPkts[nm-1]++
 		} else {
+			if nm == e.batch {
+				break // no message left: the next send takes p
+			}
 			finish()
 			m := nm
 			nm++

@@ -106,6 +106,71 @@ func TestGSOGRO(t *testing.T) {
 	}
 }
 
+// TestSendCalls: one WriteBatch call sends as many packets per system call
+// as BatchSize messages hold. With GSO, the 65 packets an rxe ACK opens go
+// in one sendmmsg; one packet per message (no GSO, or a destination per
+// packet) is cut at BatchSize; and everything arrives, in order.
+func TestSendCalls(t *testing.T) {
+	const batch = 8
+	for _, c := range []struct {
+		name      string
+		n         int
+		batch     int // BatchSize (0: the default)
+		noGSO     bool
+		spread    bool // alternate two destinations: one packet per message
+		wantCalls uint64
+	}{
+		{"gso-65", 65, 0, false, false, 1},
+		{"gso-over-txPkts", 2*batch*txPktsPerMsg + 1, batch, false, false, 3},
+		{"no-gso", 2*batch + 1, batch, true, false, 3},
+		{"messages-first", 2*batch + 1, batch, false, true, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			opts := []Option{WithBatchSize(c.batch)}
+			if c.noGSO {
+				opts = append(opts, WithoutGSO())
+			}
+			a := listen(t, "127.0.0.1:0", opts...)
+			if !c.noGSO && !a.GSO() {
+				t.Skip("kernel without UDP GSO")
+			}
+			b1, b2 := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+			pkts := linktest.Batch(c.n, 0)
+			for i := range pkts {
+				pkts[i].Buf = linktest.Packet(nil, 0x11, uint32(i), linktest.Payload(i, 1000))
+				pkts[i].N, pkts[i].Dst = len(pkts[i].Buf), b1.LocalAddr()
+				if c.spread && i%2 == 1 {
+					pkts[i].Dst = b2.LocalAddr()
+				}
+			}
+			if k, err := a.WriteBatch(pkts); k != c.n || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", k, err)
+			}
+			if got := a.Stats().WriteCalls; got != c.wantCalls {
+				t.Errorf("%d packets: %d sendmmsg calls, want %d", c.n, got, c.wantCalls)
+			}
+			n1 := c.n
+			if c.spread {
+				n1 = (c.n + 1) / 2
+				for i, p := range readN(t, b2, c.n/2) {
+					if !bytes.Equal(p.Bytes(), pkts[2*i+1].Bytes()) {
+						t.Fatalf("second destination: datagram %d differs", i)
+					}
+				}
+			}
+			for i, p := range readN(t, b1, n1) {
+				j := i
+				if c.spread {
+					j = 2 * i
+				}
+				if !bytes.Equal(p.Bytes(), pkts[j].Bytes()) {
+					t.Fatalf("datagram %d differs", i)
+				}
+			}
+		})
+	}
+}
+
 func TestProperties(t *testing.T) {
 	e := listen(t, "127.0.0.1:0")
 	if e.MTU() != 65536 {
