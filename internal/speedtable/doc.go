@@ -11,8 +11,9 @@
 // processes per MiB (wait4's rusage), latency (typical and minimum), the
 // demo's in-process half round trip, the link/udp loopback benchmark as the
 // raw UDP ceiling, and many QPs against one. System calls are counted in a
-// separate round under strace -f -c, when strace is installed, since
-// tracing slows the run. The 1-minute load average is printed beside each
+// separate round: with perf stat (the raw_syscalls:sys_enter tracepoint,
+// counted in the kernel) where it works, else under strace -f -c, which
+// stops the processes at every call and so changes how they batch. The 1-minute load average is printed beside each
 // figure. Every child runs in its own process group, bounded in time and
 // killed on exit; a failed measurement prints a line and the command exits
 // with status 1.

@@ -160,6 +160,18 @@ func parseStraceTotal(out string) (uint64, error) {
 	return 0, errors.New("no total line in strace -c output")
 }
 
+// parsePerfCount returns the count of the raw_syscalls:sys_enter line of
+// perf stat -x, output ("count,unit,event,...").
+func parsePerfCount(out string) (uint64, error) {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Split(l, ",")
+		if len(f) >= 3 && f[2] == "raw_syscalls:sys_enter" {
+			return strconv.ParseUint(f[0], 10, 64)
+		}
+	}
+	return 0, errors.New("no raw_syscalls:sys_enter count in perf stat output")
+}
+
 // parseLoadavg returns the 1-minute load average of /proc/loadavg.
 func parseLoadavg(s string) (float64, error) {
 	f := strings.Fields(s)

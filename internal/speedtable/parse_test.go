@@ -194,3 +194,21 @@ func TestPairedRatio(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePerfCount(t *testing.T) {
+	for _, tc := range []struct {
+		out  string
+		want uint64
+		bad  bool
+	}{
+		{"# started on Fri Nov 27 07:20:01 2026\n\n36263,,raw_syscalls:sys_enter,2500531434,100.00,,\n", 36263, false},
+		{"8,,syscalls:sys_enter_read,2500531434,100.00,,\n36263,,raw_syscalls:sys_enter,1,100.00,,\n", 36263, false},
+		{"<not supported>,,raw_syscalls:sys_enter,0,100.00,,\n", 0, true},
+		{"", 0, true},
+	} {
+		got, err := parsePerfCount(tc.out)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("parsePerfCount(%q) = %d, %v", tc.out, got, err)
+		}
+	}
+}

@@ -18,7 +18,7 @@ type proc struct {
 	Stdout, Stderr string
 	CPU            time.Duration // user + system, all threads
 	Switches       int64         // voluntary + involuntary
-	Syscalls       uint64        // under strace only
+	Syscalls       uint64        // traced runs only
 }
 
 // runner starts the children: the softroce binary, each in its own process
@@ -27,7 +27,12 @@ type runner struct {
 	bin    string
 	env    []string
 	strace string // path of strace; "" when not tracing
-	tmp    string
+	// perf is the path of perf when it can count the raw_syscalls
+	// tracepoint: traced runs then use perf stat, which counts in the
+	// kernel and barely slows the process, rather than strace, which
+	// stops it at every call (both processes then batch differently).
+	perf string
+	tmp  string
 }
 
 // start runs argv (a softroce command) in the background; wait returns its
@@ -42,7 +47,11 @@ func (r *runner) start(ctx context.Context, argv []string, traced bool) (wait fu
 		}
 		f.Close()
 		sfile = f.Name()
-		args = append([]string{r.strace, "-f", "-c", "-q", "-o", sfile}, args...)
+		if r.perf != "" {
+			args = append([]string{r.perf, "stat", "-x,", "-e", syscallEvent, "-o", sfile, "--"}, args...)
+		} else {
+			args = append([]string{r.strace, "-f", "-c", "-q", "-o", sfile}, args...)
+		}
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = r.env
@@ -74,12 +83,36 @@ func (r *runner) start(ctx context.Context, argv []string, traced bool) (wait fu
 			if err != nil {
 				return p, err
 			}
-			if p.Syscalls, err = parseStraceTotal(string(b)); err != nil {
+			parse := parseStraceTotal
+			if r.perf != "" {
+				parse = parsePerfCount
+			}
+			if p.Syscalls, err = parse(string(b)); err != nil {
 				return p, fmt.Errorf("%s: %v", argv[0], err)
 			}
 		}
 		return p, nil
 	}, nil
+}
+
+// syscallEvent is the tracepoint perf stat counts: every system call entry.
+const syscallEvent = "raw_syscalls:sys_enter"
+
+// probePerf returns perf's path if perf stat can count syscallEvent here
+// (it needs the tracepoint and the permission to use it), else "".
+func probePerf(ctx context.Context) string {
+	p, err := exec.LookPath("perf")
+	if err != nil {
+		return ""
+	}
+	out, err := exec.CommandContext(ctx, p, "stat", "-x,", "-e", syscallEvent, "--", "true").CombinedOutput()
+	if err != nil {
+		return ""
+	}
+	if n, err := parsePerfCount(string(out)); err != nil || n == 0 {
+		return ""
+	}
+	return p
 }
 
 // pair runs a server (argv plus serverArgs) and its client (argv plus
