@@ -80,7 +80,12 @@ func configure() {
 		}
 		cfg.guests = [2]int{x, y}
 	}
-	cfg.pcapDir = os.Getenv("SOFTROCE_INTEROP_PCAP")
+	if cfg.pcapDir = os.Getenv("SOFTROCE_INTEROP_PCAP"); cfg.pcapDir != "" {
+		if err := os.MkdirAll(cfg.pcapDir, 0o755); err != nil {
+			cfg.skip = fmt.Sprintf("SOFTROCE_INTEROP_PCAP=%s: %v (name a directory the tests may write to)", cfg.pcapDir, err)
+			return
+		}
+	}
 	if os.Geteuid() != 0 {
 		cfg.skip = "not root (the harness boots qemu guests on a bridge in a network namespace)"
 		return

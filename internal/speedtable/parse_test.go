@@ -116,19 +116,27 @@ func TestParseBench(t *testing.T) {
 	}
 }
 
-func TestParseStraceTotal(t *testing.T) {
+// TestParseSyscallCounts: the total of strace -c and the count of perf
+// stat -x, (the two ways speedtable counts system calls).
+func TestParseSyscallCounts(t *testing.T) {
 	for _, tc := range []struct {
-		out  string
-		want uint64
-		bad  bool
+		name  string
+		parse func(string) (uint64, error)
+		out   string
+		want  uint64
+		bad   bool
 	}{
-		{straceOut, 13691, false},
-		{"100.00    0.100000           5     20000           total\n", 20000, false},
-		{"% time     seconds  usecs/call     calls    errors syscall\n", 0, true},
+		{"strace", parseStraceTotal, straceOut, 13691, false},
+		{"strace", parseStraceTotal, "100.00    0.100000           5     20000           total\n", 20000, false},
+		{"strace", parseStraceTotal, "% time     seconds  usecs/call     calls    errors syscall\n", 0, true},
+		{"perf", parsePerfCount, "# started on Fri Nov 27 07:20:01 2026\n\n36263,,raw_syscalls:sys_enter,2500531434,100.00,,\n", 36263, false},
+		{"perf", parsePerfCount, "8,,syscalls:sys_enter_read,2500531434,100.00,,\n36263,,raw_syscalls:sys_enter,1,100.00,,\n", 36263, false},
+		{"perf", parsePerfCount, "<not supported>,,raw_syscalls:sys_enter,0,100.00,,\n", 0, true},
+		{"perf", parsePerfCount, "", 0, true},
 	} {
-		got, err := parseStraceTotal(tc.out)
+		got, err := tc.parse(tc.out)
 		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("parseStraceTotal(%q) = %d, %v", tc.out, got, err)
+			t.Errorf("%s: parse(%q) = %d, %v", tc.name, tc.out, got, err)
 		}
 	}
 }
@@ -191,24 +199,6 @@ func TestPairedRatio(t *testing.T) {
 		got, ok := pairedRatio(tc.a, tc.b)
 		if ok != tc.ok || math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("pairedRatio(%v, %v) = %v, %v; want %v, %v", tc.a, tc.b, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
-func TestParsePerfCount(t *testing.T) {
-	for _, tc := range []struct {
-		out  string
-		want uint64
-		bad  bool
-	}{
-		{"# started on Fri Nov 27 07:20:01 2026\n\n36263,,raw_syscalls:sys_enter,2500531434,100.00,,\n", 36263, false},
-		{"8,,syscalls:sys_enter_read,2500531434,100.00,,\n36263,,raw_syscalls:sys_enter,1,100.00,,\n", 36263, false},
-		{"<not supported>,,raw_syscalls:sys_enter,0,100.00,,\n", 0, true},
-		{"", 0, true},
-	} {
-		got, err := parsePerfCount(tc.out)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("parsePerfCount(%q) = %d, %v", tc.out, got, err)
 		}
 	}
 }
