@@ -365,15 +365,20 @@ func (h *harness) demo(ctx context.Context, round string) {
 		round, "demo", d.BW, d.TCPBW, d.Lat, d.TCPLat, load)
 }
 
-// udpBench is the link/udp benchmark taken as the raw UDP ceiling.
-const udpBench = "BenchmarkLoopback/batched-64-gso-gro"
+// The link/udp benchmarks taken as the raw UDP ceiling and as its TCP
+// baseline in the same process.
+const (
+	udpBench    = "BenchmarkLoopback/batched-64-gso-gro"
+	udpTCPBench = "BenchmarkLoopback/tcp-1MiB"
+)
 
-// udp runs link/udp's loopback benchmarks once.
+// udp runs link/udp's loopback benchmarks once: the raw UDP path's rate, and
+// its CPU per MiB against a TCP stream in the same process.
 func (h *harness) udp(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	load := loadavg()
-	cmd := exec.CommandContext(ctx, "go", "test", "-run=^$", "-bench=Loopback", "-benchtime=2s", "./link/udp")
+	cmd := exec.CommandContext(ctx, "go", "test", "-run=^$", "-bench=Loopback/(batched-64-gso-gro|tcp-1MiB)$", "-benchtime=2s", "./link/udp")
 	cmd.Dir = h.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
@@ -382,15 +387,18 @@ func (h *harness) udp(ctx context.Context) {
 		return
 	}
 	res := parseBench(string(out))
-	v, ok := res[udpBench]
-	if !ok {
-		h.fail("link/udp benchmark", fmt.Errorf("no %s in output\n%s", udpBench, out))
+	u, t := res[udpBench], res[udpTCPBench]
+	if u["MB/s"] == 0 || u["cpu-us/MiB"] == 0 || t["cpu-us/MiB"] == 0 {
+		h.fail("link/udp benchmark", fmt.Errorf("no MB/s and cpu-us/MiB for %s and %s in output\n%s", udpBench, udpTCPBench, out))
 		return
 	}
-	for name, mbs := range res {
-		fmt.Fprintf(h.log, "udp    %-40s %8.1f MiB/s  [load %.2f]\n", name, mbs*1e6/mib, load)
+	for _, name := range []string{udpBench, udpTCPBench} {
+		fmt.Fprintf(h.log, "udp    %-40s %8.1f MiB/s %6.1f µs CPU/MiB  [load %.2f]\n",
+			name, res[name]["MB/s"]*1e6/mib, res[name]["cpu-us/MiB"], load)
 	}
-	h.add("udp", "MiB/s", v*1e6/mib)
+	h.add("udp", "MiB/s", u["MB/s"]*1e6/mib)
+	h.add("udp", "cpu/MiB", u["cpu-us/MiB"])
+	h.add("udp tcp", "cpu/MiB", t["cpu-us/MiB"])
 	h.loads["udp"] = append(h.loads["udp"], load)
 }
 
@@ -439,6 +447,7 @@ func (h *harness) table() string {
 		fmt.Fprintf(&b, "| raw UDP batched + GSO + GRO (link/udp %s) vs `tcp_bw` | %.0f MiB/s | %s | %s | %s |\n",
 			strings.TrimPrefix(udpBench, "Benchmark"), v, fmtOpt(t, ok2, "%.0f MiB/s"), r, ld("udp", "tcp_bw 1M"))
 	}
+	row("raw UDP path's CPU per MiB vs a TCP stream, one process (link/udp Loopback: the floor under softroce's)", "udp", "udp", " µs", "%.0f", "udp", "cpu/MiB", "udp tcp", "cpu/MiB", 1)
 	row("CPU per MiB, both processes, 1 MiB WRITE stream vs TCP stream", "write_bw 1M", "tcp_bw 1M", " µs", "%.0f", "write_bw 1M", "cpu/MiB", "tcp_bw 1M", "cpu/MiB", 1)
 	row("context switches per MiB, both processes", "write_bw 1M", "tcp_bw 1M", "", "%.1f", "write_bw 1M", "cs/MiB", "tcp_bw 1M", "cs/MiB", 1)
 	row("syscalls per MiB, both processes (traced round: perf stat, else strace)", "write_bw 1M strace", "tcp_bw 1M strace", "", "%.1f", "write_bw 1M", "calls/MiB", "tcp_bw 1M", "calls/MiB", 1)

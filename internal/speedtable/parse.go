@@ -123,10 +123,11 @@ func parseDemo(out string) (demoResult, error) {
 	return d, nil
 }
 
-// parseBench returns the MB/s (10^6 bytes) of each benchmark in go test
-// -bench output, by name without the -GOMAXPROCS suffix.
-func parseBench(out string) map[string]float64 {
-	res := map[string]float64{}
+// parseBench returns the metrics of each benchmark in go test -bench
+// output (unit -> value: "MB/s", "cpu-us/MiB", ...), by name without the
+// -GOMAXPROCS suffix.
+func parseBench(out string) map[string]map[string]float64 {
+	res := map[string]map[string]float64{}
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
@@ -139,10 +140,11 @@ func parseBench(out string) map[string]float64 {
 			}
 		}
 		for i := 2; i+1 < len(f); i += 2 {
-			if f[i+1] == "MB/s" {
-				if v, err := strconv.ParseFloat(f[i], 64); err == nil {
-					res[name] = v
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				if res[name] == nil {
+					res[name] = map[string]float64{}
 				}
+				res[name][f[i+1]] = v
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"math"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 const (
@@ -100,19 +102,19 @@ func TestParseDemo(t *testing.T) {
 
 func TestParseBench(t *testing.T) {
 	out := "goos: linux\n" +
-		"BenchmarkLoopback/batched-64-gso-gro-2         \t 1000000\t      1520 ns/op\t2810.36 MB/s\t    657846 pkts/s\t       0 B/op\t       0 allocs/op\n" +
+		"BenchmarkLoopback/batched-64-gso-gro-2         \t 1000000\t      1520 ns/op\t2810.36 MB/s\t       524.2 cpu-us/MiB\t    657846 pkts/s\t       0 B/op\t       0 allocs/op\n" +
 		"BenchmarkLoopback/per-packet-2                 \t  300000\t      8000 ns/op\t 538.10 MB/s\n" +
+		"BenchmarkLoopback/tcp-1MiB                     \t    4425\t    300442 ns/op\t3490.12 MB/s\t       367.4 cpu-us/MiB\n" +
 		"BenchmarkOther                                 \t  300000\t      8000 ns/op\n" +
 		"PASS\n"
-	got := parseBench(out)
-	want := map[string]float64{"BenchmarkLoopback/batched-64-gso-gro": 2810.36, "BenchmarkLoopback/per-packet": 538.10}
-	if len(got) != len(want) {
-		t.Fatalf("parseBench = %v, want %v", got, want)
+	want := map[string]map[string]float64{
+		"BenchmarkLoopback/batched-64-gso-gro": {"ns/op": 1520, "MB/s": 2810.36, "cpu-us/MiB": 524.2, "pkts/s": 657846, "B/op": 0, "allocs/op": 0},
+		"BenchmarkLoopback/per-packet":         {"ns/op": 8000, "MB/s": 538.10},
+		"BenchmarkLoopback/tcp-1MiB":           {"ns/op": 300442, "MB/s": 3490.12, "cpu-us/MiB": 367.4},
+		"BenchmarkOther":                       {"ns/op": 8000},
 	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("parseBench[%s] = %v, want %v", k, got[k], v)
-		}
+	if diff := cmp.Diff(want, parseBench(out)); diff != "" {
+		t.Errorf("parseBench (-want +got):\n%s", diff)
 	}
 }
 
