@@ -14,9 +14,21 @@ type mmsghdr struct {
 	n   uint32
 }
 
-// mmsg runs recvmmsg or sendmmsg (nr) on fd for the messages h.
+// mmsg runs recvmmsg or sendmmsg (nr) on fd for the messages h, without
+// waiting: flags always include MSG_DONTWAIT, whatever the socket's mode.
+//
+// Because the call never waits, it is made as a raw system call, outside
+// the runtime's system-call bookkeeping. A call through Syscall6 enters
+// that bookkeeping, and the first one after the process went idle wakes the
+// runtime's monitor thread (a futex), which then polls every 20 µs
+// (nanosleep) in case the call blocks: on a stream whose receiver goes idle
+// between bursts that was 6 to 7 of the 36 system calls per MiB on the
+// receiver, 3 of 15 on the sender, and their wake-ups' CPU. Waiting for a
+// socket stays with the netpoller (rawConn.Read and Write). A long sendmmsg
+// (a window of packets over loopback, whose receive path runs in the
+// sender's call) keeps its processor for that time, as any Go code would.
 func mmsg(nr, fd uintptr, h []mmsghdr, flags int) (int, unix.Errno) {
-	r, _, e := unix.Syscall6(nr, fd, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), uintptr(flags), 0, 0)
+	r, _, e := unix.RawSyscall6(nr, fd, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), uintptr(flags|unix.MSG_DONTWAIT), 0, 0)
 	return int(r), e
 }
 

@@ -3,12 +3,18 @@ package udp
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/linktest"
+	"github.com/softroce/softroce/wire"
 )
 
 // cmsgs builds a control buffer as the kernel would deliver it.
@@ -183,5 +189,60 @@ func TestLinkLocalZone(t *testing.T) {
 	}
 	if idx, err := zoneIndex("lo"); err != nil || idx != uint32(lo.Index) {
 		t.Errorf("zoneIndex(lo) = %d, %v", idx, err)
+	}
+}
+
+// TestMmsgNeverWaits: recvmmsg and sendmmsg run as raw system calls, which
+// must never wait in the kernel (the runtime does not know the thread is in
+// a call). They pass MSG_DONTWAIT, so even on a socket put into blocking
+// mode a poll with nothing queued returns at once, and reads and writes
+// still work through the netpoller.
+func TestMmsgNeverWaits(t *testing.T) {
+	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	for _, e := range []*Endpoint{a, b} {
+		rc, err := e.conn.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = unix.SetNonblock(int(fd), false) }); err != nil || serr != nil {
+			t.Fatal(err, serr)
+		}
+	}
+	pkts := linktest.Batch(4, 8192)
+	done := make(chan error, 1)
+	go func() {
+		n, err := a.PollBatch(pkts)
+		if err == nil && n != 0 {
+			err = fmt.Errorf("PollBatch on an empty socket = %d packets", n)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		// Wake the call stuck in the kernel, so that the endpoints close.
+		if c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(a.LocalAddr())); err == nil {
+			c.Write([]byte("wake"))
+			c.Close()
+		}
+		<-done
+		t.Fatal("PollBatch on an empty blocking socket did not return in 5 s: recvmmsg waited")
+	}
+	want := linktest.Packet(nil, 0x04, 7, linktest.Payload(7, 100))
+	out := []link.Packet{{Buf: bytes.Clone(want), N: len(want), Dst: a.LocalAddr()}}
+	if n, err := b.WriteBatch(out); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	wire.FillICRC(want, b.LocalAddr(), a.LocalAddr(), 0)
+	n, err := a.ReadBatch(pkts)
+	if n != 1 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v", n, err)
+	}
+	if got := pkts[0].Buf[:pkts[0].N]; !bytes.Equal(got, want) {
+		t.Errorf("received %x, want %x", got, want)
 	}
 }
