@@ -99,7 +99,10 @@ func (b *BatchConn) do(fd uintptr) bool {
 		nr = unix.SYS_SENDMMSG
 	}
 	n, e := mmsg(nr, fd, b.hdrs[:b.count], unix.MSG_DONTWAIT)
-	if e == unix.EAGAIN || e == unix.EINTR {
+	for e == unix.EINTR { // not a wait: try again at once
+		n, e = mmsg(nr, fd, b.hdrs[:b.count], unix.MSG_DONTWAIT)
+	}
+	if e == unix.EAGAIN {
 		return false
 	}
 	b.n, b.errno = n, e
