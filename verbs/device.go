@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,9 +35,9 @@ type Config struct {
 	// zc.go). For comparisons.
 	NoZeroCopySend bool
 	// BusyPoll keeps the receive loop polling the link, without sleeping,
-	// for this long after each received batch when the link can be polled
-	// (link/udp): a reply that arrives meanwhile is handled without a
-	// thread wake-up. It trades a processor for latency, as perftest's
+	// for this long after each received batch when the link runs the loop
+	// itself (link/udp's ServeView): a reply that arrives meanwhile is
+	// handled without a thread wake-up. It trades a processor for latency, as perftest's
 	// pollers do; the latency tools set it. 0: off.
 	BusyPoll time.Duration
 	// InflightBudget caps the packets the device's RC QPs may have sent
@@ -393,37 +392,11 @@ func (d *Device) rxLoop() {
 	for i := range pkts {
 		pkts[i].Buf = make([]byte, maxDatagram)
 	}
-	read := d.ep.ReadBatch
-	if vr, ok := d.ep.(viewReader); ok {
-		read = vr.ReadBatchView
-	}
-	var poll func([]link.Packet) (int, error)
-	if pr, ok := d.ep.(batchPoller); ok && d.cfg.BusyPoll > 0 {
-		poll = pr.PollBatch
-		if vr, ok := d.ep.(viewPoller); ok {
-			poll = vr.PollBatchView
-		}
-	}
 	var p wire.Packet
-	var idle time.Time // busy polling: when the last batch ended
-	for {
-		var n int
-		var err error
-		if poll != nil && !idle.IsZero() {
-			if n, err = poll(pkts); n == 0 && err == nil {
-				if time.Since(idle) > d.cfg.BusyPoll {
-					idle = time.Time{} // park in the next read
-				} else {
-					runtime.Gosched() // the goroutines a batch woke run between polls
-				}
-				continue
-			}
-		} else {
-			n, err = read(pkts)
-		}
+	handle := func(batch []link.Packet) {
 		d.rxMu.Lock()
-		for i := 0; i < n; i++ {
-			d.dispatch(&pkts[i], &p, true)
+		for i := range batch {
+			d.dispatch(&batch[i], &p, true)
 			if d.rxKick {
 				d.rxKick = false
 				d.kick()
@@ -431,33 +404,44 @@ func (d *Device) rxLoop() {
 		}
 		d.endBatch()
 		d.rxMu.Unlock()
-		if poll != nil {
-			idle = time.Now()
+	}
+	read := d.ep.ReadBatch
+	if vr, ok := d.ep.(viewReader); ok {
+		read = vr.ReadBatchView
+	}
+	sv, serve := d.ep.(viewServer)
+	for {
+		var err error
+		if serve {
+			err = sv.ServeView(pkts, d.cfg.BusyPoll, handle)
+		} else {
+			var n int
+			n, err = read(pkts)
+			handle(pkts[:n])
 		}
-		if err != nil {
-			if d.closed.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			if d.log != nil {
-				d.log.Debug("read batch", "err", err)
-			}
-			select {
-			case <-d.done:
-				return
-			case <-time.After(time.Millisecond):
-			}
+		if err == nil {
+			continue
+		}
+		if d.closed.Load() || errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if d.log != nil {
+			d.log.Debug("read batch", "err", err)
+		}
+		select {
+		case <-d.done:
+			return
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
 
-// batchPoller and viewPoller are links that can be read without waiting
-// (link/udp), for Config.BusyPoll.
-type batchPoller interface {
-	PollBatch(pkts []link.Packet) (int, error)
-}
-
-type viewPoller interface {
-	PollBatchView(pkts []link.Packet) (int, error)
+// viewServer is a link that runs the receive loop itself (link/udp): it
+// hands each batch to handle in place, as viewReader, and keeps one wait on
+// its socket across batches, so that a drained socket is not read again
+// before it becomes readable (one system call less per wake-up).
+type viewServer interface {
+	ServeView(pkts []link.Packet, busyPoll time.Duration, handle func(pkts []link.Packet)) error
 }
 
 // viewReader is a link that can hand out received datagrams in place

@@ -149,6 +149,8 @@ type Stats struct {
 	GROSegments          uint64 // datagrams received in such buffers
 	Syscalls             uint64 // receive and send system calls (recvmmsg and sendmmsg tries, io_uring_enter)
 	Gathered             uint64 // datagrams sent zero-copy, their payload in place (link.Packet.Data)
+	EmptyReads           uint64 // recvmmsg tries that found nothing waiting
+	Waits                uint64 // times a reader waited for the socket to become readable
 }
 
 type counters struct {
@@ -168,6 +170,8 @@ type counters struct {
 	groSegments          atomic.Uint64
 	syscalls             atomic.Uint64
 	gathered             atomic.Uint64
+	emptyReads           atomic.Uint64
+	waits                atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -182,6 +186,7 @@ func (c *counters) snapshot() Stats {
 		GSOFallbacks: c.gsoFallbacks.Load(),
 		GROMessages:  c.groMessages.Load(), GROSegments: c.groSegments.Load(),
 		Syscalls: c.syscalls.Load(), Gathered: c.gathered.Load(),
+		EmptyReads: c.emptyReads.Load(), Waits: c.waits.Load(),
 	}
 }
 

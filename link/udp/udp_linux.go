@@ -288,10 +288,12 @@ func (e *Endpoint) doRead(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			e.ctr.emptyReads.Add(1)
 			if e.rx.nowait {
 				e.rx.got, e.rx.errno = 0, 0
 				return true
 			}
+			e.ctr.waits.Add(1)
 			return false
 		}
 		e.rx.got, e.rx.errno = n, errno
@@ -372,9 +374,16 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view, nowait bool) (int, error)
 	if err != nil {
 		return 0, err
 	}
+	e.fillPlain(pkts, k)
+	return k, nil
+}
+
+// fillPlain completes the first k packets of a read without GRO, received
+// into their own buffers, from what recv decoded.
+func (e *Endpoint) fillPlain(pkts []link.Packet, k int) {
 	var bytes uint64
 	for i := 0; i < k; i++ {
-		p, m := &pkts[i], &rx.meta[i]
+		p, m := &pkts[i], &e.rx.meta[i]
 		p.N = m.n
 		if m.trunc {
 			p.N = 0
@@ -386,7 +395,6 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view, nowait bool) (int, error)
 	}
 	e.ctr.packetsIn.Add(uint64(k))
 	e.ctr.bytesIn.Add(bytes)
-	return k, nil
 }
 
 // rxMeta is what recv learned about one received message.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/softroce/softroce/link"
 )
@@ -27,6 +28,11 @@ func (e *Endpoint) ReadBatch([]link.Packet) (int, error) { return 0, errors.ErrU
 
 // ReadBatchView is not supported on this platform.
 func (e *Endpoint) ReadBatchView([]link.Packet) (int, error) { return 0, errors.ErrUnsupported }
+
+// ServeView is not supported on this platform.
+func (e *Endpoint) ServeView([]link.Packet, time.Duration, func([]link.Packet)) error {
+	return errors.ErrUnsupported
+}
 
 // WriteBatch is not supported on this platform.
 func (e *Endpoint) WriteBatch([]link.Packet) (int, error) { return 0, errors.ErrUnsupported }

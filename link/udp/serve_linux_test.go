@@ -1,0 +1,92 @@
+package udp
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/linktest"
+	"github.com/softroce/softroce/wire"
+)
+
+// TestServeView: ServeView hands over every datagram, in order, one at a
+// time (a ping-pong) and in a GSO burst, with and without GRO; after a
+// read that drained the socket it waits instead of reading again, so one
+// datagram at a time costs no empty read (a loop of ReadBatchView calls
+// makes one per datagram); and it returns net.ErrClosed when the endpoint
+// closes.
+func TestServeView(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"gro", nil}, {"plain", []Option{WithoutGSO(), WithoutGRO()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			a, b := listen(t, "127.0.0.1:0", mode.opts...), listen(t, "127.0.0.1:0", mode.opts...)
+			got := make(chan []byte, 256)
+			done := make(chan error, 1)
+			go func() {
+				done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) {
+					for _, p := range pkts {
+						got <- bytes.Clone(p.Buf[:p.N])
+					}
+				})
+			}()
+			expect := func(want []byte) {
+				t.Helper()
+				select {
+				case g := <-got:
+					// The ICRC covers the IPv4 ID, which GSO numbers per
+					// run: check it, and compare the rest.
+					if len(g) != len(want) || !bytes.Equal(g[:len(g)-wire.ICRCLen], want[:len(want)-wire.ICRCLen]) {
+						t.Fatalf("received %x, want %x", g, want)
+					}
+					if _, ok := wire.VerifyICRCAddrs(b.LocalAddr(), a.LocalAddr(), g); !ok {
+						t.Fatalf("received a datagram with a bad ICRC: %x", g)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("no datagram in 5 s")
+				}
+			}
+			send := func(first, n int) [][]byte {
+				t.Helper()
+				pkts := make([]link.Packet, n)
+				want := make([][]byte, n)
+				for i := range pkts {
+					w := linktest.Packet(nil, 0x0A, uint32(first+i), linktest.Payload(first+i, 1000))
+					pkts[i] = link.Packet{Buf: bytes.Clone(w), N: len(w), Dst: a.LocalAddr()}
+					wire.FillICRC(w, b.LocalAddr(), a.LocalAddr(), 0)
+					want[i] = w
+				}
+				if k, err := b.WriteBatch(pkts); k != n || err != nil {
+					t.Fatalf("WriteBatch = %d, %v", k, err)
+				}
+				return want
+			}
+			const rounds = 20
+			time.Sleep(10 * time.Millisecond) // let ServeView wait on the empty socket
+			empty0 := a.Stats().EmptyReads
+			for i := 0; i < rounds; i++ {
+				want := send(i, 1)
+				expect(want[0])
+			}
+			if n := a.Stats().EmptyReads - empty0; n > rounds/4 {
+				t.Errorf("%d empty reads for %d datagrams sent one at a time; want at most %d", n, rounds, rounds/4)
+			}
+			for _, w := range send(rounds, 100) {
+				expect(w)
+			}
+			a.Close()
+			select {
+			case err := <-done:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Fatalf("ServeView after Close = %v, want net.ErrClosed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("ServeView did not return within 5 s of Close")
+			}
+		})
+	}
+}
