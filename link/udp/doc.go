@@ -50,8 +50,10 @@
 // buffer; the endpoint receives into its own 64 KiB buffers and copies each
 // datagram into a caller's packet, keeping what does not fit for the next
 // ReadBatch. ReadBatchView skips that copy: it points the packets into the
-// endpoint's buffers, valid until the next read (the engine's receive loop
-// uses it). Without GRO, datagrams land directly in the callers' buffers.
+// endpoint's buffers, valid until the next read. Without GRO, datagrams land
+// directly in the callers' buffers. ServeView runs a whole receive loop (the
+// engine's) on those views inside one wait on the socket, so that a read
+// that drained the socket is followed by a wait rather than an empty read.
 //
 // In steady state neither ReadBatch nor WriteBatch allocates.
 //
