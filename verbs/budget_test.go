@@ -384,10 +384,12 @@ func TestSendBudgetLongWait(t *testing.T) {
 	}
 	// On to the silent QP's first timeout (~4.3 s and jitter), and no
 	// further: it gives the budget back, and the waiting QP's turn then
-	// runs in real time (a fake second more would expire its own 1 ms
-	// timer before the peer could answer).
+	// runs in real time. Timers fire inside Advance, so the steps stay
+	// shorter than the waiting QP's own timeout (1 ms): a longer step
+	// would go on, past the silent QP's expiry, to expire the timer the
+	// turn arms, again and again, before the peer could answer.
 	for tmo := st.RetryTimeouts.Load(); st.RetryTimeouts.Load() == tmo; {
-		fc.Advance(100 * time.Millisecond)
+		fc.Advance(500 * time.Microsecond)
 	}
 	pollUntil(t, m.cqa, 1, 10*time.Second, func(wc WC) {
 		if wc.WRID != 0 || wc.Status != WCSuccess {
