@@ -361,11 +361,13 @@ func (d *Device) Close() error {
 	}
 	close(d.done)
 	// What the receive loop is handling (and the ACKs it owes) goes out
-	// before the link closes.
+	// before the link closes; batches after this one are dropped (handle).
+	// The link closes without rxMu held: link/udp's Close waits for a batch
+	// being handled inside its read (ServeView), which needs rxMu.
 	d.rxMu.Lock()
 	d.kick()
-	err := d.ep.Close()
 	d.rxMu.Unlock()
+	err := d.ep.Close()
 	d.wg.Wait()
 	// Wait for callbacks of a configured clock that may still be running
 	// (the device's own timer goroutine has exited).
@@ -395,6 +397,10 @@ func (d *Device) rxLoop() {
 	var p wire.Packet
 	handle := func(batch []link.Packet) {
 		d.rxMu.Lock()
+		if d.closed.Load() {
+			d.rxMu.Unlock()
+			return // closing: the link is about to close (Close)
+		}
 		for i := range batch {
 			d.dispatch(&batch[i], &p, true)
 			if d.rxKick {

@@ -18,7 +18,9 @@ import (
 // endpoint's receive buffers (or, without GRO, into pkts' own buffers) and
 // are valid until handle returns. It is the endpoint's only reader while it
 // runs, and returns an error wrapping net.ErrClosed once the endpoint closes,
-// or the first read error.
+// or the first read error. Close waits for a handle call in progress to
+// return (handle runs inside the socket's read): handle must not wait for
+// anything the goroutine calling Close holds.
 //
 // It differs from calling ReadBatchView in a loop in how it waits. Each
 // ReadBatchView call starts a new wait on the socket, and the runtime
