@@ -37,8 +37,8 @@ type Config struct {
 	// BusyPoll keeps the receive loop polling the link, without sleeping,
 	// for this long after each received batch when the link runs the loop
 	// itself (link/udp's ServeView): a reply that arrives meanwhile is
-	// handled without a thread wake-up. It trades a processor for latency, as perftest's
-	// pollers do; the latency tools set it. 0: off.
+	// handled without a thread wake-up. It trades a processor for latency,
+	// as perftest's pollers do; the latency tools set it. 0: off.
 	BusyPoll time.Duration
 	// InflightBudget caps the packets the device's RC QPs may have sent
 	// and not seen acknowledged, all QPs together (budget.go): beyond it

@@ -40,7 +40,7 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 	}
 	n := min(len(pkts), e.batch)
 	if n == 0 {
-		return errors.New("udp: ServeView: no packets to receive into")
+		return errors.New("udp: ServeView: pkts is empty: pass at least one packet (BatchSize() of them to receive full batches)")
 	}
 	pkts = pkts[:n]
 	if e.ur != nil {
@@ -93,10 +93,7 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 				ferr = os.NewSyscallError("recvmmsg", errno)
 				return true
 			}
-			e.ctr.readCalls.Add(1)
-			for i := 0; i < k; i++ {
-				e.decodeMsg(i)
-			}
+			e.decodeAll(k)
 			if e.gro {
 				rx.pendMsg, rx.pendOff, rx.pendCount = 0, 0, k
 				for rx.pendMsg < rx.pendCount {
@@ -128,7 +125,7 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 
 // armRecv points the receive iovecs at the GRO buffers (or, without GRO, at
 // pkts' buffers), resets the message headers and returns how many messages
-// to ask for.
+// to ask for. Every recvmmsg of the endpoint is armed here.
 func (e *Endpoint) armRecv(pkts []link.Packet) int {
 	rx := &e.rx
 	n := len(pkts)

@@ -364,11 +364,7 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view, nowait bool) (int, error)
 	if own {
 		return e.readGRO(pkts[:n], false)
 	}
-	for i := 0; i < n; i++ {
-		b := pkts[i].Buf[:cap(pkts[i].Buf)]
-		rx.iovs[i].Base = &b[0]
-		rx.iovs[i].SetLen(len(b))
-	}
+	e.armRecv(pkts[:n])
 	k, err := e.recv(n)
 	clearIovs(rx.iovs[:n])
 	if err != nil {
@@ -406,16 +402,10 @@ type rxMeta struct {
 	trunc    bool
 }
 
-// recv runs recvmmsg for the first n messages (whose iovecs are set) and
+// recv runs recvmmsg for the first n messages (armed by armRecv) and
 // decodes their addresses and control messages into rx.meta.
 func (e *Endpoint) recv(n int) (int, error) {
 	rx := &e.rx
-	for i := 0; i < n; i++ {
-		h := &rx.hdrs[i].hdr
-		h.Namelen = sizeofSockaddr
-		h.SetControllen(oobLen)
-		h.Flags = 0
-	}
 	rx.want = n
 	if err := e.rc.Read(rx.fn); err != nil {
 		if e.closed.Load() || errors.Is(err, net.ErrClosed) {
@@ -428,12 +418,16 @@ func (e *Endpoint) recv(n int) (int, error) {
 		e.ctr.readErrors.Add(1)
 		return 0, os.NewSyscallError("recvmmsg", rx.errno)
 	}
-	k := rx.got
+	e.decodeAll(rx.got)
+	return rx.got, nil
+}
+
+// decodeAll decodes the k messages one recvmmsg returned.
+func (e *Endpoint) decodeAll(k int) {
 	for i := 0; i < k; i++ {
 		e.decodeMsg(i)
 	}
 	e.ctr.readCalls.Add(1)
-	return k, nil
 }
 
 // decodeMsg decodes received message i (its length, address and control
@@ -480,12 +474,7 @@ func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 		if e.ur != nil {
 			k, err = e.ur.recv(e)
 		} else {
-			n := min(groMsgs, e.batch)
-			for i := 0; i < n; i++ {
-				rx.iovs[i].Base = &rx.groBuf[i*groBufSize]
-				rx.iovs[i].SetLen(groBufSize)
-			}
-			k, err = e.recv(n)
+			k, err = e.recv(e.armRecv(pkts))
 		}
 		if err != nil {
 			return 0, err
