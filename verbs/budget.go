@@ -10,7 +10,7 @@ import (
 
 // The device-wide send budget (docs/protocol.md §5.4). Each RC QP may have
 // a window of maxUnackedPSNs packets unacknowledged, so 256 QPs streaming
-// at once could put 32,768 packets (128 MiB) in flight, far more than the
+// at once could put 65,536 packets (256 MiB) in flight, far more than the
 // peer's socket buffer holds: the kernel drops what does not fit, and
 // every drop costs a go-back-N retry or a retransmit timeout. The budget
 // caps the packets a device's RC requesters have sent (or queued) and not

@@ -133,7 +133,7 @@ func TestReorderTraffic(t *testing.T) {
 			if ratio > c.maxRatio {
 				t.Errorf("sent %.2fx the packets needed, bound %.1fx", ratio, c.maxRatio)
 			}
-			// Each retry sequence resends at most the window (128 packets).
+			// Each retry sequence resends at most the window (maxUnackedPSNs).
 			if r := st.Retransmits.Load(); r*maxUnackedPSNs < sent-uint64(needed) {
 				t.Errorf("%d extra packets from %d retry sequences: more than a window each", sent-uint64(needed), r)
 			}

@@ -98,10 +98,10 @@ func TestForgedResponses(t *testing.T) {
 			}
 			positions := append(append([]pos{}, below...), beyond...)
 			first := uint32(101)
-			const big = 200 << 10 // 200 packets: the first 128 fill the window
+			const big = (maxUnackedPSNs + 72) << 10 // the first maxUnackedPSNs packets fill the window
 			if outstanding {
-				// A 200-packet WRITE whose packets are lost: 101..228 are
-				// sent, 229..300 not yet (window).
+				// A WRITE whose packets are lost: 101..100+maxUnackedPSNs
+				// are sent, the last 72 not yet (window).
 				block.Store(true)
 				fill(a.buf[:big], 2)
 				post(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, big), RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})

@@ -52,7 +52,7 @@ const (
 	// batch's worth, so that a long burst (a window of a WRITE, a READ's
 	// responses) starts leaving while the rest is built — on loopback the
 	// peer starts processing sooner (measured in one process: a 1 MiB WRITE
-	// stream is ~15 % slower when whole windows of 128 packets are built
+	// stream is ~15 % slower when whole windows of packets are built
 	// before the first send; two processes gain nothing from 31, and each
 	// chunk is a system call).
 	txHighWater = 64
