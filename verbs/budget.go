@@ -21,16 +21,20 @@ import (
 // A QP over the budget waits in a FIFO and is served, oldest first, as
 // acknowledgements free the budget: with more QPs than the budget holds
 // windows, they take turns (round-robin) instead of the QP whose ACK
-// arrives first taking what its ACK freed; a turn is at least
-// budgetQuantum packets. A QP with nothing in flight that is not waiting
-// may send one packet whatever the budget (budgetFloor): a small message
-// does not wait for a turn. What a QP sent before a retransmit timeout
-// expired stops counting until its peer answers, so a dead peer holds no
-// budget for longer than a timeout. While QPs wait, what counts in flight
-// is packets whose ACK ends a receive batch (which serves the FIFO), or
-// whose timeout gives their count back (which serves it too). A QP with
-// the retransmit timer off (timeout 0), which could not, stays outside the
-// budget.
+// arrives first taking what its ACK freed. A turn is one grant, of at
+// least budgetQuantum packets and at most a fair share (the budget over
+// the QPs waiting, plus one): a QP served while much of the budget is free
+// does not take a whole window while the next QPs get a quantum each (with
+// a window as large as the budget, one turn was a whole 256-packet message
+// and QPs finished three before others had one). A QP with nothing in
+// flight that is not waiting may send one packet whatever the budget
+// (budgetFloor): a small message does not wait for a turn. What a QP sent
+// before a retransmit timeout expired stops counting until its peer
+// answers, so a dead peer holds no budget for longer than a timeout.
+// While QPs wait, what counts in flight is packets whose ACK ends a
+// receive batch (which serves the FIFO), or whose timeout gives their
+// count back (which serves it too). A QP with the retransmit timer off
+// (timeout 0), which could not, stays outside the budget.
 
 const (
 	// budgetFloor is the packets a QP with nothing in flight, and not
@@ -124,8 +128,11 @@ func (qp *QP) budgetGrant(need int32) bool {
 	for {
 		cur := b.inflight.Load()
 		var avail int32
-		if qp.budgetServed || b.nwait.Load() == 0 {
+		if n := b.nwait.Load(); qp.budgetServed || n == 0 {
 			avail = int32(min(max(b.limit-cur, 0), 1<<30))
+			if qp.budgetServed {
+				avail = int32(min(int64(avail), max(b.quantum, b.limit/int64(n+1))))
+			}
 		}
 		if int64(avail) < min(int64(need), b.quantum) {
 			avail = 0 // a crumb would cost an ACK per few packets: wait for a turn
@@ -160,6 +167,9 @@ func (qp *QP) budgetGrant(need int32) bool {
 		}
 		qp.req.grant, qp.req.grantCut = g, g < need
 		qp.req.counted += g
+		// A turn is one grant: what the QP needs after it, it waits for
+		// at the end of the FIFO.
+		qp.budgetServed = false
 		if hw := &qp.dev.stats.InflightMax; uint64(cur+int64(g)) > hw.Load() {
 			hw.Store(uint64(cur + int64(g))) // a high-water mark; racing stores may lose a little
 		}

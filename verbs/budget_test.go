@@ -107,7 +107,7 @@ func TestSendBudget(t *testing.T) {
 				nqp    = 32
 				budget = 256
 				msgs   = 3
-				size   = 256 << 10 // 256 packets at MTU 1024: windows end inside messages
+				size   = 256 << 10 // 256 packets at MTU 1024: a message is a window, and the whole budget
 			)
 			ea, eb := scaleLink(t, kind)
 			m := newManyQPsConfig(t, ea, eb, nqp, 14, &Config{InflightBudget: budget})
@@ -129,11 +129,13 @@ func TestSendBudget(t *testing.T) {
 			budgetWRITEs(t, m, qps, msgs, size)
 			done := make([]int, nqp)
 			minAtFirst := -1
+			var order []int // pairs in completion order, for the failure message
 			pollUntil(t, m.cqa, nqp*msgs, 20*time.Second, func(wc WC) {
 				if wc.Status != WCSuccess {
 					t.Fatalf("WRITE %#x: %v", wc.WRID, wc.Status)
 				}
 				i := int(wc.WRID >> 8)
+				order = append(order, i)
 				done[i]++
 				if done[i] == msgs && minAtFirst < 0 {
 					minAtFirst = msgs
@@ -158,7 +160,7 @@ func TestSendBudget(t *testing.T) {
 				t.Errorf("RetryTimeouts = %d: a QP waited for a turn without asking for an ACK", got)
 			}
 			if minAtFirst < 1 {
-				t.Errorf("when the first QP had its %d WRITEs done, some QP had none: QPs did not take turns (%v)", msgs, done)
+				t.Errorf("when the first QP had its %d WRITEs done, some QP had none: QPs did not take turns (completions by QP, in order: %v)", msgs, order)
 			}
 			if got := m.da.budget.inflight.Load(); got != 0 {
 				t.Errorf("budget in flight after all completed = %d, want 0", got)
