@@ -9,10 +9,14 @@ import (
 // addresses, their length and their first four BTH bytes (opcode, flags,
 // P_Key) — the middle packets of a stream, which are most of its packets.
 // Of the bytes the ICRC covers before the payload (eight 0xFF, the masked
-// IP and UDP headers and the BTH's first five bytes, 41 for IPv4) it keeps
+// IP and UDP headers and the BTH's first four bytes, 40 for IPv4) it keeps
 // the CRC of the last such prefix seen, computed for IPv4 Identification
 // 0, and applies another Identification by linearity (two table steps and
 // one 32-bit linear map) instead of running the CRC over the prefix again.
+// The next eight bytes (the masked BTH byte 4, the destination QP, the
+// AckReq byte and the PSN) take one slicing-by-8 step, so that the payload
+// after the BTH starts the carry-less multiplication loop with no bytes
+// left over for byte-at-a-time steps.
 //
 // The zero value is ready to use. An ICRCCache is not safe for concurrent
 // use: give each sending or receiving goroutine its own.
@@ -29,8 +33,8 @@ type ICRCCache struct {
 }
 
 // prefixZ is the number of prefix bytes after the IPv4 Identification:
-// the rest of the IPv4 header (14), the UDP header (8) and BTH bytes 0-4.
-const prefixZ = 14 + 8 + 5
+// the rest of the IPv4 header (14), the UDP header (8) and BTH bytes 0-3.
+const prefixZ = 14 + 8 + 4
 
 // idShift is F^prefixZ (prefixZ zero-byte steps of the CRC register) as
 // byte tables: it carries the change an Identification makes to the
@@ -50,14 +54,14 @@ func init() {
 }
 
 // prefix returns the CRC after the prefix of pkt (BTH through pad, at
-// least 5 bytes) sent from src to dst with IPv4 Identification id.
+// least 4 bytes) sent from src to dst with IPv4 Identification id.
 func (c *ICRCCache) prefix(src, dst netip.AddrPort, id uint16, pkt []byte, pktLen int) uint32 {
 	b := [4]byte(pkt[:4])
 	if !c.ok || c.pktLen != pktLen || c.bth != b || c.src != src || c.dst != dst {
 		c.Misses++
 		c.src, c.dst, c.pktLen, c.bth, c.ok = src, dst, pktLen, b, true
 		c.v4 = src.Addr().Unmap().Is4()
-		c.pre = icrcTail(icrcMasked(src, dst, 0, pktLen), pkt[:5])
+		c.pre = crcSmall(icrcMasked(src, dst, 0, pktLen), pkt[:4])
 	} else {
 		c.Hits++
 	}
@@ -71,21 +75,33 @@ func (c *ICRCCache) prefix(src, dst netip.AddrPort, id uint16, pkt []byte, pktLe
 	return c.pre ^ idShift[0][byte(d)] ^ idShift[1][byte(d>>8)] ^ idShift[2][byte(d>>16)] ^ idShift[3][d>>24]
 }
 
+// afterPrefix continues crc (after BTH bytes 0-3) over hdr[4:], BTH byte 4
+// masked: hdr holds at least a whole BTH. The masked byte and BTH bytes
+// 5-11 are one slicing-by-8 step; hash/crc32 would take the seven bytes
+// left over after its 16-byte blocks one at a time, through four calls.
+func afterPrefix(crc uint32, hdr []byte) uint32 {
+	_ = hdr[BTHLen-1]
+	t := &crcTab8
+	c := ^crc ^ (0xFF | uint32(hdr[5])<<8 | uint32(hdr[6])<<16 | uint32(hdr[7])<<24)
+	c = t[0][hdr[11]] ^ t[1][hdr[10]] ^ t[2][hdr[9]] ^ t[3][hdr[8]] ^
+		t[4][c>>24] ^ t[5][byte(c>>16)] ^ t[6][byte(c>>8)] ^ t[7][byte(c)]
+	return crc32.Update(^c, crc32.IEEETable, hdr[BTHLen:])
+}
+
 // ICRCFor is ICRCFor (the package function) through the cache.
 func (c *ICRCCache) ICRCFor(src, dst netip.AddrPort, ipv4ID uint16, pkt []byte) uint32 {
-	if len(pkt) < 5 {
+	if len(pkt) < BTHLen {
 		return ICRCFor(src, dst, ipv4ID, pkt)
 	}
-	return crc32.Update(c.prefix(src, dst, ipv4ID, pkt, len(pkt)), crc32.IEEETable, pkt[5:])
+	return afterPrefix(c.prefix(src, dst, ipv4ID, pkt, len(pkt)), pkt)
 }
 
 // ICRCForGather is ICRCForGather (the package function) through the cache.
 func (c *ICRCCache) ICRCForGather(src, dst netip.AddrPort, ipv4ID uint16, hdr, data, tail []byte) uint32 {
-	if len(hdr) < 5 {
+	if len(hdr) < BTHLen {
 		return ICRCForGather(src, dst, ipv4ID, hdr, data, tail)
 	}
-	crc := c.prefix(src, dst, ipv4ID, hdr, len(hdr)+len(data)+len(tail))
-	crc = crc32.Update(crc, crc32.IEEETable, hdr[5:])
+	crc := afterPrefix(c.prefix(src, dst, ipv4ID, hdr, len(hdr)+len(data)+len(tail)), hdr)
 	crc = crc32.Update(crc, crc32.IEEETable, data)
 	return crc32.Update(crc, crc32.IEEETable, tail)
 }
@@ -98,11 +114,11 @@ func (c *ICRCCache) FillICRC(b []byte, src, dst netip.AddrPort, ipv4ID uint16) {
 // VerifyICRCAddrs is VerifyICRCAddrs (the package function) through the
 // cache: the same answers, including the IPv4 Identification solved for.
 func (c *ICRCCache) VerifyICRCAddrs(src, dst netip.AddrPort, b []byte) (id uint16, ok bool) {
-	if len(b) < ICRCLen+5 {
+	if len(b) < ICRCLen+BTHLen {
 		return VerifyICRCAddrs(src, dst, b)
 	}
 	pkt, rx := b[:len(b)-ICRCLen], GetICRC(b)
-	c0 := crc32.Update(c.prefix(src, dst, 0, pkt, len(pkt)), crc32.IEEETable, pkt[5:])
+	c0 := afterPrefix(c.prefix(src, dst, 0, pkt, len(pkt)), pkt)
 	if c0 == rx {
 		return 0, true
 	}
