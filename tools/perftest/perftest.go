@@ -94,6 +94,7 @@ type ptConfig struct {
 	iters       int
 	itersSet    bool
 	duration    int
+	margin      int // -f: seconds at each end of a -D run left out of the result; -1: not given
 	all         bool
 	numQP       int
 	mtu         int
@@ -140,6 +141,8 @@ Options (those of perftest 4.5 that softroce honours):
   -c, --connection=<RC/UC/UD> connection type (default RC; UC: send and write; UD: send)
   -d, --ib-dev=<dev>         device: a link, netdev or IP (default: the only link, else loopback)
   -D, --duration=<sec>       run for <sec> seconds instead of a number of iterations
+  -f, --margin=<sec>         with -D, leave the first and last <sec> seconds out of the result
+                             (default: a quarter of -D, rounded down, as perftest)
   -F, --CPU-freq             accepted: softroce measures with the monotonic clock, not CPU cycles
   -i, --ib-port=<port>       device port (default 1, the only one)
   -m, --mtu=<mtu>            path MTU, 256..4096 (default: the port's active MTU)
@@ -202,13 +205,14 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 // (printed on stderr).
 func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, code int, ok bool) {
 	c = &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
-		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
+		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, margin: -1, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
 		connectTO: 10 * time.Second}
 	g := cli.Getopt{Prog: "softroce " + t.name}
 	g.Flag('a', "all", &c.all)
 	g.Str('c', "connection", &c.conn)
 	g.Str('d', "ib-dev", &c.dev)
 	g.NumIn('D', "duration", &c.duration, 0, math.MaxInt32)
+	g.NumIn('f', "margin", &c.margin, 0, math.MaxInt32)
 	var cpuFreq bool
 	g.Flag('F', "CPU-freq", &cpuFreq)
 	g.Num('i', "ib-port", &c.ibPort)
@@ -317,6 +321,9 @@ func (c *ptConfig) finish() string {
 	default:
 		return "atomic type must be CMP_AND_SWAP or FETCH_AND_ADD"
 	}
+	if c.duration > 0 && c.margin < 0 {
+		c.margin = c.duration / 4 // perftest's default
+	}
 	switch {
 	case c.iters < 5 || c.iters > 100000000:
 		return "Iteration num should be between 5 and 100000000"
@@ -326,6 +333,9 @@ func (c *ptConfig) finish() string {
 		return "duration must be positive"
 	case c.duration > 0 && c.all:
 		return "-D and -a cannot be combined"
+	case !ptMarginFits(c.duration, c.margin):
+		return fmt.Sprintf("please check that DURATION > 2*MARGIN (-D %d, -f %d: no time would be left to measure; "+
+			"give a longer -D or a shorter -f)", ptDurationOrDefault(c.duration), c.margin)
 	case c.numQP < 1 || c.numQP > ptMaxQPs:
 		return fmt.Sprintf("number of QPs must be 1..%d", ptMaxQPs)
 	case t.lat && c.numQP != 1:

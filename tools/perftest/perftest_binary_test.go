@@ -225,3 +225,70 @@ func TestPerftestLatencyDuration(t *testing.T) {
 		})
 	}
 }
+
+// TestPerftestMargin: with -D 3 -f 1 the tools report the middle second
+// only, as perftest does: the iterations and the rate (or average latency)
+// printed imply a measured period of 1 s, not the run's 3 s. send_bw's
+// server measures on its own; tcp_bw, the TCP baseline, measures alike.
+func TestPerftestMargin(t *testing.T) {
+	bin := tooltest.Binary(t)
+	bwRE := regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+\d+\.\d\d\s+(\d+\.\d\d)\s+\d+\.\d{6}$`)
+	latRE := regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s*$`)
+	period := func(r tooltest.ProcResult, lat bool) (float64, error) {
+		re := bwRE
+		if lat {
+			re = latRE
+		}
+		m := re.FindStringSubmatch(r.Stdout)
+		if m == nil {
+			return 0, fmt.Errorf("no result line")
+		}
+		size, _ := strconv.ParseFloat(m[1], 64)
+		iters, _ := strconv.ParseFloat(m[2], 64)
+		v, _ := strconv.ParseFloat(m[3], 64)
+		if lat {
+			return iters * v * 2 / 1e6, nil // t_avg is half a round trip, in µs
+		}
+		return iters * size / (v * 0x100000), nil // MB/sec is MiB/s
+	}
+	for _, tc := range []struct {
+		tool     string
+		lat, tcp bool
+		both     bool // the server measures too
+	}{
+		{tool: "write_bw"},
+		{tool: "send_bw", both: true},
+		{tool: "write_lat", lat: true, both: true},
+		{tool: "tcp_bw", tcp: true},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			t.Parallel()
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			args := []string{"-p", port, "-D", "3", "-f", "1"}
+			if !tc.lat {
+				args = append(args, "-s", "65536")
+			}
+			peer := "127.0.0.1"
+			if tc.tcp {
+				peer = sa
+			}
+			s, c := tooltest.RunPair(t, 60*time.Second,
+				append([]string{bin, tc.tool, "-d", sa}, args...),
+				append([]string{bin, tc.tool, "-d", ca}, append(args, peer)...))
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			who := map[string]tooltest.ProcResult{"client": c}
+			if tc.both {
+				who["server"] = s
+			}
+			for side, r := range who {
+				secs, err := period(r, tc.lat)
+				if err != nil || secs < 0.9 || secs > 1.1 {
+					t.Errorf("%s: measured period %.3f s (%v), want 1 s (the 3 s of -D less 1 s at each end)\n%s", side, secs, err, r)
+				}
+			}
+		})
+	}
+}

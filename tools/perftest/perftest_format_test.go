@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/softroce/softroce/cm/oob"
+	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -233,3 +234,68 @@ func TestPerftestFinishRefusals(t *testing.T) {
 }
 
 func ptMicros(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+
+// TestPerftestMarginDefault: -f defaults to a quarter of -D, rounded down
+// (perftest's DEF_INIT_MARGIN rule); a given -f is kept; without -D it is
+// unused, but perftest still refuses one of half its default -D or more.
+func TestPerftestMarginDefault(t *testing.T) {
+	var wb ptTool
+	for _, x := range ptTools {
+		if x.name == "write_bw" {
+			wb = x
+		}
+	}
+	for _, tc := range []struct {
+		args   []string
+		margin int
+		refuse bool
+	}{
+		{[]string{"-D", "3"}, 0, false},
+		{[]string{"-D", "4"}, 1, false},
+		{[]string{"-D", "9"}, 2, false},
+		{[]string{"-D", "9", "-f", "4"}, 4, false},
+		{[]string{"-D", "9", "-f", "0"}, 0, false},
+		{[]string{"-D", "8", "-f", "4"}, 0, true},
+		{[]string{"-n", "100"}, -1, false},
+		{[]string{"-n", "100", "-f", "2"}, 2, false},
+		{[]string{"-n", "100", "-f", "3"}, 0, true},
+	} {
+		var out, errb strings.Builder
+		c, code, ok := ptParse(wb, tc.args, &out, &errb)
+		switch {
+		case tc.refuse:
+			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), "DURATION > 2*MARGIN") {
+				t.Errorf("%q: ok %v code %d stderr %q, want the margin refused", tc.args, ok, code, errb.String())
+			}
+		case !ok:
+			t.Errorf("%q: refused: %s", tc.args, errb.String())
+		case c.margin != tc.margin:
+			t.Errorf("%q: margin %d, want %d", tc.args, c.margin, tc.margin)
+		}
+	}
+}
+
+// TestPtSampler: a -D run's measured period is [start+margin,
+// start+duration-margin); what completes outside it is not counted, and
+// the period's length is the time measured.
+func TestPtSampler(t *testing.T) {
+	start := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	c := &ptConfig{duration: 4, margin: 1}
+	s := c.sampler(start)
+	for _, e := range []struct {
+		ms int
+		n  uint64
+	}{{0, 100}, {999, 7}, {1000, 1}, {2000, 2}, {2999, 4}, {3000, 50}, {4500, 9}} {
+		s.add(at(e.ms), e.n)
+	}
+	n, secs := s.result()
+	if n != 7 || secs != 2 {
+		t.Errorf("counted %d in %v s, want 7 in 2 s", n, secs)
+	}
+	for _, c := range []*ptConfig{{duration: 3, margin: 0}, {duration: 0, margin: -1}, {duration: 0, margin: 2}} {
+		if c.sampler(start) != nil {
+			t.Errorf("-D %d -f %d: a sampler, want none (the whole run is measured)", c.duration, c.margin)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	if lat {
 		name = "tcp_lat"
 	}
-	size, iters, dur, port := ptDefSizeBW, ptDefItersBW, 0, oob.DefaultPort+1
+	size, iters, dur, margin, port := ptDefSizeBW, ptDefItersBW, 0, -1, oob.DefaultPort+1
 	if lat {
 		size, iters = ptDefSizeLat, ptDefItersLat
 	}
@@ -42,10 +42,11 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	g.NumIn('s', "size", &size, 1, ptMaxSize)
 	g.NumIn('n', "iters", &iters, 1, math.MaxInt32)
 	g.NumIn('D', "duration", &dur, 0, math.MaxInt32)
+	g.NumIn('f', "margin", &margin, 0, math.MaxInt32)
 	g.NumIn('p', "port", &port, 0, 65535)
 	g.Str('d', "bind", &bind)
 	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: softroce %s [-d BIND_IP] [-p PORT (default %d)] [-s SIZE] [-n ITERS] [-D SECONDS] [HOST]\n", name, oob.DefaultPort+1)
+		fmt.Fprintf(w, "Usage: softroce %s [-d BIND_IP] [-p PORT (default %d)] [-s SIZE] [-n ITERS] [-D SECONDS [-f MARGIN]] [HOST]\n", name, oob.DefaultPort+1)
 	})
 	if !ok {
 		return code
@@ -55,6 +56,9 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		return cli.UsageErr(stderr, g.Prog, "one server host at most, got %q", ops)
 	case lat && dur > 0:
 		return cli.UsageErr(stderr, g.Prog, "tcp_lat has no -D")
+	case !ptMarginFits(dur, margin):
+		return cli.UsageErr(stderr, g.Prog, "-f %d leaves no time to measure in -D %d: it must be less than half of -D",
+			margin, ptDurationOrDefault(dur))
 	case bind != "" && net.ParseIP(bind) == nil:
 		return cli.UsageErr(stderr, g.Prog, "-d %q is not an IP address", bind)
 	}
@@ -82,16 +86,22 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	client := len(ops) == 1
-	// The client tells the server how to run: size, iterations, duration.
-	var hdr [20]byte
+	if dur > 0 && margin < 0 {
+		margin = dur / 4 // as write_bw's (perftest's) default
+	}
+	// The client tells the server how to run: size, iterations, duration,
+	// margin.
+	var hdr [24]byte
 	if client {
 		binary.BigEndian.PutUint64(hdr[:], uint64(size))
 		binary.BigEndian.PutUint64(hdr[8:], uint64(iters))
 		binary.BigEndian.PutUint32(hdr[16:], uint32(dur))
+		binary.BigEndian.PutUint32(hdr[20:], uint32(max(margin, 0)))
 		_, err = conn.Write(hdr[:])
 	} else {
 		_, err = io.ReadFull(conn, hdr[:])
 		size, iters, dur = int(binary.BigEndian.Uint64(hdr[:])), int(binary.BigEndian.Uint64(hdr[8:])), int(binary.BigEndian.Uint32(hdr[16:]))
+		margin = int(binary.BigEndian.Uint32(hdr[20:]))
 		if size < 1 || size > ptMaxSize {
 			err = fmt.Errorf("peer asked for size %d", size)
 		}
@@ -102,7 +112,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s                    TCP %s Test (kernel TCP over %s)\n%s", ptResultLine,
 		map[bool]string{false: "BW", true: "Latency"}[lat], conn.LocalAddr(), ptResultLine)
-	c := &ptConfig{tool: ptTool{lat: lat, verb: ptSend}, iters: iters, duration: dur}
+	c := &ptConfig{tool: ptTool{lat: lat, verb: ptSend}, iters: iters, duration: dur, margin: margin}
 	c.printResultHeader(stdout)
 	buf := make([]byte, size)
 	var res ptResult
@@ -110,7 +120,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	if lat {
 		res.lat, err = tcpBaseLat(conn, buf, iters, client)
 	} else {
-		res.bw, err = tcpBaseBW(conn, buf, iters, time.Duration(dur)*time.Second, client)
+		res.bw, err = tcpBaseBW(conn, buf, c, client)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
@@ -138,17 +148,28 @@ func ppDialWith(ctx context.Context, d *net.Dialer, host string, port int, grace
 
 // tcpBW streams messages from the client to the server; the server answers
 // one byte at the end so that the client's time covers delivery.
-func tcpBaseBW(conn net.Conn, buf []byte, iters int, dur time.Duration, client bool) (oob.BWReport, error) {
+// With -D and a margin (c), each side counts what it wrote or read in the
+// measured period, as write_bw does.
+func tcpBaseBW(conn net.Conn, buf []byte, c *ptConfig, client bool) (oob.BWReport, error) {
 	size := len(buf)
+	dur := time.Duration(c.duration) * time.Second
 	var one [1]byte
+	report := func(n uint64, secs float64) oob.BWReport {
+		return oob.BWReport{Size: uint64(size), Iters: n, BWAvg: float64(size) * float64(n) / secs / 0x100000,
+			MsgRateAvg: float64(n) / secs / 1e6}
+	}
 	if client {
 		start := time.Now()
+		smp := c.sampler(start)
 		n := 0
-		for dur == 0 && n < iters || dur > 0 && time.Since(start) < dur {
+		for dur == 0 && n < c.iters || dur > 0 && time.Since(start) < dur {
 			if _, err := conn.Write(buf); err != nil {
 				return oob.BWReport{}, err
 			}
 			n++
+			if smp != nil {
+				smp.add(time.Now(), 1)
+			}
 		}
 		if cw, ok := conn.(*net.TCPConn); ok {
 			cw.CloseWrite()
@@ -156,19 +177,25 @@ func tcpBaseBW(conn net.Conn, buf []byte, iters int, dur time.Duration, client b
 		if _, err := io.ReadFull(conn, one[:]); err != nil {
 			return oob.BWReport{}, err
 		}
-		secs := time.Since(start).Seconds()
-		return oob.BWReport{Size: uint64(size), Iters: uint64(n), BWAvg: float64(size*n) / secs / 0x100000,
-			MsgRateAvg: float64(n) / secs / 1e6}, nil
+		if smp != nil {
+			return report(smp.result()), nil
+		}
+		return report(uint64(n), time.Since(start).Seconds()), nil
 	}
 	var total int64
 	var start time.Time
+	var smp *ptSampler
 	big := make([]byte, 1<<20)
 	for {
 		k, err := conn.Read(big)
 		if k > 0 && start.IsZero() {
 			start = time.Now()
+			smp = c.sampler(start)
 		}
 		total += int64(k)
+		if smp != nil && k > 0 {
+			smp.add(time.Now(), uint64(k)) // bytes, made messages below
+		}
 		if err == io.EOF {
 			break
 		}
@@ -178,9 +205,12 @@ func tcpBaseBW(conn net.Conn, buf []byte, iters int, dur time.Duration, client b
 	}
 	secs := time.Since(start).Seconds()
 	conn.Write(one[:])
-	n := total / int64(size)
-	return oob.BWReport{Size: uint64(size), Iters: uint64(n), BWAvg: float64(total) / secs / 0x100000,
-		MsgRateAvg: float64(n) / secs / 1e6}, nil
+	if smp != nil {
+		var got uint64
+		got, secs = smp.result()
+		total = int64(got)
+	}
+	return report(uint64(total/int64(size)), secs), nil
 }
 
 // tcpLat is a ping-pong of size-byte messages; both sides time their sends.

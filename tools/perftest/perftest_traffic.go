@@ -323,6 +323,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	w := r.waiter(ctx, r.scq, r.sch)
 	var wc [16]verbs.WC
 	start := time.Now()
+	smp := c.sampler(start)
 	var last time.Time
 	stopped := false
 	for {
@@ -376,6 +377,9 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 				covered := next - ccnt[q]
 				ccnt[q] = next
 				totC.Add(uint64(covered))
+				if smp != nil {
+					smp.add(now, uint64(covered))
+				}
 				for range covered {
 					if keep && len(tcompleted) < cap(tcompleted) {
 						tcompleted = append(tcompleted, now.Sub(start).Nanoseconds())
@@ -417,6 +421,9 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	}
 	iters := totC.Load()
 	secs := last.Sub(start).Seconds()
+	if smp != nil {
+		iters, secs = smp.result()
+	}
 	if secs <= 0 {
 		secs = 1e-9
 	}
@@ -470,6 +477,7 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 	var wc [16]verbs.WC
 	var first, last time.Time
 	begin := time.Now()
+	smp := c.sampler(begin)
 	ud := c.qpType() == verbs.QPTypeUD
 	for {
 		if dur == 0 && rcnt.Load() >= total {
@@ -510,6 +518,9 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 			if dur == 0 || now.Sub(begin) < dur {
 				rcnt.Add(1)
 			}
+			if smp != nil {
+				smp.add(now, 1)
+			}
 			if _, err := r.qps[q].PostRecv(wrs[q][:]); err != nil {
 				return oob.BWReport{}, fmt.Errorf("Couldn't post receive: %w", err)
 			}
@@ -517,6 +528,9 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 	}
 	got := rcnt.Load()
 	secs := last.Sub(first).Seconds()
+	if smp != nil {
+		got, secs = smp.result()
+	}
 	if secs <= 0 {
 		secs = 1e-9
 	}
@@ -630,6 +644,7 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst boo
 	defer stopProg()
 	w := r.waiter(ctx, r.scq, r.sch)
 	start := time.Now()
+	smp := c.sampler(start)
 	if dur > 0 {
 		deadline = start.Add(dur)
 	}
@@ -665,13 +680,13 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst boo
 			}
 			ccnt++
 			cnt.Store(uint64(ccnt))
+			if smp != nil {
+				smp.add(time.Now(), 1)
+			}
 		}
 	}
 	if dur > 0 {
-		if ccnt == 0 {
-			return ptLatRun{}, errors.New("no iteration completed within the duration")
-		}
-		return ptLatRun{avg: time.Since(start) / time.Duration(ccnt), iters: uint64(ccnt)}, nil
+		return ptDurationLat(smp, start, uint64(ccnt))
 	}
 	return ptLatRun{deltas: ptDeltas(tposted), iters: uint64(ccnt)}, nil
 }
@@ -728,6 +743,7 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.
 	defer stopProg()
 	w := r.waiter(ctx, r.scq, r.sch)
 	start := time.Now()
+	smp := c.sampler(start)
 	n := 0
 	for {
 		if dur == 0 && n >= c.iters || dur > 0 && time.Since(start) >= dur {
@@ -744,12 +760,13 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.
 		}
 		n++
 		cnt.Store(uint64(n))
+		if smp != nil {
+			smp.add(time.Now(), 1)
+		}
 	}
 	if dur > 0 {
-		if n == 0 {
-			return nil, 0, 0, errors.New("no iteration completed within the duration")
-		}
-		return nil, time.Since(start) / time.Duration(n), uint64(n), nil
+		lr, err := ptDurationLat(smp, start, uint64(n))
+		return nil, lr.avg, lr.iters, err
 	}
 	return ptDeltas(tposted), 0, uint64(n), nil
 }
