@@ -188,6 +188,9 @@ func TestUsageErrorsAfterParsing(t *testing.T) {
 		{[]string{"dada", "write", "-k", "c0de"}, "softroce dada write: a header file must be specified"}, //
 		{[]string{"dada", "db", "-r", "0"}, "softroce dada db: -r 0"},                                     //
 		{[]string{"link", "add", "x", "netdev"}, `softroce link add: "netdev" needs a value`},             //
+		{[]string{"tcp_bw", "-D", "4", "-f", "2"}, "softroce tcp_bw: -f 2 leaves no time to measure in -D 4"},
+		{[]string{"tcp_bw", "-f", "3"}, "softroce tcp_bw: -f 3 leaves no time to measure in -D 5"},
+		{[]string{"tcp_lat", "-f", "1"}, "softroce tcp_lat: tcp_lat has no -D, so no -f"},
 	} {
 		var o, e strings.Builder
 		code := run(tc.args, &o, &e)

@@ -56,6 +56,8 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		return cli.UsageErr(stderr, g.Prog, "one server host at most, got %q", ops)
 	case lat && dur > 0:
 		return cli.UsageErr(stderr, g.Prog, "tcp_lat has no -D")
+	case lat && margin >= 0:
+		return cli.UsageErr(stderr, g.Prog, "tcp_lat has no -D, so no -f")
 	case !ptMarginFits(dur, margin):
 		return cli.UsageErr(stderr, g.Prog, "-f %d leaves no time to measure in -D %d: it must be less than half of -D",
 			margin, ptDurationOrDefault(dur))
