@@ -2,6 +2,8 @@ package verbs
 
 import (
 	"bytes"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -398,4 +400,43 @@ func TestSendBudgetLongWait(t *testing.T) {
 			t.Errorf("completion %d (%v), want the waiting QP's WRITE (0) to succeed", wc.WRID, wc.Status)
 		}
 	})
+}
+
+// TestBudgetWarnsWhenSmall: a device whose budget, computed from the link's
+// receive buffer, is smaller than one send window says so once through its
+// logger, with the numbers; a budget the user set, or one a window fits
+// in, is not warned about.
+func TestBudgetWarnsWhenSmall(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rcvbuf int
+		cfg    int
+		warn   bool
+	}{
+		{"default rmem_max", 4608 * 92, 0, true},
+		{"a window fits", 4608 * maxUnackedPSNs, 0, false},
+		{"set by the user", 4608 * 92, 50, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, err := pipe.New(pipe.Config{MTU: 9000}, pipe.Config{MTU: 9000}) // active MTU 4096
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			var out strings.Builder
+			log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			d, err := Open(budgetEP{a, tc.rcvbuf}, &Config{Logger: log, InflightBudget: tc.cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Close()
+			got := out.String()
+			if n := strings.Count(got, "send budget is smaller than one QP's send window"); n != map[bool]int{true: 1}[tc.warn] {
+				t.Fatalf("%d warnings, want %v:\n%s", n, tc.warn, got)
+			}
+			if tc.warn && !strings.Contains(got, "budget_packets=92 window_packets=256 receive_buffer_bytes=423936") {
+				t.Errorf("warning without the numbers:\n%s", got)
+			}
+		})
+	}
 }

@@ -195,6 +195,7 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 		d.mtu = wire.MTU256
 	}
 	d.budget.init(d.cfg.InflightBudget, ep, d.mtu)
+	d.budget.warnSmall(d.log, d.cfg.InflightBudget, ep)
 	d.gids = makeGIDs(d.local.Addr(), d.cfg.MAC)
 	d.wg.Add(1)
 	go d.rxLoop()
