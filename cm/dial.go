@@ -393,6 +393,11 @@ type Listener struct {
 	// connection may be dropped (the agent's clock; stopped by Close).
 	admitTimer verbs.Timer
 	done       chan struct{}
+	// requests counts admit's calls of request in progress: admit runs on
+	// the listener's goroutine, Accept's and admitTimer's, and Close waits
+	// for them before it disposes of the half-open connections (a request
+	// that finished after would leave its connection, QP and ID behind).
+	requests sync.WaitGroup
 
 	// HalfOpenDrops counts half-open connections dropped because a newer
 	// request needed the room (Options.HalfOpen) or their RTU was late
@@ -557,8 +562,10 @@ func (l *Listener) admit() {
 		}
 		ev := l.waiting[0]
 		l.waiting = l.waiting[1:]
+		l.requests.Add(1) // l.closed is false: Close has not begun to wait
 		l.mu.Unlock()
 		l.request(ev)
+		l.requests.Done()
 	}
 }
 
@@ -694,8 +701,10 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	}
 }
 
-// Close stops listening; connections not yet accepted are closed.
-// Accepted connections are unaffected.
+// Close stops listening; connections not yet accepted are closed, and
+// connection requests not yet answered are rejected (their peers get a
+// REJ), including those a concurrent Accept is setting up, which Close
+// waits for. Accepted connections are unaffected.
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -715,14 +724,23 @@ func (l *Listener) Close() error {
 	default:
 	}
 	l.id.Destroy()
-	l.ch.Close()
+	// Requests the listener's goroutine had not read yet are rejected
+	// below, as those waiting for the backlog are (a request posted after
+	// this is rejected by the channel).
+	queued := l.ch.closeTake()
 	<-l.done
+	l.requests.Wait()
 	l.mu.Lock()
 	pend := l.pending
 	l.pending = map[*ID]*Conn{}
 	waiting := l.waiting
 	l.waiting = nil
 	l.mu.Unlock()
+	for _, ev := range queued {
+		if ev.Type == EventConnectRequest {
+			waiting = append(waiting, ev)
+		}
+	}
 	for _, ev := range waiting {
 		ev.ID.Reject(nil)
 		ev.ID.Destroy()

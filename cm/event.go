@@ -121,6 +121,12 @@ func (c *EventChannel) post(ev *Event) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		if ev.Type == EventConnectRequest && ev.ID != nil {
+			// Nobody will accept or reject it: reject it, as rdma_cm
+			// does a request its listener did not take. Not here: the
+			// agent posts with its lock held.
+			go ev.ID.Destroy()
+		}
 		return
 	}
 	c.q = append(c.q, ev)
@@ -167,15 +173,26 @@ func (c *EventChannel) Len() int {
 }
 
 // Close discards queued events and makes Get fail with ErrClosed
-// (rdma_destroy_event_channel). Destroy the channel's IDs first.
+// (rdma_destroy_event_channel). Destroy the channel's IDs first: a
+// connection request that arrives for a listening ID on a closed channel
+// is rejected.
 func (c *EventChannel) Close() error {
+	c.closeTake()
+	return nil
+}
+
+// closeTake closes the channel as Close does and returns the events it
+// held, for their IDs' owner to dispose of (Listener.Close rejects the
+// connection requests among them).
+func (c *EventChannel) closeTake() []*Event {
 	c.mu.Lock()
 	c.closed = true
+	q := c.q
 	c.q = nil
 	c.mu.Unlock()
 	select {
 	case c.ready <- struct{}{}:
 	default:
 	}
-	return nil
+	return q
 }
