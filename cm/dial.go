@@ -724,10 +724,7 @@ func (l *Listener) Close() error {
 	default:
 	}
 	l.id.Destroy()
-	// Requests the listener's goroutine had not read yet are rejected
-	// below, as those waiting for the backlog are (a request posted after
-	// this is rejected by the channel).
-	queued := l.ch.closeTake()
+	l.ch.Close() // rejects the requests the listener's goroutine had not read yet
 	<-l.done
 	l.requests.Wait()
 	l.mu.Lock()
@@ -736,11 +733,6 @@ func (l *Listener) Close() error {
 	waiting := l.waiting
 	l.waiting = nil
 	l.mu.Unlock()
-	for _, ev := range queued {
-		if ev.Type == EventConnectRequest {
-			waiting = append(waiting, ev)
-		}
-	}
 	for _, ev := range waiting {
 		ev.ID.Reject(nil)
 		ev.ID.Destroy()

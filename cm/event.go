@@ -173,18 +173,11 @@ func (c *EventChannel) Len() int {
 }
 
 // Close discards queued events and makes Get fail with ErrClosed
-// (rdma_destroy_event_channel). Destroy the channel's IDs first: a
-// connection request that arrives for a listening ID on a closed channel
-// is rejected.
+// (rdma_destroy_event_channel). Destroy the channel's IDs first. The
+// connection requests among the discarded events, whose IDs nobody else
+// holds, are rejected and their IDs destroyed, as closing an rdma_cm event
+// channel does; so is a request that arrives after Close.
 func (c *EventChannel) Close() error {
-	c.closeTake()
-	return nil
-}
-
-// closeTake closes the channel as Close does and returns the events it
-// held, for their IDs' owner to dispose of (Listener.Close rejects the
-// connection requests among them).
-func (c *EventChannel) closeTake() []*Event {
 	c.mu.Lock()
 	c.closed = true
 	q := c.q
@@ -194,5 +187,10 @@ func (c *EventChannel) closeTake() []*Event {
 	case c.ready <- struct{}{}:
 	default:
 	}
-	return q
+	for _, ev := range q {
+		if ev.Type == EventConnectRequest && ev.ID != nil {
+			ev.ID.Destroy()
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 )
@@ -143,4 +144,45 @@ func TestListenerCloseWaitsForAccept(t *testing.T) {
 	}
 	c.Close()
 	f.checkClean(t)
+}
+
+// TestEventChannelCloseRejectsRequests: a connection request that nobody
+// can take any more is rejected and its ID destroyed, as closing an rdma_cm
+// event channel does, instead of staying in the CM for good:
+//   - queued: closing the channel (rdma_destroy_event_channel) with the
+//     request still queued on it, after destroying the listening ID as
+//     documented;
+//   - late: the request arrives after the channel was closed (its
+//     listening ID left alive, against the documentation).
+func TestEventChannelCloseRejectsRequests(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "queued", true: "late"}[late], func(t *testing.T) {
+			p := newPair(t, pipe.Faults{}, pipe.Faults{}, &Config{Timeout: time.Second, MaxRetries: 15, TimeWait: 50 * time.Millisecond})
+			ch := NewEventChannel()
+			id, err := ch.CreateID(nil, mad.PortSpaceTCP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer id.Destroy()
+			if err := id.BindAddr(netip.AddrPortFrom(p.addrB(), 7312)); err != nil {
+				t.Fatal(err)
+			}
+			if err := id.Listen(4); err != nil {
+				t.Fatal(err)
+			}
+			peer := netip.MustParseAddr("10.98.1.1")
+			if late {
+				ch.Close()
+			}
+			p.ab.Input(peer, spoofREQ(peer, p.addrB(), 7312, 0x30001))
+			if !late {
+				waitFor(t, 5*time.Second, "the request to be queued", func() bool { return ch.Len() == 1 })
+				if err := id.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+				ch.Close()
+			}
+			waitFor(t, 5*time.Second, "the CM to forget the request's ID", func() bool { return p.ab.IDs() == 0 })
+		})
+	}
 }
