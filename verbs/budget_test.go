@@ -295,7 +295,9 @@ func TestSendBudgetLossy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManyQPsConfig(t, ea, eb, nqp, 10, &Config{InflightBudget: budget}) // ~4 ms timeouts
+	// ~17 ms timeouts: with ~4 ms, a run under the race detector on a loaded
+	// 2-core machine once stalled a QP past its 7 retries (about 60 ms).
+	m := newManyQPsConfig(t, ea, eb, nqp, 12, &Config{InflightBudget: budget})
 	srcBuf := make([]byte, nqp*size)
 	for i := range srcBuf {
 		srcBuf[i] = byte(i*7 + i/size)
