@@ -101,6 +101,7 @@ type ptConfig struct {
 	gidx        int
 	conn        string
 	reportGbits bool
+	output      string // --output: "" (everything), bandwidth, message_rate or latency (that value alone)
 	txDepth     int
 	rxDepth     int
 	cqMod       int
@@ -163,6 +164,8 @@ Options (those of perftest 4.5 that softroce honours):
   -e, --events               wait on completion events instead of polling
   -N, --noPeak               do not compute the peak bandwidth
       --report_gbits         report bandwidth in Gb/s instead of MB/s
+      --output=<what>        print only the result's value, one line per size: bandwidth or
+                             message_rate (bandwidth tests), latency (latency tests: t_avg)
       --pcap=<file>          write the device's RoCEv2 traffic to a pcap file
   -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
                              (the server listens on -p; RC only)
@@ -236,6 +239,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag('e', "events", &c.events)
 	g.Flag('N', "noPeak", &c.noPeak)
 	g.Flag(0, "report_gbits", &c.reportGbits)
+	g.Str(0, "output", &c.output)
 	g.Str(0, "pcap", &c.pcap)
 	g.Flag('R', "rdma_cm", &c.rdmaCM)
 	g.Flag('z', "com_rdma_cm", &c.cmComm)
@@ -333,6 +337,12 @@ func (c *ptConfig) finish() string {
 		return "duration must be positive"
 	case c.duration > 0 && c.all:
 		return "-D and -a cannot be combined"
+	case c.output != "" && c.output != "bandwidth" && c.output != "message_rate" && c.output != "latency":
+		return "Invalid verbosity level output flag. Please use bandwidth, latency, message_rate"
+	case c.output != "" && !t.lat && c.output == "latency":
+		return "Output verbosity level for BW can be: bandwidth, message_rate"
+	case c.output != "" && t.lat && c.output != "latency":
+		return "Output verbosity level for LAT can be: latency"
 	case !ptMarginFits(c.duration, c.margin):
 		return fmt.Sprintf("please check that DURATION > 2*MARGIN (-D %d, -f %d: no time would be left to measure; "+
 			"give a longer -D or a shorter -f)", ptDurationOrDefault(c.duration), c.margin)
@@ -523,6 +533,12 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 
 // ptRunOn runs one side of a test on the open device td.
 func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, stderr io.Writer) error {
+	// With --output, perftest prints the result's value alone: no banner,
+	// addresses, headers or separators.
+	verbose := stdout
+	if c.output != "" {
+		verbose = io.Discard
+	}
 	gid, err := td.GID(c.gidx)
 	if err != nil {
 		return err
@@ -543,7 +559,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	var pcm *ptCM
 	var watch *ptPeerWatch // the TCP side channel's liveness (nil with -z/-R)
 	if c.isServer() {
-		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		fmt.Fprint(verbose, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
 	if c.cmComm {
 		if pcm, err = startPtCM(ctx, c, td, stderr); err != nil {
@@ -579,22 +595,22 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
 	}
 	r.mtu = verbs.MTU(mtu)
-	c.printBanner(stdout, td.Info.Name, r.mtu)
+	c.printBanner(verbose, td.Info.Name, r.mtu)
 	if c.rdmaCM {
 		if c.isServer() {
-			printCMWaiting(stdout)
+			printCMWaiting(verbose)
 		}
 		if err := pcm.connectTraffic(ctx, r, gid); err != nil {
 			return err
 		}
 	}
 	for i := range r.local {
-		c.printDest(stdout, "local", &r.local[i])
+		c.printDest(verbose, "local", &r.local[i])
 	}
 	remote, err := pc.Connect(ctx, r.local, func(rem []oob.PerftestDest) error {
 		r.remote = rem
 		for i := range rem {
-			c.printDest(stdout, "remote", &rem[i])
+			c.printDest(verbose, "remote", &rem[i])
 		}
 		if c.rdmaCM {
 			return nil // the CM connected the QPs
@@ -605,7 +621,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
 	}
 	r.remote = remote
-	fmt.Fprint(stdout, ptResultLine)
+	fmt.Fprint(verbose, ptResultLine)
 	plan := c.tool.test.Plan()
 	sizes := []int{c.size}
 	if c.all {
@@ -620,7 +636,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	prog := newPtProgress(c, stderr)
 	printsResults := !(c.tool.lat && c.isServer() && (c.tool.verb == ptRead || c.tool.verb == ptAtomic))
 	if printsResults {
-		c.printResultHeader(stdout)
+		c.printResultHeader(verbose)
 	}
 	// perftest 4.5 with -a: the send tests post receives and handshake before
 	// every size; the others handshake once, and the write/read/atomic BW
@@ -675,7 +691,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		}
 	}
 	if printsResults {
-		fmt.Fprint(stdout, ptResultLine)
+		fmt.Fprint(verbose, ptResultLine)
 	}
 	if plan.Close {
 		if err := pc.Close(ctx, &r.local[0]); err != nil {
@@ -738,7 +754,14 @@ func (c *ptConfig) hasResult(r ptResult) bool {
 }
 
 func (c *ptConfig) printResult(w io.Writer, r ptResult) {
-	if !c.tool.lat {
+	switch {
+	case c.output == "bandwidth":
+		fmt.Fprintf(w, "%f\n", r.bw.BWAvg) // in the report's units, as perftest's
+		return
+	case c.output == "message_rate":
+		fmt.Fprintf(w, "%f\n", r.bw.MsgRateAvg)
+		return
+	case !c.tool.lat:
 		io.WriteString(w, bwLine(r.bw))
 		return
 	}
@@ -748,6 +771,10 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / rtt }
 	if c.duration > 0 {
+		if c.output == "latency" {
+			fmt.Fprintf(w, "%f\n", us(r.latAvg))
+			return
+		}
 		fmt.Fprintf(w, " %-7d       %d            %-7.2f\n", r.size, r.latIter, us(r.latAvg))
 		return
 	}
@@ -773,6 +800,10 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 		sq += (us(d) - avg) * (us(d) - avg)
 	}
 	stdev := math.Sqrt(sq / float64(n))
+	if c.output == "latency" {
+		fmt.Fprintf(w, "%f\n", avg) // t_avg, as perftest's
+		return
+	}
 	i99 := int(math.Ceil(float64(n) * 0.99))
 	i999 := int(math.Ceil(float64(n) * 0.999))
 	io.WriteString(w, latLine(r.size, c.iters, [7]float64{us(s[0]), us(s[n-1]), median, avg, stdev, us(s[max(i99-1, 0)]), us(s[max(i999-1, 0)])}))

@@ -292,3 +292,37 @@ func TestPerftestMargin(t *testing.T) {
 		})
 	}
 }
+
+// TestPerftestOutput: --output prints the result's value alone, one line
+// with six decimals, on both sides, as perftest does for scripts: no
+// banner, addresses, header or separators.
+func TestPerftestOutput(t *testing.T) {
+	bin := tooltest.Binary(t)
+	value := regexp.MustCompile(`^\d+\.\d{6}\n$`)
+	for _, tc := range []struct {
+		tool, output string
+	}{
+		{"write_bw", "bandwidth"},
+		{"send_bw", "message_rate"},
+		{"send_lat", "latency"},
+		{"write_lat", "latency"},
+	} {
+		t.Run(tc.tool+"/"+tc.output, func(t *testing.T) {
+			t.Parallel()
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			args := []string{"-p", port, "-n", "200", "--output=" + tc.output}
+			s, c := tooltest.RunPair(t, 60*time.Second,
+				append([]string{bin, tc.tool, "-d", sa}, args...),
+				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
+				if !value.MatchString(r.Stdout) {
+					t.Errorf("%s: stdout %q, want the value alone", side, r.Stdout)
+				}
+			}
+		})
+	}
+}

@@ -217,6 +217,9 @@ func TestPerftestFinishRefusals(t *testing.T) {
 		{"write_lat", func(c *ptConfig) { c.duration, c.all = 2, true }, "-D and -a cannot be combined"},
 		{"write_bw", func(c *ptConfig) { c.gidx = -1 }, "GID index is required"},
 		{"write_bw", func(c *ptConfig) { c.mtu = 1500 }, "MTU must be"},
+		{"write_bw", func(c *ptConfig) { c.output = "latency" }, "Output verbosity level for BW can be: bandwidth, message_rate"},
+		{"send_lat", func(c *ptConfig) { c.output = "bandwidth" }, "Output verbosity level for LAT can be: latency"},
+		{"read_bw", func(c *ptConfig) { c.output = "bw" }, "Invalid verbosity level output flag. Please use bandwidth, latency, message_rate"},
 	} {
 		var c ptConfig
 		for _, x := range ptTools {
