@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/tools/dadatool"
 	"github.com/softroce/softroce/tools/demo"
 	"github.com/softroce/softroce/tools/devinfo"
@@ -86,6 +87,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return cli.ExitFailure
 	}
+	log, err := toolkit.LoggerFromEnv(stderr)
+	if err != nil {
+		stop()
+		fmt.Fprintf(stderr, "softroce: %v\n", err)
+		return cli.ExitFailure
+	}
+	toolkit.Logger = log
 	defer stop()
 	return c.Run(args[1:], stdout, stderr)
 }

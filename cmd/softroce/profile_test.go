@@ -3,8 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 // TestProfileEnv: SOFTROCE_CPUPROFILE and SOFTROCE_TRACE write a profile
@@ -43,4 +48,36 @@ func sizeOf(st os.FileInfo) int64 {
 		return -1
 	}
 	return st.Size()
+}
+
+// TestLogEnv: SOFTROCE_LOG gives the tools' devices and CM agents a logger
+// on stderr: an rping exchange at debug shows the CM's MADs on both sides.
+// An unknown level is one line naming the variable and exit 1, before the
+// command runs; unset, the library is silent.
+func TestLogEnv(t *testing.T) {
+	t.Setenv(toolkit.LogEnv, "loud")
+	var o, e strings.Builder
+	code := run([]string{"devinfo", "-h"}, &o, &e)
+	lines := strings.Split(strings.TrimSpace(e.String()), "\n")
+	if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], toolkit.LogEnv) || o.Len() != 0 {
+		t.Errorf("%s=loud: exit %d, stderr %q, stdout %q; want exit 1 and one line naming it", toolkit.LogEnv, code, e.String(), o.String())
+	}
+
+	bin := tooltest.Binary(t)
+	for _, level := range []string{"debug", ""} {
+		t.Setenv(toolkit.LogEnv, level)
+		sa, ca := tooltest.LoopPair()
+		port := strconv.Itoa(tooltest.FreeTCPPort(t))
+		s, c := tooltest.RunPair(t, 30*time.Second,
+			[]string{bin, "rping", "-s", "-a", sa, "-p", port, "-C", "2"},
+			[]string{bin, "rping", "-c", "-a", sa, "-I", ca, "-p", port, "-C", "2"})
+		if s.Code != 0 || c.Code != 0 {
+			t.Fatalf("%s=%q: server %v\nclient %v", toolkit.LogEnv, level, s, c)
+		}
+		for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
+			if got := strings.Contains(r.Stderr, `msg="cm send"`); got != (level == "debug") {
+				t.Errorf("%s=%q: %s's stderr has the CM's debug logs: %v, want %v\n%s", toolkit.LogEnv, level, side, got, level == "debug", r.Stderr)
+			}
+		}
+	}
 }

@@ -19,5 +19,8 @@ func AgentConfig() *cm.Config {
 	if c.Resolve == nil && NeighResolve != nil {
 		c.Resolve = NeighResolve
 	}
+	if c.Logger == nil {
+		c.Logger = Logger
+	}
 	return &c
 }

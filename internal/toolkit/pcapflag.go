@@ -47,7 +47,7 @@ func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
 	if err != nil {
 		return nil, err
 	}
-	ep, err := udp.Listen(info.Addr)
+	ep, err := udp.Listen(info.Addr, udp.WithLogger(Logger))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("device %s: UDP %v is in use (another softroce tool on this device?): %w", info.Name, info.Addr, err)
@@ -66,7 +66,8 @@ func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
 		t.Tee = capture.Tee(ep, w)
 		lep = t.Tee
 	}
-	t.Dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: DeviceMAC(info.Netdev), BusyPoll: latencyBusyPoll()})
+	t.Dev, err = verbs.Open(lep, &verbs.Config{Name: info.Name, MAC: DeviceMAC(info.Netdev), BusyPoll: latencyBusyPoll(),
+		Logger: Logger})
 	if err != nil {
 		lep.Close()
 		if t.Pcap != nil {

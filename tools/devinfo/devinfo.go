@@ -143,7 +143,7 @@ func describeDevice(d toolkit.Device) (*verbs.Device, error) {
 		return nil, err
 	}
 	eb.Close()
-	return verbs.Open(ea, &verbs.Config{Name: d.Name, MAC: toolkit.DeviceMAC(d.Netdev)})
+	return verbs.Open(ea, &verbs.Config{Name: d.Name, MAC: toolkit.DeviceMAC(d.Netdev), Logger: toolkit.Logger})
 }
 
 func devinfoGUID(g uint64) string {

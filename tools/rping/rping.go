@@ -307,7 +307,7 @@ type cmDevice struct {
 // openCMDevice opens the device; with pcapPath set (--pcap) it writes every
 // datagram the device sends and receives there.
 func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
-	cfg := &verbs.Config{Name: "softroce0", MAC: macOf(addr)}
+	cfg := &verbs.Config{Name: "softroce0", MAC: macOf(addr), Logger: toolkit.Logger}
 	ep, err := udp.Listen(netip.AddrPortFrom(addr, 4791))
 	if err != nil {
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
