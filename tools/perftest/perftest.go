@@ -325,9 +325,7 @@ func (c *ptConfig) finish() string {
 	default:
 		return "atomic type must be CMP_AND_SWAP or FETCH_AND_ADD"
 	}
-	if c.duration > 0 && c.margin < 0 {
-		c.margin = c.duration / 4 // perftest's default
-	}
+	c.margin = ptMargin(c.duration, c.margin)
 	switch {
 	case c.iters < 5 || c.iters > 100000000:
 		return "Iteration num should be between 5 and 100000000"

@@ -302,3 +302,19 @@ func TestPtSampler(t *testing.T) {
 		}
 	}
 }
+
+// TestPtDurationLatEmpty: a -D latency run with nothing completed in its
+// measured period is an error that says what to change, not an average of
+// zero iterations.
+func TestPtDurationLatEmpty(t *testing.T) {
+	start := time.Now().Add(-3 * time.Second)
+	smp := (&ptConfig{duration: 3, margin: 1}).sampler(start)
+	smp.add(start.Add(100*time.Millisecond), 5) // in the first margin only
+	if _, err := ptDurationLat(smp, start, 5); err == nil || !strings.Contains(err.Error(), "longer -D or a shorter -f") {
+		t.Errorf("err %v, want the empty period refused with what to change", err)
+	}
+	smp.add(start.Add(1500*time.Millisecond), 4)
+	if lr, err := ptDurationLat(smp, start, 9); err != nil || lr.iters != 4 || lr.avg != 250*time.Millisecond {
+		t.Errorf("got %+v, %v; want 4 iterations at 250 ms each (the 1 s period)", lr, err)
+	}
+}

@@ -16,6 +16,16 @@ func ptDurationOrDefault(d int) int {
 	return d
 }
 
+// ptMargin returns the margin of a run of duration seconds given -f
+// (negative: not given): perftest's default, a quarter of -D rounded down,
+// for a -D run without -f; else margin as given.
+func ptMargin(duration, margin int) int {
+	if duration > 0 && margin < 0 {
+		return duration / 4
+	}
+	return margin
+}
+
 // ptMarginFits reports whether margin (seconds; negative: not given) leaves
 // time to measure in a run of duration seconds (0: iterations mode), by
 // perftest's rule: DURATION > 2*MARGIN, with -D's default of 5 seconds in
@@ -69,7 +79,8 @@ func ptDurationLat(smp *ptSampler, start time.Time, n uint64) (ptLatRun, error) 
 		d = time.Duration(secs * float64(time.Second))
 	}
 	if n == 0 {
-		return ptLatRun{}, errors.New("no iteration completed within the duration's measured period")
+		return ptLatRun{}, errors.New("no iteration completed within the duration's measured period: " +
+			"give a longer -D or a shorter -f (the period is -D less -f at each end)")
 	}
 	return ptLatRun{avg: d / time.Duration(n), iters: n}, nil
 }

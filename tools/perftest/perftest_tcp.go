@@ -59,7 +59,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	case lat && margin >= 0:
 		return cli.UsageErr(stderr, g.Prog, "tcp_lat has no -D, so no -f")
 	case !ptMarginFits(dur, margin):
-		return cli.UsageErr(stderr, g.Prog, "-f %d leaves no time to measure in -D %d: it must be less than half of -D",
+		return cli.UsageErr(stderr, g.Prog, "-f %d leaves no time to measure in -D %d (5 when -D is not given, as perftest checks): give -f below half of -D",
 			margin, ptDurationOrDefault(dur))
 	case bind != "" && net.ParseIP(bind) == nil:
 		return cli.UsageErr(stderr, g.Prog, "-d %q is not an IP address", bind)
@@ -88,9 +88,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	client := len(ops) == 1
-	if dur > 0 && margin < 0 {
-		margin = dur / 4 // as write_bw's (perftest's) default
-	}
+	margin = ptMargin(dur, margin) // as write_bw's (perftest's)
 	// The client tells the server how to run: size, iterations, duration,
 	// margin.
 	var hdr [24]byte
