@@ -683,7 +683,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		if printsResults {
 			if !c.hasResult(res) {
 				// A result line without iterations would hide a failed run.
-				return fmt.Errorf("no iteration of %d bytes completed: no result to report", size)
+				return c.noResult(size)
 			}
 			c.printResult(stdout, res)
 		}
@@ -749,6 +749,19 @@ func (c *ptConfig) hasResult(r ptResult) bool {
 		return r.latIter > 0
 	}
 	return len(r.lat) > 0
+}
+
+// noResult is the error for a size no iteration of which completed (in a
+// -D run: in the measured period), with what to change when the QPs'
+// completion moderation explains it.
+func (c *ptConfig) noResult(size int) error {
+	msg := fmt.Sprintf("no iteration of %d bytes completed: no result to report", size)
+	if c.duration > 0 && !c.tool.lat && c.cqMod > 1 {
+		first := float64(c.cqMod) * float64(c.numQP) * float64(size) / (1 << 20)
+		msg += fmt.Sprintf(" (each QP signals a completion every -Q %d messages: its first needs %.0f MiB sent over the %d QPs, which take turns; use a smaller -Q or -t, or a longer -D)",
+			c.cqMod, first, c.numQP)
+	}
+	return errors.New(msg)
 }
 
 func (c *ptConfig) printResult(w io.Writer, r ptResult) {

@@ -226,6 +226,36 @@ func TestPerftestLatencyDuration(t *testing.T) {
 	}
 }
 
+// TestPerftestDurationDeepQueue: a -D run ends when its time is up, as
+// perftest's does, whatever is still posted. 16 QPs with -t 4096 of 1 MiB
+// have 64 GiB posted: waiting for it would outlast the tools' wait for a
+// silent peer, and the run used to fail with "the peer stopped answering".
+// send_bw's server sees the traffic stop and measures its own.
+func TestPerftestDurationDeepQueue(t *testing.T) {
+	bin := tooltest.Binary(t)
+	for _, tool := range []string{"write_bw", "send_bw"} {
+		t.Run(tool, func(t *testing.T) {
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			args := []string{"-p", port, "-D", "2", "-q", "16", "-t", "4096", "-Q", "1", "-s", "1048576"}
+			if tool == "send_bw" {
+				args = append(args, "-r", "4096")
+			}
+			began := time.Now()
+			s, c := tooltest.RunPair(t, 90*time.Second,
+				append([]string{bin, tool, "-d", sa}, args...),
+				append([]string{bin, tool, "-d", ca}, append(args, "127.0.0.1")...))
+			t.Logf("both exited %v after the start", time.Since(began).Round(time.Millisecond))
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			for _, r := range []tooltest.ProcResult{s, c} {
+				tooltest.MustMatch(t, tool, r, `(?m)^ 1048576\s+[1-9]\d*\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d{6}$`)
+			}
+		})
+	}
+}
+
 // TestPerftestMargin: with -D 3 -f 1 the tools report the middle second
 // only, as perftest does: the iterations and the rate (or average latency)
 // printed imply a measured period of 1 s, not the run's 3 s. send_bw's

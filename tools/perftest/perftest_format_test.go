@@ -318,3 +318,25 @@ func TestPtDurationLatEmpty(t *testing.T) {
 		t.Errorf("got %+v, %v; want 4 iterations at 250 ms each (the 1 s period)", lr, err)
 	}
 }
+
+// TestPtNoResult: a bandwidth run with no iteration in its -D period says
+// how much must be sent before any QP's first completion, and what to
+// change; other empty runs keep the plain message.
+func TestPtNoResult(t *testing.T) {
+	bw, lat := ptTool{name: "write_bw"}, ptTool{name: "write_lat", lat: true}
+	for _, tc := range []struct {
+		c    ptConfig
+		want string // "" : no hint
+	}{
+		{ptConfig{tool: bw, duration: 3, cqMod: 100, numQP: 256}, "-Q 100 messages: its first needs 25600 MiB sent over the 256 QPs"},
+		{ptConfig{tool: bw, duration: 3, cqMod: 1, numQP: 256}, ""},
+		{ptConfig{tool: bw, cqMod: 100, numQP: 256}, ""},
+		{ptConfig{tool: lat, duration: 3, cqMod: 100, numQP: 1}, ""},
+	} {
+		msg := tc.c.noResult(1 << 20).Error()
+		if !strings.HasPrefix(msg, "no iteration of 1048576 bytes completed: no result to report") ||
+			tc.want == "" && strings.Contains(msg, "(") || tc.want != "" && !strings.Contains(msg, tc.want) {
+			t.Errorf("%+v: %q, want the hint %q", tc.c, msg, tc.want)
+		}
+	}
+}
