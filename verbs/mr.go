@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -127,7 +128,11 @@ func checkAccess(a Access) error {
 }
 
 // RegMR registers buf with the given access flags (ibv_reg_mr). The memory
-// must stay valid until Deregister returns. Registrations beyond the
+// must stay valid until Deregister returns. Like ibv_reg_mr's pinning, it
+// faults the pages in (for writing when access allows local or remote
+// writes; the bytes stay as they are), so that the transport's first touch
+// of them does not stall the device's receive loop on page faults: a large
+// registration costs its page faults here, once. Registrations beyond the
 // device's MR count (ENOMEM) or size (EINVAL) limits fail (Config.MaxMR,
 // Config.MaxMRSize).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
@@ -141,6 +146,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		return nil, err
 	}
 	d := pd.dev
+	d.prefault("reg mr", buf, access)
 	mr := &MR{dev: d, pd: pd, buf: buf, access: access, valid: true}
 	if access&AccessZeroBased == 0 {
 		mr.iova = bufAddr(buf)
@@ -174,6 +180,16 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	d.mrMu.Unlock()
 	d.stats.MRs.Add(1)
 	return mr, nil
+}
+
+// prefault faults in buf's pages for a registration (mem.Prefault). It is
+// best effort: memory it could not fault in still works, its first
+// touches are only slower; why is logged at debug level.
+func (d *Device) prefault(op string, buf []byte, access Access) {
+	err := mem.Prefault(buf, wantsWrite(access))
+	if err != nil && d.log != nil && !errors.Is(err, mem.ErrNotSupported) {
+		d.log.Debug(op+": pages not faulted in", "bytes", len(buf), "err", err)
+	}
 }
 
 // Deregister removes the region (ibv_dereg_mr). It waits for any access in
@@ -261,6 +277,13 @@ func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
 		if err := checkAccess(access); err != nil {
 			return err
 		}
+	}
+	if flags&ReregChangeTranslation != 0 {
+		acc := access
+		if flags&ReregChangeAccess == 0 {
+			acc = mr.Access()
+		}
+		mr.dev.prefault("rereg mr", buf, acc)
 	}
 	if flags&ReregChangePD != 0 {
 		if pd == nil || pd.dev != mr.dev {
