@@ -116,8 +116,13 @@ type ptConfig struct {
 	pcap        string
 	server      string
 	connectTO   time.Duration
-	rdmaCM      bool // -R: connect the QPs through rdma_cm (implies cmComm)
-	cmComm      bool // -z: exchange the side channel's data over an rdma_cm connection
+	rdmaCM      bool    // -R: connect the QPs through rdma_cm (implies cmComm)
+	cmComm      bool    // -z: exchange the side channel's data over an rdma_cm connection
+	rateArg     string  // --rate_limit as given
+	rateLimit   float64 // --rate_limit: 0, none; in rateUnits
+	rateUnits   string  // --rate_units: M (MiB/s), g (Gb/s, the default) or p (messages/s)
+	rateType    string  // --rate_limit_type: "" (none), SW, HW or PP
+	burstSize   int     // --burst_size: messages per burst of the SW rate limiter (default -t)
 }
 
 func (c *ptConfig) qpType() verbs.QPType {
@@ -170,6 +175,13 @@ Options (those of perftest 4.5 that softroce honours):
   -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
                              (the server listens on -p; RC only)
   -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
+
+ Rate Limiter (bandwidth tests but atomic_bw, on the client):
+      --rate_limit=<rate>        the most the client sends, in --rate_units (default Gb/s)
+      --rate_units=<units>       M (MiB/s), g (Gb/s) or p (messages/s)
+      --rate_limit_type=<type>   SW: bursts of --burst_size messages, evenly spaced (HW and PP
+                                 are refused: softroce's QPs, as rxe's, have no rate limiter)
+      --burst_size=<size>        messages per burst (default: -t)
 `, t.name, map[bool]int{false: ptDefItersBW, true: ptDefItersLat}[t.lat], ptDefaultSize(t))
 }
 
@@ -243,6 +255,10 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Str(0, "pcap", &c.pcap)
 	g.Flag('R', "rdma_cm", &c.rdmaCM)
 	g.Flag('z', "com_rdma_cm", &c.cmComm)
+	g.Str(0, "rate_limit", &c.rateArg)
+	g.Str(0, "rate_units", &c.rateUnits)
+	g.Str(0, "rate_limit_type", &c.rateType)
+	g.NumIn(0, "burst_size", &c.burstSize, 0, math.MaxInt32)
 	g.Refuse('b', "bidirectional", false, "bidirectional (duplex) runs are not implemented")
 	g.Refuse('l', "post_list", true, "posting lists of work requests is not implemented")
 	g.Refuse('O', "dualport", false, "softroce devices have one port")
@@ -263,9 +279,13 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	if len(ops) == 1 {
 		c.server = ops[0]
 	}
+	burstGiven := c.burstSize > 0
 	if msg := c.finish(); msg != "" {
 		fmt.Fprintf(stderr, " %s\n", msg) // perftest's messages, as perftest prints them
 		return nil, cli.ExitUsage, false
+	}
+	if c.rateType == "SW" && !burstGiven {
+		fmt.Fprintf(stderr, " Setting burst size to tx depth = %d\n", c.txDepth)
 	}
 	return c, cli.ExitOK, true
 }
@@ -415,7 +435,65 @@ func (c *ptConfig) finish() string {
 			return "softroce's -R (rdma_cm) supports RC connections only"
 		}
 	}
+	return c.finishRate()
+}
+
+// finishRate checks the rate limiter's options as perftest does, with
+// perftest's messages, and applies its defaults.
+func (c *ptConfig) finishRate() string {
+	if c.rateArg != "" {
+		v, err := strconv.ParseFloat(c.rateArg, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return "Rate limit must be non-negative floating point number"
+		}
+		c.rateLimit = v
+		if c.rateType == "" {
+			c.rateType = "HW" // perftest's default type when a rate is given
+		}
+	}
+	switch c.rateUnits {
+	case "":
+		c.rateUnits = "g"
+	case "M", "g", "p":
+	default:
+		return "Invalid rate limit units. Please use M,g or p"
+	}
+	switch c.rateType {
+	case "", "SW":
+	case "HW":
+		return "HW rate limit: softroce's QPs have no rate limiter to set (IBV_QP_RATE_LIMIT; rxe has none either): use --rate_limit_type=SW"
+	case "PP":
+		return "Packet Pacing is only supported for Raw Ethernet."
+	default:
+		return "Invalid rate limit type flag. Please use HW, SW or PP."
+	}
+	switch {
+	case c.burstSize > 0 && c.rateType == "":
+		return "Can't enable burst mode when rate limiter is off"
+	case c.rateType == "SW" && (c.tool.lat || c.tool.verb == ptAtomic):
+		return "SW Rate limiter cann't be executed on non-BW, ATOMIC or bidirectional SEND / SEND_IMM tests"
+	case c.rateType == "SW" && c.rateLimit == 0:
+		return "--rate_limit_type=SW needs a rate: --rate_limit=<rate>"
+	}
+	if c.rateType == "SW" && c.burstSize == 0 {
+		c.burstSize = c.txDepth
+	}
 	return ""
+}
+
+// ratePPS is the SW rate limiter's rate for messages of size bytes, in
+// messages per second (0: no limit).
+func (c *ptConfig) ratePPS(size int) float64 {
+	if c.rateType != "SW" {
+		return 0
+	}
+	switch c.rateUnits {
+	case "M":
+		return c.rateLimit * (1 << 20) / float64(size)
+	case "p":
+		return c.rateLimit
+	}
+	return c.rateLimit * 1e9 / (float64(size) * 8)
 }
 
 // ptTitle is the test title of the banner.

@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"math"
 	"net/netip"
 	"os"
 	"strings"
@@ -339,4 +340,85 @@ func TestPtNoResult(t *testing.T) {
 			t.Errorf("%+v: %q, want the hint %q", tc.c, msg, tc.want)
 		}
 	}
+}
+
+// TestPtRateOptions: the rate limiter's options as perftest checks them,
+// with its messages and defaults, and the rate each unit gives.
+func TestPtRateOptions(t *testing.T) {
+	tools := map[string]ptTool{}
+	for _, x := range ptTools {
+		tools[x.name] = x
+	}
+	for _, tc := range []struct {
+		tool   string
+		args   []string
+		refuse string  // part of the message; "" : accepted
+		pps    float64 // messages/s for 65536-byte messages
+		burst  int
+	}{
+		{"write_bw", nil, "", 0, 0},
+		{"write_bw", []string{"--rate_limit=8", "--rate_limit_type=SW"}, "", 8e9 / (65536 * 8), 128},
+		{"write_bw", []string{"--rate_limit=64", "--rate_units=M", "--rate_limit_type=SW", "--burst_size=4"}, "", 1024, 4},
+		{"send_bw", []string{"--rate_limit=300", "--rate_units=p", "--rate_limit_type=SW", "-t", "16"}, "", 300, 16},
+		{"write_bw", []string{"--rate_limit=8"}, "use --rate_limit_type=SW", 0, 0},
+		{"write_bw", []string{"--rate_limit=8", "--rate_limit_type=PP"}, "Packet Pacing is only supported for Raw Ethernet.", 0, 0},
+		{"write_bw", []string{"--rate_limit=8", "--rate_limit_type=sw"}, "Please use HW, SW or PP.", 0, 0},
+		{"write_bw", []string{"--rate_limit=0", "--rate_limit_type=SW"}, "Rate limit must be", 0, 0},
+		{"write_bw", []string{"--rate_limit=x", "--rate_limit_type=SW"}, "Rate limit must be", 0, 0},
+		{"write_bw", []string{"--rate_limit=8", "--rate_units=K", "--rate_limit_type=SW"}, "Please use M,g or p", 0, 0},
+		{"write_bw", []string{"--burst_size=4"}, "Can't enable burst mode when rate limiter is off", 0, 0},
+		{"write_bw", []string{"--rate_limit_type=SW"}, "needs a rate", 0, 0},
+		{"atomic_bw", []string{"--rate_limit=1", "--rate_limit_type=SW"}, "SW Rate limiter cann't be executed", 0, 0},
+		{"write_lat", []string{"--rate_limit=1", "--rate_limit_type=SW"}, "SW Rate limiter cann't be executed", 0, 0},
+	} {
+		var out, errb strings.Builder
+		c, code, ok := ptParse(tools[tc.tool], tc.args, &out, &errb)
+		if tc.refuse != "" {
+			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), tc.refuse) {
+				t.Errorf("%s %q: ok %v code %d stderr %q, want refused with %q", tc.tool, tc.args, ok, code, errb.String(), tc.refuse)
+			}
+			continue
+		}
+		if !ok {
+			t.Errorf("%s %q: refused: %s", tc.tool, tc.args, errb.String())
+			continue
+		}
+		if pps := c.ratePPS(65536); math.Abs(pps-tc.pps) > 1e-9 || c.burstSize != tc.burst {
+			t.Errorf("%s %q: %v messages/s in bursts of %d, want %v and %d", tc.tool, tc.args, pps, c.burstSize, tc.pps, tc.burst)
+		}
+	}
+}
+
+// TestPtPacer: bursts of burst messages every burst/pps seconds, deadlines
+// adding up so that a late client catches up; nil lets everything through.
+func TestPtPacer(t *testing.T) {
+	start := time.Now()
+	p := newPtPacer(1000, 10, start) // a burst every 10 ms
+	for i := range 10 {
+		if !p.open(start) || !p.sending() {
+			t.Fatalf("message %d of the first burst held back", i)
+		}
+		p.sent()
+	}
+	if p.sending() || p.open(start.Add(9*time.Millisecond)) || p.wait(start.Add(4*time.Millisecond)) != 6*time.Millisecond {
+		t.Fatalf("the second burst may start before 10 ms (wait %v)", p.wait(start.Add(4*time.Millisecond)))
+	}
+	// 35 ms late: the bursts due at 10, 20 and 30 ms go at once, then 40.
+	late := start.Add(45 * time.Millisecond)
+	for b := range 4 {
+		if !p.open(late) {
+			t.Fatalf("catch-up burst %d held back", b)
+		}
+		for range 10 {
+			p.sent()
+		}
+	}
+	if p.open(late) || p.wait(late) != 5*time.Millisecond {
+		t.Fatalf("after catching up: wait %v, want 5ms (the burst due at 50 ms)", p.wait(late))
+	}
+	var none *ptPacer
+	if !none.open(start) || !none.sending() || none.wait(start) != 0 || newPtPacer(0, 10, start) != nil {
+		t.Fatal("no limit must let everything through")
+	}
+	none.sent()
 }

@@ -262,6 +262,54 @@ func (r *ptRes) drainGrace() time.Duration {
 	return 2*ptRetryBudget(r.c.qpTimeout, 7) + 2*time.Second
 }
 
+// ptPacer is perftest's SW rate limiter (--rate_limit_type=SW): the client
+// posts bursts of burst messages, across its QPs in turn, one burst every
+// burst/pps seconds. The deadlines add up, so a client that fell behind
+// catches up with bursts back to back and the average holds. A nil
+// *ptPacer lets everything through.
+type ptPacer struct {
+	gap      time.Duration
+	next     time.Time // when the next burst may start
+	burst, n int       // messages per burst; left in the current one
+}
+
+func newPtPacer(pps float64, burst int, start time.Time) *ptPacer {
+	if pps <= 0 {
+		return nil
+	}
+	return &ptPacer{gap: time.Duration(float64(burst) / pps * float64(time.Second)), next: start, burst: burst}
+}
+
+// open starts a burst if none is running and its time has come; it
+// reports whether messages may be posted.
+func (p *ptPacer) open(now time.Time) bool {
+	if p == nil || p.n > 0 {
+		return true
+	}
+	if now.Before(p.next) {
+		return false
+	}
+	p.next = p.next.Add(p.gap)
+	p.n = p.burst
+	return true
+}
+
+func (p *ptPacer) sending() bool { return p == nil || p.n > 0 }
+
+func (p *ptPacer) sent() {
+	if p != nil {
+		p.n--
+	}
+}
+
+// wait is how long until the next burst may start (0: now, or no limit).
+func (p *ptPacer) wait(now time.Time) time.Duration {
+	if p == nil || p.n > 0 {
+		return 0
+	}
+	return max(p.next.Sub(now), 0)
+}
+
 // flushQPs moves every QP to the error state: their traffic stops and
 // their outstanding work requests complete with WR_FLUSH_ERR, unread.
 func (r *ptRes) flushQPs() {
@@ -332,6 +380,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	var wc [16]verbs.WC
 	start := time.Now()
 	smp := c.sampler(start)
+	pace := newPtPacer(c.ratePPS(size), c.burstSize, start)
 	var last time.Time
 	stopped := false
 	for {
@@ -340,7 +389,10 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 			stopped = true
 		}
 		for q, qp := range r.qps {
-			for scnt[q]-ccnt[q] < c.txDepth {
+			if !pace.open(now) {
+				break
+			}
+			for scnt[q]-ccnt[q] < c.txDepth && pace.sending() {
 				if dur == 0 && scnt[q] >= c.iters {
 					break
 				}
@@ -359,6 +411,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 					tposted = append(tposted, time.Since(start).Nanoseconds())
 				}
 				scnt[q]++
+				pace.sent()
 			}
 		}
 		ne := r.scq.Poll(wc[:])
@@ -427,6 +480,8 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 				if err := w.Idle(); err != nil {
 					return oob.BWReport{}, err
 				}
+			} else if d := pace.wait(time.Now()); d > 0 {
+				time.Sleep(min(d, 10*time.Millisecond)) // nothing to do before the next burst
 			} else if err := ctx.Err(); err != nil {
 				return oob.BWReport{}, errors.New("interrupted")
 			} else if err := r.watch.check(); err != nil {
