@@ -116,13 +116,16 @@ type ptConfig struct {
 	pcap        string
 	server      string
 	connectTO   time.Duration
-	rdmaCM      bool    // -R: connect the QPs through rdma_cm (implies cmComm)
-	cmComm      bool    // -z: exchange the side channel's data over an rdma_cm connection
-	rateArg     string  // --rate_limit as given
-	rateLimit   float64 // --rate_limit: 0, none; in rateUnits
-	rateUnits   string  // --rate_units: M (MiB/s), g (Gb/s, the default) or p (messages/s)
-	rateType    string  // --rate_limit_type: "" (none), SW, HW or PP
-	burstSize   int     // --burst_size: messages per burst of the SW rate limiter (default -t)
+	rdmaCM      bool      // -R: connect the QPs through rdma_cm (implies cmComm)
+	cmComm      bool      // -z: exchange the side channel's data over an rdma_cm connection
+	rateArg     string    // --rate_limit as given
+	rateLimit   float64   // --rate_limit: 0, none; in rateUnits
+	rateUnits   string    // --rate_units: M (MiB/s), g (Gb/s, the default) or p (messages/s)
+	rateType    string    // --rate_limit_type: "" (none), SW, HW or PP
+	burstSize   int       // --burst_size: messages per burst of the SW rate limiter (default -t)
+	limitArgs   [2]string // -w/--limit_bw and -y/--limit_msgrate as given
+	limitBW     float64   // -w: the least average bandwidth (report units) that passes; -1: none
+	limitRate   float64   // -y: the least message rate (Mpps) that passes; -1: none
 }
 
 func (c *ptConfig) qpType() verbs.QPType {
@@ -175,6 +178,9 @@ Options (those of perftest 4.5 that softroce honours):
   -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
                              (the server listens on -p; RC only)
   -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
+  -w, --limit_bw=<value>     bandwidth tests: exit 1 ("Error: BW result is below bw limit")
+                             when the average is below <value>, in the report's units
+  -y, --limit_msgrate=<value> bandwidth tests: the same for the message rate, in Mpps
 
  Rate Limiter (bandwidth tests but atomic_bw, on the client):
       --rate_limit=<rate>        the most the client sends, in --rate_units (default Gb/s)
@@ -255,6 +261,8 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Str(0, "pcap", &c.pcap)
 	g.Flag('R', "rdma_cm", &c.rdmaCM)
 	g.Flag('z', "com_rdma_cm", &c.cmComm)
+	g.Str('w', "limit_bw", &c.limitArgs[0])
+	g.Str('y', "limit_msgrate", &c.limitArgs[1])
 	g.Str(0, "rate_limit", &c.rateArg)
 	g.Str(0, "rate_units", &c.rateUnits)
 	g.Str(0, "rate_limit_type", &c.rateType)
@@ -435,7 +443,51 @@ func (c *ptConfig) finish() string {
 			return "softroce's -R (rdma_cm) supports RC connections only"
 		}
 	}
+	if msg := c.finishLimits(); msg != "" {
+		return msg
+	}
 	return c.finishRate()
+}
+
+// finishLimits parses -w and -y, perftest's result verifiers, with its
+// messages.
+func (c *ptConfig) finishLimits() string {
+	c.limitBW, c.limitRate = -1, -1
+	for i, dst := range []*float64{&c.limitBW, &c.limitRate} {
+		a := c.limitArgs[i]
+		if a == "" {
+			continue
+		}
+		if c.tool.lat {
+			return "-w/--limit_bw and -y/--limit_msgrate check the result of a bandwidth test"
+		}
+		v, err := strconv.ParseFloat(a, 64)
+		if err != nil || v < 0 || math.IsInf(v, 0) {
+			return [2]string{"Invalid Minimum BW Limit", "Invalid Minimum msgRate Limit"}[i]
+		}
+		*dst = v
+	}
+	return ""
+}
+
+// ptLimits is the outcome of -w and -y over a run's sizes: as perftest's,
+// a limit is met when one size's result meets it.
+type ptLimits struct{ bw, rate bool }
+
+func (l *ptLimits) add(c *ptConfig, r oob.BWReport) {
+	l.bw = l.bw || r.BWAvg >= c.limitBW
+	l.rate = l.rate || r.MsgRateAvg >= c.limitRate
+}
+
+// err is perftest's verdict, for the side that measured the results.
+func (l *ptLimits) err(c *ptConfig) error {
+	switch {
+	case c.limitBW >= 0 && !l.bw:
+		return errors.New("Error: BW result is below bw limit")
+	case c.limitRate >= 0 && !l.rate:
+		return errors.New("Error: Msg rate  is below msg_rate limit")
+	}
+	return nil
 }
 
 // finishRate checks the rate limiter's options as perftest does, with
@@ -718,6 +770,10 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	// every size; the others handshake once, and the write/read/atomic BW
 	// client sends only its last report, which is all their server prints.
 	perSizeSync := c.tool.verb == ptSend
+	// The side that measured verifies -w and -y: a bandwidth client, and
+	// send_bw's server, which measures its own.
+	verifies := !c.tool.lat && !(c.isServer() && plan.Report)
+	var limits ptLimits
 	for i, size := range sizes {
 		prog.setSize(size)
 		if err := r.ready(size); err != nil {
@@ -740,6 +796,9 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		}
 		prog.clear()
 		last := i == len(sizes)-1
+		if verifies {
+			limits.add(c, res.bw)
+		}
 		if plan.Report {
 			if !last {
 				if !c.isServer() {
@@ -773,6 +832,9 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		if err := pc.Close(ctx, &r.local[0]); err != nil {
 			return fmt.Errorf("Failed to close connection between server and client: %w", err)
 		}
+	}
+	if verifies {
+		return limits.err(c)
 	}
 	return nil
 }

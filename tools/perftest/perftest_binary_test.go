@@ -293,6 +293,46 @@ func TestPerftestRateLimit(t *testing.T) {
 	}
 }
 
+// TestPerftestLimits: -w and -y, perftest's verifiers, fail the side that
+// measured when its result is below the limit (after printing it and
+// closing the session, so the peer ends normally) and pass it otherwise:
+// write_bw's client only, send_bw's server as well.
+func TestPerftestLimits(t *testing.T) {
+	bin := tooltest.Binary(t)
+	for _, tc := range []struct {
+		tool, limit string
+		client, srv string // the error each side must print; "" : exit 0
+	}{
+		{"write_bw", "-w 1", "", ""},
+		{"write_bw", "-w 1e9", "Error: BW result is below bw limit", ""},
+		{"send_bw", "-y 1e9", "Error: Msg rate  is below msg_rate limit", "Error: Msg rate  is below msg_rate limit"},
+		{"send_bw", "-y 0.000001", "", ""},
+	} {
+		t.Run(tc.tool+tc.limit, func(t *testing.T) {
+			t.Parallel()
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			args := append([]string{"-p", port, "-n", "500", "-s", "4096"}, strings.Fields(tc.limit)...)
+			s, c := tooltest.RunPair(t, 60*time.Second,
+				append([]string{bin, tc.tool, "-d", sa}, args...),
+				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
+			for _, side := range []struct {
+				name string
+				r    tooltest.ProcResult
+				want string
+			}{{"client", c, tc.client}, {"server", s, tc.srv}} {
+				tooltest.MustMatch(t, side.name, side.r, `(?m)^ 4096\s+500\s`)
+				switch {
+				case side.want == "" && side.r.Code != 0:
+					t.Errorf("%s: exit %d, want 0\n%s", side.name, side.r.Code, side.r)
+				case side.want != "" && (side.r.Code != 1 || strings.TrimSpace(side.r.Stderr) != side.want):
+					t.Errorf("%s: exit %d, want 1 and %q alone on stderr\n%s", side.name, side.r.Code, side.want, side.r)
+				}
+			}
+		})
+	}
+}
+
 // TestPerftestMargin: with -D 3 -f 1 the tools report the middle second
 // only, as perftest does: the iterations and the rate (or average latency)
 // printed imply a measured period of 1 s, not the run's 3 s. send_bw's

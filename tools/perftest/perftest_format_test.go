@@ -422,3 +422,38 @@ func TestPtPacer(t *testing.T) {
 	}
 	none.sent()
 }
+
+// TestPtLimitOptions: -w and -y parse as perftest's (a negative value is
+// its "Invalid Minimum ... Limit") and apply to bandwidth tests only.
+func TestPtLimitOptions(t *testing.T) {
+	tools := map[string]ptTool{}
+	for _, x := range ptTools {
+		tools[x.name] = x
+	}
+	for _, tc := range []struct {
+		tool     string
+		args     []string
+		refuse   string
+		bw, rate float64
+	}{
+		{"write_bw", nil, "", -1, -1},
+		{"write_bw", []string{"-w", "2500.5", "-y", "0.3"}, "", 2500.5, 0.3},
+		{"send_bw", []string{"--limit_bw=0"}, "", 0, -1},
+		{"write_bw", []string{"-w", "-1"}, "Invalid Minimum BW Limit", 0, 0},
+		{"write_bw", []string{"-y", "x"}, "Invalid Minimum msgRate Limit", 0, 0},
+		{"send_lat", []string{"-w", "1"}, "check the result of a bandwidth test", 0, 0},
+	} {
+		var out, errb strings.Builder
+		c, code, ok := ptParse(tools[tc.tool], tc.args, &out, &errb)
+		switch {
+		case tc.refuse != "":
+			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), tc.refuse) {
+				t.Errorf("%s %q: ok %v code %d stderr %q, want refused with %q", tc.tool, tc.args, ok, code, errb.String(), tc.refuse)
+			}
+		case !ok:
+			t.Errorf("%s %q: refused: %s", tc.tool, tc.args, errb.String())
+		case c.limitBW != tc.bw || c.limitRate != tc.rate:
+			t.Errorf("%s %q: limits %v and %v, want %v and %v", tc.tool, tc.args, c.limitBW, c.limitRate, tc.bw, tc.rate)
+		}
+	}
+}
