@@ -123,6 +123,7 @@ type ptConfig struct {
 	rateUnits   string    // --rate_units: M (MiB/s), g (Gb/s, the default) or p (messages/s)
 	rateType    string    // --rate_limit_type: "" (none), SW, HW or PP
 	burstSize   int       // --burst_size: messages per burst of the SW rate limiter (default -t)
+	useSRQ      bool      // --use-srq: the receiving QPs share one SRQ of -r entries
 	limitArgs   [2]string // -w/--limit_bw and -y/--limit_msgrate as given
 	limitBW     float64   // -w: the least average bandwidth (report units) that passes; -1: none
 	limitRate   float64   // -y: the least message rate (Mpps) that passes; -1: none
@@ -178,6 +179,8 @@ Options (those of perftest 4.5 that softroce honours):
   -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
                              (the server listens on -p; RC only)
   -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
+      --use-srq              send tests: the receiving QPs share one SRQ of -r entries,
+                             -r / -q receives posted for each QP's buffer
   -w, --limit_bw=<value>     bandwidth tests: exit 1 ("Error: BW result is below bw limit")
                              when the average is below <value>, in the report's units
   -y, --limit_msgrate=<value> bandwidth tests: the same for the message rate, in Mpps
@@ -261,6 +264,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Str(0, "pcap", &c.pcap)
 	g.Flag('R', "rdma_cm", &c.rdmaCM)
 	g.Flag('z', "com_rdma_cm", &c.cmComm)
+	g.Flag(0, "use-srq", &c.useSRQ)
 	g.Str('w', "limit_bw", &c.limitArgs[0])
 	g.Str('y', "limit_msgrate", &c.limitArgs[1])
 	g.Str(0, "rate_limit", &c.rateArg)
@@ -443,6 +447,12 @@ func (c *ptConfig) finish() string {
 			return "softroce's -R (rdma_cm) supports RC connections only"
 		}
 	}
+	switch {
+	case c.useSRQ && t.verb != ptSend:
+		return "Using SRQ only avavilible in SEND / SEND_IMM tests." // perftest's words
+	case c.useSRQ && c.rxDepth < c.numQP:
+		return fmt.Sprintf("with --use-srq, -r %d is the SRQ's size, shared by the %d QPs: give -r at least -q", c.rxDepth, c.numQP)
+	}
 	if msg := c.finishLimits(); msg != "" {
 		return msg
 	}
@@ -582,7 +592,7 @@ func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
 	fmt.Fprintf(&b, "                    %s\n", c.title())
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", c.numQP)
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", c.conn)
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", c.conn, ptOnOff(c.useSRQ))
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", ptOnOff(!(t.lat && t.verb == ptWrite)))
 	b.WriteString(" ibv_wr* API     : OFF\n")
 	if !c.isServer() {

@@ -333,6 +333,37 @@ func TestPerftestLimits(t *testing.T) {
 	}
 }
 
+// TestPerftestSRQ: --use-srq runs the send tests with the receiving QPs
+// on one SRQ (the server of send_bw, both sides of send_lat), as perftest
+// does. A QP left off the SRQ, or a receive posted past it, fails the run
+// (RNR retries exceeded, or the post refused).
+func TestPerftestSRQ(t *testing.T) {
+	bin := tooltest.Binary(t)
+	for _, tc := range []struct {
+		tool, args, result string
+	}{
+		{"send_bw", "-q 4 -r 64 -s 4096", `(?m)^ 4096\s+8000\s`}, // all QPs' iterations
+		{"send_bw", "-c UD -q 2 -s 1024", `(?m)^ 1024\s+\d+\s`},
+		{"send_lat", "-s 64", `(?m)^ 64\s+2000\s`},
+	} {
+		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
+			t.Parallel()
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			args := append([]string{"-p", port, "-n", "2000", "--use-srq"}, strings.Fields(tc.args)...)
+			s, c := tooltest.RunPair(t, 60*time.Second,
+				append([]string{bin, tc.tool, "-d", sa}, args...),
+				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
+				tooltest.MustMatch(t, side, r, `(?m)^ Connection type : (RC|UD)\t\tUsing SRQ      : ON$`, tc.result)
+			}
+		})
+	}
+}
+
 // TestPerftestMargin: with -D 3 -f 1 the tools report the middle second
 // only, as perftest does: the iterations and the rate (or average latency)
 // printed imply a measured period of 1 s, not the run's 3 s. send_bw's

@@ -457,3 +457,33 @@ func TestPtLimitOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestPtSRQOptions: --use-srq belongs to the send tests (perftest's
+// message otherwise) and needs an SRQ entry for each QP's buffer.
+func TestPtSRQOptions(t *testing.T) {
+	tools := map[string]ptTool{}
+	for _, x := range ptTools {
+		tools[x.name] = x
+	}
+	for _, tc := range []struct {
+		tool   string
+		args   []string
+		refuse string
+	}{
+		{"send_bw", []string{"--use-srq", "-q", "8"}, ""},
+		{"send_lat", []string{"--use-srq"}, ""},
+		{"write_bw", []string{"--use-srq"}, "Using SRQ only avavilible in SEND / SEND_IMM tests."},
+		{"send_bw", []string{"--use-srq", "-q", "8", "-r", "4"}, "give -r at least -q"},
+	} {
+		var out, errb strings.Builder
+		c, code, ok := ptParse(tools[tc.tool], tc.args, &out, &errb)
+		switch {
+		case tc.refuse != "":
+			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), tc.refuse) {
+				t.Errorf("%s %q: ok %v code %d stderr %q, want refused with %q", tc.tool, tc.args, ok, code, errb.String(), tc.refuse)
+			}
+		case !ok || !c.useSRQ:
+			t.Errorf("%s %q: refused (%s) or SRQ off", tc.tool, tc.args, errb.String())
+		}
+	}
+}

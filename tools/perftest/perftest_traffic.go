@@ -26,6 +26,7 @@ type ptRes struct {
 	region  int // bytes per region
 	scq     *verbs.CQ
 	rcq     *verbs.CQ
+	srq     *verbs.SRQ // --use-srq on a receiving side: every QP's receives
 	sch     *verbs.CompChannel
 	rch     *verbs.CompChannel
 	qps     []*verbs.QP
@@ -80,6 +81,12 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 	ia := &verbs.QPInitAttr{SendCQ: r.scq, RecvCQ: r.rcq, QPType: typ,
 		Cap: verbs.QPCap{MaxSendWR: uint32(c.txDepth), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1,
 			MaxInlineData: uint32(c.inline)}}
+	if c.useSRQ && r.receives() {
+		if r.srq, err = r.pd.CreateSRQ(verbs.SRQAttr{MaxWR: uint32(c.rxDepth), MaxSGE: 1}, nil); err != nil {
+			return nil, fmt.Errorf("Couldn't create SRQ: %w", err)
+		}
+		ia.SRQ = r.srq
+	}
 	if c.rdmaCM {
 		// The QPs come from rdma_cm (ptCM.connectTraffic).
 		r.qpAttr = ia
@@ -183,13 +190,31 @@ func (r *ptRes) ready(int) error {
 		return nil
 	}
 	r.posted = true
-	for q, qp := range r.qps {
+	n := r.c.rxDepth
+	if r.srq != nil {
+		n /= len(r.qps) // as perftest: the SRQ's entries shared out by buffer
+	}
+	for q := range r.qps {
 		wr := r.recvWR(q)
-		for range r.c.rxDepth {
-			if _, err := qp.PostRecv(wr[:]); err != nil {
-				return fmt.Errorf("Couldn't post receive: %w", err)
+		for range n {
+			if err := r.postRecv(q, wr[:]); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// postRecv posts a receive for QP q's buffer: on the QP, or on the SRQ.
+func (r *ptRes) postRecv(q int, wr []verbs.RecvWR) error {
+	var err error
+	if r.srq != nil {
+		_, err = r.srq.PostRecv(wr)
+	} else {
+		_, err = r.qps[q].PostRecv(wr)
+	}
+	if err != nil {
+		return fmt.Errorf("Couldn't post receive: %w", err)
 	}
 	return nil
 }
@@ -591,8 +616,8 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 			if smp != nil {
 				smp.add(now, 1)
 			}
-			if _, err := r.qps[q].PostRecv(wrs[q][:]); err != nil {
-				return oob.BWReport{}, fmt.Errorf("Couldn't post receive: %w", err)
+			if err := r.postRecv(q, wrs[q][:]); err != nil {
+				return oob.BWReport{}, err
 			}
 		}
 	}
@@ -788,10 +813,7 @@ func (r *ptRes) latSend(ctx context.Context, size int, prog *ptProgress) (ptLatR
 		if _, err := ptWaitOne(rw, r.rcq, r.side(), n, n-1, deadline); err != nil {
 			return err
 		}
-		if _, err := r.qps[0].PostRecv(rwr[:]); err != nil {
-			return fmt.Errorf("Couldn't post receive: %w", err)
-		}
-		return nil
+		return r.postRecv(0, rwr[:])
 	}, func(int) error {
 		_, err := r.qps[0].PostSend(wr[:])
 		return err
