@@ -124,6 +124,7 @@ type ptConfig struct {
 	rateType    string    // --rate_limit_type: "" (none), SW, HW or PP
 	burstSize   int       // --burst_size: messages per burst of the SW rate limiter (default -t)
 	useSRQ      bool      // --use-srq: the receiving QPs share one SRQ of -r entries
+	cpuUtil     bool      // --cpu_util: a CPU_Util[%] column (-D runs)
 	limitArgs   [2]string // -w/--limit_bw and -y/--limit_msgrate as given
 	limitBW     float64   // -w: the least average bandwidth (report units) that passes; -1: none
 	limitRate   float64   // -y: the least message rate (Mpps) that passes; -1: none
@@ -179,6 +180,8 @@ Options (those of perftest 4.5 that softroce honours):
   -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
                              (the server listens on -p; RC only)
   -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
+      --cpu_util             with -D: a CPU_Util[%%] column, the share of all processors' time
+                             in user mode over the measured period (/proc/stat, as perftest)
       --use-srq              send tests: the receiving QPs share one SRQ of -r entries,
                              -r / -q receives posted for each QP's buffer
   -w, --limit_bw=<value>     bandwidth tests: exit 1 ("Error: BW result is below bw limit")
@@ -265,6 +268,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag('R', "rdma_cm", &c.rdmaCM)
 	g.Flag('z', "com_rdma_cm", &c.cmComm)
 	g.Flag(0, "use-srq", &c.useSRQ)
+	g.Flag(0, "cpu_util", &c.cpuUtil)
 	g.Str('w', "limit_bw", &c.limitArgs[0])
 	g.Str('y', "limit_msgrate", &c.limitArgs[1])
 	g.Str(0, "rate_limit", &c.rateArg)
@@ -295,6 +299,13 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	if msg := c.finish(); msg != "" {
 		fmt.Fprintf(stderr, " %s\n", msg) // perftest's messages, as perftest prints them
 		return nil, cli.ExitUsage, false
+	}
+	if c.cpuUtil && c.duration == 0 {
+		if c.output == "" {
+			fmt.Fprint(stdout, ptResultLine)
+		}
+		fmt.Fprintln(stderr, " CPU Utilization works only with Duration mode.") // perftest's warning; the run goes on
+		c.cpuUtil = false
 	}
 	if c.rateType == "SW" && !burstGiven {
 		fmt.Fprintf(stderr, " Setting burst size to tx depth = %d\n", c.txDepth)
@@ -869,16 +880,28 @@ func ptAccept(ctx context.Context, port int) (net.Conn, error) {
 }
 
 func (c *ptConfig) printResultHeader(w io.Writer) {
+	ext := "\n"
+	if c.cpuUtil {
+		ext = "    CPU_Util[%]\n"
+	}
 	switch {
 	case c.tool.lat && c.duration > 0:
-		fmt.Fprint(w, " #bytes        #iterations       t_avg[usec]  \t\n")
+		fmt.Fprint(w, " #bytes        #iterations       t_avg[usec]  \t"+ext)
 	case c.tool.lat:
-		fmt.Fprint(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n")
+		fmt.Fprint(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "+ext)
 	case c.reportGbits:
-		fmt.Fprint(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n")
+		fmt.Fprint(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"+ext)
 	default:
-		fmt.Fprint(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
+		fmt.Fprint(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"+ext)
 	}
+}
+
+// cpuExt ends a result line: perftest's CPU_Util[%] value with --cpu_util.
+func (c *ptConfig) cpuExt(line string, r ptResult) string {
+	if !c.cpuUtil {
+		return line
+	}
+	return strings.TrimSuffix(line, "\n") + fmt.Sprintf("\t    %-3.2f\n", r.cpu)
 }
 
 // ptResult is one size's outcome.
@@ -888,6 +911,7 @@ type ptResult struct {
 	latAvg  time.Duration   // -D: average per iteration
 	latIter uint64
 	size    int
+	cpu     float64 // --cpu_util: CPU_Util[%] over the measured period
 }
 
 // hasResult reports whether r holds measured iterations.
@@ -923,7 +947,7 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 		fmt.Fprintf(w, "%f\n", r.bw.MsgRateAvg)
 		return
 	case !c.tool.lat:
-		io.WriteString(w, bwLine(r.bw))
+		io.WriteString(w, c.cpuExt(bwLine(r.bw), r))
 		return
 	}
 	rtt := 2.0
@@ -936,7 +960,7 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 			fmt.Fprintf(w, "%f\n", us(r.latAvg))
 			return
 		}
-		fmt.Fprintf(w, " %-7d       %d            %-7.2f\n", r.size, r.latIter, us(r.latAvg))
+		io.WriteString(w, c.cpuExt(fmt.Sprintf(" %-7d       %d            %-7.2f\n", r.size, r.latIter, us(r.latAvg)), r))
 		return
 	}
 	s := slices.Clone(r.lat)

@@ -364,6 +364,45 @@ func TestPerftestSRQ(t *testing.T) {
 	}
 }
 
+// TestPerftestCPUUtil: --cpu_util adds perftest's CPU_Util[%] column to a
+// -D run's header and result lines (write_bw's passive server has no
+// period of its own and prints 0.00, as perftest's); in iterations mode it
+// is perftest's warning and no column.
+func TestPerftestCPUUtil(t *testing.T) {
+	bin := tooltest.Binary(t)
+	for _, tc := range []struct {
+		tool, args string
+		line       string // the client's result line, less the column
+	}{
+		{"write_bw", "-D 2 -s 65536", ` 65536\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d{6}`},
+		{"write_lat", "-D 2", ` 2\s+\d+\s+\d+\.\d\d\s*`},
+		{"write_bw", "-n 200 -s 4096", ""},
+	} {
+		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
+			t.Parallel()
+			sa, ca := tooltest.LoopPair()
+			port := strconv.Itoa(tooltest.FreeTCPPort(t))
+			args := append([]string{"-p", port, "--cpu_util"}, strings.Fields(tc.args)...)
+			s, c := tooltest.RunPair(t, 60*time.Second,
+				append([]string{bin, tc.tool, "-d", sa}, args...),
+				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("server: %v\nclient: %v", s, c)
+			}
+			if tc.line == "" {
+				for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
+					if strings.Contains(r.Stdout, "CPU_Util") || !strings.Contains(r.Stderr, " CPU Utilization works only with Duration mode.\n") {
+						t.Errorf("%s: want no column and perftest's warning\n%s", side, r)
+					}
+				}
+				return
+			}
+			tooltest.MustMatch(t, "client", c, `(?m)    CPU_Util\[%\]$`, `(?m)^`+tc.line+`\t    \d+\.\d\d$`)
+			tooltest.MustMatch(t, "server", s, `(?m)    CPU_Util\[%\]$`, `(?m)\t    \d+\.\d\d$`)
+		})
+	}
+}
+
 // TestPerftestMargin: with -D 3 -f 1 the tools report the middle second
 // only, as perftest does: the iterations and the rate (or average latency)
 // printed imply a measured period of 1 s, not the run's 3 s. send_bw's

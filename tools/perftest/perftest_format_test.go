@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"bufio"
 	"math"
 	"net/netip"
 	"os"
@@ -485,5 +486,38 @@ func TestPtSRQOptions(t *testing.T) {
 		case !ok || !c.useSRQ:
 			t.Errorf("%s %q: refused (%s) or SRQ off", tc.tool, tc.args, errb.String())
 		}
+	}
+}
+
+// TestPtCPU: /proc/stat's first line gives user and idle time; the
+// utilisation is user over user plus idle between the period's two
+// samples, 0 when one is missing, and a nil sampler reports 0.
+func TestPtCPU(t *testing.T) {
+	for _, tc := range []struct {
+		in         string
+		user, idle uint64
+		ok         bool
+	}{
+		{"cpu  4705 356 584 3699 23 23 0 0 0 0\ncpu0 1 2 3 4 5\n", 4705, 3699, true},
+		{"cpu 1 2 3 4\n", 1, 4, true},
+		{"cpu0 1 2 3 4 5\n", 0, 0, false},
+		{"cpu 1 2 3\n", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		u, i, ok := ptParseProcStat(bufio.NewReader(strings.NewReader(tc.in)))
+		if u != tc.user || i != tc.idle || ok != tc.ok {
+			t.Errorf("%q: %d %d %v, want %d %d %v", tc.in, u, i, ok, tc.user, tc.idle, tc.ok)
+		}
+	}
+	p := &ptCPU{user: [2]uint64{100, 175}, idle: [2]uint64{50, 75}, have: [2]bool{true, true}}
+	if got := p.util(); got != 75 {
+		t.Errorf("util %v, want 75 (75 user against 25 idle)", got)
+	}
+	if got := (&ptCPU{user: [2]uint64{100, 175}, have: [2]bool{false, true}}).util(); got != 0 {
+		t.Errorf("util without the first sample %v, want 0", got)
+	}
+	var none *ptCPU
+	if none.util() != 0 || (&ptConfig{duration: 3}).cpuSampler(time.Now()) != nil || (&ptConfig{cpuUtil: true}).cpuSampler(time.Now()) != nil {
+		t.Error("no sampler without --cpu_util and -D")
 	}
 }

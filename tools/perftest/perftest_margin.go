@@ -1,7 +1,12 @@
 package perftest
 
 import (
+	"bufio"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -83,4 +88,91 @@ func ptDurationLat(smp *ptSampler, start time.Time, n uint64) (ptLatRun, error) 
 			"give a longer -D or a shorter -f (the period is -D less -f at each end)")
 	}
 	return ptLatRun{avg: d / time.Duration(n), iters: n}, nil
+}
+
+// ptCPU is perftest's --cpu_util: the share of all processors' time spent
+// in user mode over a -D run's measured period, from the first line of
+// /proc/stat (user against user plus idle, as perftest computes it; 0
+// where /proc/stat cannot be read). A nil *ptCPU reports 0.
+type ptCPU struct {
+	mu     sync.Mutex
+	user   [2]uint64
+	idle   [2]uint64
+	have   [2]bool
+	timers [2]*time.Timer
+}
+
+// cpuSampler returns the CPU sampler of a -D run that started at start, or
+// nil without --cpu_util.
+func (c *ptConfig) cpuSampler(start time.Time) *ptCPU {
+	if !c.cpuUtil || c.duration <= 0 {
+		return nil
+	}
+	m := time.Duration(max(c.margin, 0)) * time.Second
+	p := &ptCPU{}
+	ends := [2]time.Time{start.Add(m), start.Add(time.Duration(c.duration)*time.Second - m)}
+	for i, at := range ends {
+		p.timers[i] = time.AfterFunc(time.Until(at), func() { p.take(i) })
+	}
+	return p
+}
+
+func (p *ptCPU) take(i int) {
+	user, idle, ok := ptProcStat()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ok && !p.have[i] {
+		p.user[i], p.idle[i], p.have[i] = user, idle, true
+	}
+}
+
+// util stops the sampler and returns the period's utilisation in percent.
+// A run that ended before its period's end (-D up, the QPs flushed) is
+// sampled now.
+func (p *ptCPU) util() float64 {
+	if p == nil {
+		return 0
+	}
+	for _, t := range p.timers {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	p.mu.Lock()
+	started := p.have[0]
+	p.mu.Unlock()
+	if started {
+		p.take(1)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.have[0] || !p.have[1] {
+		return 0
+	}
+	du, di := float64(p.user[1]-p.user[0]), float64(p.idle[1]-p.idle[0])
+	if du+di <= 0 {
+		return 0
+	}
+	return du / (du + di) * 100
+}
+
+// ptProcStat reads the user and idle times of /proc/stat's "cpu" line.
+func ptProcStat() (user, idle uint64, ok bool) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	defer f.Close()
+	return ptParseProcStat(bufio.NewReader(f))
+}
+
+func ptParseProcStat(r *bufio.Reader) (user, idle uint64, ok bool) {
+	line, _ := r.ReadString('\n')
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	user, err1 := strconv.ParseUint(f[1], 10, 64)
+	idle, err2 := strconv.ParseUint(f[4], 10, 64)
+	return user, idle, err1 == nil && err2 == nil
 }

@@ -27,6 +27,7 @@ type ptRes struct {
 	scq     *verbs.CQ
 	rcq     *verbs.CQ
 	srq     *verbs.SRQ // --use-srq on a receiving side: every QP's receives
+	cpu     *ptCPU     // --cpu_util: the running size's sampler (nil: none)
 	sch     *verbs.CompChannel
 	rch     *verbs.CompChannel
 	qps     []*verbs.QP
@@ -367,6 +368,7 @@ func (r *ptRes) traffic(ctx context.Context, size int, prog *ptProgress) (ptResu
 		res.lat, res.latAvg, res.latIter, err = r.latOne(ctx, size, prog)
 	}
 	res.bw.Size = uint64(size)
+	res.cpu, r.cpu = r.cpu.util(), nil
 	return res, err
 }
 
@@ -405,6 +407,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	var wc [16]verbs.WC
 	start := time.Now()
 	smp := c.sampler(start)
+	r.cpu = c.cpuSampler(start)
 	pace := newPtPacer(c.ratePPS(size), c.burstSize, start)
 	var last time.Time
 	stopped := false
@@ -573,6 +576,7 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 	var first, last time.Time
 	begin := time.Now()
 	smp := c.sampler(begin)
+	r.cpu = c.cpuSampler(begin)
 	ud := c.qpType() == verbs.QPTypeUD
 	for {
 		if dur == 0 && rcnt.Load() >= total {
@@ -740,6 +744,7 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst boo
 	w := r.waiter(ctx, r.scq, r.sch)
 	start := time.Now()
 	smp := c.sampler(start)
+	r.cpu = c.cpuSampler(start)
 	if dur > 0 {
 		deadline = start.Add(dur)
 	}
@@ -836,6 +841,7 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.
 	w := r.waiter(ctx, r.scq, r.sch)
 	start := time.Now()
 	smp := c.sampler(start)
+	r.cpu = c.cpuSampler(start)
 	n := 0
 	for {
 		if dur == 0 && n >= c.iters || dur > 0 && time.Since(start) >= dur {
