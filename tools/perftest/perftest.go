@@ -116,15 +116,20 @@ type ptConfig struct {
 	pcap        string
 	server      string
 	connectTO   time.Duration
-	rdmaCM      bool      // -R: connect the QPs through rdma_cm (implies cmComm)
-	cmComm      bool      // -z: exchange the side channel's data over an rdma_cm connection
-	rateArg     string    // --rate_limit as given
-	rateLimit   float64   // --rate_limit: 0, none; in rateUnits
-	rateUnits   string    // --rate_units: M (MiB/s), g (Gb/s, the default) or p (messages/s)
-	rateType    string    // --rate_limit_type: "" (none), SW, HW or PP
-	burstSize   int       // --burst_size: messages per burst of the SW rate limiter (default -t)
-	useSRQ      bool      // --use-srq: the receiving QPs share one SRQ of -r entries
-	cpuUtil     bool      // --cpu_util: a CPU_Util[%] column (-D runs)
+	rdmaCM      bool    // -R: connect the QPs through rdma_cm (implies cmComm)
+	cmComm      bool    // -z: exchange the side channel's data over an rdma_cm connection
+	rateArg     string  // --rate_limit as given
+	rateLimit   float64 // --rate_limit: 0, none; in rateUnits
+	rateUnits   string  // --rate_units: M (MiB/s), g (Gb/s, the default) or p (messages/s)
+	rateType    string  // --rate_limit_type: "" (none), SW, HW or PP
+	burstSize   int     // --burst_size: messages per burst of the SW rate limiter (default -t)
+	useSRQ      bool    // --use-srq: the receiving QPs share one SRQ of -r entries
+	cpuUtil     bool    // --cpu_util: a CPU_Util[%] column (-D runs)
+	warmUp      bool    // --perform_warm_up: -t messages per QP before the measured run (write, read, atomic BW)
+	hugePages   bool    // --use_hugepages: the buffers in huge pages (hugetlbfs)
+	reportBoth  bool    // --report-both: bidirectional runs only (refused), so no effect
+	retry       int     // --retry_count: the rdma_cm connections' retry count (retrySet)
+	retrySet    bool
 	limitArgs   [2]string // -w/--limit_bw and -y/--limit_msgrate as given
 	limitBW     float64   // -w: the least average bandwidth (report units) that passes; -1: none
 	limitRate   float64   // -y: the least message rate (Mpps) that passes; -1: none
@@ -182,6 +187,11 @@ Options (those of perftest 4.5 that softroce honours):
   -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
       --cpu_util             with -D: a CPU_Util[%%] column, the share of all processors' time
                              in user mode over the measured period (/proc/stat, as perftest)
+      --perform_warm_up      write, read and atomic BW tests: each QP sends -t messages, and
+                             waits for them, before the measured run
+      --use_hugepages        the buffers in huge pages (reserved: sysctl vm.nr_hugepages=N)
+      --retry_count=<n>      with -R/-z: the rdma_cm connections' retry count, 0..7 (default 7)
+      --report-both          accepted: it concerns bidirectional runs, which softroce has not
       --use-srq              send tests: the receiving QPs share one SRQ of -r entries,
                              -r / -q receives posted for each QP's buffer
   -w, --limit_bw=<value>     bandwidth tests: exit 1 ("Error: BW result is below bw limit")
@@ -269,6 +279,10 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag('z', "com_rdma_cm", &c.cmComm)
 	g.Flag(0, "use-srq", &c.useSRQ)
 	g.Flag(0, "cpu_util", &c.cpuUtil)
+	g.Flag(0, "perform_warm_up", &c.warmUp)
+	g.Flag(0, "use_hugepages", &c.hugePages)
+	g.Flag(0, "report-both", &c.reportBoth)
+	g.NumIn(0, "retry_count", &c.retry, 0, math.MaxInt32).Set = ptSetNum(&c.retry, &c.retrySet)
 	g.Str('w', "limit_bw", &c.limitArgs[0])
 	g.Str('y', "limit_msgrate", &c.limitArgs[1])
 	g.Str(0, "rate_limit", &c.rateArg)
@@ -464,10 +478,22 @@ func (c *ptConfig) finish() string {
 	case c.useSRQ && c.rxDepth < c.numQP:
 		return fmt.Sprintf("with --use-srq, -r %d is the SRQ's size, shared by the %d QPs: give -r at least -q", c.rxDepth, c.numQP)
 	}
+	if c.retrySet && c.retry > 7 {
+		return fmt.Sprintf("retry count %d: the CM carries 3 bits of it, 0..7", c.retry)
+	}
 	if msg := c.finishLimits(); msg != "" {
 		return msg
 	}
 	return c.finishRate()
+}
+
+// cmRetry is the rdma_cm connections' retry count: --retry_count, else
+// perftest's DEF_RETRY_COUNT, 7.
+func (c *ptConfig) cmRetry() uint8 {
+	if c.retrySet {
+		return uint8(c.retry)
+	}
+	return 7
 }
 
 // finishLimits parses -w and -y, perftest's result verifiers, with its

@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -400,6 +401,29 @@ func TestPerftestCPUUtil(t *testing.T) {
 			tooltest.MustMatch(t, "client", c, `(?m)    CPU_Util\[%\]$`, `(?m)^`+tc.line+`\t    \d+\.\d\d$`)
 			tooltest.MustMatch(t, "server", s, `(?m)    CPU_Util\[%\]$`, `(?m)\t    \d+\.\d\d$`)
 		})
+	}
+}
+
+// TestPerftestHugePagesMissing: --use_hugepages without free reserved huge
+// pages is perftest's error, with how many to reserve, and exit 1; the
+// client then learns that the server is gone. (With pages reserved the
+// run is an ordinary one; the machines CI runs on reserve none.)
+func TestPerftestHugePagesMissing(t *testing.T) {
+	if b, err := os.ReadFile("/proc/meminfo"); err != nil || !regexp.MustCompile(`(?m)^HugePages_Free:\s+0$`).Match(b) {
+		t.Skip("huge pages are reserved here (or no /proc/meminfo)")
+	}
+	bin := tooltest.Binary(t)
+	sa, ca := tooltest.LoopPair()
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	s, c := tooltest.RunPair(t, 60*time.Second,
+		[]string{bin, "write_bw", "-d", sa, "-p", port, "--use_hugepages"},
+		[]string{bin, "write_bw", "-d", ca, "-p", port, "127.0.0.1"})
+	if s.Code != 1 || !strings.Contains(s.Stderr, " Failed to allocate hugepages. Please configure hugepages (") ||
+		!strings.Contains(s.Stderr, "sysctl vm.nr_hugepages=") {
+		t.Errorf("server: want exit 1 and perftest's huge page error\n%s", s)
+	}
+	if c.Code != 1 {
+		t.Errorf("client: exit %d, want 1\n%s", c.Code, c)
 	}
 }
 

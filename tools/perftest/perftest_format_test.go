@@ -521,3 +521,41 @@ func TestPtCPU(t *testing.T) {
 		t.Error("no sampler without --cpu_util and -D")
 	}
 }
+
+// TestPtRetryCount: --retry_count sets the rdma_cm connections' retry
+// count (the test QPs' RNR retry too, the side channel's RNR retry stays
+// 7), as perftest's; the CM carries 3 bits of it.
+func TestPtRetryCount(t *testing.T) {
+	tools := map[string]ptTool{}
+	for _, x := range ptTools {
+		tools[x.name] = x
+	}
+	for _, tc := range []struct {
+		args   []string
+		want   uint8
+		refuse bool
+	}{
+		{nil, 7, false},
+		{[]string{"--retry_count=3"}, 3, false},
+		{[]string{"--retry_count", "0"}, 0, false},
+		{[]string{"--retry_count=8"}, 0, true},
+		{[]string{"--report-both"}, 7, false}, // accepted: only bidirectional runs report both ways
+	} {
+		var out, errb strings.Builder
+		c, _, ok := ptParse(tools["write_bw"], append([]string{"-R"}, tc.args...), &out, &errb)
+		if tc.refuse {
+			if ok || !strings.Contains(errb.String(), "0..7") {
+				t.Errorf("%q: ok %v stderr %q, want refused", tc.args, ok, errb.String())
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("%q: refused: %s", tc.args, errb.String())
+		}
+		p, comm := c.cmParam(), ptCMCommParam(c.cmRetry())
+		if p.RetryCount != tc.want || p.RNRRetryCount != tc.want || comm.RetryCount != tc.want || comm.RNRRetryCount != 7 {
+			t.Errorf("%q: test QPs %d/%d, side channel %d/%d; want %d/%d and %d/7", tc.args,
+				p.RetryCount, p.RNRRetryCount, comm.RetryCount, comm.RNRRetryCount, tc.want, tc.want, tc.want)
+		}
+	}
+}

@@ -408,17 +408,20 @@ type ptCM struct {
 
 // cmParam is the rdma_conn_param perftest gives rdma_connect for the test
 // QPs: READ depths only for the read and atomic tests, retry and RNR
-// retry 7, no private data.
+// retry --retry_count (7), no private data.
 func (c *ptConfig) cmParam() *cm.ConnParam {
-	p := &cm.ConnParam{RetryCount: 7, RNRRetryCount: 7}
+	p := &cm.ConnParam{RetryCount: c.cmRetry(), RNRRetryCount: c.cmRetry()}
 	if c.tool.verb == ptRead || c.tool.verb == ptAtomic {
 		p.ResponderResources, p.InitiatorDepth = uint8(c.outReads), uint8(c.outReads)
 	}
 	return p
 }
 
-// ptCMCommParam is the side channel's: its comm struct's verb is SEND.
-func ptCMCommParam() *cm.ConnParam { return &cm.ConnParam{RetryCount: 7, RNRRetryCount: 7} }
+// ptCMCommParam is the side channel's: its comm struct's verb is SEND;
+// retry --retry_count (7), RNR retry 7.
+func ptCMCommParam(retry uint8) *cm.ConnParam {
+	return &cm.ConnParam{RetryCount: retry, RNRRetryCount: 7}
+}
 
 // resolveIPv4 resolves a server name as perftest does (AF_INET).
 func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
@@ -442,7 +445,7 @@ func startPtCM(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stderr 
 	}
 	p := &ptCM{c: c, td: td, agent: ag}
 	o := &cm.Options{Src: td.Info.Addr.Addr(), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
-		CQE: 1, CompChannel: true, Param: ptCMCommParam(), Prepare: p.comm.prepare,
+		CQE: 1, CompChannel: true, Param: ptCMCommParam(c.cmRetry()), Prepare: p.comm.prepare,
 		Release: p.comm.release}
 	var conn *cm.Conn
 	if c.isServer() {
@@ -620,7 +623,7 @@ func (p *ptCM) acceptTraffic(ctx context.Context, r *ptRes) error {
 				id.Destroy()
 				continue
 			}
-			a := &cm.ConnParam{RetryCount: 7, RNRRetryCount: 7}
+			a := &cm.ConnParam{RetryCount: c.cmRetry(), RNRRetryCount: c.cmRetry()}
 			if c.tool.verb == ptRead || c.tool.verb == ptAtomic {
 				a.ResponderResources = uint8(min(c.outReads, int(ev.Param.InitiatorDepth)))
 				a.InitiatorDepth = uint8(min(c.outReads, int(ev.Param.ResponderResources)))

@@ -267,7 +267,7 @@ func TestPerftestCMCaptureParams(t *testing.T) {
 		t.Fatal(msg)
 	}
 	for i, p := range [...]struct{ rr, id, retry, rnr uint8 }{
-		{ptCMCommParam().ResponderResources, ptCMCommParam().InitiatorDepth, ptCMCommParam().RetryCount, ptCMCommParam().RNRRetryCount},
+		{ptCMCommParam(7).ResponderResources, ptCMCommParam(7).InitiatorDepth, ptCMCommParam(7).RetryCount, ptCMCommParam(7).RNRRetryCount},
 		{cfg.cmParam().ResponderResources, cfg.cmParam().InitiatorDepth, cfg.cmParam().RetryCount, cfg.cmParam().RNRRetryCount},
 	} {
 		q, r := c.reqs[i], c.reps[i]

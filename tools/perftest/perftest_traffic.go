@@ -11,6 +11,7 @@ import (
 
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/mem"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -55,8 +56,20 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 		r.region += toolkit.GRHLen
 	}
 	r.region = (r.region + ptCycleBuffer - 1) &^ (ptCycleBuffer - 1)
-	r.buf = make([]byte, 2*c.numQP*r.region)
 	var err error
+	if c.hugePages {
+		// perftest's shmget(SHM_HUGETLB): reserved huge pages or nothing.
+		n := 2 * c.numQP * r.region
+		if r.buf, err = mem.NewMmap(mem.MmapOptions{HugePages: mem.HugeRequire}).Alloc(n); err != nil {
+			if errors.Is(err, mem.ErrNoHugePages) {
+				err = fmt.Errorf("the buffers' %d MiB do not fit in the free reserved huge pages: reserve more, e.g. sysctl vm.nr_hugepages=%d (2 MiB pages)",
+					n>>20, (n+2<<20-1)/(2<<20)+8)
+			}
+			return nil, fmt.Errorf("Failed to allocate hugepages. Please configure hugepages (%w)\n Failed to allocate hugepage region.", err)
+		}
+	} else {
+		r.buf = make([]byte, 2*c.numQP*r.region)
+	}
 	if r.pd, err = r.dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("Couldn't allocate PD: %w", err)
 	}
@@ -288,6 +301,41 @@ func (r *ptRes) drainGrace() time.Duration {
 	return 2*ptRetryBudget(r.c.qpTimeout, 7) + 2*time.Second
 }
 
+// warmUp is perftest's --perform_warm_up: QP by QP, -t messages, each
+// signaled, and a wait for their completions, before the measured run.
+func (r *ptRes) warmUp(ctx context.Context, wrs [][1]verbs.SendWR, w *toolkit.CQWaiter) error {
+	var wc [16]verbs.WC
+	for q, qp := range r.qps {
+		wr := wrs[q]
+		wr[0].Flags |= verbs.SendSignaled
+		for i := range r.c.txDepth {
+			if _, err := qp.PostSend(wr[:]); err != nil {
+				return fmt.Errorf("Couldn't post send during warm up: qp %d scnt=%d: %w\n Problems with warm up", q, i, err)
+			}
+		}
+		for left := r.c.txDepth; left > 0; {
+			ne := r.scq.Poll(wc[:])
+			if ne == 0 {
+				if err := ctx.Err(); err != nil {
+					return errors.New("interrupted")
+				}
+				if err := w.Idle(); err != nil {
+					return err
+				}
+				continue
+			}
+			w.Progress()
+			for i := range wc[:ne] {
+				if wc[i].Status != verbs.WCSuccess {
+					return fmt.Errorf("%w\n Problems with warm up", wcError("client", &wc[i], uint64(r.c.txDepth), uint64(r.c.txDepth-left)))
+				}
+			}
+			left -= ne
+		}
+	}
+	return nil
+}
+
 // ptPacer is perftest's SW rate limiter (--rate_limit_type=SW): the client
 // posts bursts of burst messages, across its QPs in turn, one burst every
 // burst/pps seconds. The deadlines add up, so a client that fell behind
@@ -405,6 +453,11 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	defer stopProg()
 	w := r.waiter(ctx, r.scq, r.sch)
 	var wc [16]verbs.WC
+	if c.warmUp && c.tool.verb != ptSend {
+		if err := r.warmUp(ctx, wrs, w); err != nil {
+			return oob.BWReport{}, err
+		}
+	}
 	start := time.Now()
 	smp := c.sampler(start)
 	r.cpu = c.cpuSampler(start)

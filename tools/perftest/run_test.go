@@ -84,3 +84,49 @@ func TestRunLibraryErrors(t *testing.T) {
 		t.Errorf("nil device: %v, want ErrUsage", err)
 	}
 }
+
+// TestRunWarmUp: --perform_warm_up sends -t messages on each QP before
+// the measured run, as perftest's: the client sends that many more
+// packets (one 4 KiB message per packet), and the report still counts the
+// -n iterations alone. send_bw ignores it, as perftest's.
+func TestRunWarmUp(t *testing.T) {
+	for _, tc := range []struct {
+		test  string
+		extra uint64 // packets the warm-up adds: -t × -q
+	}{
+		{"write_bw", 2 * 8},
+		{"read_bw", 2 * 8}, // READ requests, one packet each
+		{"send_bw", 0},
+	} {
+		t.Run(tc.test, func(t *testing.T) {
+			sent := func(warm bool) (uint64, string) {
+				sa, ca := tooltest.LoopPair()
+				srv, cli := openLoopDevice(t, "srv0", sa), openLoopDevice(t, "cli0", ca)
+				port := strconv.Itoa(tooltest.FreeTCPPort(t))
+				args := []string{"-p", port, "-n", "20", "-s", "4096", "-t", "8", "-q", "2"}
+				if warm {
+					args = append(args, "--perform_warm_up")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				var so, co strings.Builder
+				done := make(chan error, 1)
+				go func() { done <- Run(ctx, srv, tc.test, args, &so) }()
+				cerr := Run(ctx, cli, tc.test, append(args, sa), &co)
+				if serr := <-done; cerr != nil || serr != nil {
+					t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, co.String(), serr, so.String())
+				}
+				st := cli.Stats()
+				return st.TxPackets.Load() - st.Retransmits.Load(), co.String()
+			}
+			cold, _ := sent(false)
+			warm, out := sent(true)
+			if warm-cold != tc.extra {
+				t.Errorf("the warm-up sent %d packets more (%d against %d), want %d", warm-cold, warm, cold, tc.extra)
+			}
+			if !regexp.MustCompile(`(?m)^ 4096 +40 +\d`).MatchString(out) {
+				t.Errorf("the report does not count the 40 measured iterations alone:\n%s", out)
+			}
+		})
+	}
+}
