@@ -194,6 +194,7 @@ Options (those of perftest 4.5 that softroce honours):
       --report-both          accepted: it concerns bidirectional runs, which softroce has not
       --use-srq              send tests: the receiving QPs share one SRQ of -r entries,
                              -r / -q receives posted for each QP's buffer
+  -V, --version              print the perftest version softroce speaks (perftest's VERSION)
   -w, --limit_bw=<value>     bandwidth tests: exit 1 ("Error: BW result is below bw limit")
                              when the average is below <value>, in the report's units
   -y, --limit_msgrate=<value> bandwidth tests: the same for the message rate, in Mpps
@@ -299,9 +300,15 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Refuse('H', "report-histogram", false, "histograms are not implemented")
 	g.Refuse('U', "report-unsorted", false, "unsorted reports are not implemented")
 	g.Refuse('C', "report-cycles", false, "softroce measures time, not CPU cycles")
+	var version bool
+	g.Flag('V', "version", &version)
 	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
 	if !ok {
 		return nil, code, false
+	}
+	if version {
+		fmt.Fprintf(stdout, "Version: %s\n", oob.PerftestVersion) // the perftest release softroce speaks
+		return nil, cli.ExitOK, false
 	}
 	if len(ops) > 1 {
 		return nil, cli.UsageErr(stderr, g.Prog, "one server address at most, got %q", ops), false

@@ -559,3 +559,15 @@ func TestPtRetryCount(t *testing.T) {
 		}
 	}
 }
+
+// TestPtVersion: -V prints perftest's version line, the release whose
+// side channel softroce speaks, and nothing runs.
+func TestPtVersion(t *testing.T) {
+	for _, args := range [][]string{{"-V"}, {"--version", "-s", "8"}} {
+		var out, errb strings.Builder
+		_, code, ok := ptParse(ptTools[0], args, &out, &errb)
+		if ok || code != cli.ExitOK || out.String() != "Version: 6.06\n" || errb.Len() != 0 {
+			t.Errorf("%q: ok %v code %d stdout %q stderr %q, want \"Version: 6.06\" and exit 0", args, ok, code, out.String(), errb.String())
+		}
+	}
+}
