@@ -130,6 +130,7 @@ type ptConfig struct {
 	reportBoth  bool    // --report-both: bidirectional runs only (refused), so no effect
 	retry       int     // --retry_count: the rdma_cm connections' retry count (retrySet)
 	retrySet    bool
+	latencyGap  int       // --latency_gap: microseconds of busy wait before each post (latency tests)
 	limitArgs   [2]string // -w/--limit_bw and -y/--limit_msgrate as given
 	limitBW     float64   // -w: the least average bandwidth (report units) that passes; -1: none
 	limitRate   float64   // -y: the least message rate (Mpps) that passes; -1: none
@@ -191,6 +192,7 @@ Options (those of perftest 4.5 that softroce honours):
                              waits for them, before the measured run
       --use_hugepages        the buffers in huge pages (reserved: sysctl vm.nr_hugepages=N)
       --retry_count=<n>      with -R/-z: the rdma_cm connections' retry count, 0..7 (default 7)
+      --latency_gap=<usec>   latency tests: wait <usec> (busy) before each post
       --report-both          accepted: it concerns bidirectional runs, which softroce has not
       --use-srq              send tests: the receiving QPs share one SRQ of -r entries,
                              -r / -q receives posted for each QP's buffer
@@ -283,6 +285,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag(0, "perform_warm_up", &c.warmUp)
 	g.Flag(0, "use_hugepages", &c.hugePages)
 	g.Flag(0, "report-both", &c.reportBoth)
+	g.NumIn(0, "latency_gap", &c.latencyGap, 0, math.MaxInt32)
 	g.NumIn(0, "retry_count", &c.retry, 0, math.MaxInt32).Set = ptSetNum(&c.retry, &c.retrySet)
 	g.Str('w', "limit_bw", &c.limitArgs[0])
 	g.Str('y', "limit_msgrate", &c.limitArgs[1])
@@ -484,6 +487,9 @@ func (c *ptConfig) finish() string {
 		return "Using SRQ only avavilible in SEND / SEND_IMM tests." // perftest's words
 	case c.useSRQ && c.rxDepth < c.numQP:
 		return fmt.Sprintf("with --use-srq, -r %d is the SRQ's size, shared by the %d QPs: give -r at least -q", c.rxDepth, c.numQP)
+	}
+	if c.latencyGap > 0 && !t.lat {
+		return "Latency gap feature is only for latency tests" // perftest's words
 	}
 	if c.retrySet && c.retry > 7 {
 		return fmt.Sprintf("retry count %d: the CM carries 3 bits of it, 0..7", c.retry)

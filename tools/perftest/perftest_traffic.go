@@ -816,6 +816,11 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst boo
 			}
 		}
 		if scnt < limit {
+			if c.latencyGap > 0 {
+				// perftest's --latency_gap: a busy wait before each post.
+				for until := time.Now().Add(time.Duration(c.latencyGap) * time.Microsecond); time.Now().Before(until); {
+				}
+			}
 			if tposted != nil {
 				tposted[scnt] = time.Now()
 			}

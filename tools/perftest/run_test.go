@@ -130,3 +130,34 @@ func TestRunWarmUp(t *testing.T) {
 		})
 	}
 }
+
+// TestRunLatencyGap: --latency_gap waits before each post, as perftest's:
+// every round trip of write_lat then lasts at least the gap, so the
+// reported t_min (half a round trip) is at least half of it. Bandwidth
+// tests refuse it with perftest's message.
+func TestRunLatencyGap(t *testing.T) {
+	sa, ca := tooltest.LoopPair()
+	srv, cli := openLoopDevice(t, "srv0", sa), openLoopDevice(t, "cli0", ca)
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	args := []string{"-p", port, "-n", "50", "--latency_gap=2000"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var so, co strings.Builder
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, srv, "write_lat", args, &so) }()
+	cerr := Run(ctx, cli, "write_lat", append(args, sa), &co)
+	if serr := <-done; cerr != nil || serr != nil {
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, co.String(), serr, so.String())
+	}
+	m := regexp.MustCompile(`(?m)^ 2\s+50\s+(\d+\.\d\d)\s`).FindStringSubmatch(co.String())
+	if m == nil {
+		t.Fatalf("no result line:\n%s", co.String())
+	}
+	if tmin, _ := strconv.ParseFloat(m[1], 64); tmin < 1000 {
+		t.Errorf("t_min %.2f usec, want at least 1000 (half of the 2000 usec gap)", tmin)
+	}
+	if err := Run(ctx, cli, "write_bw", []string{"--latency_gap=10", sa}, new(strings.Builder)); !errors.Is(err, ErrUsage) ||
+		!strings.Contains(err.Error(), "Latency gap feature is only for latency tests") {
+		t.Errorf("write_bw --latency_gap: %v, want perftest's refusal", err)
+	}
+}
