@@ -227,18 +227,18 @@ func TestPerftestLatencyDuration(t *testing.T) {
 	}
 }
 
-// TestPerftestDurationDeepQueue: a -D run ends when its time is up, as
-// perftest's does, whatever is still posted. 16 QPs with -t 4096 of 1 MiB
-// have 64 GiB posted: waiting for it would outlast the tools' wait for a
-// silent peer, and the run used to fail with "the peer stopped answering".
-// send_bw's server sees the traffic stop and measures its own.
+// TestPerftestDurationDeepQueue: a -D run with margins ends when its time
+// is up, as perftest's does, whatever is still posted. 16 QPs with -t 4096
+// of 1 MiB have 64 GiB posted: waiting for it would outlast the tools'
+// wait for a silent peer, and the run used to fail with "the peer stopped
+// answering". send_bw's server sees the traffic stop and measures its own.
 func TestPerftestDurationDeepQueue(t *testing.T) {
 	bin := tooltest.Binary(t)
 	for _, tool := range []string{"write_bw", "send_bw"} {
 		t.Run(tool, func(t *testing.T) {
 			sa, ca := tooltest.LoopPair()
 			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			args := []string{"-p", port, "-D", "2", "-q", "16", "-t", "4096", "-Q", "1", "-s", "1048576"}
+			args := []string{"-p", port, "-D", "4", "-q", "16", "-t", "4096", "-Q", "1", "-s", "1048576"}
 			if tool == "send_bw" {
 				args = append(args, "-r", "4096")
 			}
@@ -254,6 +254,33 @@ func TestPerftestDurationDeepQueue(t *testing.T) {
 				tooltest.MustMatch(t, tool, r, `(?m)^ 1048576\s+[1-9]\d*\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d{6}$`)
 			}
 		})
+	}
+}
+
+// TestPerftestDurationDrain: a -D run without margins is measured to its
+// last completion: the work posted when -D is up is waited for and
+// counted, so the result is the bytes moved over the time taken. 4 QPs
+// with -t 2048 of 1 MiB post 8 GiB at once, more than a second moves here,
+// so every one of the 8192 iterations is counted only if the tool waits.
+// It waits as long as completions come, past the -u 10 wait for a silent
+// peer (about 2 s; the race detector makes the drain longer than that).
+func TestPerftestDurationDrain(t *testing.T) {
+	bin := tooltest.Binary(t)
+	sa, ca := tooltest.LoopPair()
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	args := []string{"-p", port, "-D", "1", "-q", "4", "-t", "2048", "-Q", "1", "-s", "1048576", "-u", "10"}
+	s, c := tooltest.RunPair(t, 120*time.Second,
+		append([]string{bin, "write_bw", "-d", sa}, args...),
+		append([]string{bin, "write_bw", "-d", ca}, append(args, "127.0.0.1")...))
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("server: %v\nclient: %v", s, c)
+	}
+	m := regexp.MustCompile(`(?m)^ 1048576\s+(\d+)\s`).FindStringSubmatch(c.Stdout)
+	if m == nil {
+		t.Fatalf("no result line\n%s", c)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 8192 {
+		t.Errorf("%d iterations counted, want all 8192 posted (at least)\n%s", n, c)
 	}
 }
 

@@ -384,6 +384,14 @@ func (p *ptPacer) wait(now time.Time) time.Duration {
 	return max(p.next.Sub(now), 0)
 }
 
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // flushQPs moves every QP to the error state: their traffic stops and
 // their outstanding work requests complete with WR_FLUSH_ERR, unread.
 func (r *ptRes) flushQPs() {
@@ -462,12 +470,12 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	smp := c.sampler(start)
 	r.cpu = c.cpuSampler(start)
 	pace := newPtPacer(c.ratePPS(size), c.burstSize, start)
-	var last time.Time
+	var last, stoppedAt time.Time
 	stopped := false
 	for {
 		now := time.Now()
 		if dur > 0 && !stopped && now.Sub(start) >= dur {
-			stopped = true
+			stopped, stoppedAt = true, now
 		}
 		for q, qp := range r.qps {
 			if !pace.open(now) {
@@ -539,15 +547,22 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 		if done {
 			break
 		}
-		if stopped {
-			// perftest ends a -D run when its time is up, without waiting
-			// for the work still posted. Waiting would take as long as
-			// that work takes to send: -q 256 QPs of 1 MiB at perftest's
-			// default -t 128 have 32 GiB posted, ten seconds here. The QPs
-			// go to the error state instead, which stops their traffic
-			// and flushes what is left; what completed by now is counted.
+		if stopped && smp != nil {
+			// With margins the measured period is over: the run ends here,
+			// as perftest's, without waiting for the work still posted
+			// (-q 256 QPs of 1 MiB at perftest's default -t 128 have 32
+			// GiB posted, ten seconds here). The QPs go to the error state,
+			// which stops their traffic and flushes what is left.
 			r.flushQPs()
 			break
+		}
+		if stopped && time.Since(later(last, stoppedAt)) > r.drainGrace() {
+			// Without margins the run is measured to its last completion:
+			// what is posted is waited for (counting it is what makes the
+			// bytes moved over the time taken; the pipeline's fill would
+			// be missing otherwise), as long as completions keep coming.
+			return oob.BWReport{}, fmt.Errorf("completions still missing %v after the last one, %v after the %v of -D: the peer stopped answering",
+				r.drainGrace(), time.Since(stoppedAt).Round(time.Millisecond), dur)
 		}
 		if ne == 0 {
 			// Do not park while there is room to post.
@@ -642,8 +657,10 @@ func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.B
 		if ud && !last.IsZero() && now.Sub(last) > 2*time.Second {
 			break // UD drops are not retransmitted: report what arrived
 		}
-		if dur > 0 && now.Sub(begin) > dur+r.drainGrace() {
-			return oob.BWReport{}, fmt.Errorf("no end of traffic %v after the %v of -D: the peer stopped sending", r.drainGrace(), dur)
+		// A client without margins sends what it has posted after its -D
+		// (bwClient): as long as the run itself, then it is stuck.
+		if dur > 0 && now.Sub(begin) > 2*dur+r.drainGrace() {
+			return oob.BWReport{}, fmt.Errorf("no end of traffic %v after the %v of -D: the peer does not stop sending", dur+r.drainGrace(), dur)
 		}
 		ne := r.rcq.Poll(wc[:])
 		if ne == 0 {
