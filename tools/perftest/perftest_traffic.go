@@ -62,7 +62,7 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 		n := 2 * c.numQP * r.region
 		if r.buf, err = mem.NewMmap(mem.MmapOptions{HugePages: mem.HugeRequire}).Alloc(n); err != nil {
 			if errors.Is(err, mem.ErrNoHugePages) {
-				err = fmt.Errorf("the buffers' %.1f MiB do not fit in the free reserved huge pages: reserve more, e.g. sysctl vm.nr_hugepages=%d (2 MiB pages)",
+				err = fmt.Errorf("not enough free reserved huge pages for the buffers' %.1f MiB: reserve more, e.g. sysctl vm.nr_hugepages=%d (2 MiB each)",
 					float64(n)/(1<<20), (n+2<<20-1)/(2<<20)+8)
 			}
 			return nil, fmt.Errorf("Failed to allocate hugepages. Please configure hugepages (%w)\n Failed to allocate hugepage region.", err)
