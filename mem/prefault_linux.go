@@ -5,15 +5,34 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// noPopulate is set once MADV_POPULATE_* is known not to exist (a kernel
-// before 5.14), and by tests to take the mlock path.
-var noPopulate atomic.Bool
+// noPopulate is set when the kernel has no MADV_POPULATE_* (before 5.14),
+// found by a probe on the first prefault, and by tests to take the mlock
+// path.
+var (
+	noPopulate atomic.Bool
+	probeOnce  sync.Once
+)
+
+// probePopulate finds whether madvise knows MADV_POPULATE_WRITE, on a page
+// of its own: an EINVAL on a caller's range may come from the range (I/O
+// or PFN mappings), not from the kernel's age.
+func probePopulate() {
+	m, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return
+	}
+	defer unix.Munmap(m)
+	if err := unix.Madvise(m, unix.MADV_POPULATE_WRITE); errors.Is(err, unix.EINVAL) {
+		noPopulate.Store(true)
+	}
+}
 
 // pageSpan widens b to whole pages: madvise and mlock take page-aligned
 // ranges. The bytes it adds belong to the same pages, which a prefault
@@ -29,21 +48,18 @@ func pageSpan(b []byte) (start, n uintptr) {
 func prefault(b []byte, write bool) error {
 	defer runtime.KeepAlive(b)
 	start, n := pageSpan(b)
-	if !noPopulate.Load() {
-		adv := unix.MADV_POPULATE_READ
-		if write {
-			adv = unix.MADV_POPULATE_WRITE
-		}
-		_, _, e := unix.Syscall(unix.SYS_MADVISE, start, n, uintptr(adv))
-		if e == 0 {
-			return nil
-		}
-		if e != unix.EINVAL {
-			return fmt.Errorf("mem: prefault of %d bytes: madvise: %w", len(b), e)
-		}
-		noPopulate.Store(true) // unknown advice: an older kernel
+	probeOnce.Do(probePopulate)
+	if noPopulate.Load() {
+		return prefaultLocked(start, n)
 	}
-	return prefaultLocked(start, n)
+	adv := unix.MADV_POPULATE_READ
+	if write {
+		adv = unix.MADV_POPULATE_WRITE
+	}
+	if _, _, e := unix.Syscall(unix.SYS_MADVISE, start, n, uintptr(adv)); e != 0 {
+		return fmt.Errorf("mem: prefault of %d bytes: madvise: %w", len(b), e)
+	}
+	return nil
 }
 
 // prefaultLocked populates [start, start+n) by locking it piece by piece
