@@ -130,6 +130,7 @@ type ptConfig struct {
 	reportBoth  bool    // --report-both: bidirectional runs only (refused), so no effect
 	retry       int     // --retry_count: the rdma_cm connections' retry count (retrySet)
 	retrySet    bool
+	mrPerQP     bool      // --mr_per_qp: an MR for each QP's regions instead of one for all
 	latencyGap  int       // --latency_gap: microseconds of busy wait before each post (latency tests)
 	limitArgs   [2]string // -w/--limit_bw and -y/--limit_msgrate as given
 	limitBW     float64   // -w: the least average bandwidth (report units) that passes; -1: none
@@ -192,6 +193,7 @@ Options (those of perftest 4.5 that softroce honours):
                              waits for them, before the measured run
       --use_hugepages        the buffers in huge pages (reserved: sysctl vm.nr_hugepages=N)
       --retry_count=<n>      with -R/-z: the rdma_cm connections' retry count, 0..7 (default 7)
+      --mr_per_qp            register an MR for each QP's buffers instead of one for all
       --latency_gap=<usec>   latency tests: wait <usec> (busy) before each post
       --report-both          accepted: it concerns bidirectional runs, which softroce has not
       --use-srq              send tests: the receiving QPs share one SRQ of -r entries,
@@ -285,6 +287,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag(0, "perform_warm_up", &c.warmUp)
 	g.Flag(0, "use_hugepages", &c.hugePages)
 	g.Flag(0, "report-both", &c.reportBoth)
+	g.Flag(0, "mr_per_qp", &c.mrPerQP)
 	g.NumIn(0, "latency_gap", &c.latencyGap, 0, math.MaxInt32)
 	g.NumIn(0, "retry_count", &c.retry, 0, math.MaxInt32).Set = ptSetNum(&c.retry, &c.retrySet)
 	g.Str('w', "limit_bw", &c.limitArgs[0])
@@ -746,6 +749,15 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	var pc ptSide
 	var pcm *ptCM
 	var watch *ptPeerWatch // the TCP side channel's liveness (nil with -z/-R)
+	var r *ptRes
+	// Registered first, so it runs last: after the CM has destroyed its
+	// IDs' QPs (-R), the run's resources go, so that a library user's
+	// device (Run) is left as it was.
+	defer func() {
+		if r != nil {
+			r.close()
+		}
+	}()
 	if c.isServer() {
 		fmt.Fprint(verbose, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
@@ -769,8 +781,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		defer conn.Close()
 		watch = newPtPeerWatch(conn, c.qpTimeout)
 	}
-	r, err := newPtRes(c, td, gid)
-	if err != nil {
+	if r, err = newPtRes(c, td, gid); err != nil {
 		return err
 	}
 	r.watch = watch

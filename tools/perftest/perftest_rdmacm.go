@@ -578,7 +578,7 @@ func (p *ptCM) connectTraffic(ctx context.Context, r *ptRes, gid verbs.GID) erro
 		r.qpIndex[qp.QPN()] = i
 		r.qps = append(r.qps, qp)
 		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(c.outReads), QPN: qp.QPN(), PSN: toolkit.RandPSN(),
-			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64(r.recvOff(i)), GID: gid})
+			RKey: r.mr(i).RKey(), VAddr: r.addr(r.recvOff(i)), GID: gid})
 	}
 	return nil
 }

@@ -23,8 +23,9 @@ type ptRes struct {
 	dev     *verbs.Device
 	pd      *verbs.PD
 	buf     []byte
-	mr      *verbs.MR
-	region  int // bytes per region
+	huge    *mem.Mmap   // --use_hugepages: the buffer's provider (nil: Go memory)
+	mrs     []*verbs.MR // one over the whole buffer, or with --mr_per_qp one per QP's two regions
+	region  int         // bytes per region
 	scq     *verbs.CQ
 	rcq     *verbs.CQ
 	srq     *verbs.SRQ // --use-srq on a receiving side: every QP's receives
@@ -45,8 +46,20 @@ type ptRes struct {
 func (r *ptRes) sendOff(q int) int { return 2 * q * r.region }
 func (r *ptRes) recvOff(q int) int { return (2*q + 1) * r.region }
 
-func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error) {
+// mr is the MR that holds QP q's regions.
+func (r *ptRes) mr(q int) *verbs.MR { return r.mrs[min(q, len(r.mrs)-1)] }
+
+// addr is the address of byte off of the buffer (every MR is over it,
+// not zero-based).
+func (r *ptRes) addr(off int) uint64 { return r.mrs[0].Addr() + uint64(off) }
+
+func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err error) {
 	r := &ptRes{c: c, td: td, dev: td.Dev, qpIndex: map[uint32]int{}}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
 	maxSize := c.size
 	if c.all {
 		maxSize = 1 << 23
@@ -56,11 +69,12 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 		r.region += toolkit.GRHLen
 	}
 	r.region = (r.region + ptCycleBuffer - 1) &^ (ptCycleBuffer - 1)
-	var err error
 	if c.hugePages {
 		// perftest's shmget(SHM_HUGETLB): reserved huge pages or nothing.
 		n := 2 * c.numQP * r.region
-		if r.buf, err = mem.NewMmap(mem.MmapOptions{HugePages: mem.HugeRequire}).Alloc(n); err != nil {
+		r.huge = mem.NewMmap(mem.MmapOptions{HugePages: mem.HugeRequire})
+		if r.buf, err = r.huge.Alloc(n); err != nil {
+			r.huge = nil
 			if errors.Is(err, mem.ErrNoHugePages) {
 				err = fmt.Errorf("not enough free reserved huge pages for the buffers' %.1f MiB: reserve more, e.g. sysctl vm.nr_hugepages=%d (2 MiB each)",
 					float64(n)/(1<<20), (n+2<<20-1)/(2<<20)+8)
@@ -74,8 +88,19 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 		return nil, fmt.Errorf("Couldn't allocate PD: %w", err)
 	}
 	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if r.mr, err = r.pd.RegMR(r.buf, acc); err != nil {
-		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
+	parts := [][]byte{r.buf}
+	if c.mrPerQP {
+		parts = parts[:0]
+		for q := range c.numQP {
+			parts = append(parts, r.buf[r.sendOff(q):r.sendOff(q)+2*r.region])
+		}
+	}
+	for _, b := range parts {
+		mr, err := r.pd.RegMR(b, acc)
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
+		}
+		r.mrs = append(r.mrs, mr)
 	}
 	r.sch, r.rch = r.dev.CreateCompChannel(), r.dev.CreateCompChannel()
 	// Deep queues on many QPs would ask for more entries than a CQ has:
@@ -130,10 +155,44 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (*ptRes, error
 		r.qpIndex[qp.QPN()] = i
 		r.qps = append(r.qps, qp)
 		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(c.outReads), QPN: qp.QPN(), PSN: toolkit.RandPSN(),
-			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64(r.recvOff(i)), GID: gid})
+			RKey: r.mr(i).RKey(), VAddr: r.addr(r.recvOff(i)), GID: gid})
 	}
 	r.ahs = make([]*verbs.AH, c.numQP)
 	return r, nil
+}
+
+// close releases what the run created on the device, in verbs' order:
+// QPs (rdma_cm's belong to its IDs, ptCM.close), AHs, the SRQ, the CQs,
+// the MRs (waiting for payloads still lent to the kernel), the PD; and the
+// huge page buffers. Each step ignores what failed before it.
+func (r *ptRes) close() {
+	if !r.c.rdmaCM {
+		for _, qp := range r.qps {
+			qp.Destroy()
+		}
+	}
+	for _, ah := range r.ahs {
+		if ah != nil {
+			ah.Destroy()
+		}
+	}
+	if r.srq != nil {
+		r.srq.Destroy()
+	}
+	for _, cq := range []*verbs.CQ{r.scq, r.rcq} {
+		if cq != nil {
+			cq.Destroy()
+		}
+	}
+	for _, mr := range r.mrs {
+		mr.Deregister()
+	}
+	if r.pd != nil {
+		r.pd.Dealloc()
+	}
+	if r.huge != nil {
+		r.huge.Free(r.buf)
+	}
 }
 
 // connect is ctx_connect: every QP to RTR and RTS with perftest's attributes.
@@ -194,8 +253,8 @@ func (r *ptRes) receives() bool {
 }
 
 func (r *ptRes) recvWR(q int) [1]verbs.RecvWR {
-	return [1]verbs.RecvWR{{WRID: uint64(q), SGList: []verbs.SGE{{Addr: r.mr.Addr() + uint64(r.recvOff(q)),
-		Length: uint32(r.region), LKey: r.mr.LKey()}}}}
+	return [1]verbs.RecvWR{{WRID: uint64(q), SGList: []verbs.SGE{{Addr: r.addr(r.recvOff(q)),
+		Length: uint32(r.region), LKey: r.mr(q).LKey()}}}}
 }
 
 // ready posts the receive queues (once; they are refilled as they drain).
@@ -237,7 +296,7 @@ func (r *ptRes) postRecv(q int, wr []verbs.RecvWR) error {
 func (r *ptRes) sendWR(q, size int) verbs.SendWR {
 	c := r.c
 	wr := verbs.SendWR{WRID: uint64(q)}
-	local := r.mr.Addr() + uint64(r.sendOff(q))
+	local := r.addr(r.sendOff(q))
 	switch c.tool.verb {
 	case ptSend:
 		wr.Opcode = verbs.WRSend
@@ -258,7 +317,7 @@ func (r *ptRes) sendWR(q, size int) verbs.SendWR {
 	if c.tool.verb != ptSend {
 		wr.RemoteAddr, wr.RKey = r.remote[q].VAddr, r.remote[q].RKey
 	}
-	wr.SGList = []verbs.SGE{{Addr: local, Length: uint32(size), LKey: r.mr.LKey()}}
+	wr.SGList = []verbs.SGE{{Addr: local, Length: uint32(size), LKey: r.mr(q).LKey()}}
 	if size <= c.inline && (c.tool.verb == ptSend || c.tool.verb == ptWrite) {
 		wr.Flags |= verbs.SendInline
 	}

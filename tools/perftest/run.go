@@ -36,7 +36,8 @@ func Tests() []string {
 // with no operand and the client names the server's host ("-s", "4096",
 // "-n", "1000", "10.0.0.1"). The side channel (TCP, or rdma_cm with -R/-z)
 // uses dev's GID at the -x index (default 1) as the local address; -d and
-// --pcap do not apply, since the caller opened dev. Run leaves dev open.
+// --pcap do not apply, since the caller opened dev. Run leaves dev open,
+// and releases the PD, MRs, CQs and QPs it created on it before returning.
 // Errors from the arguments wrap ErrUsage; the rest are the run's failures.
 func Run(ctx context.Context, dev *verbs.Device, test string, args []string, stdout io.Writer) error {
 	var t *ptTool

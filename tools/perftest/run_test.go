@@ -163,3 +163,36 @@ func TestRunLatencyGap(t *testing.T) {
 		t.Errorf("write_bw --latency_gap: %v, want perftest's refusal", err)
 	}
 }
+
+// TestRunReleases: Run leaves the device it was given as it found it: the
+// MRs it registered (one per QP with --mr_per_qp), like its QPs, CQs, SRQ
+// and PD, are gone when it returns, run after run; over TCP's side channel
+// and over rdma_cm (-R), whose QPs the CM destroys first.
+func TestRunReleases(t *testing.T) {
+	sa, ca := tooltest.LoopPair()
+	srv, cli := openLoopDevice(t, "srv0", sa), openLoopDevice(t, "cli0", ca)
+	for i, tc := range []struct{ test, args string }{
+		{"write_bw", "-q 4 --mr_per_qp"},
+		{"send_bw", "-q 4 --mr_per_qp --use-srq"},
+		{"write_bw", "-q 2 -R"},
+		{"send_bw", "-q 2"},
+	} {
+		port := strconv.Itoa(tooltest.FreeTCPPort(t))
+		args := append([]string{"-p", port, "-n", "20", "-s", "4096"}, strings.Fields(tc.args)...)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		var so, co strings.Builder
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, srv, tc.test, args, &so) }()
+		cerr := Run(ctx, cli, tc.test, append(args, sa), &co)
+		serr := <-done
+		cancel()
+		if cerr != nil || serr != nil {
+			t.Fatalf("run %d, %s %s: client: %v\n%s\nserver: %v\n%s", i, tc.test, tc.args, cerr, co.String(), serr, so.String())
+		}
+		for name, d := range map[string]*verbs.Device{"server": srv, "client": cli} {
+			if n := d.Stats().MRs.Load(); n != 0 {
+				t.Errorf("run %d, %s %s: the %s's device still has %d MRs", i, tc.test, tc.args, name, n)
+			}
+		}
+	}
+}
