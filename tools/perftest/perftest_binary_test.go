@@ -227,29 +227,43 @@ func TestPerftestLatencyDuration(t *testing.T) {
 	}
 }
 
+// ptPair runs tool's server and client on two loopback devices with args
+// (and a free side-channel port; the client gets the host operand), within
+// timeout.
+func ptPair(t *testing.T, timeout time.Duration, tool string, args ...string) (s, c tooltest.ProcResult) {
+	t.Helper()
+	bin := tooltest.Binary(t)
+	sa, ca := tooltest.LoopPair()
+	args = append([]string{"-p", strconv.Itoa(tooltest.FreeTCPPort(t))}, args...)
+	return tooltest.RunPair(t, timeout, append([]string{bin, tool, "-d", sa}, args...),
+		append([]string{bin, tool, "-d", ca}, append(args, "127.0.0.1")...))
+}
+
+// ptPairOK is ptPair for a run both sides must end with exit 0.
+func ptPairOK(t *testing.T, timeout time.Duration, tool string, args ...string) (s, c tooltest.ProcResult) {
+	t.Helper()
+	s, c = ptPair(t, timeout, tool, args...)
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("server: %v\nclient: %v", s, c)
+	}
+	return s, c
+}
+
 // TestPerftestDurationDeepQueue: a -D run with margins ends when its time
 // is up, as perftest's does, whatever is still posted. 16 QPs with -t 4096
 // of 1 MiB have 64 GiB posted: waiting for it would outlast the tools'
 // wait for a silent peer, and the run used to fail with "the peer stopped
 // answering". send_bw's server sees the traffic stop and measures its own.
 func TestPerftestDurationDeepQueue(t *testing.T) {
-	bin := tooltest.Binary(t)
 	for _, tool := range []string{"write_bw", "send_bw"} {
 		t.Run(tool, func(t *testing.T) {
-			sa, ca := tooltest.LoopPair()
-			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			args := []string{"-p", port, "-D", "4", "-q", "16", "-t", "4096", "-Q", "1", "-s", "1048576"}
+			args := []string{"-D", "4", "-q", "16", "-t", "4096", "-Q", "1", "-s", "1048576"}
 			if tool == "send_bw" {
 				args = append(args, "-r", "4096")
 			}
 			began := time.Now()
-			s, c := tooltest.RunPair(t, 90*time.Second,
-				append([]string{bin, tool, "-d", sa}, args...),
-				append([]string{bin, tool, "-d", ca}, append(args, "127.0.0.1")...))
+			s, c := ptPairOK(t, 90*time.Second, tool, args...)
 			t.Logf("both exited %v after the start", time.Since(began).Round(time.Millisecond))
-			if s.Code != 0 || c.Code != 0 {
-				t.Fatalf("server: %v\nclient: %v", s, c)
-			}
 			for _, r := range []tooltest.ProcResult{s, c} {
 				tooltest.MustMatch(t, tool, r, `(?m)^ 1048576\s+[1-9]\d*\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d{6}$`)
 			}
@@ -265,16 +279,7 @@ func TestPerftestDurationDeepQueue(t *testing.T) {
 // It waits as long as completions come, past the -u 10 wait for a silent
 // peer (about 2 s; the race detector makes the drain longer than that).
 func TestPerftestDurationDrain(t *testing.T) {
-	bin := tooltest.Binary(t)
-	sa, ca := tooltest.LoopPair()
-	port := strconv.Itoa(tooltest.FreeTCPPort(t))
-	args := []string{"-p", port, "-D", "1", "-q", "4", "-t", "2048", "-Q", "1", "-s", "1048576", "-u", "10"}
-	s, c := tooltest.RunPair(t, 120*time.Second,
-		append([]string{bin, "write_bw", "-d", sa}, args...),
-		append([]string{bin, "write_bw", "-d", ca}, append(args, "127.0.0.1")...))
-	if s.Code != 0 || c.Code != 0 {
-		t.Fatalf("server: %v\nclient: %v", s, c)
-	}
+	_, c := ptPairOK(t, 120*time.Second, "write_bw", "-D", "1", "-q", "4", "-t", "2048", "-Q", "1", "-s", "1048576", "-u", "10")
 	m := regexp.MustCompile(`(?m)^ 1048576\s+(\d+)\s`).FindStringSubmatch(c.Stdout)
 	if m == nil {
 		t.Fatalf("no result line\n%s", c)
@@ -289,21 +294,12 @@ func TestPerftestDurationDrain(t *testing.T) {
 // which measures its own rate, sees the same. Unlimited, both run above
 // 200 MiB/s here even with the race detector: a rate near 40 is the limiter's.
 func TestPerftestRateLimit(t *testing.T) {
-	bin := tooltest.Binary(t)
 	bwRE := regexp.MustCompile(`(?m)^ 65536\s+\d+\s+\d+\.\d\d\s+(\d+\.\d\d)\s+\d+\.\d{6}$`)
 	for _, tool := range []string{"write_bw", "send_bw"} {
 		t.Run(tool, func(t *testing.T) {
 			t.Parallel()
-			sa, ca := tooltest.LoopPair()
-			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			args := []string{"-p", port, "-D", "2", "-s", "65536", "--rate_limit=40", "--rate_units=M",
-				"--rate_limit_type=SW", "--burst_size=8"}
-			s, c := tooltest.RunPair(t, 60*time.Second,
-				append([]string{bin, tool, "-d", sa}, args...),
-				append([]string{bin, tool, "-d", ca}, append(args, "127.0.0.1")...))
-			if s.Code != 0 || c.Code != 0 {
-				t.Fatalf("server: %v\nclient: %v", s, c)
-			}
+			s, c := ptPairOK(t, 60*time.Second, tool, "-D", "2", "-s", "65536", "--rate_limit=40", "--rate_units=M",
+				"--rate_limit_type=SW", "--burst_size=8")
 			who := map[string]tooltest.ProcResult{"client": c}
 			if tool == "send_bw" {
 				who["server"] = s
@@ -326,7 +322,6 @@ func TestPerftestRateLimit(t *testing.T) {
 // closing the session, so the peer ends normally) and pass it otherwise:
 // write_bw's client only, send_bw's server as well.
 func TestPerftestLimits(t *testing.T) {
-	bin := tooltest.Binary(t)
 	for _, tc := range []struct {
 		tool, limit string
 		client, srv string // the error each side must print; "" : exit 0
@@ -338,12 +333,8 @@ func TestPerftestLimits(t *testing.T) {
 	} {
 		t.Run(tc.tool+tc.limit, func(t *testing.T) {
 			t.Parallel()
-			sa, ca := tooltest.LoopPair()
-			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			args := append([]string{"-p", port, "-n", "500", "-s", "4096"}, strings.Fields(tc.limit)...)
-			s, c := tooltest.RunPair(t, 60*time.Second,
-				append([]string{bin, tc.tool, "-d", sa}, args...),
-				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
+			args := append([]string{"-n", "500", "-s", "4096"}, strings.Fields(tc.limit)...)
+			s, c := ptPair(t, 60*time.Second, tc.tool, args...)
 			for _, side := range []struct {
 				name string
 				r    tooltest.ProcResult
@@ -366,7 +357,6 @@ func TestPerftestLimits(t *testing.T) {
 // does. A QP left off the SRQ, or a receive posted past it, fails the run
 // (RNR retries exceeded, or the post refused).
 func TestPerftestSRQ(t *testing.T) {
-	bin := tooltest.Binary(t)
 	for _, tc := range []struct {
 		tool, args, result string
 	}{
@@ -376,15 +366,8 @@ func TestPerftestSRQ(t *testing.T) {
 	} {
 		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
 			t.Parallel()
-			sa, ca := tooltest.LoopPair()
-			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			args := append([]string{"-p", port, "-n", "2000", "--use-srq"}, strings.Fields(tc.args)...)
-			s, c := tooltest.RunPair(t, 60*time.Second,
-				append([]string{bin, tc.tool, "-d", sa}, args...),
-				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
-			if s.Code != 0 || c.Code != 0 {
-				t.Fatalf("server: %v\nclient: %v", s, c)
-			}
+			args := append([]string{"-n", "2000", "--use-srq"}, strings.Fields(tc.args)...)
+			s, c := ptPairOK(t, 60*time.Second, tc.tool, args...)
 			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
 				tooltest.MustMatch(t, side, r, `(?m)^ Connection type : (RC|UD)\t\tUsing SRQ      : ON$`, tc.result)
 			}
@@ -397,7 +380,6 @@ func TestPerftestSRQ(t *testing.T) {
 // period of its own and prints 0.00, as perftest's); in iterations mode it
 // is perftest's warning and no column.
 func TestPerftestCPUUtil(t *testing.T) {
-	bin := tooltest.Binary(t)
 	for _, tc := range []struct {
 		tool, args string
 		line       string // the client's result line, less the column
@@ -408,15 +390,8 @@ func TestPerftestCPUUtil(t *testing.T) {
 	} {
 		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
 			t.Parallel()
-			sa, ca := tooltest.LoopPair()
-			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			args := append([]string{"-p", port, "--cpu_util"}, strings.Fields(tc.args)...)
-			s, c := tooltest.RunPair(t, 60*time.Second,
-				append([]string{bin, tc.tool, "-d", sa}, args...),
-				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
-			if s.Code != 0 || c.Code != 0 {
-				t.Fatalf("server: %v\nclient: %v", s, c)
-			}
+			args := append([]string{"--cpu_util"}, strings.Fields(tc.args)...)
+			s, c := ptPairOK(t, 60*time.Second, tc.tool, args...)
 			if tc.line == "" {
 				for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
 					if strings.Contains(r.Stdout, "CPU_Util") || !strings.Contains(r.Stderr, " CPU Utilization works only with Duration mode.\n") {
@@ -525,7 +500,6 @@ func TestPerftestMargin(t *testing.T) {
 // with six decimals, on both sides, as perftest does for scripts: no
 // banner, addresses, header or separators.
 func TestPerftestOutput(t *testing.T) {
-	bin := tooltest.Binary(t)
 	value := regexp.MustCompile(`^\d+\.\d{6}\n$`)
 	for _, tc := range []struct {
 		tool, output string
@@ -537,15 +511,8 @@ func TestPerftestOutput(t *testing.T) {
 	} {
 		t.Run(tc.tool+"/"+tc.output, func(t *testing.T) {
 			t.Parallel()
-			sa, ca := tooltest.LoopPair()
-			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			args := []string{"-p", port, "-n", "200", "--output=" + tc.output}
-			s, c := tooltest.RunPair(t, 60*time.Second,
-				append([]string{bin, tc.tool, "-d", sa}, args...),
-				append([]string{bin, tc.tool, "-d", ca}, append(args, "127.0.0.1")...))
-			if s.Code != 0 || c.Code != 0 {
-				t.Fatalf("server: %v\nclient: %v", s, c)
-			}
+			args := []string{"-n", "200", "--output=" + tc.output}
+			s, c := ptPairOK(t, 60*time.Second, tc.tool, args...)
 			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
 				if !value.MatchString(r.Stdout) {
 					t.Errorf("%s: stdout %q, want the value alone", side, r.Stdout)

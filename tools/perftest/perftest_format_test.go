@@ -346,10 +346,6 @@ func TestPtNoResult(t *testing.T) {
 // TestPtRateOptions: the rate limiter's options as perftest checks them,
 // with its messages and defaults, and the rate each unit gives.
 func TestPtRateOptions(t *testing.T) {
-	tools := map[string]ptTool{}
-	for _, x := range ptTools {
-		tools[x.name] = x
-	}
 	for _, tc := range []struct {
 		tool   string
 		args   []string
@@ -372,16 +368,8 @@ func TestPtRateOptions(t *testing.T) {
 		{"atomic_bw", []string{"--rate_limit=1", "--rate_limit_type=SW"}, "SW Rate limiter cann't be executed", 0, 0},
 		{"write_lat", []string{"--rate_limit=1", "--rate_limit_type=SW"}, "SW Rate limiter cann't be executed", 0, 0},
 	} {
-		var out, errb strings.Builder
-		c, code, ok := ptParse(tools[tc.tool], tc.args, &out, &errb)
-		if tc.refuse != "" {
-			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), tc.refuse) {
-				t.Errorf("%s %q: ok %v code %d stderr %q, want refused with %q", tc.tool, tc.args, ok, code, errb.String(), tc.refuse)
-			}
-			continue
-		}
-		if !ok {
-			t.Errorf("%s %q: refused: %s", tc.tool, tc.args, errb.String())
+		c := ptParseWant(t, tc.tool, tc.args, tc.refuse)
+		if c == nil {
 			continue
 		}
 		if pps := c.ratePPS(65536); math.Abs(pps-tc.pps) > 1e-9 || c.burstSize != tc.burst {
@@ -427,10 +415,6 @@ func TestPtPacer(t *testing.T) {
 // TestPtLimitOptions: -w and -y parse as perftest's (a negative value is
 // its "Invalid Minimum ... Limit") and apply to bandwidth tests only.
 func TestPtLimitOptions(t *testing.T) {
-	tools := map[string]ptTool{}
-	for _, x := range ptTools {
-		tools[x.name] = x
-	}
 	for _, tc := range []struct {
 		tool     string
 		args     []string
@@ -444,15 +428,9 @@ func TestPtLimitOptions(t *testing.T) {
 		{"write_bw", []string{"-y", "x"}, "Invalid Minimum msgRate Limit", 0, 0},
 		{"send_lat", []string{"-w", "1"}, "check the result of a bandwidth test", 0, 0},
 	} {
-		var out, errb strings.Builder
-		c, code, ok := ptParse(tools[tc.tool], tc.args, &out, &errb)
+		c := ptParseWant(t, tc.tool, tc.args, tc.refuse)
 		switch {
-		case tc.refuse != "":
-			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), tc.refuse) {
-				t.Errorf("%s %q: ok %v code %d stderr %q, want refused with %q", tc.tool, tc.args, ok, code, errb.String(), tc.refuse)
-			}
-		case !ok:
-			t.Errorf("%s %q: refused: %s", tc.tool, tc.args, errb.String())
+		case c == nil:
 		case c.limitBW != tc.bw || c.limitRate != tc.rate:
 			t.Errorf("%s %q: limits %v and %v, want %v and %v", tc.tool, tc.args, c.limitBW, c.limitRate, tc.bw, tc.rate)
 		}
@@ -462,10 +440,6 @@ func TestPtLimitOptions(t *testing.T) {
 // TestPtSRQOptions: --use-srq belongs to the send tests (perftest's
 // message otherwise) and needs an SRQ entry for each QP's buffer.
 func TestPtSRQOptions(t *testing.T) {
-	tools := map[string]ptTool{}
-	for _, x := range ptTools {
-		tools[x.name] = x
-	}
 	for _, tc := range []struct {
 		tool   string
 		args   []string
@@ -476,15 +450,8 @@ func TestPtSRQOptions(t *testing.T) {
 		{"write_bw", []string{"--use-srq"}, "Using SRQ only avavilible in SEND / SEND_IMM tests."},
 		{"send_bw", []string{"--use-srq", "-q", "8", "-r", "4"}, "give -r at least -q"},
 	} {
-		var out, errb strings.Builder
-		c, code, ok := ptParse(tools[tc.tool], tc.args, &out, &errb)
-		switch {
-		case tc.refuse != "":
-			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), tc.refuse) {
-				t.Errorf("%s %q: ok %v code %d stderr %q, want refused with %q", tc.tool, tc.args, ok, code, errb.String(), tc.refuse)
-			}
-		case !ok || !c.useSRQ:
-			t.Errorf("%s %q: refused (%s) or SRQ off", tc.tool, tc.args, errb.String())
+		if c := ptParseWant(t, tc.tool, tc.args, tc.refuse); c != nil && !c.useSRQ {
+			t.Errorf("%s %q: SRQ off", tc.tool, tc.args)
 		}
 	}
 }
@@ -526,10 +493,6 @@ func TestPtCPU(t *testing.T) {
 // count (the test QPs' RNR retry too, the side channel's RNR retry stays
 // 7), as perftest's; the CM carries 3 bits of it.
 func TestPtRetryCount(t *testing.T) {
-	tools := map[string]ptTool{}
-	for _, x := range ptTools {
-		tools[x.name] = x
-	}
 	for _, tc := range []struct {
 		args   []string
 		want   uint8
@@ -541,16 +504,13 @@ func TestPtRetryCount(t *testing.T) {
 		{[]string{"--retry_count=8"}, 0, true},
 		{[]string{"--report-both"}, 7, false}, // accepted: only bidirectional runs report both ways
 	} {
-		var out, errb strings.Builder
-		c, _, ok := ptParse(tools["write_bw"], append([]string{"-R"}, tc.args...), &out, &errb)
+		refuse := ""
 		if tc.refuse {
-			if ok || !strings.Contains(errb.String(), "0..7") {
-				t.Errorf("%q: ok %v stderr %q, want refused", tc.args, ok, errb.String())
-			}
-			continue
+			refuse = "0..7"
 		}
-		if !ok {
-			t.Fatalf("%q: refused: %s", tc.args, errb.String())
+		c := ptParseWant(t, "write_bw", append([]string{"-R"}, tc.args...), refuse)
+		if c == nil {
+			continue
 		}
 		p, comm := c.cmParam(), ptCMCommParam(c.cmRetry())
 		if p.RetryCount != tc.want || p.RNRRetryCount != tc.want || comm.RetryCount != tc.want || comm.RNRRetryCount != 7 {
@@ -570,4 +530,30 @@ func TestPtVersion(t *testing.T) {
 			t.Errorf("%q: ok %v code %d stdout %q stderr %q, want \"Version: 6.06\" and exit 0", args, ok, code, out.String(), errb.String())
 		}
 	}
+}
+
+// ptParseWant parses args of the named tool. With refuse set, the command
+// must be refused with a message holding it (nil is returned); without,
+// it must be accepted.
+func ptParseWant(t *testing.T, tool string, args []string, refuse string) *ptConfig {
+	t.Helper()
+	var pt ptTool
+	for _, x := range ptTools {
+		if x.name == tool {
+			pt = x
+		}
+	}
+	var out, errb strings.Builder
+	c, code, ok := ptParse(pt, args, &out, &errb)
+	switch {
+	case refuse != "":
+		if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), refuse) {
+			t.Errorf("%s %q: ok %v code %d stderr %q, want refused with %q", tool, args, ok, code, errb.String(), refuse)
+		}
+		return nil
+	case !ok:
+		t.Errorf("%s %q: refused: %s", tool, args, errb.String())
+		return nil
+	}
+	return c
 }
