@@ -1,10 +1,13 @@
 package verbs
 
 import (
+	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/softroce/softroce/link/pipe"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,5 +61,40 @@ func TestRegMRPrefaults(t *testing.T) {
 		if err := mr.Deregister(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRegMRPrefaultFailsSoftly: memory the kernel will not fault in for
+// writing (here a read-only mapping registered with LOCAL_WRITE, which
+// verbs do not check against the mapping) still registers: the prefault is
+// best effort, and why it failed goes to the device's logger at debug level.
+func TestRegMRPrefaultFailsSoftly(t *testing.T) {
+	ro, err := unix.Mmap(-1, 0, 4*os.Getpagesize(), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(ro)
+	a, b, err := pipe.New(pipe.Config{MTU: 9000}, pipe.Config{MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var out strings.Builder
+	d, err := Open(a, &Config{Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(ro, AccessLocalWrite)
+	if err != nil {
+		t.Fatalf("RegMR of memory that cannot be faulted in for writing: %v, want it registered", err)
+	}
+	defer mr.Deregister()
+	if !strings.Contains(out.String(), "reg mr: pages not faulted in") {
+		t.Errorf("no debug line for the failed prefault:\n%s", out.String())
 	}
 }

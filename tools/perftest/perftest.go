@@ -127,7 +127,6 @@ type ptConfig struct {
 	cpuUtil     bool    // --cpu_util: a CPU_Util[%] column (-D runs)
 	warmUp      bool    // --perform_warm_up: -t messages per QP before the measured run (write, read, atomic BW)
 	hugePages   bool    // --use_hugepages: the buffers in huge pages (hugetlbfs)
-	reportBoth  bool    // --report-both: bidirectional runs only (refused), so no effect
 	retry       int     // --retry_count: the rdma_cm connections' retry count (retrySet)
 	retrySet    bool
 	mrPerQP     bool      // --mr_per_qp: an MR for each QP's regions instead of one for all
@@ -286,7 +285,8 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag(0, "cpu_util", &c.cpuUtil)
 	g.Flag(0, "perform_warm_up", &c.warmUp)
 	g.Flag(0, "use_hugepages", &c.hugePages)
-	g.Flag(0, "report-both", &c.reportBoth)
+	var reportBoth bool // --report-both concerns bidirectional runs (-b, refused): no effect
+	g.Flag(0, "report-both", &reportBoth)
 	g.Flag(0, "mr_per_qp", &c.mrPerQP)
 	g.NumIn(0, "latency_gap", &c.latencyGap, 0, math.MaxInt32)
 	g.NumIn(0, "retry_count", &c.retry, 0, math.MaxInt32).Set = ptSetNum(&c.retry, &c.retrySet)
