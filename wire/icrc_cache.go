@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"hash/crc32"
 	"net/netip"
 )
 
@@ -87,7 +86,7 @@ func afterPrefix(crc uint32, hdr []byte) uint32 {
 	c := ^crc ^ (0xFF | uint32(hdr[5])<<8 | uint32(hdr[6])<<16 | uint32(hdr[7])<<24)
 	c = t[0][hdr[11]] ^ t[1][hdr[10]] ^ t[2][hdr[9]] ^ t[3][hdr[8]] ^
 		t[4][c>>24] ^ t[5][byte(c>>16)] ^ t[6][byte(c>>8)] ^ t[7][byte(c)]
-	return crc32.Update(^c, crc32.IEEETable, hdr[BTHLen:])
+	return crcUpdate(^c, hdr[BTHLen:])
 }
 
 // ICRCFor is ICRCFor (the package function) through the cache.
@@ -104,8 +103,8 @@ func (c *ICRCCache) ICRCForGather(src, dst netip.AddrPort, ipv4ID uint16, hdr, d
 		return ICRCForGather(src, dst, ipv4ID, hdr, data, tail)
 	}
 	crc := afterPrefix(c.prefix(src, dst, ipv4ID, hdr, len(hdr)+len(data)+len(tail)), hdr)
-	crc = crc32.Update(crc, crc32.IEEETable, data)
-	return crc32.Update(crc, crc32.IEEETable, tail)
+	crc = crcUpdate(crc, data)
+	return crcUpdate(crc, tail)
 }
 
 // FillICRC is FillICRC (the package function) through the cache.
