@@ -8,13 +8,14 @@ import "hash/crc32"
 // (VPCLMULQDQ) where the processor and the operating system allow it: four
 // 512-bit accumulators 256 bytes apart fold independently, where hash/crc32
 // folds one 512-bit accumulator, whose multiply latency bounds its rate.
-// The folded 16 bytes are finished with slicing-by-8 tables.
+// The folded 16 bytes are reduced to the CRC register with two more
+// multiplications and Barrett's method.
 
 //go:noescape
-func foldAVX512(s uint32, p *byte, n int) (lo, hi uint64)
+func foldAVX512(s uint32, p *byte, n int) uint32
 
 //go:noescape
-func copyFoldAVX512(s uint32, dst, src *byte, n int) (lo, hi uint64)
+func copyFoldAVX512(s uint32, dst, src *byte, n int) uint32
 
 func cpuid(leaf, sub uint32) (a, b, c, d uint32)
 
@@ -48,7 +49,7 @@ func detectFold() bool {
 func crcUpdate(crc uint32, p []byte) uint32 {
 	if hasFold && len(p) >= foldMin {
 		n := len(p) &^ 255
-		crc = crc16(foldAVX512(^crc, &p[0], n))
+		crc = ^foldAVX512(^crc, &p[0], n)
 		p = p[n:]
 	}
 	return crc32.Update(crc, crc32.IEEETable, p)
@@ -60,22 +61,9 @@ func crcCopy(crc uint32, dst, src []byte) uint32 {
 	dst = dst[:len(src)]
 	if hasFold && len(src) >= foldMin {
 		n := len(src) &^ 255
-		crc = crc16(copyFoldAVX512(^crc, &dst[0], &src[0], n))
+		crc = ^copyFoldAVX512(^crc, &dst[0], &src[0], n)
 		src, dst = src[n:], dst[n:]
 	}
 	copy(dst, src)
 	return crc32.Update(crc, crc32.IEEETable, src)
-}
-
-// crc16 returns the CRC-32 (IEEE) of the 16 bytes lo, hi (little-endian)
-// from a zero register: two slicing-by-8 steps.
-func crc16(lo, hi uint64) uint32 {
-	t := &crcTab8
-	c := uint32(lo)
-	c = t[0][byte(lo>>56)] ^ t[1][byte(lo>>48)] ^ t[2][byte(lo>>40)] ^ t[3][byte(lo>>32)] ^
-		t[4][c>>24] ^ t[5][byte(c>>16)] ^ t[6][byte(c>>8)] ^ t[7][byte(c)]
-	c ^= uint32(hi)
-	c = t[0][byte(hi>>56)] ^ t[1][byte(hi>>48)] ^ t[2][byte(hi>>40)] ^ t[3][byte(hi>>32)] ^
-		t[4][c>>24] ^ t[5][byte(c>>16)] ^ t[6][byte(c>>8)] ^ t[7][byte(c)]
-	return ^c
 }

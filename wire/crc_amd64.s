@@ -25,6 +25,20 @@ DATA fold128<>+0(SB)/8, $0x1751997d0
 DATA fold128<>+8(SB)/8, $0x0ccaa009e
 GLOBL fold128<>(SB), RODATA|NOPTR, $16
 
+// finish: k1 = x^96 mod P and k2 = x^64 mod P (reflected, k2 shifted left
+// by one), then the Barrett constants mu = x^64 div P and P, reflected.
+DATA finK<>+0(SB)/8, $0x0ccaa009e
+DATA finK<>+8(SB)/8, $0x163cd6124
+GLOBL finK<>(SB), RODATA|NOPTR, $16
+
+DATA barK<>+0(SB)/8, $0x1f7011641
+DATA barK<>+8(SB)/8, $0x1db710641
+GLOBL barK<>(SB), RODATA|NOPTR, $16
+
+DATA low32<>+0(SB)/8, $0xffffffff
+DATA low32<>+8(SB)/8, $0
+GLOBL low32<>(SB), RODATA|NOPTR, $16
+
 // FOLD128 folds the 128-bit acc onto next, 128 bits on: acc = fold(acc) ^ next.
 #define FOLD128(acc, tmp, next) \
 	VPCLMULQDQ $0x00, X0, acc, tmp \
@@ -34,7 +48,8 @@ GLOBL fold128<>(SB), RODATA|NOPTR, $16
 
 // REDUCE folds Z1 into Z2, Z2 into Z3 and Z3 into Z4 (512 bits apart), then
 // the four 128-bit lanes of the result into the last, and returns that lane
-// (the 16 bytes whose CRC from a zero register is the input's) in AX and BX.
+// (16 bytes whose CRC from a zero register is the input's), reduced by
+// FINISH to that CRC register in AX.
 #define REDUCE \
 	VBROADCASTI32X4 fold512<>(SB), Z0 \
 	FOLD(Z1, Z5, Z2) \
@@ -47,12 +62,33 @@ GLOBL fold128<>(SB), RODATA|NOPTR, $16
 	FOLD128(X1, X5, X2) \
 	FOLD128(X1, X5, X3) \
 	FOLD128(X1, X5, X4) \
-	VMOVQ X1, AX \
-	VPEXTRQ $1, X1, BX \
+	FINISH \
 	VZEROUPPER
 
-// func foldAVX512(s uint32, p *byte, n int) (lo, hi uint64)
-TEXT ·foldAVX512(SB), NOSPLIT, $0-40
+// FINISH reduces the 128-bit X1 (16 bytes of message) to the CRC register
+// those bytes leave from a zero register, in AX: the first quadword is
+// folded onto the second (x^96), the 32 bits above 64 onto the rest (x^64),
+// and the 64 bits left are reduced by Barrett's method.
+#define FINISH \
+	VMOVDQU finK<>(SB), X6 \
+	VMOVDQU low32<>(SB), X9 \
+	VMOVDQU barK<>(SB), X10 \
+	VPCLMULQDQ $0x00, X6, X1, X7 \
+	VPSRLDQ $8, X1, X2 \
+	VPXOR X2, X7, X7 \
+	VPSRLDQ $4, X7, X3 \
+	VPAND X9, X7, X8 \
+	VPCLMULQDQ $0x10, X6, X8, X8 \
+	VPXOR X8, X3, X3 \
+	VPAND X9, X3, X8 \
+	VPCLMULQDQ $0x00, X10, X8, X8 \
+	VPAND X9, X8, X8 \
+	VPCLMULQDQ $0x10, X10, X8, X8 \
+	VPXOR X8, X3, X3 \
+	VPEXTRD $1, X3, AX
+
+// func foldAVX512(s uint32, p *byte, n int) uint32
+TEXT ·foldAVX512(SB), NOSPLIT, $0-28
 	MOVL s+0(FP), AX
 	MOVQ p+8(FP), SI
 	MOVQ n+16(FP), CX
@@ -82,12 +118,11 @@ loop:
 
 done:
 	REDUCE
-	MOVQ AX, lo+24(FP)
-	MOVQ BX, hi+32(FP)
+	MOVL AX, ret+24(FP)
 	RET
 
-// func copyFoldAVX512(s uint32, dst, src *byte, n int) (lo, hi uint64)
-TEXT ·copyFoldAVX512(SB), NOSPLIT, $0-48
+// func copyFoldAVX512(s uint32, dst, src *byte, n int) uint32
+TEXT ·copyFoldAVX512(SB), NOSPLIT, $0-36
 	MOVL s+0(FP), AX
 	MOVQ dst+8(FP), DI
 	MOVQ src+16(FP), SI
@@ -128,8 +163,7 @@ cloop:
 
 cdone:
 	REDUCE
-	MOVQ AX, lo+32(FP)
-	MOVQ BX, hi+40(FP)
+	MOVL AX, ret+32(FP)
 	RET
 
 // func cpuid(leaf, sub uint32) (a, b, c, d uint32)
