@@ -14,9 +14,6 @@ import "hash/crc32"
 //go:noescape
 func foldAVX512(s uint32, p *byte, n int) uint32
 
-//go:noescape
-func copyFoldAVX512(s uint32, dst, src *byte, n int) uint32
-
 func cpuid(leaf, sub uint32) (a, b, c, d uint32)
 
 func xgetbv0() uint32
@@ -53,17 +50,4 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 		p = p[n:]
 	}
 	return crc32.Update(crc, crc32.IEEETable, p)
-}
-
-// crcCopy copies src into dst, which must be at least as long, and returns
-// crc32.Update(crc, crc32.IEEETable, src).
-func crcCopy(crc uint32, dst, src []byte) uint32 {
-	dst = dst[:len(src)]
-	if hasFold && len(src) >= foldMin {
-		n := len(src) &^ 255
-		crc = ^copyFoldAVX512(^crc, &dst[0], &src[0], n)
-		src, dst = src[n:], dst[n:]
-	}
-	copy(dst, src)
-	return crc32.Update(crc, crc32.IEEETable, src)
 }
