@@ -66,22 +66,25 @@ func init() {
 
 // Perftest defaults and limits (perftest_parameters.h).
 const (
-	ptDefItersBW   = 5000
-	ptDefItersLat  = 1000
-	ptDefSizeBW    = 65536
-	ptDefSizeLat   = 2
-	ptAtomicSize   = 8
-	ptDefTxBW      = 128
-	ptDefRx        = 512
-	ptDefCQMod     = 100
-	ptMaxSize      = 8388608
-	ptCycleBuffer  = 4096
-	ptCacheLine    = 64
-	ptQKey         = 0x11111111
-	ptDefQPTimeout = 14
-	ptMinRNRTimer  = 12
-	ptResultLine   = "---------------------------------------------------------------------------------------\n"
-	ptMaxQPs       = 16384 // perftest's MAX_QP_NUM
+	ptDefItersBW  = 5000
+	ptDefItersLat = 1000
+	ptDefSizeBW   = 65536
+	ptDefSizeLat  = 2
+	ptAtomicSize  = 8
+	ptDefTxBW     = 128
+	ptDefRx       = 512
+	ptDefCQMod    = 100
+	// ptCQModSizeLimit is perftest's MSG_SIZE_CQ_MOD_LIMIT: larger messages
+	// are not moderated by default.
+	ptCQModSizeLimit = 8192
+	ptMaxSize        = 8388608
+	ptCycleBuffer    = 4096
+	ptCacheLine      = 64
+	ptQKey           = 0x11111111
+	ptDefQPTimeout   = 14
+	ptMinRNRTimer    = 12
+	ptResultLine     = "---------------------------------------------------------------------------------------\n"
+	ptMaxQPs         = 16384 // perftest's MAX_QP_NUM
 )
 
 type ptConfig struct {
@@ -105,12 +108,20 @@ type ptConfig struct {
 	txDepth     int
 	rxDepth     int
 	cqMod       int
+	cqModWarn   bool // -Q above 1 with messages above ptCQModSizeLimit: perftest's warning
 	inline      int
 	atomicType  string
 	outReads    int
 	sl          int
 	qpTimeout   int
 	tos         int
+	tosSet      bool   // -T given (perftest's banner and report show the TOS of -R runs when given)
+	tclassArg   string // --tclass as given
+	tclassSet   bool
+	tclass      int  // --tclass (tclassSet): the GRH's traffic class, which -T's sets otherwise
+	outJSON     bool // --out_json: perftest's report file, written where the result line is printed
+	jsonFile    string
+	dontXchg    bool // --dont_xchg_versions: perftest's version check then fails at once
 	events      bool
 	noPeak      bool
 	pcap        string
@@ -176,13 +187,24 @@ Options (those of perftest 4.5 that softroce honours):
   -x, --gid-index=<index>    GID index (default 1, the IP address)
   -S, --sl=<sl>              service level
   -u, --qp-timeout=<t>       QP timeout exponent (default 14)
-  -T, --tos=<tos>            traffic class of the GRH
+  -T, --tos=<tos>            traffic class of the GRH without -R (perftest takes -T only with -R,
+                             as rdma_cm's TOS, which softroce's rdma_cm does not set)
+      --tclass=<value>       traffic class of the GRH, 0..255 (perftest's option for it): with -T
+                             too, --tclass is the one the QPs use; no effect with -R, as perftest
   -e, --events               wait on completion events instead of polling
   -N, --noPeak               do not compute the peak bandwidth
       --report_gbits         report bandwidth in Gb/s instead of MB/s
       --output=<what>        print only the result's value, one line per size: bandwidth or
                              message_rate (bandwidth tests), latency (latency tests: t_avg)
       --pcap=<file>          write the device's RoCEv2 traffic to a pcap file
+      --out_json             also write the result to a file in perftest's JSON-like format (unquoted
+                             keys), on each side that prints a result line; rewritten for each size
+      --out_json_file=<file> the file's name (default perftest_out.json in the working directory);
+                             one that cannot be written is a line on stderr and exit 1 after the run
+                             (perftest says "failed to open" and exits 0)
+      --dont_xchg_versions   do not exchange versions with the peer: every perftest 4.5 tool then
+                             refuses the peer's empty version, and so does softroce, at once: exit 1
+                             ("Current implementation is not compatible with versions older than 5.70")
   -R, --rdma_cm              connect the QPs and exchange the addresses through rdma_cm
                              (the server listens on -p; RC only)
   -z, --com_rdma_cm          exchange the addresses over an rdma_cm connection instead of TCP
@@ -232,13 +254,35 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	if t.lat {
 		defer toolkit.OneProc()()
 	}
+	if err := c.checkVersions(); err != nil {
+		fmt.Fprintln(stderr, err) // perftest's line, as it prints it
+		return cli.ExitFailure
+	}
 	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
 	if err := ptRun(ctx, c, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, " %v\n", err)
+		// One line for each failure (-w or -y, and --out_json's file).
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for _, e := range errs {
+			fmt.Fprintf(stderr, " %v\n", e)
+		}
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
+}
+
+// checkVersions is perftest's check_version_compatibility after
+// exchange_versions: with --dont_xchg_versions the peer's version stays
+// empty, which every perftest 4.5 tool refuses as older than 5.70 (it
+// exits 1 once the side channel is up; softroce, before connecting).
+func (c *ptConfig) checkVersions() error {
+	if c.dontXchg {
+		return errors.New("Current implementation is not compatible with versions older than 5.70")
+	}
+	return nil
 }
 
 // ptParse parses a command line of tool t. ok is false when the command is
@@ -247,7 +291,7 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, code int, ok bool) {
 	c = &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
 		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, margin: -1, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
-		connectTO: 10 * time.Second}
+		connectTO: 10 * time.Second, jsonFile: ptJSONDefault}
 	g := cli.Getopt{Prog: "softroce " + t.name}
 	g.Flag('a', "all", &c.all)
 	g.Str('c', "connection", &c.conn)
@@ -273,7 +317,11 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.NumIn('x', "gid-index", &c.gidx, 0, 255)
 	g.Num('S', "sl", &c.sl)
 	g.Num('u', "qp-timeout", &c.qpTimeout)
-	g.Num('T', "tos", &c.tos)
+	g.Num('T', "tos", &c.tos).Set = ptSetNum(&c.tos, &c.tosSet)
+	g.Add(0, "tclass", true, func(s string) error { c.tclassArg, c.tclassSet = s, true; return nil }).Kind = cli.KindNum
+	g.Flag(0, "out_json", &c.outJSON)
+	g.Str(0, "out_json_file", &c.jsonFile)
+	g.Flag(0, "dont_xchg_versions", &c.dontXchg)
 	g.Flag('e', "events", &c.events)
 	g.Flag('N', "noPeak", &c.noPeak)
 	g.Flag(0, "report_gbits", &c.reportGbits)
@@ -333,6 +381,10 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 		}
 		fmt.Fprintln(stderr, " CPU Utilization works only with Duration mode.") // perftest's warning; the run goes on
 		c.cpuUtil = false
+	}
+	if c.cqModWarn {
+		fmt.Fprint(stdout, ptResultLine+"Warning: Large message requested and CQ moderation enabled\n"+
+			"Warning: It can lead to inaccurate results\n") // perftest's, on stdout
 	}
 	if c.rateType == "SW" && !burstGiven {
 		fmt.Fprintf(stderr, " Setting burst size to tx depth = %d\n", c.txDepth)
@@ -432,6 +484,8 @@ func (c *ptConfig) finish() string {
 		return "QP timeout must be 0..31"
 	case c.tos < 0 || c.tos > 255:
 		return "TOS must be 0..255"
+	case c.outJSON && c.jsonFile == "":
+		return "--out_json_file needs a file name (default " + ptJSONDefault + ")"
 	case c.tcpPort < 0 || c.tcpPort > 65535:
 		return "port must be 0..65535"
 	}
@@ -451,10 +505,21 @@ func (c *ptConfig) finish() string {
 			c.rxDepth = c.iters
 		}
 	}
+	cqModGiven := c.cqMod >= 0
 	if c.cqMod < 0 {
 		c.cqMod = ptDefCQMod
 		if c.cqMod > c.txDepth {
 			c.cqMod = c.txDepth
+		}
+	}
+	// perftest turns CQ moderation off (every work request signalled) for
+	// messages above MSG_SIZE_CQ_MOD_LIMIT, but for UD, -a and events, and
+	// warns when -Q asks for it anyway.
+	if c.size > ptCQModSizeLimit && c.conn != "UD" && !c.all && !c.events {
+		if !cqModGiven {
+			c.cqMod = 1
+		} else if c.cqMod > 1 {
+			c.cqModWarn = true
 		}
 	}
 	if t.lat {
@@ -497,10 +562,42 @@ func (c *ptConfig) finish() string {
 	if c.retrySet && c.retry > 7 {
 		return fmt.Sprintf("retry count %d: the CM carries 3 bits of it, 0..7", c.retry)
 	}
+	if msg := c.finishTClass(); msg != "" {
+		return msg
+	}
 	if msg := c.finishLimits(); msg != "" {
 		return msg
 	}
 	return c.finishRate()
+}
+
+// finishTClass parses --tclass as perftest's CHECK_VALUE does (strtol
+// syntax, perftest's message for what is not a number). perftest then
+// truncates the value to the GRH's 8 bits; softroce refuses what does not
+// fit instead.
+func (c *ptConfig) finishTClass() string {
+	if !c.tclassSet {
+		return ""
+	}
+	v, err := cli.ParseNum(c.tclassArg, 64)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("traffic class argument %s should be uint16_t", c.tclassArg) // perftest's words
+	case v < 0 || v > 255:
+		return fmt.Sprintf("traffic class %d is out of range: the GRH's traffic class is 8 bits, 0..255", v)
+	}
+	c.tclass = int(v)
+	return ""
+}
+
+// trafficClass is the GRH's traffic class of the test QPs (connected
+// without rdma_cm): --tclass, perftest's option for it, else -T's value
+// (softroce's extension: perftest takes -T for rdma_cm runs only).
+func (c *ptConfig) trafficClass() uint8 {
+	if c.tclassSet {
+		return uint8(c.tclass)
+	}
+	return uint8(c.tos)
 }
 
 // cmRetry is the rdma_cm connections' retry count: --retry_count, else
@@ -613,21 +710,23 @@ func (c *ptConfig) ratePPS(size int) float64 {
 
 // ptTitle is the test title of the banner.
 func (c *ptConfig) title() string {
-	var s string
-	switch c.tool.verb {
-	case ptSend:
-		s = "Send"
-	case ptWrite:
-		s = "RDMA_Write"
-	case ptRead:
-		s = "RDMA_Read"
-	case ptAtomic:
-		s = "Atomic " + c.atomicType
+	s := c.testWord()
+	if c.tool.verb == ptAtomic {
+		s += " " + c.atomicType
 	}
 	if c.tool.lat {
 		return s + " Latency Test"
 	}
 	return s + " BW Test"
+}
+
+// exchangeMethod is perftest's "Data ex. method": how the addresses are
+// exchanged.
+func (c *ptConfig) exchangeMethod() string {
+	if c.cmComm {
+		return "rdma_cm"
+	}
+	return "Ethernet"
 }
 
 func ptOnOff(b bool) string {
@@ -643,10 +742,13 @@ func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
 	var b strings.Builder
 	b.WriteString(ptResultLine)
 	fmt.Fprintf(&b, "                    %s\n", c.title())
+	if c.events {
+		fmt.Fprintf(&b, " Test with events. Using %s_comp0\n", devName) // perftest's EQ number, 0 without --eq_num
+	}
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", c.numQP)
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", c.conn, ptOnOff(c.useSRQ))
-	fmt.Fprintf(&b, " PCIe relax order: %s\n", ptOnOff(!(t.lat && t.verb == ptWrite)))
+	fmt.Fprintf(&b, " PCIe relax order: %s\n", ptRelaxOrder(t))
 	b.WriteString(" ibv_wr* API     : OFF\n")
 	if !c.isServer() {
 		fmt.Fprintf(&b, " TX depth        : %d\n", c.txDepth)
@@ -666,12 +768,11 @@ func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
 		fmt.Fprintf(&b, " Max inline data : %d[B]\n", c.inline)
 	}
 	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", ptOnOff(c.rdmaCM))
-	if c.cmComm {
-		b.WriteString(" Data ex. method : rdma_cm\n")
-	} else {
-		b.WriteString(" Data ex. method : Ethernet\n")
+	fmt.Fprintf(&b, " Data ex. method : %s", c.exchangeMethod())
+	if c.rdmaCM && c.tosSet {
+		fmt.Fprintf(&b, " \tTOS    : %d", c.tos)
 	}
-	b.WriteString(ptResultLine)
+	b.WriteString("\n" + ptResultLine)
 	io.WriteString(w, b.String())
 }
 
@@ -845,6 +946,16 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	// send_bw's server, which measures its own.
 	verifies := !c.tool.lat && !(c.isServer() && plan.Report)
 	var limits ptLimits
+	// report prints a result line and, with --out_json, writes the report
+	// file as perftest does with each line it prints: rewritten for every
+	// size, it holds the last. After a failure it is not tried again.
+	var jsonErr error
+	report := func(res ptResult) {
+		if c.outJSON && jsonErr == nil {
+			jsonErr = c.writeJSON(c.jsonReport(td.Info.Name, r.mtu, res))
+		}
+		c.printResult(stdout, res)
+	}
 	for i, size := range sizes {
 		prog.setSize(size)
 		if err := r.ready(size); err != nil {
@@ -873,7 +984,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		if plan.Report {
 			if !last {
 				if !c.isServer() {
-					c.printResult(stdout, res)
+					report(res)
 				}
 				continue
 			}
@@ -893,7 +1004,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 				// A result line without iterations would hide a failed run.
 				return c.noResult(size)
 			}
-			c.printResult(stdout, res)
+			report(res)
 		}
 	}
 	if printsResults {
@@ -904,10 +1015,11 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 			return fmt.Errorf("Failed to close connection between server and client: %w", err)
 		}
 	}
+	var limitErr error
 	if verifies {
-		return limits.err(c)
+		limitErr = limits.err(c)
 	}
-	return nil
+	return errors.Join(limitErr, jsonErr)
 }
 
 func ptAccept(ctx context.Context, port int) (net.Conn, error) {
@@ -936,7 +1048,7 @@ func (c *ptConfig) printResultHeader(w io.Writer) {
 	}
 	switch {
 	case c.tool.lat && c.duration > 0:
-		fmt.Fprint(w, " #bytes        #iterations       t_avg[usec]  \t"+ext)
+		fmt.Fprint(w, " #bytes        #iterations       t_avg[usec]    tps average"+ext)
 	case c.tool.lat:
 		fmt.Fprint(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "+ext)
 	case c.reportGbits:
@@ -956,12 +1068,13 @@ func (c *ptConfig) cpuExt(line string, r ptResult) string {
 
 // ptResult is one size's outcome.
 type ptResult struct {
-	bw      oob.BWReport
-	lat     []time.Duration // successive-post deltas (iters-1 samples)
-	latAvg  time.Duration   // -D: average per iteration
-	latIter uint64
-	size    int
-	cpu     float64 // --cpu_util: CPU_Util[%] over the measured period
+	bw        oob.BWReport
+	lat       []time.Duration // successive-post deltas (iters-1 samples)
+	latAvg    time.Duration   // -D: average per iteration
+	latIter   uint64
+	latPeriod time.Duration // -D: the measured period
+	size      int
+	cpu       float64 // --cpu_util: CPU_Util[%] over the measured period
 }
 
 // hasResult reports whether r holds measured iterations.
@@ -1000,26 +1113,48 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 		io.WriteString(w, c.cpuExt(bwLine(r.bw), r))
 		return
 	}
+	if c.duration > 0 {
+		avg, tps := c.latDuration(r)
+		if c.output == "latency" {
+			fmt.Fprintf(w, "%f\n", avg)
+			return
+		}
+		io.WriteString(w, c.cpuExt(fmt.Sprintf(" %-7d       %d            %-7.2f        %-7.2f\n", r.size, r.latIter, avg, tps), r))
+		return
+	}
+	v, ok := c.latStats(r)
+	switch {
+	case !ok:
+		fmt.Fprintf(w, " %-7d %d          (no samples)\n", r.size, c.iters)
+	case c.output == "latency":
+		fmt.Fprintf(w, "%f\n", v[3]) // t_avg, as perftest's
+	default:
+		io.WriteString(w, latLine(r.size, c.iters, v))
+	}
+}
+
+// latUS is a latency test's time in perftest's microseconds: half a round
+// trip for the ping-pong tests (send, write), the round trip for read and
+// atomics.
+func (c *ptConfig) latUS(d time.Duration) float64 {
 	rtt := 2.0
 	if c.tool.verb == ptRead || c.tool.verb == ptAtomic {
 		rtt = 1
 	}
-	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / rtt }
-	if c.duration > 0 {
-		if c.output == "latency" {
-			fmt.Fprintf(w, "%f\n", us(r.latAvg))
-			return
-		}
-		io.WriteString(w, c.cpuExt(fmt.Sprintf(" %-7d       %d            %-7.2f\n", r.size, r.latIter, us(r.latAvg)), r))
-		return
-	}
+	return float64(d.Nanoseconds()) / 1e3 / rtt
+}
+
+// latStats is a latency run's line: t_min, t_max, t_typical (the median),
+// t_avg, t_stdev and the 99% and 99.9% percentiles, in microseconds; ok is
+// false without samples.
+func (c *ptConfig) latStats(r ptResult) (v [7]float64, ok bool) {
 	s := slices.Clone(r.lat)
 	slices.Sort(s)
 	n := len(s)
 	if n == 0 {
-		fmt.Fprintf(w, " %-7d %d          (no samples)\n", r.size, c.iters)
-		return
+		return v, false
 	}
+	us := c.latUS
 	var median float64
 	if n%2 == 0 {
 		median = (us(s[n/2-1]) + us(s[n/2])) / 2
@@ -1035,13 +1170,19 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 		sq += (us(d) - avg) * (us(d) - avg)
 	}
 	stdev := math.Sqrt(sq / float64(n))
-	if c.output == "latency" {
-		fmt.Fprintf(w, "%f\n", avg) // t_avg, as perftest's
-		return
-	}
 	i99 := int(math.Ceil(float64(n) * 0.99))
 	i999 := int(math.Ceil(float64(n) * 0.999))
-	io.WriteString(w, latLine(r.size, c.iters, [7]float64{us(s[0]), us(s[n-1]), median, avg, stdev, us(s[max(i99-1, 0)]), us(s[max(i999-1, 0)])}))
+	return [7]float64{us(s[0]), us(s[n-1]), median, avg, stdev, us(s[max(i99-1, 0)]), us(s[max(i999-1, 0)])}, true
+}
+
+// latDuration is a -D latency run's t_avg in microseconds and its
+// transactions per second (perftest's tps average: the iterations over the
+// measured period).
+func (c *ptConfig) latDuration(r ptResult) (avg, tps float64) {
+	if r.latPeriod > 0 {
+		tps = float64(r.latIter) / r.latPeriod.Seconds()
+	}
+	return c.latUS(r.latAvg), tps
 }
 
 // latLine is perftest's REPORT_FMT_LAT line: t_min, t_max, t_typical,
@@ -1122,3 +1263,8 @@ func (p *ptProgress) clear() {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 }
+
+// ptRelaxOrder is the relaxed-ordering setting perftest reports (built
+// with HAVE_RO, as the distributions' packages are): ON but for write_lat.
+// It has no effect on softroce, which has no PCIe.
+func ptRelaxOrder(t ptTool) string { return ptOnOff(!(t.lat && t.verb == ptWrite)) }

@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -218,10 +219,10 @@ func TestPerftestLatencyDuration(t *testing.T) {
 				who = append(who, s)
 			}
 			for _, r := range who {
-				if !strings.Contains(r.Stdout, " #bytes        #iterations       t_avg[usec]  \t\n") {
+				if !strings.Contains(r.Stdout, " #bytes        #iterations       t_avg[usec]    tps average\n") {
 					t.Errorf("no duration header:\n%s", r)
 				}
-				tooltest.MustMatch(t, tool, r, `(?m)^ 2             [1-9]\d*\s+\d+\.\d\d\s*$`)
+				tooltest.MustMatch(t, tool, r, `(?m)^ 2             [1-9]\d*\s+\d+\.\d\d\s+\d+\.\d\d\s*$`)
 			}
 		})
 	}
@@ -385,7 +386,7 @@ func TestPerftestCPUUtil(t *testing.T) {
 		line       string // the client's result line, less the column
 	}{
 		{"write_bw", "-D 2 -s 65536", ` 65536\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d{6}`},
-		{"write_lat", "-D 2", ` 2\s+\d+\s+\d+\.\d\d\s*`},
+		{"write_lat", "-D 2", ` 2\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d\s*`},
 		{"write_bw", "-n 200 -s 4096", ""},
 	} {
 		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
@@ -436,7 +437,7 @@ func TestPerftestHugePagesMissing(t *testing.T) {
 func TestPerftestMargin(t *testing.T) {
 	bin := tooltest.Binary(t)
 	bwRE := regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+\d+\.\d\d\s+(\d+\.\d\d)\s+\d+\.\d{6}$`)
-	latRE := regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s*$`)
+	latRE := regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*$`)
 	period := func(r tooltest.ProcResult, lat bool) (float64, error) {
 		re := bwRE
 		if lat {
@@ -450,7 +451,12 @@ func TestPerftestMargin(t *testing.T) {
 		iters, _ := strconv.ParseFloat(m[2], 64)
 		v, _ := strconv.ParseFloat(m[3], 64)
 		if lat {
-			return iters * v * 2 / 1e6, nil // t_avg is half a round trip, in µs
+			p := iters * v * 2 / 1e6 // t_avg is half a round trip, in µs
+			// tps average is the iterations over the same period.
+			if tps, _ := strconv.ParseFloat(m[4], 64); math.Abs(iters/tps-p) > 0.05*p {
+				return p, fmt.Errorf("t_avg gives %.3f s, tps average %.3f s", p, iters/tps)
+			}
+			return p, nil
 		}
 		return iters * size / (v * 0x100000), nil // MB/sec is MiB/s
 	}

@@ -537,14 +537,8 @@ func TestPtVersion(t *testing.T) {
 // it must be accepted.
 func ptParseWant(t *testing.T, tool string, args []string, refuse string) *ptConfig {
 	t.Helper()
-	var pt ptTool
-	for _, x := range ptTools {
-		if x.name == tool {
-			pt = x
-		}
-	}
 	var out, errb strings.Builder
-	c, code, ok := ptParse(pt, args, &out, &errb)
+	c, code, ok := ptParse(ptToolNamed(t, tool), args, &out, &errb)
 	switch {
 	case refuse != "":
 		if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), refuse) {

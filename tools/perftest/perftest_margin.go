@@ -87,7 +87,7 @@ func ptDurationLat(smp *ptSampler, start time.Time, n uint64) (ptLatRun, error) 
 		return ptLatRun{}, errors.New("no iteration completed within the duration's measured period: " +
 			"give a longer -D or a shorter -f (the period is -D less -f at each end)")
 	}
-	return ptLatRun{avg: d / time.Duration(n), iters: n}, nil
+	return ptLatRun{avg: d / time.Duration(n), iters: n, period: d}, nil
 }
 
 // ptCPU is perftest's --cpu_util: the share of all processors' time spent

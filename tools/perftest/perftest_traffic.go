@@ -204,7 +204,7 @@ func (r *ptRes) connect() error {
 			return fmt.Errorf("remote QP %#06x sent no GID (peer run without -x?): RoCE needs a GID on both sides", d.QPN)
 		}
 		ah := verbs.AHAttr{IsGlobal: true, SL: uint8(c.sl), PortNum: uint8(c.ibPort),
-			GRH: verbs.GlobalRoute{DGID: d.GID, SGIDIndex: uint8(c.gidx), HopLimit: 0xFF, TrafficClass: uint8(c.tos)}}
+			GRH: verbs.GlobalRoute{DGID: d.GID, SGIDIndex: uint8(c.gidx), HopLimit: 0xFF, TrafficClass: c.trafficClass()}}
 		switch c.qpType() {
 		case verbs.QPTypeUD:
 			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
@@ -471,16 +471,17 @@ func (r *ptRes) traffic(ctx context.Context, size int, prog *ptProgress) (ptResu
 		res.bw, err = r.bwServer(ctx, size, prog)
 	case !c.tool.lat:
 		// write/read/atomic BW server: passive, the client's report is shown.
-	case c.tool.verb == ptWrite || c.tool.verb == ptSend:
+	case c.tool.verb == ptWrite || c.tool.verb == ptSend || !c.isServer():
 		var lr ptLatRun
-		if c.tool.verb == ptWrite {
+		switch c.tool.verb {
+		case ptWrite:
 			lr, err = r.latWrite(ctx, size, prog)
-		} else {
+		case ptSend:
 			lr, err = r.latSend(ctx, size, prog)
+		default:
+			lr, err = r.latOne(ctx, size, prog)
 		}
-		res.lat, res.latAvg, res.latIter = lr.deltas, lr.avg, lr.iters
-	case !c.isServer():
-		res.lat, res.latAvg, res.latIter, err = r.latOne(ctx, size, prog)
+		res.lat, res.latAvg, res.latIter, res.latPeriod = lr.deltas, lr.avg, lr.iters, lr.period
 	}
 	res.bw.Size = uint64(size)
 	res.cpu, r.cpu = r.cpu.util(), nil
@@ -846,6 +847,7 @@ type ptLatRun struct {
 	deltas []time.Duration
 	avg    time.Duration
 	iters  uint64
+	period time.Duration // -D: the measured period the iterations took
 }
 
 // ptLatLoop drives the ping-pong of write_lat and send_lat, as perftest's
@@ -960,7 +962,7 @@ func (r *ptRes) latSend(ctx context.Context, size int, prog *ptProgress) (ptLatR
 }
 
 // latOne is run_iter_lat for READ and atomics: post, wait, repeat.
-func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.Duration, time.Duration, uint64, error) {
+func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) (ptLatRun, error) {
 	c := r.c
 	wr := [1]verbs.SendWR{r.sendWR(0, size)}
 	wr[0].Flags |= verbs.SendSignaled
@@ -985,10 +987,10 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.
 			tposted = append(tposted, time.Now())
 		}
 		if _, err := r.qps[0].PostSend(wr[:]); err != nil {
-			return nil, 0, 0, fmt.Errorf("Couldn't post send: scnt=%d: %w", n, err)
+			return ptLatRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", n, err)
 		}
 		if _, err := ptWaitOne(w, r.scq, "client", n+1, n, time.Time{}); err != nil {
-			return nil, 0, 0, err
+			return ptLatRun{}, err
 		}
 		n++
 		cnt.Store(uint64(n))
@@ -997,10 +999,9 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) ([]time.
 		}
 	}
 	if dur > 0 {
-		lr, err := ptDurationLat(smp, start, uint64(n))
-		return nil, lr.avg, lr.iters, err
+		return ptDurationLat(smp, start, uint64(n))
 	}
-	return ptDeltas(tposted), 0, uint64(n), nil
+	return ptLatRun{deltas: ptDeltas(tposted), iters: uint64(n)}, nil
 }
 
 func ptDeltas(t []time.Time) []time.Duration {

@@ -57,6 +57,9 @@ func Run(ctx context.Context, dev *verbs.Device, test string, args []string, std
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUsage, strings.TrimSpace(msg.String()))
 	}
+	if err := c.checkVersions(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
 	if c.dev != "" || c.pcap != "" {
 		return fmt.Errorf("%w: -d and --pcap name a device to open; Run uses the one it is given", ErrUsage)
 	}

@@ -74,6 +74,7 @@ func TestRunLibraryErrors(t *testing.T) {
 		{"writ_bw", nil, `unknown test "writ_bw"`},
 		{"send_bw", []string{"-n", "zero"}, "zero"},
 		{"send_bw", []string{"-x", "9"}, "GID index 9"},
+		{"read_lat", []string{"--dont_xchg_versions"}, "not compatible with versions older than 5.70"}, // perftest's version check
 	} {
 		err := Run(ctx, dev, tc.test, tc.args, new(strings.Builder))
 		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
