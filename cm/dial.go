@@ -69,6 +69,10 @@ type Options struct {
 	ACKTimeout uint8
 	// MinRNRTimer sets the RC QP's minimum RNR NAK timer (0: 655 ms, as rdma_cm).
 	MinRNRTimer uint8
+	// TOS is the type of service of a dialled connection (ID.SetTOS): over
+	// RoCE its GRH traffic class, which the accepting side takes from the
+	// REQ (a Listener's TOS is not used).
+	TOS uint8
 }
 
 // Conn is a connected QP from Dial or Listener.Accept, with its CQs and PD.
@@ -356,6 +360,7 @@ func Dial(ctx context.Context, addr string, opts *Options) (*Conn, error) {
 	if p.PrivateData == nil {
 		p.PrivateData = o.PrivateData
 	}
+	id.SetTOS(o.TOS)
 	if err := id.Connect(&p); err != nil {
 		return fail(c, err)
 	}

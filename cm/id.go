@@ -76,6 +76,7 @@ type ID struct {
 	counted  bool         // passive ID counted in listener.pending
 	minRNR   uint8
 	ackTO    uint8
+	tos      uint8 // the GRH traffic class of the connection (SetTOS; passive: the REQ's)
 	// resolving: Config.Resolve runs; stopResolve cancels it (Destroy).
 	// Both guarded by agent.mu.
 	resolving   bool
@@ -203,6 +204,16 @@ func (id *ID) SetACKTimeout(t uint8) error {
 		return newErr("set option", "ACK timeout is 5 bits (0..31)", syscall.EINVAL)
 	}
 	id.ackTO = t
+	return nil
+}
+
+// SetTOS sets the type of service of the ID's connection (rdma_set_option
+// RDMA_OPTION_ID_TOS): over RoCE the GRH traffic class (DSCP and ECN bits)
+// of its RC QP's packets. Connect announces it in the REQ's primary path,
+// whose traffic class the passive side's QP takes, as the kernel's rdma_cm
+// does. Default 0. Call it before Connect.
+func (id *ID) SetTOS(tos uint8) error {
+	id.tos = tos
 	return nil
 }
 
@@ -577,7 +588,7 @@ func (id *ID) qpAttr(state verbs.QPState) (*verbs.QPAttr, verbs.AttrMask, error)
 			return &verbs.QPAttr{QPState: state, PathMTU: id.mtu, DestQPNum: id.peerQPN,
 					RQPSN: id.myPSN, MaxDestRdAtomic: id.respRes, MinRNRTimer: id.minRNR,
 					AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: id.peerGID,
-						FlowLabel: id.flowLabel, SGIDIndex: id.agent.sgid, HopLimit: defaultHopLimit}}},
+						FlowLabel: id.flowLabel, SGIDIndex: id.agent.sgid, HopLimit: defaultHopLimit, TrafficClass: id.tos}}},
 				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 					verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer, nil
 		}
@@ -703,7 +714,7 @@ func (id *ID) Connect(p *ConnParam) error {
 		RetryCount: id.retry, PKey: wire.DefaultPKey, PathMTU: id.mtu, RNRRetryCount: id.rnr,
 		MaxCMRetries: uint8(min(a.cfg.MaxRetries, 15)), SRQ: cp.SRQ,
 		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: verbs.GIDFromAddr(id.local.Addr()),
-			RemoteGID: id.peerGID, FlowLabel: id.flowLabel, HopLimit: defaultHopLimit, LocalACKTimeout: id.ackTO},
+			RemoteGID: id.peerGID, FlowLabel: id.flowLabel, TrafficClass: id.tos, HopLimit: defaultHopLimit, LocalACKTimeout: id.ackTO},
 		PrivateData: pd}
 	b, err := m.Append(nil)
 	if err != nil {

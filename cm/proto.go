@@ -317,7 +317,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 		peerQPN: m.LocalQPN, peerPSN: m.StartingPSN, mtu: min(m.PathMTU, a.mtu), flowLabel: m.Primary.FlowLabel,
 		ackTO: m.Primary.LocalACKTimeout, retry: m.RetryCount, rnr: m.RNRRetryCount,
 		respRes: clampRd(m.InitiatorDepth), initDep: clampRd(m.ResponderResources),
-		peerGID: m.Primary.LocalGID, minRNR: l.minRNR}
+		peerGID: m.Primary.LocalGID, minRNR: l.minRNR, tos: m.Primary.TrafficClass}
 	if !id.mtu.Valid() {
 		id.mtu = a.mtu
 	}

@@ -187,8 +187,9 @@ Options (those of perftest 4.5 that softroce honours):
   -x, --gid-index=<index>    GID index (default 1, the IP address)
   -S, --sl=<sl>              service level
   -u, --qp-timeout=<t>       QP timeout exponent (default 14)
-  -T, --tos=<tos>            traffic class of the GRH without -R (perftest takes -T only with -R,
-                             as rdma_cm's TOS, which softroce's rdma_cm does not set)
+  -T, --tos=<tos>            with -R: rdma_cm's type of service (the client's rdma_set_option, carried
+                             in the REQ: both sides' GRH traffic class); without -R: the GRH's traffic
+                             class (softroce's extension: perftest takes -T only with -R)
       --tclass=<value>       traffic class of the GRH, 0..255 (perftest's option for it): with -T
                              too, --tclass is the one the QPs use; no effect with -R, as perftest
   -e, --events               wait on completion events instead of polling

@@ -446,7 +446,7 @@ func startPtCM(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stderr 
 	p := &ptCM{c: c, td: td, agent: ag}
 	o := &cm.Options{Src: td.Info.Addr.Addr(), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
 		CQE: 1, CompChannel: true, Param: ptCMCommParam(c.cmRetry()), Prepare: p.comm.prepare,
-		Release: p.comm.release}
+		Release: p.comm.release} // no TOS: kernel ib_write_bw -R -T's side channel sends with TOS 0
 	var conn *cm.Conn
 	if c.isServer() {
 		conn, err = ptCMAcceptOne(ctx, netip.AddrPortFrom(td.Info.Addr.Addr(), uint16(c.tcpPort)), o)
@@ -704,6 +704,9 @@ func (p *ptCM) dialOne(ctx context.Context, id *cm.ID, src, dst netip.AddrPort, 
 		}
 		switch ev.Type {
 		case cm.EventAddrResolved:
+			if p.c.tosSet {
+				id.SetTOS(uint8(p.c.tos)) // perftest's rdma_set_option(RDMA_OPTION_ID_TOS) after the address
+			}
 			if err := id.ResolveRoute(2 * time.Second); err != nil {
 				return err
 			}

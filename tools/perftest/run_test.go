@@ -7,12 +7,15 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/softroce/softroce/internal/tooltest"
+	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
+	"github.com/softroce/softroce/wire"
 )
 
 // openLoopDevice opens a verbs device on addr:4791, closed when t ends.
@@ -195,5 +198,66 @@ func TestRunReleases(t *testing.T) {
 				t.Errorf("run %d, %s %s: the %s's device still has %d MRs", i, tc.test, tc.args, name, n)
 			}
 		}
+	}
+}
+
+// tosRecorder records the TOS of the data packets (not QP1's MADs) a device
+// writes.
+type tosRecorder struct {
+	link.Endpoint
+	mu  sync.Mutex
+	tos map[uint8]int
+}
+
+func (r *tosRecorder) WriteBatch(pkts []link.Packet) (int, error) {
+	r.mu.Lock()
+	for i := range pkts {
+		var p wire.Packet
+		if p.Parse(pkts[i].Bytes()) == nil && p.BTH.DestQP != 1 {
+			r.tos[pkts[i].TOS]++
+		}
+	}
+	r.mu.Unlock()
+	return r.Endpoint.WriteBatch(pkts)
+}
+
+// TestRunRdmaCMTOS: with -R, -T is rdma_cm's TOS (perftest sets it on the
+// client's test IDs): the client's 20 WRITEs and the server's ACKs carry
+// it, the server's QP having taken it from the REQ. (The side channel's
+// connection keeps TOS 0, as kernel ib_write_bw -R -T's does.)
+func TestRunRdmaCMTOS(t *testing.T) {
+	sa, ca := tooltest.LoopPair()
+	var recs [2]*tosRecorder
+	var devs [2]*verbs.Device
+	for i, addr := range []string{sa, ca} {
+		ep, err := udp.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 4791))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = &tosRecorder{Endpoint: ep, tos: map[uint8]int{}}
+		if devs[i], err = verbs.Open(recs[i], &verbs.Config{Name: "tos" + strconv.Itoa(i)}); err != nil {
+			ep.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { devs[i].Close() })
+	}
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	args := []string{"-p", port, "-n", "20", "-s", "4096", "-R"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var so, co strings.Builder
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, devs[0], "write_bw", args, &so) }()
+	cerr := Run(ctx, devs[1], "write_bw", append(args, "-T", "104", sa), &co)
+	if serr := <-done; cerr != nil || serr != nil {
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, co.String(), serr, so.String())
+	}
+	for i, side := range []string{"server", "client"} {
+		r := recs[i]
+		r.mu.Lock()
+		if want := []int{1, 20}[i]; r.tos[104] < want {
+			t.Errorf("%s's data packets by TOS: %v, want at least %d with 104", side, r.tos, want)
+		}
+		r.mu.Unlock()
 	}
 }
