@@ -254,6 +254,8 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	}
 	if t.lat {
 		defer toolkit.OneProc()()
+	} else {
+		defer toolkit.OneProcBulk()()
 	}
 	if err := c.checkVersions(); err != nil {
 		fmt.Fprintln(stderr, err) // perftest's line, as it prints it
