@@ -1153,30 +1153,41 @@ func (c *ptConfig) latUS(d time.Duration) float64 {
 func (c *ptConfig) latStats(r ptResult) (v [7]float64, ok bool) {
 	s := slices.Clone(r.lat)
 	slices.Sort(s)
-	n := len(s)
-	if n == 0 {
+	// perftest's print_report_lat: the sorted samples less its
+	// LAT_MEASURE_TAIL (the 2 largest) give the median, the average and the
+	// standard deviation (each sample's distance from the average truncated
+	// to whole units, as its int temp_var); t_max and the percentiles index
+	// the sorted samples at m, ceil(0.99 m) and ceil(0.999 m).
+	m := len(s) - ptLatTail
+	if m < 1 {
 		return v, false
 	}
 	us := c.latUS
 	var median float64
-	if n%2 == 0 {
-		median = (us(s[n/2-1]) + us(s[n/2])) / 2
+	if (m-1)%2 != 0 {
+		median = (us(s[m/2]) + us(s[m/2-1])) / 2
 	} else {
-		median = us(s[n/2])
+		median = us(s[m/2])
 	}
-	var sum, sq float64
-	for _, d := range s {
+	var sum float64
+	for _, d := range s[:m] {
 		sum += us(d)
 	}
-	avg := sum / float64(n)
-	for _, d := range s {
-		sq += (us(d) - avg) * (us(d) - avg)
+	avg := sum / float64(m)
+	var sq float64
+	for _, d := range s[:m] {
+		t := int(avg - us(d))
+		sq += float64(t * t)
 	}
-	stdev := math.Sqrt(sq / float64(n))
-	i99 := int(math.Ceil(float64(n) * 0.99))
-	i999 := int(math.Ceil(float64(n) * 0.999))
-	return [7]float64{us(s[0]), us(s[n-1]), median, avg, stdev, us(s[max(i99-1, 0)]), us(s[max(i999-1, 0)])}, true
+	stdev := math.Sqrt(sq / float64(m))
+	i99 := int(math.Ceil(float64(m) * 0.99))
+	i999 := int(math.Ceil(float64(m) * 0.999))
+	return [7]float64{us(s[0]), us(s[m]), median, avg, stdev, us(s[i99]), us(s[i999])}, true
 }
+
+// ptLatTail is perftest's LAT_MEASURE_TAIL: the largest samples its
+// latency statistics leave out.
+const ptLatTail = 2
 
 // latDuration is a -D latency run's t_avg in microseconds and its
 // transactions per second (perftest's tps average: the iterations over the

@@ -148,26 +148,26 @@ func TestPtJSONReport(t *testing.T) {
 				"TX_depth : 128,\nCQ_Moderation: 1,\nMtu: 1024,\n",
 				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\nmsgRate_avg: 0.017603,\n},\n}\n"},
-		{"lat client, read", "read_lat -s 64 -n 1000 10.0.0.1", "rxe0", verbs.MTU1024, ptResult{size: 64, lat: us(100, 10, 30, 20)},
+		{"lat client, read", "read_lat -s 64 -n 1000 10.0.0.1", "rxe0", verbs.MTU1024, ptResult{size: 64, lat: us(100, 10, 12, 20, 70, 40)},
 			"{\n" + ptJSONInfo("RDMA_Read_Latency_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 1,\nMtu: 1024,\n",
 				"GID_index: 1,\nOutstand_reads: 128,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
-				"results: {\nMsgSize: 64,\nn_iterations: 1000,\nt_min: 10.00,\nt_max: 100.00,\nt_typical: 25.00,\nt_avg: 40.00,\n" +
-				"t_stdev: 35.36,\npercentile_99: 100.00,\npercentile_99.9: 100.00,\n},\n}\n"},
+				"results: {\nMsgSize: 64,\nn_iterations: 1000,\nt_min: 10.00,\nt_max: 70.00,\nt_typical: 16.00,\nt_avg: 20.50,\n" +
+				"t_stdev: 11.46,\npercentile_99: 70.00,\npercentile_99.9: 70.00,\n},\n}\n"},
 		{"lat client, rdma_cm, no TOS", "write_lat -R -n 20 -I 32 10.0.0.1", "rxe0", verbs.MTU2048, ptResult{size: 2, lat: us(3, 2, 2)},
 			"{\n" + ptJSONInfo("RDMA_Write_Latency_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 1,\nMtu: 2048,\n",
 				"GID_index: 1,\nMax_inline_data: 32,\nrdma_cm_QPs: ON,\nData_ex_method: rdma_cm,\n") +
-				"results: {\nMsgSize: 2,\nn_iterations: 20,\nt_min: 1.00,\nt_max: 1.50,\nt_typical: 1.00,\nt_avg: 1.17,\n" +
-				"t_stdev: 0.24,\npercentile_99: 1.50,\npercentile_99.9: 1.50,\n},\n}\n"},
+				"results: {\nMsgSize: 2,\nn_iterations: 20,\nt_min: 1.00,\nt_max: 1.00,\nt_typical: 1.00,\nt_avg: 1.00,\n" +
+				"t_stdev: 0.00,\npercentile_99: 1.00,\npercentile_99.9: 1.00,\n},\n}\n"},
 		{"lat server, send, --output=latency", "send_lat -n 20 --output=latency", "rxe0", verbs.MTU1024, ptResult{size: 2, lat: us(100, 10, 30, 20)},
 			"{\n" + ptJSONInfo("Send_Latency_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"RX_depth: 20,\nMtu: 1024,\n",
 				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
-				"results: {\navg_lat: 20.000000,\n},\n}\n"},
+				"results: {\navg_lat: 7.500000,\n},\n}\n"},
 		{"lat -D, --cpu_util, events, server", "write_lat -D 2 --cpu_util -e", "rxe0", verbs.MTU4096,
 			ptResult{size: 2, latIter: 100000, latAvg: 20 * time.Microsecond, latPeriod: 2 * time.Second, cpu: 37.25},
 			"{\n" + ptJSONInfo("RDMA_Write_Latency_Test",
