@@ -1113,7 +1113,11 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 		fmt.Fprintf(w, "%f\n", r.bw.MsgRateAvg)
 		return
 	case !c.tool.lat:
-		io.WriteString(w, c.cpuExt(bwLine(r.bw), r))
+		line := bwLine(r.bw)
+		if c.reportGbits && r.bw.BWAvg < 0.1 {
+			line = bwLineExt(r.bw) // perftest's inc_accuracy
+		}
+		io.WriteString(w, c.cpuExt(line, r))
 		return
 	}
 	if c.duration > 0 {
@@ -1209,6 +1213,12 @@ func latLine(size, iters int, v [7]float64) string {
 // bwLine is perftest's REPORT_FMT line.
 func bwLine(r oob.BWReport) string {
 	return fmt.Sprintf(" %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRateAvg)
+}
+
+// bwLineExt is perftest's REPORT_FMT_EXT, its line for averages below 0.1
+// Gb/s with --report_gbits: six decimals.
+func bwLineExt(r oob.BWReport) string {
+	return fmt.Sprintf(" %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRateAvg)
 }
 
 // ptProgress shows the progress of long runs on a terminal (stderr), never

@@ -479,3 +479,28 @@ func ptToolNamed(t *testing.T, name string) ptTool {
 	t.Fatalf("no tool %s", name)
 	return ptTool{}
 }
+
+// TestPtBWLineExt: with --report_gbits an average below 0.1 Gb/s prints
+// perftest's REPORT_FMT_EXT (six decimals, as its JSON's
+// REPORT_FMT_EXT_JSON); from 0.1 on, its REPORT_FMT.
+func TestPtBWLineExt(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		rep  oob.BWReport
+		want string
+	}{
+		{[]string{"--report_gbits", "10.0.0.1"}, oob.BWReport{Size: 8, Iters: 100, BWPeak: 0.0625, BWAvg: 0.05, MsgRateAvg: 0.78125},
+			" 8          100           0.062500            0.050000            0.781250\n"},
+		{[]string{"--report_gbits", "10.0.0.1"}, oob.BWReport{Size: 8, Iters: 100, BWPeak: 0.5, BWAvg: 0.25, MsgRateAvg: 3.90625},
+			" 8          100              0.50               0.25   \t\t   3.906250\n"},
+		{[]string{"10.0.0.1"}, oob.BWReport{Size: 8, Iters: 100, BWPeak: 0.0625, BWAvg: 0.05, MsgRateAvg: 0.78125},
+			" 8          100              0.06               0.05   \t\t   0.781250\n"},
+	} {
+		c := ptParseWant(t, "atomic_bw", tc.args, "")
+		var b strings.Builder
+		c.printResult(&b, ptResult{bw: tc.rep})
+		if diff := cmp.Diff(tc.want, b.String()); diff != "" {
+			t.Errorf("%q: result line (-want +got):\n%s", tc.args, diff)
+		}
+	}
+}
