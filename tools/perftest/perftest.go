@@ -259,6 +259,7 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := c.checkVersions(); err != nil {
 		fmt.Fprintln(stderr, err) // perftest's line, as it prints it
+		fmt.Fprintln(stderr, " (--dont_xchg_versions leaves the peer's version unknown, which perftest 4.5 refuses: run both sides without it)")
 		return cli.ExitFailure
 	}
 	ctx, cancel := toolkit.SignalContext()

@@ -62,12 +62,7 @@ func TestPerftestBannerMatchesCapture(t *testing.T) {
 		{"atomic_lat", "client", 20, 0, "CMP_AND_SWAP"}, {"atomic_lat", "server", 20, 0, "CMP_AND_SWAP"},
 	} {
 		t.Run(tc.tool+"/"+tc.side, func(t *testing.T) {
-			var tool ptTool
-			for _, x := range ptTools {
-				if x.name == tc.tool {
-					tool = x
-				}
-			}
+			tool := ptToolNamed(t, tc.tool)
 			c := &ptConfig{tool: tool, ibPort: 1, numQP: 1, gidx: 1, conn: "RC", iters: tc.iters, itersSet: true,
 				atomicType: "FETCH_AND_ADD", txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1, qpTimeout: 14}
 			if tc.size != 0 {
@@ -107,12 +102,7 @@ func TestPerftestAddressLinesMatchCapture(t *testing.T) {
 		{"atomic_bw", oob.PerftestDest{QPN: 0x1f, PSN: 0x7d9e82, GID: cli}, oob.PerftestDest{QPN: 0x1f, PSN: 0x46a3ff, GID: srv}},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
-			var c ptConfig
-			for _, x := range ptTools {
-				if x.name == tc.tool {
-					c.tool = x
-				}
-			}
+			c := ptConfig{tool: ptToolNamed(t, tc.tool)}
 			var b strings.Builder
 			c.printDest(&b, "local", &tc.local)
 			c.printDest(&b, "remote", &tc.peer)
@@ -226,12 +216,7 @@ func TestPerftestFinishRefusals(t *testing.T) {
 		{"send_lat", func(c *ptConfig) { c.output = "bandwidth" }, "Output verbosity level for LAT can be: latency"},
 		{"read_bw", func(c *ptConfig) { c.output = "bw" }, "Invalid verbosity level output flag. Please use bandwidth, latency, message_rate"},
 	} {
-		var c ptConfig
-		for _, x := range ptTools {
-			if x.name == tc.tool {
-				c.tool = x
-			}
-		}
+		c := ptConfig{tool: ptToolNamed(t, tc.tool)}
 		c.ibPort, c.numQP, c.gidx, c.conn, c.atomicType = 1, 1, 1, "RC", "FETCH_AND_ADD"
 		c.txDepth, c.rxDepth, c.cqMod, c.outReads = -1, -1, -1, -1
 		tc.mod(&c)
@@ -247,12 +232,7 @@ func ptMicros(n int) time.Duration { return time.Duration(n) * time.Microsecond 
 // (perftest's DEF_INIT_MARGIN rule); a given -f is kept; without -D it is
 // unused, but perftest still refuses one of half its default -D or more.
 func TestPerftestMarginDefault(t *testing.T) {
-	var wb ptTool
-	for _, x := range ptTools {
-		if x.name == "write_bw" {
-			wb = x
-		}
-	}
+	wb := ptToolNamed(t, "write_bw")
 	for _, tc := range []struct {
 		args   []string
 		margin int

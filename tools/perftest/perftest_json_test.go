@@ -355,8 +355,9 @@ func TestPerftestDontXchgVersions(t *testing.T) {
 				t.Errorf("took %v: the tools must exit at once", took)
 			}
 			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
-				if r.Code != cli.ExitFailure || r.Stderr != ptVersionsLine || r.Stdout != "" {
-					t.Errorf("%s: %v\nwant exit 1, nothing on stdout and %q on stderr", side, r, ptVersionsLine)
+				if r.Code != cli.ExitFailure || !strings.HasPrefix(r.Stderr, ptVersionsLine) || strings.Count(r.Stderr, "\n") != 2 ||
+					!strings.Contains(r.Stderr, "run both sides without it") || r.Stdout != "" {
+					t.Errorf("%s: %v\nwant exit 1, nothing on stdout, and on stderr %q and what to do", side, r, ptVersionsLine)
 				}
 			}
 		})
