@@ -28,7 +28,7 @@ type TeeEndpoint struct {
 
 // Tee wraps ep so that its traffic is written to w.
 func Tee(ep link.Endpoint, w *Writer) *TeeEndpoint {
-	t := &TeeEndpoint{w: w, local: ep.LocalAddr()}
+	t := &TeeEndpoint{w: w, local: link.SendAddr(ep)} // link/udp sends from a port of its own
 	t.Endpoint = tee.New(ep, t.record)
 	return t
 }

@@ -71,6 +71,23 @@ type ReceiveBufferer interface {
 	ReceiveBuffer() int
 }
 
+// SendAddrer is an Endpoint whose datagrams leave from an address other
+// than LocalAddr: link/udp sends from a second socket on the same address
+// and a port of its own (udp.Config.SendFromBound).
+type SendAddrer interface {
+	// SendAddr returns the IP address and UDP port datagrams are sent from.
+	SendAddr() netip.AddrPort
+}
+
+// SendAddr returns the address ep's datagrams are sent from: SendAddr() if
+// ep is a SendAddrer, else LocalAddr().
+func SendAddr(ep Endpoint) netip.AddrPort {
+	if s, ok := ep.(SendAddrer); ok {
+		return s.SendAddr()
+	}
+	return ep.LocalAddr()
+}
+
 // Endpoint moves batches of RoCEv2 datagrams (UDP payloads) in and out of a device.
 // ReadBatch and WriteBatch may be called concurrently with each other, but each
 // only from one goroutine at a time. After Close both return an error wrapping

@@ -40,6 +40,7 @@ type Endpoint struct {
 	inner link.Endpoint
 	fn    atomic.Pointer[Func]
 	local netip.AddrPort
+	send  netip.AddrPort // link.SendAddr(inner)
 	stats Stats
 }
 
@@ -47,7 +48,7 @@ var _ link.Endpoint = (*Endpoint)(nil)
 
 // New wraps ep. fn may be nil (nothing is reported until SetFunc).
 func New(ep link.Endpoint, fn Func) *Endpoint {
-	e := &Endpoint{inner: ep, local: ep.LocalAddr()}
+	e := &Endpoint{inner: ep, local: ep.LocalAddr(), send: link.SendAddr(ep)}
 	e.SetFunc(fn)
 	return e
 }
@@ -89,7 +90,8 @@ func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
 
 // WriteBatch writes to the inner endpoint and reports each datagram it
 // sent. The source reported is Packet.Src when it holds a specific address
-// (the engine sets the QP's UDP source port there), else the local address.
+// (the engine sets the QP's UDP source port there), else the address the
+// inner endpoint sends from (link.SendAddr).
 func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	n, err := e.inner.WriteBatch(pkts)
 	if fp := e.fn.Load(); fp != nil && n > 0 {
@@ -98,7 +100,7 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 			p := &pkts[i]
 			src := p.Src
 			if !src.IsValid() || src.Addr().IsUnspecified() {
-				src = e.local
+				src = e.send
 			}
 			fn(Out, src, p.Dst, p.Buf[:p.N])
 		}
@@ -109,6 +111,9 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 
 // LocalAddr returns the inner endpoint's local address.
 func (e *Endpoint) LocalAddr() netip.AddrPort { return e.inner.LocalAddr() }
+
+// SendAddr returns the address the inner endpoint sends from (link.SendAddr).
+func (e *Endpoint) SendAddr() netip.AddrPort { return e.send }
 
 // MTU returns the inner endpoint's MTU.
 func (e *Endpoint) MTU() int { return e.inner.MTU() }

@@ -165,3 +165,31 @@ func BenchmarkTeeWrite(b *testing.B) {
 		e.WriteBatch(pk)
 	}
 }
+
+// sendAddrEP is a nullEP that sends from a port of its own (link.SendAddrer),
+// as link/udp does.
+type sendAddrEP struct{ nullEP }
+
+func (sendAddrEP) SendAddr() netip.AddrPort { return netip.MustParseAddrPort("127.0.0.1:40000") }
+
+// TestTeeSendAddr: the tee forwards SendAddr, and reports a sent datagram
+// without a source as coming from it, not from LocalAddr.
+func TestTeeSendAddr(t *testing.T) {
+	var got netip.AddrPort
+	e := New(sendAddrEP{}, func(d Direction, src, _ netip.AddrPort, _ []byte) {
+		if d == Out {
+			got = src
+		}
+	})
+	want := sendAddrEP{}.SendAddr()
+	if e.SendAddr() != want || link.SendAddr(e) != want {
+		t.Errorf("SendAddr() = %v, link.SendAddr = %v; want %v", e.SendAddr(), link.SendAddr(e), want)
+	}
+	if n := New(nullEP{}, nil); link.SendAddr(n) != (nullEP{}).LocalAddr() {
+		t.Errorf("without a SendAddrer inside, link.SendAddr = %v, want LocalAddr %v", link.SendAddr(n), nullEP{}.LocalAddr())
+	}
+	e.WriteBatch([]link.Packet{{Buf: make([]byte, 8), N: 8, Dst: netip.MustParseAddrPort("127.0.0.2:4791")}})
+	if got != want {
+		t.Errorf("sent datagram reported from %v, want %v", got, want)
+	}
+}

@@ -52,7 +52,7 @@ func TestGatherWrite(t *testing.T) {
 						pkts[i] = gathered(whole, wire.BTHLen+wire.RETHLen, wire.PadLen(size)+wire.ICRCLen)
 					}
 					pkts[i].Dst = b.LocalAddr()
-					wire.FillICRC(whole, a.LocalAddr(), b.LocalAddr(), 0)
+					wire.FillICRC(whole, a.SendAddr(), b.LocalAddr(), 0)
 					want[i] = whole
 				}
 				if k, err := a.WriteBatch(pkts); k != n || err != nil {

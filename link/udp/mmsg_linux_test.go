@@ -237,7 +237,7 @@ func TestMmsgNeverWaits(t *testing.T) {
 	if n, err := b.WriteBatch(out); n != 1 || err != nil {
 		t.Fatalf("WriteBatch = %d, %v", n, err)
 	}
-	wire.FillICRC(want, b.LocalAddr(), a.LocalAddr(), 0)
+	wire.FillICRC(want, b.SendAddr(), a.LocalAddr(), 0)
 	n, err := a.ReadBatch(pkts)
 	if n != 1 || err != nil {
 		t.Fatalf("ReadBatch = %d, %v", n, err)

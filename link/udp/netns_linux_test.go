@@ -2,6 +2,8 @@ package udp
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -79,7 +81,7 @@ func TestTwoHosts(t *testing.T) {
 		}
 		got := readHere(t, b4, n)
 		for i, p := range got {
-			if !bytes.Equal(p.Bytes(), pkts[i].Bytes()) || p.Src != a4.LocalAddr() || p.Dst != b4.LocalAddr() {
+			if !bytes.Equal(p.Bytes(), pkts[i].Bytes()) || p.Src != a4.SendAddr() || p.Dst != b4.LocalAddr() {
 				t.Fatalf("datagram %d differs", i)
 			}
 			if id, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
@@ -92,6 +94,53 @@ func TestTwoHosts(t *testing.T) {
 		t.Logf("receiver %+v", b4.Stats())
 	})
 
+	// A full send buffer: a token bucket (tc tbf, 10 Mb/s) holds the
+	// datagrams on A's veth, so that a 4 KiB send buffer fills; the send
+	// waits (outside the netpoller, in poll(2)) instead of failing, and
+	// every datagram arrives.
+	t.Run("send-buffer-full", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), netnstest.CommandTimeout)
+		defer cancel()
+		if out, err := netnstest.Command(ctx, nsA, "tc", "qdisc", "add", "dev", vA, "root", "tbf", "rate", "10mbit", "burst", "1540", "latency", "1s").CombinedOutput(); err != nil {
+			t.Skipf("tc tbf: %v: %s", err, out)
+		}
+		defer netnstest.Command(context.Background(), nsA, "tc", "qdisc", "del", "dev", vA, "root").Run()
+		var a *Endpoint
+		netnstest.Run(t, nsA, func() {
+			var err error
+			if a, err = Listen(netip.MustParseAddrPort("10.198.0.1:4795"), WithSocketBuffer(4096)); err != nil {
+				t.Fatalf("Listen: %v", err)
+			}
+		})
+		t.Cleanup(func() { a.Close() })
+		const n = 64
+		pkts := linktest.Batch(n, 0)
+		for i := range pkts {
+			pkts[i].Buf = linktest.Packet(nil, 0x11, uint32(i), linktest.Payload(i, 1024))
+			pkts[i].N, pkts[i].Dst = len(pkts[i].Buf), b4.LocalAddr()
+		}
+		sent := make(chan error, 1)
+		go func() {
+			k, err := a.WriteBatch(pkts)
+			if err == nil && k != n {
+				err = fmt.Errorf("sent %d of %d", k, n)
+			}
+			sent <- err
+		}()
+		got := readHere(t, b4, n)
+		if err := <-sent; err != nil {
+			t.Fatalf("WriteBatch: %v", err)
+		}
+		for i, p := range got {
+			if !bytes.Equal(p.Bytes(), pkts[i].Bytes()) || p.Src != a.SendAddr() {
+				t.Fatalf("datagram %d differs or comes from %v, not %v", i, p.Src, a.SendAddr())
+			}
+		}
+		if s := a.Stats(); s.SendWaits == 0 {
+			t.Errorf("no send waited for room (Stats %+v): the send buffer never filled, the test proves nothing", s)
+		}
+	})
+
 	t.Run("IPv6-link-local", func(t *testing.T) {
 		netnstest.Run(t, nsA, func() {
 			sendOne(t, a6, netip.MustParseAddrPort("[fe80::b%"+vA+"]:4791"), netip.AddrPort{}, 0)
@@ -99,9 +148,9 @@ func TestTwoHosts(t *testing.T) {
 		var p link.Packet
 		netnstest.Run(t, nsB, func() {
 			p = readHere(t, b6, 1)[0]
-			sendOne(t, b6, p.Src, netip.AddrPort{}, 0) // reply to the zoned source
+			sendOne(t, b6, netip.AddrPortFrom(p.Src.Addr(), wire.UDPPort), netip.AddrPort{}, 0) // reply to the zoned source, at 4791
 		})
-		if want := netip.MustParseAddrPort("[fe80::a%" + vB + "]:4791"); p.Src != want || p.Dst != b6.LocalAddr() {
+		if want := netip.AddrPortFrom(netip.MustParseAddr("fe80::a%"+vB), a6.SendAddr().Port()); p.Src != want || p.Dst != b6.LocalAddr() {
 			t.Errorf("Src, Dst = %v, %v; want %v, %v", p.Src, p.Dst, want, b6.LocalAddr())
 		}
 		if _, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
@@ -109,7 +158,7 @@ func TestTwoHosts(t *testing.T) {
 		}
 		netnstest.Run(t, nsA, func() {
 			q := readHere(t, a6, 1)[0]
-			if want := netip.MustParseAddrPort("[fe80::b%" + vA + "]:4791"); q.Src != want {
+			if want := netip.AddrPortFrom(netip.MustParseAddr("fe80::b%"+vA), b6.SendAddr().Port()); q.Src != want {
 				t.Errorf("reply Src = %v, want %v", q.Src, want)
 			}
 		})
@@ -124,11 +173,11 @@ func TestTwoHosts(t *testing.T) {
 			if want := netip.MustParseAddrPort("[fe80::b%" + vB + "]:4793"); p.Dst != want {
 				t.Errorf("wildcard Dst = %v, want %v", p.Dst, want)
 			}
-			sendOne(t, bw, p.Src, netip.AddrPort{}, 0) // source from the route
+			sendOne(t, bw, netip.AddrPortFrom(p.Src.Addr(), wire.UDPPort), netip.AddrPort{}, 0) // source from the route
 		})
 		netnstest.Run(t, nsA, func() {
 			q := readHere(t, a6, 1)[0]
-			if want := netip.MustParseAddrPort("[fe80::b%" + vA + "]:4793"); q.Src != want {
+			if want := netip.AddrPortFrom(netip.MustParseAddr("fe80::b%"+vA), bw.SendAddr().Port()); q.Src != want {
 				t.Errorf("reply Src = %v, want %v", q.Src, want)
 			}
 			if _, ok := wire.VerifyICRCAddrs(q.Src, q.Dst, q.Bytes()); !ok {

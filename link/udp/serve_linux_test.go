@@ -43,7 +43,7 @@ func TestServeView(t *testing.T) {
 					if len(g) != len(want) || !bytes.Equal(g[:len(g)-wire.ICRCLen], want[:len(want)-wire.ICRCLen]) {
 						t.Fatalf("received %x, want %x", g, want)
 					}
-					if _, ok := wire.VerifyICRCAddrs(b.LocalAddr(), a.LocalAddr(), g); !ok {
+					if _, ok := wire.VerifyICRCAddrs(b.SendAddr(), a.LocalAddr(), g); !ok {
 						t.Fatalf("received a datagram with a bad ICRC: %x", g)
 					}
 				case <-time.After(5 * time.Second):
@@ -57,7 +57,7 @@ func TestServeView(t *testing.T) {
 				for i := range pkts {
 					w := linktest.Packet(nil, 0x0A, uint32(first+i), linktest.Payload(first+i, 1000))
 					pkts[i] = link.Packet{Buf: bytes.Clone(w), N: len(w), Dst: a.LocalAddr()}
-					wire.FillICRC(w, b.LocalAddr(), a.LocalAddr(), 0)
+					wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
 					want[i] = w
 				}
 				if k, err := b.WriteBatch(pkts); k != n || err != nil {

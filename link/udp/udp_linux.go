@@ -26,7 +26,8 @@ type Endpoint struct {
 	conn     *net.UDPConn
 	rc       syscall.RawConn
 	local    netip.AddrPort
-	scope    uint32 // IPv6 scope ID of a link-local bound address
+	txAddr   netip.AddrPort // the address datagrams are sent from (SendAddr)
+	scope    uint32         // IPv6 scope ID of a link-local bound address
 	is6      bool
 	wildcard bool
 	mtu      int
@@ -60,6 +61,7 @@ type Endpoint struct {
 	}
 	tx struct {
 		mu      sync.Mutex
+		fd      int // the send socket (openSendSocket), -1: send on the bound one
 		hdrs    []mmsghdr
 		iovs    []unix.Iovec
 		names   []sockaddr
@@ -117,13 +119,68 @@ func Open(cfg Config) (*Endpoint, error) {
 			e.ur = ur
 		}
 	}
+	e.txAddr = e.local
+	if e.ur == nil && !cfg.SendFromBound {
+		if err := e.openSendSocket(cfg.SocketBuffer); err != nil && e.log != nil {
+			e.log.Info("udp: no separate send socket; sending from the bound one", "err", err)
+		}
+	}
 	return e, nil
+}
+
+// openSendSocket opens the socket the endpoint sends from (Config.
+// SendFromBound): the bound address with a port the kernel chooses, the
+// options the ICRC depends on (unconnected, IP_PMTUDISC_DO: the kernel
+// writes IPv4 ID 0, or consecutive IDs for UDP GSO segments), and never
+// registered with Go's netpoller. Sends on it are raw sendmmsg calls; the
+// rare full send buffer is waited out in poll(2) (send).
+func (e *Endpoint) openSendSocket(bufSize int) error {
+	dom, a := unix.AF_INET, e.local.Addr()
+	if e.is6 {
+		dom = unix.AF_INET6
+	}
+	fd, err := unix.Socket(dom, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	var sa unix.Sockaddr
+	if e.is6 {
+		sa = &unix.SockaddrInet6{Addr: a.As16(), ZoneId: e.scope}
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	} else {
+		sa = &unix.SockaddrInet4{Addr: a.As4()}
+	}
+	if err == nil {
+		err = e.pmtuDiscoverDo(fd)
+	}
+	if err == nil {
+		e.setBuffer(fd, bufSize, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF)
+		err = os.NewSyscallError("bind", unix.Bind(fd, sa))
+	}
+	if err == nil {
+		sa, err = unix.Getsockname(fd)
+		err = os.NewSyscallError("getsockname", err)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	var port int
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		port = sa.Port
+	case *unix.SockaddrInet6:
+		port = sa.Port
+	}
+	e.tx.fd, e.txAddr = fd, netip.AddrPortFrom(a, uint16(port))
+	return nil
 }
 
 // bindSocket creates the socket with its options (setOptions) and binds it.
 func bindSocket(cfg Config) (*Endpoint, error) {
 	a := cfg.Addr.Addr()
 	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger}
+	e.tx.fd = -1
 	network := "udp4"
 	if e.is6 {
 		network = "udp6"
@@ -196,10 +253,10 @@ func (e *Endpoint) allocBatches(ownBufs bool) {
 
 // setOptions configures the fresh socket before bind.
 func (e *Endpoint) setOptions(fd, bufSize int) error {
+	if err := e.pmtuDiscoverDo(fd); err != nil {
+		return err
+	}
 	if e.is6 {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
-			return fmt.Errorf("udp: setsockopt IPV6_MTU_DISCOVER: %w", err)
-		}
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
 			return fmt.Errorf("udp: setsockopt IPV6_RECVTCLASS: %w", err)
 		}
@@ -209,9 +266,6 @@ func (e *Endpoint) setOptions(fd, bufSize int) error {
 			}
 		}
 	} else {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
-			return fmt.Errorf("udp: setsockopt IP_MTU_DISCOVER: %w", err)
-		}
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
 			return fmt.Errorf("udp: setsockopt IP_RECVTOS: %w", err)
 		}
@@ -221,20 +275,38 @@ func (e *Endpoint) setOptions(fd, bufSize int) error {
 			}
 		}
 	}
-	if bufSize > 0 {
-		for _, o := range [2][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
-			if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], bufSize) == nil {
-				continue
-			}
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], bufSize); err != nil && e.log != nil {
-				e.log.Debug("udp: socket buffer size not set", "size", bufSize, "err", err)
-			}
-		}
-	}
+	e.setBuffer(fd, bufSize, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF)
+	e.setBuffer(fd, bufSize, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF)
 	if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
 		e.rcvbuf = v
 	}
 	return nil
+}
+
+// pmtuDiscoverDo sets IP_PMTUDISC_DO (IPV6_PMTUDISC_DO): datagrams leave
+// with DF and, on an unconnected IPv4 socket, IPv4 Identification 0.
+func (e *Endpoint) pmtuDiscoverDo(fd int) error {
+	if e.is6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("udp: setsockopt IPV6_MTU_DISCOVER: %w", err)
+		}
+		return nil
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+		return fmt.Errorf("udp: setsockopt IP_MTU_DISCOVER: %w", err)
+	}
+	return nil
+}
+
+// setBuffer asks for a socket buffer of size bytes (size <= 0: the kernel
+// default), past the sysctl limit with force (root) if it can.
+func (e *Endpoint) setBuffer(fd, size, force, opt int) {
+	if size <= 0 || unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) == nil {
+		return
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, size); err != nil && e.log != nil {
+		e.log.Debug("udp: socket buffer size not set", "size", size, "err", err)
+	}
 }
 
 // ReceiveBuffer returns the socket's receive buffer as the kernel granted
@@ -244,6 +316,11 @@ func (e *Endpoint) ReceiveBuffer() int { return e.rcvbuf }
 
 // LocalAddr returns the bound address and port.
 func (e *Endpoint) LocalAddr() netip.AddrPort { return e.local }
+
+// SendAddr returns the address and port datagrams are sent from: the bound
+// address with the send socket's port (see Config.SendFromBound), or
+// LocalAddr when the endpoint sends from its bound socket.
+func (e *Endpoint) SendAddr() netip.AddrPort { return e.txAddr }
 
 // MTU returns the IP MTU of the bound address's interface (or Config.MTU).
 func (e *Endpoint) MTU() int { return e.mtu }
@@ -273,11 +350,19 @@ func (e *Endpoint) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	var uerr error
+	var uerr, serr error
 	if e.ur != nil {
 		uerr = e.ur.close(e)
 	}
-	return errors.Join(uerr, e.conn.Close())
+	// A send in progress holds tx.mu, and gives up a wait for room within
+	// sendPollMs: the descriptor is not closed under it (nor reused).
+	e.tx.mu.Lock()
+	if e.tx.fd >= 0 {
+		serr = os.NewSyscallError("close", unix.Close(e.tx.fd))
+		e.tx.fd = -1
+	}
+	e.tx.mu.Unlock()
+	return errors.Join(uerr, e.conn.Close(), serr)
 }
 
 func (e *Endpoint) doRead(fd uintptr) bool {
@@ -633,6 +718,9 @@ func (e *Endpoint) send(nm int) (int, error) {
 	}
 	tx := &e.tx
 	tx.off, tx.end = 0, nm
+	if tx.fd >= 0 {
+		return e.sendRaw(nm)
+	}
 	for tx.off < nm {
 		if err := e.rc.Write(tx.fn); err != nil {
 			if e.closed.Load() || errors.Is(err, net.ErrClosed) {
@@ -645,6 +733,39 @@ func (e *Endpoint) send(nm int) (int, error) {
 		}
 		e.ctr.writeCalls.Add(1)
 		tx.off += tx.got
+	}
+	return nm, nil
+}
+
+// sendPollMs bounds one wait for room in the send socket's buffer, so that
+// Close is not held up longer than that by a send.
+const sendPollMs = 10
+
+// sendRaw sends the nm prepared messages on the send socket (tx.fd, tx.mu
+// held) and returns how many went out. A full send buffer (EAGAIN) is
+// waited out in poll(2) on this thread, outside the netpoller.
+func (e *Endpoint) sendRaw(nm int) (int, error) {
+	tx := &e.tx
+	pfd := [1]unix.PollFd{{Fd: int32(tx.fd), Events: unix.POLLOUT}}
+	for tx.off < nm {
+		n, errno := sendmmsg(uintptr(tx.fd), tx.hdrs[tx.off:nm])
+		e.ctr.syscalls.Add(1)
+		switch errno {
+		case 0:
+			e.ctr.writeCalls.Add(1)
+			tx.off += n
+		case unix.EINTR:
+		case unix.EAGAIN:
+			if e.closed.Load() {
+				return tx.off, errClosed
+			}
+			e.ctr.sendWaits.Add(1)
+			if _, err := unix.Poll(pfd[:], sendPollMs); err != nil && err != unix.EINTR {
+				return tx.off, os.NewSyscallError("poll", err)
+			}
+		default:
+			return tx.off, os.NewSyscallError("sendmmsg", errno)
+		}
 	}
 	return nm, nil
 }
@@ -794,7 +915,7 @@ func (e *Endpoint) addrs(p *link.Packet) (dst, src netip.AddrPort, scope uint32,
 		return dst, src, 0, e.badDst(p.Dst)
 	}
 	dst = netip.AddrPortFrom(da, p.Dst.Port())
-	src = e.local
+	src = e.txAddr
 	scope = e.scope
 	if da.Zone() != "" {
 		s, err := e.zoneOf(da.Zone())
@@ -815,7 +936,7 @@ func (e *Endpoint) addrs(p *link.Packet) (dst, src netip.AddrPort, scope uint32,
 				return dst, src, 0, err
 			}
 		}
-		src = netip.AddrPortFrom(sa, e.local.Port())
+		src = netip.AddrPortFrom(sa, e.txAddr.Port())
 	}
 	return dst, src, scope, nil
 }

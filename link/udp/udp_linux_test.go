@@ -86,7 +86,7 @@ func TestGSOGRO(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, p := range rd[:k] {
-					if !bytes.Equal(p.Bytes(), pkts[got].Bytes()) || p.Src != a.LocalAddr() || p.Dst != b.LocalAddr() {
+					if !bytes.Equal(p.Bytes(), pkts[got].Bytes()) || p.Src != a.SendAddr() || p.Dst != b.LocalAddr() {
 						t.Fatalf("%s, %d per read (view %v): datagram %d differs (%d bytes from %v)", addr, per, view, got, p.N, p.Src)
 					}
 					if view && cap(p.Buf) != p.N {
@@ -333,7 +333,7 @@ func TestSeveralEndpoints(t *testing.T) {
 			}
 			want := sendOne(t, from, to.LocalAddr(), netip.AddrPort{}, 0)
 			p := readN(t, to, 1)[0]
-			if !bytes.Equal(p.Bytes(), want) || p.Src != from.LocalAddr() || p.Dst != to.LocalAddr() {
+			if !bytes.Equal(p.Bytes(), want) || p.Src != from.SendAddr() || p.Dst != to.LocalAddr() {
 				t.Errorf("%v -> %v: got %v -> %v %x", from.LocalAddr(), to.LocalAddr(), p.Src, p.Dst, p.Bytes())
 			}
 			if _, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
@@ -372,14 +372,14 @@ func TestWildcard(t *testing.T) {
 			to := netip.AddrPortFrom(a.LocalAddr().Addr(), w.LocalAddr().Port())
 			sendOne(t, a, to, netip.AddrPort{}, 0)
 			p := readN(t, w, 1)[0]
-			if p.Dst != to || p.Src != a.LocalAddr() {
-				t.Errorf("wildcard read: Src, Dst = %v, %v; want %v, %v", p.Src, p.Dst, a.LocalAddr(), to)
+			if p.Dst != to || p.Src != a.SendAddr() {
+				t.Errorf("wildcard read: Src, Dst = %v, %v; want %v, %v", p.Src, p.Dst, a.SendAddr(), to)
 			}
 			// Reply with no source: the route's source is used.
 			sendOne(t, w, a.LocalAddr(), netip.AddrPort{}, 0)
 			q := readN(t, a, 1)[0]
-			if q.Src != to {
-				t.Errorf("reply Src = %v, want %v", q.Src, to)
+			if from := netip.AddrPortFrom(to.Addr(), w.SendAddr().Port()); q.Src != from {
+				t.Errorf("reply Src = %v, want %v", q.Src, from)
 			}
 			if _, ok := wire.VerifyICRCAddrs(q.Src, q.Dst, q.Bytes()); !ok {
 				t.Error("reply ICRC does not verify")
@@ -391,8 +391,8 @@ func TestWildcard(t *testing.T) {
 			src := netip.AddrPortFrom(netip.MustParseAddr(c.other), 0)
 			sendOne(t, w, a.LocalAddr(), src, 0)
 			q = readN(t, a, 1)[0]
-			if q.Src.Addr() != src.Addr() || q.Src.Port() != w.LocalAddr().Port() {
-				t.Errorf("reply Src = %v, want %v port %d", q.Src, src.Addr(), w.LocalAddr().Port())
+			if q.Src.Addr() != src.Addr() || q.Src.Port() != w.SendAddr().Port() {
+				t.Errorf("reply Src = %v, want %v port %d", q.Src, src.Addr(), w.SendAddr().Port())
 			}
 			if _, ok := wire.VerifyICRCAddrs(q.Src, q.Dst, q.Bytes()); !ok {
 				t.Error("reply ICRC does not verify")
@@ -528,7 +528,7 @@ func TestRawCapture(t *testing.T) {
 			for try := 0; try < 5 && ipHdr == nil; try++ {
 				want = sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, c.tos)
 				readN(t, b, 1)
-				ipHdr, udp = capture(t, fd, a.LocalAddr().Port(), b.LocalAddr().Port())
+				ipHdr, udp = capture(t, fd, a.SendAddr().Port(), b.LocalAddr().Port())
 			}
 			if ipHdr == nil {
 				t.Fatal("datagram not captured in 5 tries")
@@ -550,7 +550,7 @@ func TestRawCapture(t *testing.T) {
 					t.Errorf("TOS %#x, want %#x", ipHdr[1], c.tos)
 				}
 			}
-			if id, ok := wire.VerifyICRCAddrs(a.LocalAddr(), b.LocalAddr(), payload); !ok || id != 0 {
+			if id, ok := wire.VerifyICRCAddrs(a.SendAddr(), b.LocalAddr(), payload); !ok || id != 0 {
 				t.Errorf("VerifyICRCAddrs = %d, %v; want 0, true", id, ok)
 			}
 		})

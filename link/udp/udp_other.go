@@ -40,6 +40,9 @@ func (e *Endpoint) WriteBatch([]link.Packet) (int, error) { return 0, errors.Err
 // LocalAddr returns the zero address.
 func (e *Endpoint) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
 
+// SendAddr returns the zero address.
+func (e *Endpoint) SendAddr() netip.AddrPort { return netip.AddrPort{} }
+
 // MTU returns 0.
 func (e *Endpoint) MTU() int { return 0 }
 
