@@ -161,9 +161,9 @@ type Agent struct {
 
 	mu       sync.Mutex
 	closed   bool
-	byLocal  map[uint32]*ID    // local comm ID (and SIDR request ID) -> ID
-	byRemote map[remoteKey]*ID // (peer, remote comm ID / request ID) -> ID
-	ahs      map[netip.Addr]*verbs.AH
+	byLocal  map[uint32]*ID      // local comm ID (and SIDR request ID) -> ID
+	byRemote map[remoteKey]*ID   // (peer, remote comm ID / request ID) -> ID
+	ahs      map[ahKey]*verbs.AH // GSI address handles by peer and traffic class
 	nextComm uint32
 
 	ctx    context.Context // ends at Close (the loop; ResolveAddr's lookups)
@@ -190,7 +190,7 @@ func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
 		return nil, newErr("attach", "nil device", syscall.EINVAL)
 	}
 	a := &Agent{dev: dev, clock: dev.Clock(), byLocal: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
-		ahs: map[netip.Addr]*verbs.AH{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
+		ahs: map[ahKey]*verbs.AH{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
 	a.respExp = cmResponseTimeout
 	a.defaultTiming = cfg == nil || cfg.Timeout <= 0
 	if cfg != nil {
@@ -392,16 +392,30 @@ func grhSource(g []byte) netip.Addr {
 	return netip.AddrFrom16([16]byte(g[8:24])).Unmap()
 }
 
-// send transmits one MAD to peer's GSI QP.
-func (a *Agent) send(peer netip.Addr, b []byte) {
+// ahKey selects a GSI address handle: the peer and the traffic class.
+type ahKey struct {
+	peer netip.Addr
+	tc   uint8
+}
+
+// send transmits one MAD that belongs to no connection (a stateless
+// answer) to peer's GSI QP, with traffic class 0.
+func (a *Agent) send(peer netip.Addr, b []byte) { a.sendTC(peer, 0, b) }
+
+// sendTC transmits one MAD to peer's GSI QP with traffic class tc: a
+// connection's MADs carry its path's (ID.SetTOS on the active side, the
+// REQ's primary path on the passive one), as the kernel's ib_cm sends them
+// with the address vector of the connection's path.
+func (a *Agent) sendTC(peer netip.Addr, tc uint8, b []byte) {
 	if a.closed {
 		return
 	}
-	ah := a.ahs[peer]
+	key := ahKey{peer, tc}
+	ah := a.ahs[key]
 	if ah == nil {
 		var err error
 		ah, err = a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1,
-			GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(peer), SGIDIndex: a.sgid, HopLimit: 64}})
+			GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(peer), SGIDIndex: a.sgid, HopLimit: 64, TrafficClass: tc}})
 		if err != nil {
 			a.stats.SendErrors.Add(1)
 			return
@@ -413,7 +427,7 @@ func (a *Agent) send(peer netip.Addr, b []byte) {
 				break
 			}
 		}
-		a.ahs[peer] = ah
+		a.ahs[key] = ah
 	}
 	// Sends are unsignaled: only failed ones complete. Drain them.
 	var wcs [4]verbs.WC

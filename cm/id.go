@@ -768,7 +768,7 @@ func (id *ID) Accept(p *ConnParam) error {
 			QPN: qpn, ServiceID: id.serviceID, QKey: mad.UDPQKey, PrivateData: cp.PrivateData}
 		b, _ := m.Append(nil)
 		id.uncount()
-		a.send(id.peer, b)
+		a.sendTC(id.peer, id.tos, b)
 		id.enterTimeWait(b)
 		return nil
 	case stReqRcvd, stMRAReqSent:
@@ -822,7 +822,7 @@ func (id *ID) Reject(pdata []byte) error {
 			ServiceID: id.serviceID, PrivateData: pdata}
 		b, _ := m.Append(nil)
 		id.uncount()
-		a.send(id.peer, b)
+		a.sendTC(id.peer, id.tos, b)
 		id.enterTimeWait(b)
 		return nil
 	case stReqRcvd, stMRAReqSent:
@@ -933,7 +933,7 @@ func (id *ID) Destroy() error {
 		m := mad.SIDRREP{Header: mad.NewHeader(id.tid), RequestID: id.remoteComm, Status: mad.SIDRReject,
 			ServiceID: id.serviceID}
 		b, _ := m.Append(nil)
-		a.send(id.peer, b)
+		a.sendTC(id.peer, id.tos, b)
 		id.enterTimeWait(b)
 	case stDREQSent, stTimeWait:
 		// finishing on its own

@@ -53,7 +53,7 @@ func (id *ID) startExchange(b []byte) {
 	id.resend = b
 	id.retries = 0
 	id.mraWait = false
-	id.agent.send(id.peer, b)
+	id.agent.sendTC(id.peer, id.tos, b)
 	id.arm(id.timeout())
 }
 
@@ -114,7 +114,7 @@ func (id *ID) sendREJ(kind mad.MsgKind, reason mad.RejectReason, pdata []byte) [
 		MessageRejected: kind, Reason: reason, PrivateData: pdata}
 	b, _ := m.Append(nil)
 	id.agent.stats.RejectsSent.Add(1)
-	id.agent.send(id.peer, b)
+	id.agent.sendTC(id.peer, id.tos, b)
 	return b
 }
 
@@ -122,7 +122,7 @@ func (id *ID) sendRTU() {
 	m := mad.RTU{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm}
 	b, _ := m.Append(nil)
 	id.answer = b
-	id.agent.send(id.peer, b)
+	id.agent.sendTC(id.peer, id.tos, b)
 }
 
 func (id *ID) sendDREQ() {
@@ -154,7 +154,7 @@ func (a *Agent) onTimer(id *ID) {
 			id.retries++
 		}
 		a.stats.Retransmits.Add(1)
-		a.send(id.peer, id.resend)
+		a.sendTC(id.peer, id.tos, id.resend)
 		id.arm(id.timeout())
 	case stReqRcvd:
 		// The application is slow: ask the peer to wait.
@@ -164,7 +164,7 @@ func (a *Agent) onTimer(id *ID) {
 		id.st = stMRAReqSent
 		id.answer = b
 		a.stats.MRAsSent.Add(1)
-		a.send(id.peer, b)
+		a.sendTC(id.peer, id.tos, b)
 	case stTimeWait:
 		id.forget()
 		id.st = stIdle
@@ -283,7 +283,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 		switch id.st {
 		case stMRAReqSent, stRepSent, stTimeWait:
 			if id.answer != nil {
-				a.send(peer, id.answer) // the same MRA, REP or REJ again
+				a.sendTC(peer, id.tos, id.answer) // the same MRA, REP or REJ again
 			}
 		}
 		return
@@ -416,7 +416,7 @@ func (a *Agent) onREP(peer netip.Addr, m *mad.REP) {
 	case stEstablished, stRepRcvd, stDREQSent, stTimeWait:
 		a.stats.Duplicates.Add(1)
 		if id.answer != nil && (id.st == stEstablished || id.remoteComm == m.LocalCommID) {
-			a.send(peer, id.answer) // the RTU again
+			a.sendTC(peer, id.tos, id.answer) // the RTU again
 		}
 		return
 	default:
@@ -486,7 +486,11 @@ func (a *Agent) onDREQ(peer netip.Addr, m *mad.DREQ) {
 	drep := func(id *ID) []byte {
 		r := mad.DREP{Header: mad.NewHeader(m.TID), LocalCommID: m.RemoteCommID, RemoteCommID: m.LocalCommID}
 		b, _ := r.Append(nil)
-		a.send(peer, b)
+		var tc uint8
+		if id != nil {
+			tc = id.tos
+		}
+		a.sendTC(peer, tc, b)
 		return b
 	}
 	if id == nil || id.remoteComm != m.LocalCommID {
@@ -505,7 +509,7 @@ func (a *Agent) onDREQ(peer netip.Addr, m *mad.DREQ) {
 	case stTimeWait:
 		a.stats.Duplicates.Add(1)
 		if id.answer != nil {
-			a.send(peer, id.answer)
+			a.sendTC(peer, id.tos, id.answer)
 		} else {
 			drep(id)
 		}
@@ -534,7 +538,7 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 	if id := a.byRemote[key]; id != nil {
 		a.stats.Duplicates.Add(1)
 		if id.answer != nil {
-			a.send(peer, id.answer)
+			a.sendTC(peer, id.tos, id.answer)
 		}
 		return
 	}
