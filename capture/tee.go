@@ -36,7 +36,7 @@ func Tee(ep link.Endpoint, w *Writer) *TeeEndpoint {
 // record writes one datagram. A socket sends from its own address and port,
 // whatever source port the engine chose for the QP (rxe's per-QP port), so
 // sent datagrams are recorded with the address they really carry.
-func (t *TeeEndpoint) record(dir tee.Direction, src, dst netip.AddrPort, payload []byte) {
+func (t *TeeEndpoint) record(dir tee.Direction, src, dst netip.AddrPort, tos uint8, payload []byte) {
 	if dir == tee.Out {
 		if a := t.local.Addr(); a.IsValid() && !a.IsUnspecified() {
 			src = t.local
@@ -44,7 +44,7 @@ func (t *TeeEndpoint) record(dir tee.Direction, src, dst netip.AddrPort, payload
 			src = netip.AddrPortFrom(src.Addr(), t.local.Port())
 		}
 	}
-	if err := t.w.WritePacket(time.Now(), src, dst, payload); err != nil {
+	if err := t.w.WritePacketTOS(time.Now(), src, dst, tos, payload); err != nil {
 		t.mu.Lock()
 		if t.err == nil {
 			t.err = err

@@ -11,7 +11,8 @@ import (
 )
 
 // TestTee: datagrams written and read through a TeeEndpoint land in the
-// pcap with valid ICRCs over the synthesised headers.
+// pcap with valid ICRCs over the synthesised headers, and with the traffic
+// class they were sent and received with (DSCP 26, ECT(0)).
 func TestTee(t *testing.T) {
 	a, b, err := pipe.New(pipe.Config{}, pipe.Config{})
 	if err != nil {
@@ -29,7 +30,7 @@ func TestTee(t *testing.T) {
 	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, AckReq: true, PSN: 7},
 		Payload: []byte("hello tee")}
 	pkts := []link.Packet{{Buf: p.Append(nil), Dst: b.LocalAddr()}}
-	pkts[0].N = len(pkts[0].Buf)
+	pkts[0].N, pkts[0].TOS = len(pkts[0].Buf), 0x6a
 	if n, err := ta.WriteBatch(pkts); n != 1 || err != nil {
 		t.Fatalf("WriteBatch = %d, %v", n, err)
 	}
@@ -53,6 +54,9 @@ func TestTee(t *testing.T) {
 		}
 		if !wire.VerifyICRC(pk.IPHdr, pk.Src.Port(), pk.Dst.Port(), pk.Payload) {
 			t.Errorf("packet %d: bad ICRC in capture", got)
+		}
+		if len(pk.IPHdr) < 2 || pk.IPHdr[1] != 0x6a {
+			t.Errorf("packet %d: IPv4 header %x, want TOS 0x6a", got, pk.IPHdr)
 		}
 	}
 	if got != 2 {

@@ -42,7 +42,8 @@ type Options struct {
 	Nanoseconds bool
 	// TTL is the IPv4 TTL / IPv6 hop limit of synthesised headers (0: 64).
 	TTL uint8
-	// TOS is the IPv4 TOS / IPv6 traffic class of synthesised headers.
+	// TOS is the IPv4 TOS / IPv6 traffic class of the headers WritePacket
+	// synthesises (WritePacketTOS, and so Tee, write each datagram's own).
 	TOS uint8
 	// PreserveICRC keeps each datagram's ICRC as given instead of computing
 	// it for the synthesised headers. For IPv4 the Identification field is
@@ -220,11 +221,18 @@ func MACFor(a netip.Addr) [6]byte {
 
 // WritePacket records one RoCEv2 datagram (udpPayload: BTH through ICRC)
 // sent from src to dst, inside synthesised Ethernet (unless the link type
-// is raw IP), IPv4 or IPv6 and UDP headers. IPv4-mapped addresses are
-// written as IPv4; a zero destination port is written as 4791. The ICRC in
-// the record is recomputed for the synthesised headers (see
-// Options.PreserveICRC); udpPayload itself is not modified.
+// is raw IP), IPv4 or IPv6 and UDP headers, with Options.TOS. IPv4-mapped
+// addresses are written as IPv4; a zero destination port is written as
+// 4791. The ICRC in the record is recomputed for the synthesised headers
+// (see Options.PreserveICRC); udpPayload itself is not modified.
 func (w *Writer) WritePacket(ts time.Time, src, dst netip.AddrPort, udpPayload []byte) error {
+	return w.WritePacketTOS(ts, src, dst, w.opts.TOS, udpPayload)
+}
+
+// WritePacketTOS is WritePacket with the datagram's own IPv4 TOS or IPv6
+// traffic class (DSCP and ECN), as a device's traffic carries it (Tee).
+// The ICRC does not cover it.
+func (w *Writer) WritePacketTOS(ts time.Time, src, dst netip.AddrPort, tos uint8, udpPayload []byte) error {
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
 	if sa.Is4() != da.Is4() || !sa.IsValid() || !da.IsValid() {
 		return fmt.Errorf("%w: %v and %v", ErrAddrFamily, src, dst)
@@ -266,11 +274,11 @@ func (w *Writer) WritePacket(ts time.Time, src, dst netip.AddrPort, udpPayload [
 				ipv4ID = id
 			}
 		}
-		ih := wire.IPv4Header{TOS: w.opts.TOS, TotalLen: uint16(wire.IPv4HeaderLen + ulen), ID: ipv4ID, DF: true, TTL: w.opts.TTL,
+		ih := wire.IPv4Header{TOS: tos, TotalLen: uint16(wire.IPv4HeaderLen + ulen), ID: ipv4ID, DF: true, TTL: w.opts.TTL,
 			Src: sa.As4(), Dst: da.As4()}
 		b = ih.Append(b)
 	} else {
-		ih := wire.IPv6Header{TrafficClass: w.opts.TOS, PayloadLen: uint16(ulen), HopLimit: w.opts.TTL, Src: sa.As16(), Dst: da.As16()}
+		ih := wire.IPv6Header{TrafficClass: tos, PayloadLen: uint16(ulen), HopLimit: w.opts.TTL, Src: sa.As16(), Dst: da.As16()}
 		b = ih.Append(b)
 	}
 	b = binary.BigEndian.AppendUint16(b, sport)

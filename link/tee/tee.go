@@ -26,8 +26,11 @@ func (d Direction) String() string {
 	return "in"
 }
 
-// Func receives one datagram. udpPayload is only valid during the call.
-type Func func(dir Direction, src, dst netip.AddrPort, udpPayload []byte)
+// Func receives one datagram: its addresses, its IPv4 TOS / IPv6 traffic
+// class (DSCP and ECN, link.Packet.TOS: as asked for on send, as received
+// when the link reports it) and its UDP payload, which is only valid during
+// the call.
+type Func func(dir Direction, src, dst netip.AddrPort, tos uint8, udpPayload []byte)
 
 // Stats counts the datagrams the tee has passed to its callback.
 type Stats struct {
@@ -81,7 +84,7 @@ func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
 			if !dst.IsValid() || dst.Addr().IsUnspecified() {
 				dst = e.local
 			}
-			fn(In, p.Src, dst, p.Buf[:p.N])
+			fn(In, p.Src, dst, p.TOS, p.Buf[:p.N])
 		}
 		e.stats.In.Add(uint64(n))
 	}
@@ -102,7 +105,7 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 			if !src.IsValid() || src.Addr().IsUnspecified() {
 				src = e.send
 			}
-			fn(Out, src, p.Dst, p.Buf[:p.N])
+			fn(Out, src, p.Dst, p.TOS, p.Buf[:p.N])
 		}
 		e.stats.Out.Add(uint64(n))
 	}

@@ -32,7 +32,7 @@ func TestTeeReportsBothDirections(t *testing.T) {
 	a, b := newPair(t)
 	var mu sync.Mutex
 	var got []seen
-	rec := func(dir Direction, src, dst netip.AddrPort, p []byte) {
+	rec := func(dir Direction, src, dst netip.AddrPort, _ uint8, p []byte) {
 		mu.Lock()
 		// The last 4 bytes are the ICRC the link computed: keep the rest.
 		got = append(got, seen{dir, src, dst, string(p[:len(p)-4])})
@@ -85,7 +85,7 @@ func TestTeeReportsBothDirections(t *testing.T) {
 func TestTeeSetFuncNil(t *testing.T) {
 	a, b := newPair(t)
 	calls := 0
-	ta := New(a, func(Direction, netip.AddrPort, netip.AddrPort, []byte) { calls++ })
+	ta := New(a, func(Direction, netip.AddrPort, netip.AddrPort, uint8, []byte) { calls++ })
 	ta.SetFunc(nil)
 	pk := []link.Packet{{Buf: []byte("xxxxxxxx"), N: 8, Dst: b.LocalAddr()}}
 	if _, err := ta.WriteBatch(pk); err != nil {
@@ -115,7 +115,7 @@ func (nullEP) Close() error                            { return nil }
 func TestTeeZeroAlloc(t *testing.T) {
 	pk := []link.Packet{{Buf: make([]byte, 64), N: 8, Dst: netip.MustParseAddrPort("127.0.0.2:4791")}}
 	var sink int
-	for _, fn := range []Func{nil, func(_ Direction, _, _ netip.AddrPort, p []byte) { sink += len(p) }} {
+	for _, fn := range []Func{nil, func(_ Direction, _, _ netip.AddrPort, _ uint8, p []byte) { sink += len(p) }} {
 		e := New(nullEP{}, fn)
 		allocs := testing.AllocsPerRun(200, func() {
 			e.WriteBatch(pk)
@@ -159,7 +159,7 @@ func TestCloseUnblocksRead(t *testing.T) {
 
 func BenchmarkTeeWrite(b *testing.B) {
 	pk := []link.Packet{{Buf: make([]byte, 64), N: 8}}
-	e := New(nullEP{}, func(Direction, netip.AddrPort, netip.AddrPort, []byte) {})
+	e := New(nullEP{}, func(Direction, netip.AddrPort, netip.AddrPort, uint8, []byte) {})
 	b.ReportAllocs()
 	for b.Loop() {
 		e.WriteBatch(pk)
@@ -176,7 +176,7 @@ func (sendAddrEP) SendAddr() netip.AddrPort { return netip.MustParseAddrPort("12
 // without a source as coming from it, not from LocalAddr.
 func TestTeeSendAddr(t *testing.T) {
 	var got netip.AddrPort
-	e := New(sendAddrEP{}, func(d Direction, src, _ netip.AddrPort, _ []byte) {
+	e := New(sendAddrEP{}, func(d Direction, src, _ netip.AddrPort, _ uint8, _ []byte) {
 		if d == Out {
 			got = src
 		}
