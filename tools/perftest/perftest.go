@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -85,6 +86,10 @@ const (
 	ptMinRNRTimer    = 12
 	ptResultLine     = "---------------------------------------------------------------------------------------\n"
 	ptMaxQPs         = 16384 // perftest's MAX_QP_NUM
+	ptDefHopLimit    = 64    // perftest's DEF_HOP_LIMIT
+	// ptCompVectors is the completion vectors of a softroce device (its
+	// ibv_devinfo's num_comp_vectors): one, 0.
+	ptCompVectors = 1
 )
 
 type ptConfig struct {
@@ -102,6 +107,7 @@ type ptConfig struct {
 	numQP       int
 	mtu         int
 	gidx        int
+	gidxSet     bool // -x given (--ipv6 chooses the GID otherwise)
 	conn        string
 	reportGbits bool
 	output      string // --output: "" (everything), bandwidth, message_rate or latency (that value alone)
@@ -145,6 +151,17 @@ type ptConfig struct {
 	limitArgs   [2]string // -w/--limit_bw and -y/--limit_msgrate as given
 	limitBW     float64   // -w: the least average bandwidth (report units) that passes; -1: none
 	limitRate   float64   // -y: the least message rate (Mpps) that passes; -1: none
+	hopLimit    int       // -L: perftest's default 64; another value is for raw Ethernet QPs only
+	vector      int       // -X: the completion vector (vectorSet); softroce devices have one, 0
+	vectorSet   bool
+	pkeyIndex   int    // --pkey_index: checked as perftest checks it; the QPs use the one P_Key
+	mmapFile    string // --mmap: the buffers are this file, mapped shared at mmapOffset
+	mmapOffset  int
+	disablePCIR bool   // --disable_pcie_relaxed: the banner's "PCIe relax order: OFF"
+	waitDestroy int    // --wait_destroy: seconds to wait before releasing the resources
+	ipv6        bool   // --ipv6: without -x, an IPv6 GID rather than the IPv4-mapped one
+	sourceIP    string // -j/--source_ip: checked as perftest does; no effect (below)
+	reversed    bool   // --reversed: the traffic roles swapped (the server sends)
 }
 
 func (c *ptConfig) qpType() verbs.QPType {
@@ -157,7 +174,17 @@ func (c *ptConfig) qpType() verbs.QPType {
 	return verbs.QPTypeRC
 }
 
-func (c *ptConfig) isServer() bool { return c.server == "" }
+// isServer reports whether this side has perftest's server role in the
+// test itself (the passive side of write_bw, the receiver of send_bw):
+// the side that waits for the connection, unless --reversed swaps the
+// roles, as perftest's parser does with its machine after connecting.
+func (c *ptConfig) isServer() bool { return c.listens() != c.reversed }
+
+// listens reports whether this side waits for the side channel's
+// connection (no server address given): perftest's servername, which
+// decides who listens and who speaks first on the side channel whatever
+// --reversed says.
+func (c *ptConfig) listens() bool { return c.server == "" }
 
 func ptUsage(t ptTool, w io.Writer) {
 	fmt.Fprintf(w, `Usage:
@@ -221,6 +248,24 @@ Options (those of perftest 4.5 that softroce honours):
       --use-srq              send tests: the receiving QPs share one SRQ of -r entries,
                              -r / -q receives posted for each QP's buffer
   -V, --version              print the perftest version softroce speaks (perftest's VERSION)
+  -L, --hop_limit=<0..255>   raw Ethernet QPs only, as perftest: a value other than 64 exits 1
+  -X, --vector=<num>         completion vector, with -e (softroce devices have one: 0)
+      --pkey_index=<index>   P_Key index, checked against the device's max_pkeys (64) as perftest
+                             (beyond: its warning, and 0); the QPs send with the one P_Key, 0xFFFF
+      --ipv6                 without -x, the GID of the device's IPv6 address (perftest: an IPv6 GID)
+      --mmap=<file>          the buffers are <file>, mapped shared read/write from --mmap-offset (which
+                             must be a multiple of the page size); the file must be large enough,
+                             and its bytes there are overwritten with the test's data, as perftest does
+      --mmap-offset=<offset> where in the --mmap file the buffers start (default 0)
+      --wait_destroy=<sec>   wait <sec> seconds before releasing the resources at the end
+      --reversed             bandwidth tests: swap the roles: the server (no address given) sends
+      --disable_pcie_relaxed the banner's "PCIe relax order: OFF" (softroce has no PCIe)
+      --use_old_post_send    accepted: the banner's "ibv_wr* API : OFF" either way
+      --flow_label=<label>   accepted, no effect: perftest uses it for raw Ethernet tests only
+      --inline_recv=<size>   accepted, no effect: softroce has no inline receive
+  -j, --source_ip=<ipv4>     accepted, no effect: perftest 4.5's getopt takes --source_ip for raw
+                             Ethernet's -j, which RC/UC/UD tests check as an IPv4 address and ignore
+      --comm_rdma_cm         -z's name in perftest's option table
   -w, --limit_bw=<value>     bandwidth tests: exit 1 ("Error: BW result is below bw limit")
                              when the average is below <value>, in the report's units
   -y, --limit_msgrate=<value> bandwidth tests: the same for the message rate, in Mpps
@@ -231,6 +276,11 @@ Options (those of perftest 4.5 that softroce honours):
       --rate_limit_type=<type>   SW: bursts of --burst_size messages, evenly spaced (HW and PP
                                  are refused: softroce's QPs, as rxe's, have no rate limiter)
       --burst_size=<size>        messages per burst (default: -t)
+
+ Refused, each with its reason: -b -l -O -g -M -H -U -C -W --run_infinitely --odp --use_cuda
+ --use_cuda_bus_id --use_rocm --dlid --use_ooo --report-per-port --recv_post_list --force-link
+ --typical_pkt_size, the raw Ethernet options (-B -E -J -K -k -Y -Z -P -v -G --tcp --raw_ipv6 ...),
+ AES-XTS (--aes_xts ...) and DC (--log_dci_streams ...)
 `, t.name, map[bool]int{false: ptDefItersBW, true: ptDefItersLat}[t.lat], ptDefaultSize(t))
 }
 
@@ -257,6 +307,10 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	} else {
 		defer toolkit.OneProcBulk()()
 	}
+	if err := c.checkHopLimit(); err != nil {
+		fmt.Fprintf(stdout, " %v \n", err) // perftest's line, on stdout
+		return cli.ExitFailure
+	}
 	if err := c.checkVersions(); err != nil {
 		fmt.Fprintln(stderr, err) // perftest's line, as it prints it
 		fmt.Fprintln(stderr, " (--dont_xchg_versions leaves the peer's version unknown, which perftest 4.5 refuses: run both sides without it)")
@@ -278,6 +332,15 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	return cli.ExitOK
 }
 
+// checkHopLimit is perftest's check of -L in force_dependecies: a hop
+// limit other than its default is for raw Ethernet QPs (exit 1).
+func (c *ptConfig) checkHopLimit() error {
+	if c.hopLimit != ptDefHopLimit {
+		return errors.New("Hop limit only valid for RawEth QP")
+	}
+	return nil
+}
+
 // checkVersions is perftest's check_version_compatibility after
 // exchange_versions: with --dont_xchg_versions the peer's version stays
 // empty, which every perftest 4.5 tool refuses as older than 5.70 (it
@@ -295,7 +358,7 @@ func (c *ptConfig) checkVersions() error {
 func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, code int, ok bool) {
 	c = &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
 		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, margin: -1, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
-		connectTO: 10 * time.Second, jsonFile: ptJSONDefault}
+		connectTO: 10 * time.Second, jsonFile: ptJSONDefault, hopLimit: ptDefHopLimit}
 	g := cli.Getopt{Prog: "softroce " + t.name}
 	g.Flag('a', "all", &c.all)
 	g.Str('c', "connection", &c.conn)
@@ -318,7 +381,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.NumIn('I', "inline_size", &c.inline, 0, verbs.MaxInline)
 	g.NumIn('o', "outs", &c.outReads, 1, 128)
 	g.Str('A', "atomic_type", &c.atomicType)
-	g.NumIn('x', "gid-index", &c.gidx, 0, 255)
+	g.NumIn('x', "gid-index", &c.gidx, 0, 255).Set = ptSetNumIn(&c.gidx, &c.gidxSet, 0, 255)
 	g.Num('S', "sl", &c.sl)
 	g.Num('u', "qp-timeout", &c.qpTimeout)
 	g.Num('T', "tos", &c.tos).Set = ptSetNum(&c.tos, &c.tosSet)
@@ -348,6 +411,27 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Str(0, "rate_units", &c.rateUnits)
 	g.Str(0, "rate_limit_type", &c.rateType)
 	g.NumIn(0, "burst_size", &c.burstSize, 0, math.MaxInt32)
+	g.NumIn('L', "hop_limit", &c.hopLimit, 0, 255)
+	// -X: perftest's MIN_EQ_NUM..MAX_EQ_NUM; the device checks it (ptRunOn).
+	g.NumIn('X', "vector", &c.vector, 0, 2048).Set = ptSetNumIn(&c.vector, &c.vectorSet, 0, 2048)
+	// raw Ethernet's IPv6 flow label, and inline receive: checked, no effect.
+	var flowLabel, inlineRecv int
+	g.NumIn(0, "flow_label", &flowLabel, 0, math.MaxInt32)
+	g.NumIn(0, "inline_recv", &inlineRecv, 0, math.MaxInt32)
+	g.NumIn(0, "pkey_index", &c.pkeyIndex, 0, math.MaxInt32)
+	g.Str(0, "mmap", &c.mmapFile)
+	g.NumIn(0, "mmap-offset", &c.mmapOffset, 0, math.MaxInt)
+	var oldPostSend bool // softroce posts with ibv_post_send's semantics: "ibv_wr* API : OFF" either way
+	g.Flag(0, "use_old_post_send", &oldPostSend)
+	g.Flag(0, "disable_pcie_relaxed", &c.disablePCIR)
+	g.NumIn(0, "wait_destroy", &c.waitDestroy, 0, math.MaxInt32)
+	g.Flag(0, "ipv6", &c.ipv6)
+	// perftest 4.5's table has two options named source_ip: getopt_long
+	// takes the first, raw Ethernet's -j, so --source_ip is -j for every
+	// test: an IPv4 address, checked, that RC, UC and UD tests do not use.
+	g.Str('j', "source_ip", &c.sourceIP)
+	g.Flag(0, "reversed", &c.reversed)
+	g.Flag(0, "comm_rdma_cm", &c.cmComm) // -z's name in perftest's table (its help says --com_rdma_cm)
 	g.Refuse('b', "bidirectional", false, "bidirectional (duplex) runs are not implemented")
 	g.Refuse('l', "post_list", true, "posting lists of work requests is not implemented")
 	g.Refuse('O', "dualport", false, "softroce devices have one port")
@@ -358,6 +442,43 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Refuse('H', "report-histogram", false, "histograms are not implemented")
 	g.Refuse('U', "report-unsorted", false, "unsorted reports are not implemented")
 	g.Refuse('C', "report-cycles", false, "softroce measures time, not CPU cycles")
+	g.Refuse(0, "report-histogrm", false, "histograms are not implemented") // -H's name in perftest's table
+	g.Refuse('M', "MGID", true, "softroce has no multicast")
+	g.Refuse('W', "report-counters", true, "softroce devices have no hardware performance counters to report")
+	g.Refuse(0, "use_cuda_bus_id", true, "softroce has no GPU memory support")
+	g.Refuse(0, "use_rocm", true, "softroce has no GPU memory support")
+	g.Refuse(0, "dlid", true, "RoCE addresses the peer by its GID; LIDs are InfiniBand's")
+	g.Refuse(0, "use_ooo", false, "out-of-order data placement is a ConnectX feature softroce's QPs do not have")
+	g.Refuse(0, "report-per-port", false, "it reports dual-port runs (-O), and softroce devices have one port")
+	g.Refuse(0, "recv_post_list", true, "posting lists of receive work requests is not implemented")
+	g.Refuse(0, "force-link", true, "softroce's link layer is always Ethernet (RoCEv2)")
+	g.Refuse(0, "typical_pkt_size", true, "it sizes the packets of Packet Pacing (--rate_limit_type=PP), which is for raw Ethernet QPs")
+	for _, o := range []struct {
+		short  byte
+		long   string
+		hasArg bool
+	}{
+		{'B', "source_mac", true}, {'E', "dest_mac", true}, {'J', "dest_ip", true}, {'K', "dest_port", true},
+		{'k', "source_port", true}, {'Y', "ethertype", true}, {'Z', "server", false}, {'P', "client", false},
+		{'v', "mac_fwd", false}, {'G', "use_rss", false}, {0, "remote_mac", true}, {0, "local_mac", true},
+		{0, "remote_ip", true}, {0, "local_ip", true}, {0, "remote_port", true}, {0, "local_port", true},
+		{0, "flows", true}, {0, "flows_burst", true}, {0, "promiscuous", false}, {0, "sniffer", false},
+		{0, "raw_mcast", false}, {0, "vlan_en", false}, {0, "vlan_pcp", true}, {0, "reply_every", true},
+		{0, "tcp", false}, {0, "raw_ipv6", false},
+	} {
+		g.Refuse(o.short, o.long, o.hasArg, "it is an option of perftest's raw Ethernet tests (raw_ethernet_bw and kin), which softroce does not have")
+	}
+	for _, o := range []struct {
+		long   string
+		hasArg bool
+	}{
+		{"aes_xts", false}, {"encrypt_on_tx", false}, {"sig_before", false}, {"aes_block_size", true},
+		{"kek_path", true}, {"credentials_path", true}, {"data_enc_keys_number", true}, {"data_enc_key_app_path", true},
+	} {
+		g.Refuse(0, o.long, o.hasArg, "AES-XTS encryption is an mlx5 feature softroce does not have")
+	}
+	g.Refuse(0, "log_dci_streams", true, "DC (dynamically connected) transport is an mlx5 feature softroce does not have")
+	g.Refuse(0, "log_active_dci_streams", true, "DC (dynamically connected) transport is an mlx5 feature softroce does not have")
 	var version bool
 	g.Flag('V', "version", &version)
 	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
@@ -394,6 +515,21 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 		fmt.Fprintf(stderr, " Setting burst size to tx depth = %d\n", c.txDepth)
 	}
 	return c, cli.ExitOK, true
+}
+
+// ptSetNumIn is ptSetNum for a value that must lie in lo..hi.
+func ptSetNumIn(p *int, set *bool, lo, hi int) func(string) error {
+	return func(s string) error {
+		v, err := cli.ParseNum(s, 64)
+		if err != nil {
+			return err
+		}
+		if v < int64(lo) || v > int64(hi) {
+			return fmt.Errorf("%s is out of range (%d..%d)", strings.TrimSpace(s), lo, hi)
+		}
+		*p, *set = int(v), true
+		return nil
+	}
 }
 
 func ptSetNum(p *int, set *bool) func(string) error {
@@ -559,6 +695,25 @@ func (c *ptConfig) finish() string {
 		return "Using SRQ only avavilible in SEND / SEND_IMM tests." // perftest's words
 	case c.useSRQ && c.rxDepth < c.numQP:
 		return fmt.Sprintf("with --use-srq, -r %d is the SRQ's size, shared by the %d QPs: give -r at least -q", c.rxDepth, c.numQP)
+	}
+	if c.mmapFile != "" && !ptMmapSupported {
+		return "--mmap is implemented on Linux only: leave it out to use ordinary memory"
+	}
+	if c.vectorSet && !c.events {
+		return "Events must be enabled to select a completion vector" // perftest's words
+	}
+	if c.sourceIP != "" {
+		if a, err := netip.ParseAddr(c.sourceIP); err != nil || !a.Is4() {
+			return "Invalid client IP address" // perftest's words for -j/--source_ip
+		}
+	}
+	if c.reversed {
+		switch {
+		case t.lat:
+			return "--reversed swaps the roles of a bandwidth test (the server sends): latency tests do not take it"
+		case c.cmComm:
+			return "--reversed with -R/-z: perftest 4.5 then has both sides' rdma_cm roles wrong; use the TCP side channel"
+		}
 	}
 	if c.latencyGap > 0 && !t.lat {
 		return "Latency gap feature is only for latency tests" // perftest's words
@@ -752,7 +907,7 @@ func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", c.numQP)
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", c.conn, ptOnOff(c.useSRQ))
-	fmt.Fprintf(&b, " PCIe relax order: %s\n", ptRelaxOrder(t))
+	fmt.Fprintf(&b, " PCIe relax order: %s\n", c.relaxOrder())
 	b.WriteString(" ibv_wr* API     : OFF\n")
 	if !c.isServer() {
 		fmt.Fprintf(&b, " TX depth        : %d\n", c.txDepth)
@@ -835,6 +990,22 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	if c.output != "" {
 		verbose = io.Discard
 	}
+	// perftest's verify_params_with_device_context and check_link, before
+	// connecting.
+	if c.events && c.vector >= ptCompVectors {
+		return fmt.Errorf("Completion vector specified is invalid: Max completion vector = %d (-X %d; softroce devices have one, -X 0)",
+			ptCompVectors-1, c.vector)
+	}
+	if c.pkeyIndex > 0 {
+		c.checkPKeyIndex(td, stdout, stderr)
+	}
+	if c.ipv6 && !c.gidxSet {
+		i, err := c.ipv6GIDIndex(td)
+		if err != nil {
+			return err
+		}
+		c.gidx = i
+	}
 	gid, err := td.GID(c.gidx)
 	if err != nil {
 		return err
@@ -874,7 +1045,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		pc = pcm.side
 	} else {
 		var conn net.Conn
-		if c.isServer() {
+		if c.listens() {
 			conn, err = ptAccept(ctx, c.tcpPort)
 		} else {
 			conn, err = toolkit.Dial(ctx, c.server, c.tcpPort, c.connectTO)
@@ -882,12 +1053,19 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		if err != nil {
 			return err
 		}
-		pc = oob.NewPerftestConn(conn, !c.isServer())
+		pc = oob.NewPerftestConn(conn, !c.listens())
 		defer conn.Close()
 		watch = newPtPeerWatch(conn, c.qpTimeout)
 	}
 	if r, err = newPtRes(c, td, gid); err != nil {
+		var me *ptMmapError
+		if errors.As(err, &me) && me.line != "" {
+			fmt.Fprintln(stdout, me.line) // perftest's, on stdout
+		}
 		return err
+	}
+	if r.mapped {
+		fmt.Fprintf(stdout, "allocated mmap buffer of size %d at %#x\n", len(r.buf), r.addr(0)) // perftest's pp_init_mmap
 	}
 	r.watch = watch
 	localMTU := td.Dev.ActiveMTU()
@@ -1023,7 +1201,46 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	if verifies {
 		limitErr = limits.err(c)
 	}
+	if c.waitDestroy > 0 {
+		// perftest's destroy_ctx, before it releases anything.
+		fmt.Fprintf(stdout, " Waiting %d seconds before releasing resources...\n", c.waitDestroy)
+		t := time.NewTimer(time.Duration(c.waitDestroy) * time.Second)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
 	return errors.Join(limitErr, jsonErr)
+}
+
+// checkPKeyIndex is perftest's ctx_chk_pkey_index: an index beyond the
+// device's max_pkeys is its warning, and index 0. Below, the index is
+// accepted as kernel rxe accepts it, and the QPs keep the one P_Key
+// (0xFFFF) a softroce device, as rxe, sends with.
+func (c *ptConfig) checkPKeyIndex(td *toolkit.ToolDevice, stdout, stderr io.Writer) {
+	max := int(td.Dev.QueryDevice().MaxPKeys) - 1
+	if c.pkeyIndex <= max {
+		return
+	}
+	fmt.Fprint(stdout, ptResultLine)
+	fmt.Fprintf(stderr, " Specified PKey Index, %d, greater than allowed max, %d\n Changing to 0\n", c.pkeyIndex, max)
+	c.pkeyIndex = 0
+}
+
+// ipv6GIDIndex is perftest's get_best_gid_index with --ipv6 and no -x: a
+// GID that is not IPv4-mapped. perftest takes the first, the link-local
+// GID 0; a softroce device sends from its own address only, so the GID
+// is that address's, which must be IPv6.
+func (c *ptConfig) ipv6GIDIndex(td *toolkit.ToolDevice) (int, error) {
+	own := td.Info.Addr.Addr().Unmap().WithZone("")
+	for i, g := range td.Dev.GIDs() {
+		if a := g.Addr(); a.Is6() && a.WithZone("") == own {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("--ipv6: %s has no IPv6 GID it can send from (its address is %s): open the device on an IPv6 address (-d), or leave --ipv6 out",
+		td.Info.Name, own)
 }
 
 func ptAccept(ctx context.Context, port int) (net.Conn, error) {
@@ -1289,7 +1506,10 @@ func (p *ptProgress) clear() {
 	}
 }
 
-// ptRelaxOrder is the relaxed-ordering setting perftest reports (built
-// with HAVE_RO, as the distributions' packages are): ON but for write_lat.
-// It has no effect on softroce, which has no PCIe.
-func ptRelaxOrder(t ptTool) string { return ptOnOff(!(t.lat && t.verb == ptWrite)) }
+// relaxOrder is the relaxed-ordering setting perftest reports (built
+// with HAVE_RO, as the distributions' packages are): ON but for write_lat
+// and with --disable_pcie_relaxed. It has no effect on softroce, which
+// has no PCIe.
+func (c *ptConfig) relaxOrder() string {
+	return ptOnOff(!c.disablePCIR && !(c.tool.lat && c.tool.verb == ptWrite))
+}

@@ -61,7 +61,7 @@ func (c *ptConfig) jsonTestInfo(b *strings.Builder, dev string, mtu verbs.MTU) {
 	fmt.Fprintf(b, "Connection_type: %s,\nUsing_SRQ: %s,\n", c.conn, ptOnOff(c.useSRQ))
 	// As the banner: kernel perftest 4.5+0.17 (Debian's, built with HAVE_RO)
 	// writes "PCIe_relax_order: OFF," for write_lat.
-	fmt.Fprintf(b, "PCIe_relax_order: %s,\n", ptRelaxOrder(t))
+	fmt.Fprintf(b, "PCIe_relax_order: %s,\n", c.relaxOrder())
 	b.WriteString("ibv_wr_API: OFF,\n")
 	if !c.isServer() {
 		fmt.Fprintf(b, "TX_depth : %d,\n", c.txDepth)

@@ -24,6 +24,7 @@ type ptRes struct {
 	pd      *verbs.PD
 	buf     []byte
 	huge    *mem.Mmap   // --use_hugepages: the buffer's provider (nil: Go memory)
+	mapped  bool        // --mmap: the buffer is the file's mapping
 	mrs     []*verbs.MR // one over the whole buffer, or with --mr_per_qp one per QP's two regions
 	region  int         // bytes per region
 	scq     *verbs.CQ
@@ -69,7 +70,15 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err
 		r.region += toolkit.GRHLen
 	}
 	r.region = (r.region + ptCycleBuffer - 1) &^ (ptCycleBuffer - 1)
-	if c.hugePages {
+	if c.mmapFile != "" {
+		// perftest's pp_init_mmap, which wins over --use_hugepages; the
+		// buffer then filled as perftest's create_single_mr fills it.
+		if r.buf, err = ptMmap(c.mmapFile, c.mmapOffset, 2*c.numQP*r.region); err != nil {
+			return nil, err
+		}
+		r.mapped = true
+		ptFill(r.buf, c.tool.lat && c.tool.verb == ptWrite)
+	} else if c.hugePages {
 		// perftest's shmget(SHM_HUGETLB): reserved huge pages or nothing.
 		n := 2 * c.numQP * r.region
 		r.huge = mem.NewMmap(mem.MmapOptions{HugePages: mem.HugeRequire})
@@ -164,7 +173,7 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err
 // close releases what the run created on the device, in verbs' order:
 // QPs (rdma_cm's belong to its IDs, ptCM.close), AHs, the SRQ, the CQs,
 // the MRs (waiting for payloads still lent to the kernel), the PD; and the
-// huge page buffers. Each step ignores what failed before it.
+// huge page buffers or --mmap's mapping. Each step ignores what failed before it.
 func (r *ptRes) close() {
 	if !r.c.rdmaCM {
 		for _, qp := range r.qps {
@@ -192,6 +201,9 @@ func (r *ptRes) close() {
 	}
 	if r.huge != nil {
 		r.huge.Free(r.buf)
+	}
+	if r.mapped {
+		ptMunmap(r.buf)
 	}
 }
 

@@ -57,6 +57,9 @@ func Run(ctx context.Context, dev *verbs.Device, test string, args []string, std
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUsage, strings.TrimSpace(msg.String()))
 	}
+	if err := c.checkHopLimit(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
 	if err := c.checkVersions(); err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
