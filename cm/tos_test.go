@@ -28,27 +28,7 @@ func TestDialTOS(t *testing.T) {
 		{0, 0x20, 0},
 	} {
 		p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
-		ctx := ctxT(t, 10*time.Second)
-		l, err := Listen(p.addrB().String()+":7175", &Options{TOS: tc.listen})
-		if err != nil {
-			t.Fatal(err)
-		}
-		acc := make(chan *Conn, 1)
-		go func() {
-			c, err := l.Accept(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			acc <- c
-		}()
-		c, err := Dial(ctx, p.addrB().String()+":7175", &Options{TOS: tc.dial})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := <-acc
-		if s == nil {
-			t.FailNow()
-		}
+		l, c, s := connectTOS(t, p.addrB().String()+":7175", tc.listen, tc.dial)
 		for side, conn := range map[string]*Conn{"active": c, "passive": s} {
 			a, _ := conn.QP.Query()
 			if got := a.AHAttr.GRH.TrafficClass; got != tc.want {
@@ -59,6 +39,34 @@ func TestDialTOS(t *testing.T) {
 		s.Close()
 		l.Close()
 	}
+}
+
+// connectTOS listens on addr with TOS listen, dials it with TOS dial, and
+// returns the listener and the two ends (active, passive).
+func connectTOS(t *testing.T, addr string, listen, dial uint8) (*Listener, *Conn, *Conn) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	l, err := Listen(addr, &Options{TOS: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := make(chan *Conn, 1)
+	go func() {
+		c, err := l.Accept(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		acc <- c
+	}()
+	c, err := Dial(ctx, addr, &Options{TOS: dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-acc
+	if s == nil {
+		t.FailNow()
+	}
+	return l, c, s
 }
 
 // tosRecorder is a link endpoint that records the traffic class and the
@@ -133,27 +141,7 @@ func TestCMMADsTOS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := ctxT(t, 10*time.Second)
-		l, err := Listen(ab.Addr().String()+":7176", &Options{TOS: tc.listen})
-		if err != nil {
-			t.Fatal(err)
-		}
-		acc := make(chan *Conn, 1)
-		go func() {
-			c, err := l.Accept(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			acc <- c
-		}()
-		c, err := Dial(ctx, ab.Addr().String()+":7176", &Options{TOS: tc.dial})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := <-acc
-		if s == nil {
-			t.FailNow()
-		}
+		l, c, s := connectTOS(t, ab.Addr().String()+":7176", tc.listen, tc.dial)
 		c.Close() // DREQ from the active side, DREP from the passive one
 		waitFor(t, 5*time.Second, "the DREP", func() bool { return len(rb.cmMADs()["DREP"]) > 0 })
 		s.Close()
