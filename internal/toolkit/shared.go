@@ -180,6 +180,10 @@ func oneProcess(busy bool) (restore func()) {
 	oneProc.Lock()
 	if oneProc.n++; oneProc.n == 1 {
 		oneProc.prev = runtime.GOMAXPROCS(1)
+		if Logger != nil {
+			Logger.Debug("toolkit: running on one processor; set GOMAXPROCS in the environment to choose",
+				"GOMAXPROCS", 1, "was", oneProc.prev, "busy_poll", busy)
+		}
 	}
 	if busy {
 		oneProc.busy++

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/internal/tooltest"
 )
 
@@ -525,5 +526,26 @@ func TestPerftestOutput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPerftestOneProcessor: the commands run on one processor unless
+// GOMAXPROCS is set (toolkit.OneProcBulk for the bandwidth tools,
+// toolkit.OneProc, which also busy-polls, for the latency ones), as their
+// debug log says.
+func TestPerftestOneProcessor(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	t.Setenv(toolkit.LogEnv, "debug")
+	for _, tc := range []struct {
+		tool string
+		busy bool
+	}{{"write_bw", false}, {"send_lat", true}} {
+		s, c := ptPairOK(t, 60*time.Second, tc.tool, "-n", "5", "-s", "64")
+		want := regexp.MustCompile(fmt.Sprintf(`running on one processor.* GOMAXPROCS=1 was=[0-9]+ busy_poll=%v\n`, tc.busy))
+		for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
+			if !want.MatchString(r.Stderr) {
+				t.Errorf("%s %s: no %q in its debug log:\n%s", tc.tool, side, want, r.Stderr)
+			}
+		}
 	}
 }
