@@ -219,7 +219,7 @@ Options (those of perftest 4.5 that softroce honours):
                              class (softroce's extension: perftest takes -T only with -R)
       --tclass=<value>       traffic class of the GRH, 0..255 (perftest's option for it): with -T
                              too, --tclass is the one the QPs use; no effect with -R, as perftest
-  -e, --events               wait on completion events instead of polling
+  -e, --events               wait on completion events instead of polling (not write tests, as perftest)
   -N, --noPeak               do not compute the peak bandwidth
       --report_gbits         report bandwidth in Gb/s instead of MB/s
       --output=<what>        print only the result's value, one line per size: bandwidth or
@@ -698,6 +698,10 @@ func (c *ptConfig) finish() string {
 	}
 	if c.mmapFile != "" && !ptMmapSupported {
 		return "--mmap is implemented on Linux only: leave it out to use ordinary memory"
+	}
+	if (c.events || c.vectorSet) && t.verb == ptWrite {
+		// perftest's parser, for -e and -X alike: its WRITE tests poll.
+		return "Events feature not available on WRITE verb"
 	}
 	if c.vectorSet && !c.events {
 		return "Events must be enabled to select a completion vector" // perftest's words

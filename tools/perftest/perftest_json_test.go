@@ -168,13 +168,13 @@ func TestPtJSONReport(t *testing.T) {
 				"RX_depth: 20,\nMtu: 1024,\n",
 				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\navg_lat: 7.500000,\n},\n}\n"},
-		{"lat -D, --cpu_util, events, server", "write_lat -D 2 --cpu_util -e", "rxe0", verbs.MTU4096,
+		{"lat -D, --cpu_util, events, server", "read_lat -D 2 --cpu_util -e", "rxe0", verbs.MTU4096,
 			ptResult{size: 2, latIter: 100000, latAvg: 20 * time.Microsecond, latPeriod: 2 * time.Second, cpu: 37.25},
-			"{\n" + ptJSONInfo("RDMA_Write_Latency_Test",
+			"{\n" + ptJSONInfo("RDMA_Read_Latency_Test",
 				"Test with events: Using_rxe0_comp0,\nDual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"Mtu: 4096,\n",
-				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
-				"results: {\nMsgSize: 2,\nn_iterations: 100000,\nt_avg: 10.00,\ntps_average: 50000.00,\nCPU_util: 37.25,\n},\n}\n"},
+				"GID_index: 1,\nOutstand_reads: 128,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
+				"results: {\nMsgSize: 2,\nn_iterations: 100000,\nt_avg: 20.00,\ntps_average: 50000.00,\nCPU_util: 37.25,\n},\n}\n"},
 		{"lat -D, --output=latency", "atomic_lat -D 1 --output=latency -A CMP_AND_SWAP 10.0.0.1", "rxe0", verbs.MTU1024,
 			ptResult{size: 8, latIter: 40000, latAvg: 25 * time.Microsecond, latPeriod: time.Second},
 			"{\n" + ptJSONInfo("Atomic_CMP_AND_SWAP_Latency_Test",
@@ -206,7 +206,7 @@ func TestPtBannerEventsTOS(t *testing.T) {
 	for _, tc := range []struct {
 		cmdline, want, not string
 	}{
-		{"write_bw -e 10.0.0.1", "                    RDMA_Write BW Test\n Test with events. Using rxe0_comp0\n Dual-port       : OFF", ""},
+		{"read_bw -e 10.0.0.1", "                    RDMA_Read BW Test\n Test with events. Using rxe0_comp0\n Dual-port       : OFF", ""},
 		{"write_bw -R -T 5 10.0.0.1", "\n Data ex. method : rdma_cm \tTOS    : 5\n" + ptResultLine, ""},
 		{"write_bw -R 10.0.0.1", "\n Data ex. method : rdma_cm\n" + ptResultLine, "TOS"},
 		{"write_bw -T 5 10.0.0.1", "\n Data ex. method : Ethernet\n" + ptResultLine, "TOS"}, // no rdma_cm: the GRH's, not shown, as perftest
@@ -455,7 +455,7 @@ func TestPtCQModLargeMessages(t *testing.T) {
 		{"write_bw", []string{"-s", "65536", "-Q", "10"}, 10, true},
 		{"write_bw", []string{"-s", "65536", "-Q", "1"}, 1, false},
 		{"write_bw", []string{"-a"}, 100, false},
-		{"write_bw", []string{"-e", "-s", "1048576"}, 100, false},
+		{"read_bw", []string{"-e", "-s", "1048576"}, 100, false},
 		{"read_bw", []string{"-s", "1048576"}, 1, false},
 		{"send_bw", []string{"-c", "UD", "-s", "2048"}, 100, false},
 	} {

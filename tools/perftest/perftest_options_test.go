@@ -157,6 +157,9 @@ func TestPtRelaxOrderOption(t *testing.T) {
 // when it parses them.
 func TestPtParseNewOptions(t *testing.T) {
 	ptParseWant(t, "send_bw", []string{"-X", "0"}, " Events must be enabled to select a completion vector\n")
+	// perftest's WRITE tests poll: -e and -X are refused there (its parser's words).
+	ptParseWant(t, "write_bw", []string{"-e"}, " Events feature not available on WRITE verb\n")
+	ptParseWant(t, "write_lat", []string{"-X", "0"}, " Events feature not available on WRITE verb\n")
 	ptParseWant(t, "send_bw", []string{"--vector=2049", "-e"}, "out of range")
 	if c := ptParseWant(t, "send_bw", []string{"-e", "-X", "0"}, ""); c == nil || !c.vectorSet {
 		t.Errorf("-e -X 0 refused")
