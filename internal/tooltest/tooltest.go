@@ -76,11 +76,41 @@ func FreeTCPPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// LoopPair returns two loopback addresses no other test is likely to use
-// for UDP 4791: 127.x.y.1 (server) and 127.x.y.2 (client).
+// loopPairs is the pairs LoopPair handed out in this process.
+var loopPairs struct {
+	sync.Mutex
+	used map[[2]int]bool
+}
+
+// LoopPair returns two loopback addresses no other test uses for UDP 4791:
+// 127.x.y.1 (server) and 127.x.y.2 (client), never the same pair twice in
+// one test process (parallel tests drew the same random pair), and
+// addresses whose port 4791 was free when drawn (another test process).
 func LoopPair() (string, string) {
-	x, y := 100+rand.IntN(150), 1+rand.IntN(250)
-	return fmt.Sprintf("127.%d.%d.1", x, y), fmt.Sprintf("127.%d.%d.2", x, y)
+	loopPairs.Lock()
+	defer loopPairs.Unlock()
+	if loopPairs.used == nil {
+		loopPairs.used = map[[2]int]bool{}
+	}
+	for try := 0; ; try++ {
+		k := [2]int{100 + rand.IntN(150), 1 + rand.IntN(250)}
+		a, b := fmt.Sprintf("127.%d.%d.1", k[0], k[1]), fmt.Sprintf("127.%d.%d.2", k[0], k[1])
+		if loopPairs.used[k] || try < 100 && !(udp4791Free(a) && udp4791Free(b)) {
+			continue
+		}
+		loopPairs.used[k] = true
+		return a, b
+	}
+}
+
+// udp4791Free reports whether UDP port 4791 of addr can be bound now.
+func udp4791Free(addr string) bool {
+	c, err := net.ListenPacket("udp4", net.JoinHostPort(addr, "4791"))
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // ProcResult is one finished process.
