@@ -128,12 +128,13 @@ func Open(cfg Config) (*Endpoint, error) {
 	return e, nil
 }
 
-// openSendSocket opens the socket the endpoint sends from (Config.
-// SendFromBound): the bound address with a port the kernel chooses, the
-// options the ICRC depends on (unconnected, IP_PMTUDISC_DO: the kernel
+// openSendSocket opens the socket the endpoint sends from (see
+// Config.SendFromBound): the bound address with a port the kernel chooses,
+// the options the ICRC depends on (unconnected, IP_PMTUDISC_DO: the kernel
 // writes IPv4 ID 0, or consecutive IDs for UDP GSO segments), and never
 // registered with Go's netpoller. Sends on it are raw sendmmsg calls; the
-// rare full send buffer is waited out in poll(2) (send).
+// rare full send buffer is waited out in poll(2) (sendRaw). Nothing reads
+// it: RoCEv2 peers answer to port 4791, the bound socket's.
 func (e *Endpoint) openSendSocket(bufSize int) error {
 	dom, a := unix.AF_INET, e.local.Addr()
 	if e.is6 {
