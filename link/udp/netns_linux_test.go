@@ -3,7 +3,9 @@ package udp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -138,6 +140,35 @@ func TestTwoHosts(t *testing.T) {
 		}
 		if s := a.Stats(); s.SendWaits == 0 {
 			t.Errorf("no send waited for room (Stats %+v): the send buffer never filled, the test proves nothing", s)
+		}
+
+		// Close while a send waits for room: both return at once (the
+		// 2000 datagrams would need about 1.7 s at 10 Mb/s), the send
+		// with net.ErrClosed.
+		big := linktest.Batch(2000, 0)
+		for i := range big {
+			big[i].Buf = linktest.Packet(nil, 0x11, uint32(i), linktest.Payload(i, 1024))
+			big[i].N, big[i].Dst = len(big[i].Buf), b4.LocalAddr()
+		}
+		go func() {
+			_, err := a.WriteBatch(big)
+			sent <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		start := time.Now()
+		if err := a.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		select {
+		case err := <-sent:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("WriteBatch cut short by Close = %v, want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("WriteBatch still waiting 5 s after Close")
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("Close and the waiting send took %v, want well under the 1.7 s the send needed", d)
 		}
 	})
 

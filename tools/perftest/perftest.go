@@ -381,7 +381,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.NumIn('I', "inline_size", &c.inline, 0, verbs.MaxInline)
 	g.NumIn('o', "outs", &c.outReads, 1, 128)
 	g.Str('A', "atomic_type", &c.atomicType)
-	g.NumIn('x', "gid-index", &c.gidx, 0, 255).Set = ptSetNumIn(&c.gidx, &c.gidxSet, 0, 255)
+	ptMarkSet(g.NumIn('x', "gid-index", &c.gidx, 0, 255), &c.gidxSet)
 	g.Num('S', "sl", &c.sl)
 	g.Num('u', "qp-timeout", &c.qpTimeout)
 	g.Num('T', "tos", &c.tos).Set = ptSetNum(&c.tos, &c.tosSet)
@@ -413,7 +413,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.NumIn(0, "burst_size", &c.burstSize, 0, math.MaxInt32)
 	g.NumIn('L', "hop_limit", &c.hopLimit, 0, 255)
 	// -X: perftest's MIN_EQ_NUM..MAX_EQ_NUM; the device checks it (ptRunOn).
-	g.NumIn('X', "vector", &c.vector, 0, 2048).Set = ptSetNumIn(&c.vector, &c.vectorSet, 0, 2048)
+	ptMarkSet(g.NumIn('X', "vector", &c.vector, 0, 2048), &c.vectorSet)
 	// raw Ethernet's IPv6 flow label, and inline receive: checked, no effect.
 	var flowLabel, inlineRecv int
 	g.NumIn(0, "flow_label", &flowLabel, 0, math.MaxInt32)
@@ -517,17 +517,15 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	return c, cli.ExitOK, true
 }
 
-// ptSetNumIn is ptSetNum for a value that must lie in lo..hi.
-func ptSetNumIn(p *int, set *bool, lo, hi int) func(string) error {
-	return func(s string) error {
-		v, err := cli.ParseNum(s, 64)
-		if err != nil {
+// ptMarkSet makes option o also record that it was given in *set, after
+// its own parsing and range check succeed.
+func ptMarkSet(o *cli.Gopt, set *bool) {
+	parse := o.Set
+	o.Set = func(s string) error {
+		if err := parse(s); err != nil {
 			return err
 		}
-		if v < int64(lo) || v > int64(hi) {
-			return fmt.Errorf("%s is out of range (%d..%d)", strings.TrimSpace(s), lo, hi)
-		}
-		*p, *set = int(v), true
+		*set = true
 		return nil
 	}
 }
