@@ -20,30 +20,22 @@ import (
 // Closing the endpoint (the device closes it) does not close w.
 type TeeEndpoint struct {
 	*tee.Endpoint
-	w     *Writer
-	local netip.AddrPort
-	mu    sync.Mutex
-	err   error
+	w   *Writer
+	mu  sync.Mutex
+	err error
 }
 
 // Tee wraps ep so that its traffic is written to w.
 func Tee(ep link.Endpoint, w *Writer) *TeeEndpoint {
-	t := &TeeEndpoint{w: w, local: link.SendAddr(ep)} // link/udp sends from a port of its own
+	t := &TeeEndpoint{w: w}
 	t.Endpoint = tee.New(ep, t.record)
 	return t
 }
 
-// record writes one datagram. A socket sends from its own address and port,
-// whatever source port the engine chose for the QP (rxe's per-QP port), so
-// sent datagrams are recorded with the address they really carry.
+// record writes one datagram, sent ones from the address they left from
+// (tee.Endpoint.WriteBatch: link/udp sends from a port of its own, or the
+// QP's with udp.Config.SourcePorts).
 func (t *TeeEndpoint) record(dir tee.Direction, src, dst netip.AddrPort, tos uint8, payload []byte) {
-	if dir == tee.Out {
-		if a := t.local.Addr(); a.IsValid() && !a.IsUnspecified() {
-			src = t.local
-		} else {
-			src = netip.AddrPortFrom(src.Addr(), t.local.Port())
-		}
-	}
 	if err := t.w.WritePacketTOS(time.Now(), src, dst, tos, payload); err != nil {
 		t.mu.Lock()
 		if t.err == nil {

@@ -79,6 +79,21 @@ type SendAddrer interface {
 	SendAddr() netip.AddrPort
 }
 
+// SourceReporter is an Endpoint whose WriteBatch sets each packet it sends
+// to its Src: the address and UDP port the datagram left from, which may
+// differ per packet (link/udp with per-QP source ports).
+type SourceReporter interface {
+	// ReportsSource reports whether WriteBatch sets Packet.Src.
+	ReportsSource() bool
+}
+
+// ReportsSource reports whether ep's WriteBatch sets each sent packet's
+// Src to the address it left from (a SourceReporter that says so).
+func ReportsSource(ep Endpoint) bool {
+	s, ok := ep.(SourceReporter)
+	return ok && s.ReportsSource()
+}
+
 // SendAddr returns the address ep's datagrams are sent from: SendAddr() if
 // ep is a SendAddrer, else LocalAddr().
 func SendAddr(ep Endpoint) netip.AddrPort {

@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/tee"
 	"github.com/softroce/softroce/link/udp"
 )
 
@@ -83,4 +85,57 @@ func TestUDPLossy(t *testing.T) {
 		}
 	}
 	t.Logf("retransmit sequences %d, duplicates answered by the responder %d", a.dev.Stats().Retransmits.Load(), b.dev.Stats().DupRequests.Load())
+}
+
+// TestUDPSourcePorts: on endpoints with udp.Config.SourcePorts, each side's
+// datagrams arrive from its QP's UDP source port (QP.SourcePort, rxe's
+// rule), and WRITE, READ and SEND complete over them.
+func TestUDPSourcePorts(t *testing.T) {
+	var mu sync.Mutex
+	from := map[string]map[netip.AddrPort]int{} // receiving side -> sources seen
+	open := func(addr, name string) (*udp.Endpoint, link.Endpoint) {
+		ep, err := udp.Listen(netip.MustParseAddrPort(addr), udp.WithAnyPort(), udp.WithSourcePorts(16))
+		if err != nil {
+			t.Skip("UDP loopback unavailable:", err)
+		}
+		from[name] = map[netip.AddrPort]int{}
+		return ep, tee.New(ep, func(d tee.Direction, src, _ netip.AddrPort, _ uint8, _ []byte) {
+			if d == tee.In {
+				mu.Lock()
+				from[name][src]++
+				mu.Unlock()
+			}
+		})
+	}
+	ua, ea := open("127.0.0.1:0", "a")
+	ub, eb := open("127.0.0.2:0", "b")
+	a, b := newPairOn(t, ea, eb, pairOpts{})
+	const big = 300 << 10
+	fill(a.buf[:big], 7)
+	postRecv(t, b, 1, 0, 4096)
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, big), RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()})
+	post(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 400000, big), RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()})
+	post(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 64)})
+	for _, wc := range waitWC(t, a.scq, 3, 10*time.Second) {
+		if wc.Status != WCSuccess {
+			t.Fatalf("%+v", wc)
+		}
+	}
+	waitWC(t, b.rcq, 1, 10*time.Second)
+	mustEqual(t, a.buf[400000:400000+big], a.buf[:big])
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range []struct {
+		name string
+		peer *side
+		ep   *udp.Endpoint
+	}{{"b", a, ua}, {"a", b, ub}} {
+		want := netip.AddrPortFrom(c.ep.LocalAddr().Addr(), c.peer.qp.SourcePort())
+		if len(from[c.name]) != 1 || from[c.name][want] == 0 {
+			t.Errorf("%s received from %v, want only from %v (the peer QP's source port)", c.name, from[c.name], want)
+		}
+		if st := c.ep.Stats(); st.SourcePortSockets != 1 || st.SourcePortFallbacks != 0 {
+			t.Errorf("sender of %s: SourcePortSockets, SourcePortFallbacks = %d, %d; want 1, 0", c.name, st.SourcePortSockets, st.SourcePortFallbacks)
+		}
+	}
 }

@@ -30,6 +30,9 @@ type Device struct {
 	Addr netip.AddrPort
 	// Netdev is the interface that holds Addr ("" if none does).
 	Netdev string
+	// QPPorts sends each QP's datagrams from its own UDP source port, as
+	// rxe does (the link's 'sport qp'; udp.Config.SourcePorts).
+	QPPorts bool
 }
 
 // ErrNoDevice and ErrAmbiguousDevice are wrapped by ResolveDevice's errors.
@@ -126,7 +129,7 @@ func ResolveIn(name string, links []LinkEntry, host []HostIface) (Device, error)
 
 // LinkDevice resolves a link to its current address.
 func LinkDevice(l *LinkEntry, host []HostIface) (Device, error) {
-	d := Device{Name: l.Name}
+	d := Device{Name: l.Name, QPPorts: l.Sport == SportQP}
 	if l.Netdev != "" {
 		ifc := IfaceByName(host, l.Netdev)
 		if ifc == nil {
@@ -312,6 +315,9 @@ type LinkEntry struct {
 	Name   string `json:"name"`
 	Netdev string `json:"netdev,omitempty"`
 	Addr   string `json:"addr,omitempty"` // IP or IP:port
+	// Sport is how the link picks UDP source ports: "qp" per QP, as rxe
+	// ("": one port for the whole device).
+	Sport string `json:"sport,omitempty"`
 }
 
 // AddrPort returns the link's configured address (invalid for netdev-only links).
@@ -323,6 +329,13 @@ func (l *LinkEntry) AddrPort() netip.AddrPort {
 	return ap
 }
 
+// SportQP is LinkEntry.Sport for per-QP UDP source ports.
+const SportQP = "qp"
+
+// QPPortSockets is the most per-port send sockets a device with per-QP
+// source ports opens (udp.Config.SourcePorts); QPs past them share one port.
+const QPPortSockets = 1024
+
 // Target describes what the link is bound to, e.g. "netdev eth0".
 func (l *LinkEntry) Target() string {
 	var s []string
@@ -331,6 +344,9 @@ func (l *LinkEntry) Target() string {
 	}
 	if l.Addr != "" {
 		s = append(s, "addr "+l.AddrPort().String())
+	}
+	if l.Sport != "" {
+		s = append(s, "sport "+l.Sport)
 	}
 	return strings.Join(s, " ")
 }

@@ -47,7 +47,11 @@ func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
 	if err != nil {
 		return nil, err
 	}
-	ep, err := udp.Listen(info.Addr, udp.WithLogger(Logger))
+	opts := []udp.Option{udp.WithLogger(Logger)}
+	if info.QPPorts {
+		opts = append(opts, udp.WithSourcePorts(QPPortSockets))
+	}
+	ep, err := udp.Listen(info.Addr, opts...)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("device %s: UDP %v is in use (another softroce tool on this device?): %w", info.Name, info.Addr, err)

@@ -40,18 +40,19 @@ type Stats struct {
 // Endpoint is a link.Endpoint that reports its traffic to a Func. It is safe
 // to change the callback with SetFunc while traffic flows.
 type Endpoint struct {
-	inner link.Endpoint
-	fn    atomic.Pointer[Func]
-	local netip.AddrPort
-	send  netip.AddrPort // link.SendAddr(inner)
-	stats Stats
+	inner   link.Endpoint
+	fn      atomic.Pointer[Func]
+	local   netip.AddrPort
+	send    netip.AddrPort // link.SendAddr(inner)
+	reports bool           // link.ReportsSource(inner)
+	stats   Stats
 }
 
 var _ link.Endpoint = (*Endpoint)(nil)
 
 // New wraps ep. fn may be nil (nothing is reported until SetFunc).
 func New(ep link.Endpoint, fn Func) *Endpoint {
-	e := &Endpoint{inner: ep, local: ep.LocalAddr(), send: link.SendAddr(ep)}
+	e := &Endpoint{inner: ep, local: ep.LocalAddr(), send: link.SendAddr(ep), reports: link.ReportsSource(ep)}
 	e.SetFunc(fn)
 	return e
 }
@@ -92,9 +93,10 @@ func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
 }
 
 // WriteBatch writes to the inner endpoint and reports each datagram it
-// sent. The source reported is Packet.Src when it holds a specific address
-// (the engine sets the QP's UDP source port there), else the address the
-// inner endpoint sends from (link.SendAddr).
+// sent, from the address it left from: Packet.Src as the inner endpoint
+// set it (link.SourceReporter: link/udp, whose source port may be the
+// QP's), else the address the inner endpoint sends from (link.SendAddr),
+// with Packet.Src's IP address when that one is a wildcard.
 func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	n, err := e.inner.WriteBatch(pkts)
 	if fp := e.fn.Load(); fp != nil && n > 0 {
@@ -102,8 +104,8 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 		for i := range pkts[:n] {
 			p := &pkts[i]
 			src := p.Src
-			if !src.IsValid() || src.Addr().IsUnspecified() {
-				src = e.send
+			if !e.reports || !src.IsValid() || src.Addr().IsUnspecified() {
+				src = e.sentFrom(src)
 			}
 			fn(Out, src, p.Dst, p.TOS, p.Buf[:p.N])
 		}
@@ -111,6 +113,20 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	}
 	return n, err
 }
+
+// sentFrom is the address a datagram with source src left from when the
+// inner endpoint does not say: its send address, with src's IP address if
+// that one is a wildcard.
+func (e *Endpoint) sentFrom(src netip.AddrPort) netip.AddrPort {
+	if a := e.send.Addr(); (!a.IsValid() || a.IsUnspecified()) && src.Addr().IsValid() && !src.Addr().IsUnspecified() {
+		return netip.AddrPortFrom(src.Addr(), e.send.Port())
+	}
+	return e.send
+}
+
+// ReportsSource reports whether the inner endpoint sets each sent packet's
+// Src (link.SourceReporter); the reports then carry it.
+func (e *Endpoint) ReportsSource() bool { return e.reports }
 
 // LocalAddr returns the inner endpoint's local address.
 func (e *Endpoint) LocalAddr() netip.AddrPort { return e.inner.LocalAddr() }

@@ -65,15 +65,17 @@ func TestTeeReportsBothDirections(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("got %d reports, want 4: %+v", len(got), got)
 	}
+	// The pipe sends from its own address whatever Src says, and the tee
+	// reports what the wire carried.
 	want := []seen{
 		{Out, a.LocalAddr(), b.LocalAddr(), "hello-"},
-		{Out, srcPort, b.LocalAddr(), "world-"},
+		{Out, a.LocalAddr(), b.LocalAddr(), "world-"},
 	}
 	if d := cmp.Diff(want, got[:2], cmp.Comparer(func(x, y netip.AddrPort) bool { return x == y })); d != "" {
 		t.Errorf("writes (-want +got):\n%s", d)
 	}
 	for _, s := range got[2:] {
-		if s.Dir != In || s.Dst != b.LocalAddr() || s.Src.Addr() != a.LocalAddr().Addr() {
+		if s.Dir != In || s.Dst != b.LocalAddr() || s.Src != a.LocalAddr() {
 			t.Errorf("read report %+v: want In from %v to %v", s, a.LocalAddr().Addr(), b.LocalAddr())
 		}
 	}
@@ -193,3 +195,57 @@ func TestTeeSendAddr(t *testing.T) {
 		t.Errorf("sent datagram reported from %v, want %v", got, want)
 	}
 }
+
+// reportEP is an inner endpoint that sends from a port of each packet's
+// own (link.SourceReporter), on a wildcard send address.
+type reportEP struct{ nullEP }
+
+func (reportEP) WriteBatch(p []link.Packet) (int, error) {
+	for i := range p {
+		p[i].Src = netip.AddrPortFrom(netip.MustParseAddr("192.0.2.1"), uint16(0xC000+i))
+	}
+	return len(p), nil
+}
+func (reportEP) SendAddr() netip.AddrPort { return netip.MustParseAddrPort("0.0.0.0:40000") }
+func (reportEP) ReportsSource() bool      { return true }
+
+// TestTeeReportsSource: behind a link.SourceReporter the tee reports each
+// datagram from the Src the link set; behind any other link, from the
+// link's send address (with Src's IP address when that one is a wildcard),
+// whatever Src the engine asked for.
+func TestTeeReportsSource(t *testing.T) {
+	var got []netip.AddrPort
+	rec := func(d Direction, src, _ netip.AddrPort, _ uint8, _ []byte) { got = append(got, src) }
+	dst := netip.MustParseAddrPort("192.0.2.2:4791")
+	asked := netip.MustParseAddrPort("192.0.2.1:49443")
+	batch := func() []link.Packet {
+		return []link.Packet{{Buf: make([]byte, 8), N: 8, Dst: dst, Src: asked}, {Buf: make([]byte, 8), N: 8, Dst: dst, Src: asked}}
+	}
+	for _, c := range []struct {
+		name    string
+		ep      link.Endpoint
+		reports bool
+		want    []netip.AddrPort
+	}{
+		{"reporter", reportEP{}, true, []netip.AddrPort{
+			netip.MustParseAddrPort("192.0.2.1:49152"), netip.MustParseAddrPort("192.0.2.1:49153")}},
+		{"wildcard send address", wildcardEP{}, false, []netip.AddrPort{
+			netip.MustParseAddrPort("192.0.2.1:40000"), netip.MustParseAddrPort("192.0.2.1:40000")}},
+		{"plain", nullEP{}, false, []netip.AddrPort{nullEP{}.LocalAddr(), nullEP{}.LocalAddr()}},
+	} {
+		got = nil
+		e := New(c.ep, rec)
+		if e.ReportsSource() != c.reports || link.ReportsSource(e) != c.reports {
+			t.Errorf("%s: ReportsSource() = %v, want %v", c.name, e.ReportsSource(), c.reports)
+		}
+		e.WriteBatch(batch())
+		if d := cmp.Diff(c.want, got, cmp.Comparer(func(x, y netip.AddrPort) bool { return x == y })); d != "" {
+			t.Errorf("%s: reported sources (-want +got):\n%s", c.name, d)
+		}
+	}
+}
+
+// wildcardEP sends from a wildcard address and does not report sources.
+type wildcardEP struct{ nullEP }
+
+func (wildcardEP) SendAddr() netip.AddrPort { return netip.MustParseAddrPort("0.0.0.0:40000") }

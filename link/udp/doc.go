@@ -71,6 +71,13 @@
 // RoCEv2 leaves the UDP source port to the sender (rxe derives one per QP)
 // and every receiver answers to port 4791, so nothing depends on it;
 // Config.SendFromBound sends from the bound socket and its port instead.
+// Config.SourcePorts sends each datagram from the port its link.Packet.Src
+// names (the engine's per-QP port, rxe's rule), for switches that spread
+// flows over paths by the 5-tuple (ECMP): one unwatched send socket per
+// port, opened on the port's first datagram, up to SourcePorts of them;
+// a batch then takes one sendmmsg per run of datagrams with one port.
+// WriteBatch sets each packet's Src to the address it left from
+// (link.SourceReporter), so that taps record what the wire carries.
 //
 // recvmmsg and sendmmsg never wait (MSG_DONTWAIT; waiting for the socket is
 // the netpoller's, through the connection's RawConn), so they are made as

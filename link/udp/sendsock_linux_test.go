@@ -2,8 +2,10 @@ package udp
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/softroce/softroce/link/linktest"
 	"github.com/softroce/softroce/wire"
+	"golang.org/x/sys/unix"
 )
 
 // epollWatched returns the descriptors registered with any epoll instance
@@ -97,5 +100,128 @@ func TestSendSocket(t *testing.T) {
 				t.Errorf("WriteBatch after Close = %d, %v; want 0, net.ErrClosed", n, err)
 			}
 		})
+	}
+}
+
+// freePort returns a UDP port free on addr's IP (bound and released).
+func freePort(t *testing.T, addr string) uint16 {
+	t.Helper()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return uint16(c.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// TestSourcePorts: with Config.SourcePorts each datagram leaves from the
+// port its Src names, on a socket per port (at most SourcePorts of them)
+// that the netpoller does not watch, with an ICRC for that port and Src
+// set to it on return; a port in use elsewhere, ports past the limit and
+// packets without a port leave from SendAddr. GSO still cuts runs of one
+// port, and Close closes every per-port socket.
+func TestSourcePorts(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			a, b := listen(t, addr, WithSourcePorts(3)), listen(t, addr)
+			ip := a.LocalAddr().Addr()
+			p1, p2, p3 := freePort(t, addr), freePort(t, addr), freePort(t, addr)
+			busy, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Close()
+			pb := uint16(busy.LocalAddr().(*net.UDPAddr).Port)
+			shared := a.SendAddr()
+			// ask: the port Src names (0: none); want: the port it must leave from.
+			// Three slots: p1, then pb (in use: its bind fails and it
+			// keeps a slot), then p2; p3 finds none left.
+			cases := []struct{ ask, want uint16 }{
+				{p1, p1}, {p1, p1}, {p1, p1}, {pb, shared.Port()}, {p2, p2}, {0, shared.Port()},
+				{p3, shared.Port()}, {p2, p2}, {p1, p1},
+			}
+			pkts := linktest.Batch(len(cases), 0)
+			var sent [][]byte
+			for i, c := range cases {
+				pkts[i].Buf = linktest.Packet(nil, 0x0A, uint32(i), linktest.Payload(i, 1000))
+				pkts[i].N, pkts[i].Dst = len(pkts[i].Buf), b.LocalAddr()
+				if c.ask != 0 {
+					pkts[i].Src = netip.AddrPortFrom(ip, c.ask)
+				}
+			}
+			if n, err := a.WriteBatch(pkts); n != len(pkts) || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			for i, c := range cases {
+				if want := netip.AddrPortFrom(ip, c.want); pkts[i].Src != want {
+					t.Errorf("packet %d: Src after WriteBatch = %v, want %v", i, pkts[i].Src, want)
+				}
+				sent = append(sent, pkts[i].Bytes())
+			}
+			got := readN(t, b, len(cases))
+			for i, p := range got {
+				if want := netip.AddrPortFrom(ip, cases[i].want); p.Src != want || !bytes.Equal(p.Bytes(), sent[i]) {
+					t.Errorf("datagram %d: from %v, want %v (same bytes: %v)", i, p.Src, want, bytes.Equal(p.Bytes(), sent[i]))
+				}
+				if _, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
+					t.Errorf("datagram %d: ICRC does not verify for source %v", i, p.Src)
+				}
+			}
+			st := a.Stats()
+			// Fallbacks: pb's datagram and p3's (a packet without a port
+			// asked for none).
+			if st.SourcePortSockets != 2 || st.SourcePortFallbacks != 2 {
+				t.Errorf("SourcePortSockets, SourcePortFallbacks = %d, %d; want 2, 2", st.SourcePortSockets, st.SourcePortFallbacks)
+			}
+			if a.GSO() && st.GSOMessages == 0 {
+				t.Error("no GSO message: runs of one port are not coalesced")
+			}
+			w := epollWatched(t)
+			var fds []int
+			for port, fd := range a.tx.ports {
+				if fd >= 0 {
+					fds = append(fds, fd)
+					if w[fd] {
+						t.Errorf("the socket of port %d (fd %d) is watched by an epoll instance", port, fd)
+					}
+				}
+			}
+			if len(fds) != 2 {
+				t.Fatalf("%d per-port sockets open, want 2", len(fds))
+			}
+			if err := a.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			for _, fd := range fds {
+				if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+					// The number may have been reused: only a socket bound
+					// to p1 or p2 would be ours.
+					if sa, err := unix.Getsockname(fd); err == nil {
+						t.Errorf("fd %d still open after Close (bound to %v)", fd, sa)
+					}
+				}
+			}
+			for _, p := range []uint16{p1, p2} {
+				c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, p)))
+				if err != nil {
+					t.Errorf("port %d not free after Close: %v", p, err)
+					continue
+				}
+				c.Close()
+			}
+		})
+	}
+	for _, c := range []struct {
+		name string
+		opts []Option
+	}{
+		{"with SendFromBound", []Option{WithSourcePorts(4), WithSendFromBound()}},
+		{"negative", []Option{WithSourcePorts(-1)}},
+		{"over the limit", []Option{WithSourcePorts(MaxSourcePorts + 1)}},
+	} {
+		if e, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), append(c.opts, WithAnyPort())...); err == nil {
+			e.Close()
+			t.Errorf("%s: Listen succeeded, want an error", c.name)
+		}
 	}
 }

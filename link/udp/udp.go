@@ -23,6 +23,9 @@ const (
 	// the endpoint uses SO_RCVBUFFORCE/SO_SNDBUFFORCE to go past
 	// net.core.rmem_max/wmem_max; otherwise the kernel clamps it silently.
 	DefaultSocketBuffer = 32 << 20
+	// MaxSourcePorts bounds Config.SourcePorts: rxe's per-QP ports span
+	// 0xC000..0xFFFF, 16384 of them.
+	MaxSourcePorts = 16384
 )
 
 var (
@@ -73,6 +76,20 @@ type Config struct {
 	// uses a per-QP hash); receivers, softroce's and the kernel's, answer
 	// to port 4791 (wire.UDPPort) whatever it is.
 	SendFromBound bool
+	// SourcePorts, when above 0, sends each datagram from the UDP source
+	// port its link.Packet.Src names (the engine puts the QP's port there,
+	// rxe's per-QP hash, docs/protocol.md §1.3), as rxe and RoCE NICs do,
+	// so that switches hashing on the 5-tuple spread QPs over paths (ECMP;
+	// several QPs per connection, as NCCL opens, then take several paths).
+	// A socket cannot send from another port than its own: the endpoint
+	// opens one unwatched send socket per port on its first datagram, at
+	// most SourcePorts of them. A port it cannot bind (in use on this
+	// address) and ports past the limit are sent from the shared send
+	// socket (SendAddr) and counted in Stats.SourcePortFallbacks. A batch
+	// takes one sendmmsg per run of datagrams with one port. 0 (the
+	// default): every datagram leaves from SendAddr. Not with
+	// SendFromBound.
+	SourcePorts int
 	// Logger receives rare events (buffer-size fallbacks, send errors);
 	// nil is silent.
 	Logger *slog.Logger
@@ -103,6 +120,10 @@ func WithoutGRO() Option { return func(c *Config) { c.NoGRO = true } }
 
 // WithSendFromBound sends from the bound socket (Config.SendFromBound).
 func WithSendFromBound() Option { return func(c *Config) { c.SendFromBound = true } }
+
+// WithSourcePorts sends from per-QP UDP source ports, with at most n
+// sockets (Config.SourcePorts).
+func WithSourcePorts(n int) Option { return func(c *Config) { c.SourcePorts = n } }
 
 // WithLogger sets the logger for rare events.
 func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
@@ -142,6 +163,12 @@ func (c *Config) normalize() error {
 	if c.MTU < 0 {
 		return fmt.Errorf("udp: negative MTU %d", c.MTU)
 	}
+	if c.SourcePorts < 0 || c.SourcePorts > MaxSourcePorts {
+		return fmt.Errorf("udp: SourcePorts %d out of range 0..%d", c.SourcePorts, MaxSourcePorts)
+	}
+	if c.SourcePorts > 0 && c.SendFromBound {
+		return errors.New("udp: SourcePorts and SendFromBound exclude each other: the bound socket has one port (leave one of them out)")
+	}
 	return nil
 }
 
@@ -166,6 +193,8 @@ type Stats struct {
 	EmptyReads           uint64 // recvmmsg tries that found nothing waiting
 	Waits                uint64 // times a reader waited for the socket to become readable
 	SendWaits            uint64 // times a send waited for room in the send socket's buffer
+	SourcePortSockets    uint64 // per-port send sockets opened (Config.SourcePorts)
+	SourcePortFallbacks  uint64 // datagrams sent from SendAddr because their port had no socket
 }
 
 type counters struct {
@@ -188,6 +217,8 @@ type counters struct {
 	emptyReads           atomic.Uint64
 	waits                atomic.Uint64
 	sendWaits            atomic.Uint64
+	portSockets          atomic.Uint64
+	portFallbacks        atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -203,7 +234,8 @@ func (c *counters) snapshot() Stats {
 		GROMessages:  c.groMessages.Load(), GROSegments: c.groSegments.Load(),
 		Syscalls: c.syscalls.Load(), Gathered: c.gathered.Load(),
 		EmptyReads: c.emptyReads.Load(), Waits: c.waits.Load(),
-		SendWaits: c.sendWaits.Load(),
+		SendWaits:         c.sendWaits.Load(),
+		SourcePortSockets: c.portSockets.Load(), SourcePortFallbacks: c.portFallbacks.Load(),
 	}
 }
 

@@ -60,23 +60,27 @@ type Endpoint struct {
 		pendMsg, pendOff, pendCount int
 	}
 	tx struct {
-		mu      sync.Mutex
-		fd      int // the send socket (openSendSocket), -1: send on the bound one
-		hdrs    []mmsghdr
-		iovs    []unix.Iovec
-		names   []sockaddr
-		oob     []byte
-		fn      func(fd uintptr) bool
-		off     int
-		end     int
-		got     int
-		errno   unix.Errno
-		msgPkts []int                     // packets per message (GSO)
-		icrc    wire.ICRCCache            // the ICRC prefix of a stream's packets
-		niov    int                       // iovecs the last build filled
-		frags   int                       // zero-copy sends: most pages per GSO message (0: no limit)
-		routes  map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
-		zones   map[string]uint32         // IPv6 zone name -> interface index
+		mu       sync.Mutex
+		fd       int // the send socket (openSendSocket), -1: send on the bound one
+		hdrs     []mmsghdr
+		iovs     []unix.Iovec
+		names    []sockaddr
+		oob      []byte
+		fn       func(fd uintptr) bool
+		off      int
+		end      int
+		got      int
+		errno    unix.Errno
+		msgPkts  []int                     // packets per message (GSO)
+		icrc     wire.ICRCCache            // the ICRC prefix of a stream's packets
+		niov     int                       // iovecs the last build filled
+		frags    int                       // zero-copy sends: most pages per GSO message (0: no limit)
+		routes   map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
+		zones    map[string]uint32         // IPv6 zone name -> interface index
+		cur      int                       // the socket the built messages go out on (-1: the bound one)
+		ports    map[uint16]int            // Config.SourcePorts: source port -> its socket (-1: none)
+		maxPorts int                       // Config.SourcePorts (0: off)
+		sndbuf   int                       // SO_SNDBUF of per-port sockets
 	}
 }
 
@@ -124,6 +128,9 @@ func Open(cfg Config) (*Endpoint, error) {
 		if err := e.openSendSocket(cfg.SocketBuffer); err != nil && e.log != nil {
 			e.log.Info("udp: no separate send socket; sending from the bound one", "err", err)
 		}
+		if e.tx.fd >= 0 {
+			e.tx.maxPorts, e.tx.sndbuf = cfg.SourcePorts, cfg.SocketBuffer
+		}
 	}
 	return e, nil
 }
@@ -136,20 +143,32 @@ func Open(cfg Config) (*Endpoint, error) {
 // rare full send buffer is waited out in poll(2) (sendRaw). Nothing reads
 // it: RoCEv2 peers answer to port 4791, the bound socket's.
 func (e *Endpoint) openSendSocket(bufSize int) error {
+	fd, addr, err := e.newSendSocket(bufSize, 0)
+	if err != nil {
+		return err
+	}
+	e.tx.fd, e.txAddr = fd, addr
+	return nil
+}
+
+// newSendSocket opens a send socket (openSendSocket) bound to the
+// endpoint's address and port (0: the kernel chooses) and returns it with
+// its address.
+func (e *Endpoint) newSendSocket(bufSize int, port uint16) (int, netip.AddrPort, error) {
 	dom, a := unix.AF_INET, e.local.Addr()
 	if e.is6 {
 		dom = unix.AF_INET6
 	}
 	fd, err := unix.Socket(dom, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
-		return os.NewSyscallError("socket", err)
+		return -1, netip.AddrPort{}, os.NewSyscallError("socket", err)
 	}
 	var sa unix.Sockaddr
 	if e.is6 {
-		sa = &unix.SockaddrInet6{Addr: a.As16(), ZoneId: e.scope}
+		sa = &unix.SockaddrInet6{Addr: a.As16(), Port: int(port), ZoneId: e.scope}
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
 	} else {
-		sa = &unix.SockaddrInet4{Addr: a.As4()}
+		sa = &unix.SockaddrInet4{Addr: a.As4(), Port: int(port)}
 	}
 	if err == nil {
 		err = e.pmtuDiscoverDo(fd)
@@ -164,17 +183,44 @@ func (e *Endpoint) openSendSocket(bufSize int) error {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return err
+		return -1, netip.AddrPort{}, err
 	}
-	var port int
 	switch sa := sa.(type) {
 	case *unix.SockaddrInet4:
-		port = sa.Port
+		port = uint16(sa.Port)
 	case *unix.SockaddrInet6:
-		port = sa.Port
+		port = uint16(sa.Port)
 	}
-	e.tx.fd, e.txAddr = fd, netip.AddrPortFrom(a, uint16(port))
-	return nil
+	return fd, netip.AddrPortFrom(a, port), nil
+}
+
+// portSocket returns the send socket for datagrams whose Packet.Src names
+// port (Config.SourcePorts), opening it on first use, and whether there is
+// one; without, the datagram leaves from the shared send socket. tx.mu held.
+func (e *Endpoint) portSocket(port uint16) (int, bool) {
+	tx := &e.tx
+	fd, ok := tx.ports[port]
+	if !ok {
+		fd = -1
+		if len(tx.ports) < tx.maxPorts {
+			var err error
+			if fd, _, err = e.newSendSocket(tx.sndbuf, port); err != nil {
+				fd = -1
+				if e.log != nil {
+					e.log.Debug("udp: no socket for a per-QP source port; its datagrams leave from the shared port", "port", port, "shared", e.txAddr, "err", err)
+				}
+			} else {
+				e.ctr.portSockets.Add(1)
+			}
+		}
+		if tx.ports == nil {
+			tx.ports = make(map[uint16]int)
+		}
+		if fd >= 0 || len(tx.ports) < tx.maxPorts {
+			tx.ports[port] = fd // past the limit nothing is recorded: no growth
+		}
+	}
+	return fd, fd >= 0
 }
 
 // bindSocket creates the socket with its options (setOptions) and binds it.
@@ -323,6 +369,10 @@ func (e *Endpoint) LocalAddr() netip.AddrPort { return e.local }
 // LocalAddr when the endpoint sends from its bound socket.
 func (e *Endpoint) SendAddr() netip.AddrPort { return e.txAddr }
 
+// ReportsSource reports that WriteBatch sets each sent packet's Src to the
+// address it left from (link.SourceReporter).
+func (e *Endpoint) ReportsSource() bool { return true }
+
 // MTU returns the IP MTU of the bound address's interface (or Config.MTU).
 func (e *Endpoint) MTU() int { return e.mtu }
 
@@ -362,6 +412,13 @@ func (e *Endpoint) Close() error {
 		serr = os.NewSyscallError("close", unix.Close(e.tx.fd))
 		e.tx.fd = -1
 	}
+	for port, fd := range e.tx.ports {
+		if fd >= 0 {
+			serr = errors.Join(serr, os.NewSyscallError("close", unix.Close(fd)))
+		}
+		delete(e.tx.ports, port)
+	}
+	e.tx.maxPorts = 0
 	e.tx.mu.Unlock()
 	return errors.Join(uerr, e.conn.Close(), serr)
 }
@@ -648,6 +705,10 @@ func (e *Endpoint) doWrite(fd uintptr) bool {
 // sizes (the last may be shorter) go to the kernel as one buffer that it
 // cuts into datagrams; the kernel numbers the IPv4 Identification of those
 // segments 0, 1, 2, ..., and each packet's ICRC is computed for its ID.
+//
+// Each packet handed to the kernel gets Src set to the address and port it
+// leaves from (SendAddr, or with Config.SourcePorts the port Src named), so
+// that taps (link/tee) record what the wire carries.
 func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	if e.closed.Load() {
 		return 0, errClosed
@@ -719,7 +780,7 @@ func (e *Endpoint) send(nm int) (int, error) {
 	}
 	tx := &e.tx
 	tx.off, tx.end = 0, nm
-	if tx.fd >= 0 {
+	if tx.cur >= 0 {
 		return e.sendRaw(nm)
 	}
 	for tx.off < nm {
@@ -742,14 +803,14 @@ func (e *Endpoint) send(nm int) (int, error) {
 // Close is not held up longer than that by a send.
 const sendPollMs = 10
 
-// sendRaw sends the nm prepared messages on the send socket (tx.fd, tx.mu
-// held) and returns how many went out. A full send buffer (EAGAIN) is
+// sendRaw sends the nm prepared messages on their send socket (tx.cur,
+// tx.mu held) and returns how many went out. A full send buffer (EAGAIN) is
 // waited out in poll(2) on this thread, outside the netpoller.
 func (e *Endpoint) sendRaw(nm int) (int, error) {
 	tx := &e.tx
-	pfd := [1]unix.PollFd{{Fd: int32(tx.fd), Events: unix.POLLOUT}}
+	pfd := [1]unix.PollFd{{Fd: int32(tx.cur), Events: unix.POLLOUT}}
 	for tx.off < nm {
-		n, errno := sendmmsg(uintptr(tx.fd), tx.hdrs[tx.off:nm])
+		n, errno := sendmmsg(uintptr(tx.cur), tx.hdrs[tx.off:nm])
 		e.ctr.syscalls.Add(1)
 		switch errno {
 		case 0:
@@ -835,6 +896,19 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			e.ctr.icrcFilled.Add(uint64(np))
 			return nm, np, err
 		}
+		fd, fallback := tx.fd, false
+		if sp := p.Src.Port(); tx.maxPorts > 0 && sp != 0 && sp != src.Port() {
+			f, ok := e.portSocket(sp)
+			if ok {
+				fd, src = f, netip.AddrPortFrom(src.Addr(), sp)
+			}
+			fallback = !ok
+		}
+		if np == 0 {
+			tx.cur = fd
+		} else if fd != tx.cur {
+			break // another socket: the next send takes p
+		}
 		b := p.Buf[:p.N]
 		size := p.Len()
 		id := uint16(0)
@@ -885,6 +959,10 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			miov += 3
 			e.ctr.gathered.Add(1)
 		}
+		if fallback {
+			e.ctr.portFallbacks.Add(1)
+		}
+		p.Src = src // the address it leaves from (WriteBatch's contract)
 		np++
 	}
 	finish()

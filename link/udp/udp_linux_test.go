@@ -455,7 +455,7 @@ func TestStats(t *testing.T) {
 // TestZeroAllocs pins the steady-state allocation count of a batched
 // write+read round at zero.
 func TestZeroAllocs(t *testing.T) {
-	for _, opts := range [][]Option{nil, {WithoutGSO(), WithoutGRO()}} {
+	for _, opts := range [][]Option{nil, {WithoutGSO(), WithoutGRO()}, {WithSourcePorts(4)}} {
 		for _, addr := range []string{"127.0.0.1:0", "[::1]:0", "0.0.0.0:0"} {
 			zeroAllocs(t, addr, opts...)
 		}
@@ -472,6 +472,7 @@ func zeroAllocs(t *testing.T, addr string, opts ...Option) {
 	for i := range wr {
 		wr[i].Buf = linktest.Packet(nil, 1, uint32(i), make([]byte, 4096))
 		wr[i].N, wr[i].Dst = len(wr[i].Buf), b.LocalAddr()
+		wr[i].Src = netip.AddrPortFrom(a.LocalAddr().Addr(), uint16(0xF123+i/(n/2))) // per-port sockets: two runs
 	}
 	for _, read := range []func([]link.Packet) (int, error){b.ReadBatch, b.ReadBatchView} {
 		allocs := testing.AllocsPerRun(20, func() {

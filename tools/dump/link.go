@@ -20,14 +20,18 @@ func init() {
 }
 
 const linkUsage = `Usage: softroce link [show] [-j] [NAME]
-       softroce link add NAME [type rxe] netdev DEV [addr IP[:PORT]]
-       softroce link add NAME addr IP[:PORT]
+       softroce link add NAME [type rxe] netdev DEV [addr IP[:PORT]] [sport qp]
+       softroce link add NAME addr IP[:PORT] [sport qp]
        softroce link delete NAME
 
 A link names a softroce device, as 'rdma link add rxe0 type rxe netdev eth0'
 does for the kernel's rxe. A netdev link uses the netdev's first IPv4
 address (else IPv6) and UDP port 4791; an addr link a fixed address.
 Every tool's -d flag takes a link name, a netdev or an IP address.
+'sport qp' sends each QP's datagrams from its own UDP source port, the one
+rxe would use (0xC000 and up), so that switches hashing on the 5-tuple
+spread QPs over paths (ECMP); it opens a socket per port, up to 1024. By
+default all of a device's datagrams leave from one port.
 Links are kept in $SOFTROCE_STATE, else $XDG_STATE_HOME/softroce/links.json,
 else ~/.local/state/softroce/links.json.
 `
@@ -69,13 +73,14 @@ type linkStatus struct {
 	PhysState string `json:"physical_state"`
 	Netdev    string `json:"netdev,omitempty"`
 	Addr      string `json:"addr,omitempty"`
+	Sport     string `json:"sport,omitempty"`
 	Problem   string `json:"problem,omitempty"`
 }
 
 // linkStatusOf reports a link as rdma reports rxe ports: ACTIVE/LINK_UP when its
 // netdev is up with carrier and holds the address, DOWN/DISABLED otherwise.
 func linkStatusOf(l *toolkit.LinkEntry, host []toolkit.HostIface) linkStatus {
-	s := linkStatus{Ifname: l.Name, Port: 1, State: "DOWN", PhysState: "DISABLED", Netdev: l.Netdev}
+	s := linkStatus{Ifname: l.Name, Port: 1, State: "DOWN", PhysState: "DISABLED", Netdev: l.Netdev, Sport: l.Sport}
 	d, err := toolkit.LinkDevice(l, host)
 	if d.Addr.IsValid() {
 		s.Addr = d.Addr.String()
@@ -152,6 +157,9 @@ func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 		if s.Addr != "" {
 			fmt.Fprintf(stdout, " addr %s", s.Addr)
 		}
+		if s.Sport != "" {
+			fmt.Fprintf(stdout, " sport %s", s.Sport)
+		}
 		if s.Problem != "" {
 			fmt.Fprintf(stdout, " (%s)", s.Problem)
 		}
@@ -203,8 +211,17 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 			if ap.Port() == 4791 {
 				l.Addr = ap.Addr().String()
 			}
+		case "sport":
+			switch v {
+			case toolkit.SportQP:
+				l.Sport = v
+			case "shared":
+				l.Sport = ""
+			default:
+				return usage("sport %q: want 'qp' (a UDP source port per QP, as rxe) or 'shared' (one per device, the default)", v)
+			}
 		default:
-			return usage("unknown keyword %q (want netdev, addr or type)", k)
+			return usage("unknown keyword %q (want netdev, addr, sport or type)", k)
 		}
 	}
 	if l.Netdev == "" && l.Addr == "" {

@@ -34,7 +34,8 @@ func TestLinkCommand(t *testing.T) {
 		{"link add rxe0 type rxe netdev eth0", 0, "", ""},
 		{"link add rxe0 netdev lo", 1, "", "link rxe0 already exists (netdev eth0); delete it first"},
 		{"link add x netdev eth9", 1, "", `no netdev "eth9" (netdevs: eth0, eth1, eth2, lo)`},
-		{"link add sr1 addr 10.0.0.2:5000", 0, "", ""},
+		{"link add sr1 addr 10.0.0.2:5000 sport qp", 0, "", ""},
+		{"link add bad addr 10.0.0.3 sport flow", 2, "", `sport "flow": want 'qp'`},
 		{"link add far addr 192.0.2.1", 0, "", "warning: 192.0.2.1 is not an address of this host"},
 		{"link add dup netdev eth0", 1, "", "netdev eth0 already has link rxe0"},
 		{"link add dup addr 10.0.0.2:5000", 1, "", "link sr1 already uses 10.0.0.2:5000"},
@@ -49,13 +50,13 @@ func TestLinkCommand(t *testing.T) {
 		{"link add nc netdev eth2", 0, "", "warning: netdev eth2 has no IP address yet"},
 		{"link add down6 netdev eth1", 0, "", ""},
 		{"link show", 0, `link rxe0/1 state ACTIVE physical_state LINK_UP netdev eth0 addr 10.0.0.1:4791
-link sr1/1 state ACTIVE physical_state LINK_UP netdev eth0 addr 10.0.0.2:5000
+link sr1/1 state ACTIVE physical_state LINK_UP netdev eth0 addr 10.0.0.2:5000 sport qp
 link far/1 state DOWN physical_state DISABLED addr 192.0.2.1:4791 (address not on this host)
 link nc/1 state DOWN physical_state DISABLED netdev eth2 (no IP address)
 link down6/1 state DOWN physical_state DISABLED netdev eth1 addr [fe80::2%eth1]:4791 (netdev eth1 is down)
 `, ""},
-		{"link show sr1", 0, "link sr1/1 state ACTIVE physical_state LINK_UP netdev eth0 addr 10.0.0.2:5000\n", ""},
-		{"link show nope", 1, "", `no link "nope" (links: rxe0 (netdev eth0), sr1 (addr 10.0.0.2:5000)`},
+		{"link show sr1", 0, "link sr1/1 state ACTIVE physical_state LINK_UP netdev eth0 addr 10.0.0.2:5000 sport qp\n", ""},
+		{"link show nope", 1, "", `no link "nope" (links: rxe0 (netdev eth0), sr1 (addr 10.0.0.2:5000 sport qp)`},
 		{"link delete far", 0, "", ""},
 		{"link del far", 1, "", `no link "far"`},
 		{"link frob", 2, "", `unknown subcommand "frob"`},
@@ -74,7 +75,7 @@ link down6/1 state DOWN physical_state DISABLED netdev eth1 addr [fe80::2%eth1]:
 	}
 	// -d resolution sees the links the command saved.
 	d, err := toolkit.ResolveDevice("sr1")
-	if err != nil || d.Addr.String() != "10.0.0.2:5000" {
+	if err != nil || d.Addr.String() != "10.0.0.2:5000" || !d.QPPorts {
 		t.Errorf("ResolveDevice(sr1) = %+v, %v", d, err)
 	}
 }
