@@ -71,6 +71,9 @@
 // RoCEv2 leaves the UDP source port to the sender (rxe derives one per QP)
 // and every receiver answers to port 4791, so nothing depends on it;
 // Config.SendFromBound sends from the bound socket and its port instead.
+// Nothing reads a send socket, so a socket filter (classic BPF, no
+// privilege needed) drops whatever is sent to its port, rather than let it
+// fill the socket's receive buffer for the endpoint's life.
 // Config.SourcePorts sends each datagram from the port its link.Packet.Src
 // names (the engine's per-QP port, rxe's rule), for switches that spread
 // flows over paths by the 5-tuple (ECMP): one unwatched send socket per

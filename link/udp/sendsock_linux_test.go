@@ -78,6 +78,8 @@ func TestSendSocket(t *testing.T) {
 				t.Errorf("the send socket (fd %d) is watched by an epoll instance (the netpoller)", a.tx.fd)
 			}
 
+			dropsReceived(t, a.SendAddr(), a.tx.fd)
+
 			c := listen(t, addr, WithSendFromBound())
 			if c.SendAddr() != c.LocalAddr() {
 				t.Errorf("SendFromBound: SendAddr() = %v, want LocalAddr() %v", c.SendAddr(), c.LocalAddr())
@@ -189,6 +191,7 @@ func TestSourcePorts(t *testing.T) {
 			if len(fds) != 2 {
 				t.Fatalf("%d per-port sockets open, want 2", len(fds))
 			}
+			dropsReceived(t, netip.AddrPortFrom(ip, p1), a.tx.ports[p1])
 			if err := a.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
@@ -223,5 +226,25 @@ func TestSourcePorts(t *testing.T) {
 			e.Close()
 			t.Errorf("%s: Listen succeeded, want an error", c.name)
 		}
+	}
+}
+
+// dropsReceived sends datagrams to a send socket's address (to, socket fd)
+// and checks that none is queued on it: nothing reads a send socket.
+func dropsReceived(t *testing.T, to netip.AddrPort, fd int) {
+	t.Helper()
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < 8; i++ {
+		if _, err := c.Write(make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Loopback delivers within the sending call.
+	if n, err := unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil || n != 0 {
+		t.Errorf("send socket %v (fd %d): %d bytes queued (err %v), want 0: nothing reads it", to, fd, n, err)
 	}
 }

@@ -141,7 +141,8 @@ func Open(cfg Config) (*Endpoint, error) {
 // writes IPv4 ID 0, or consecutive IDs for UDP GSO segments), and never
 // registered with Go's netpoller. Sends on it are raw sendmmsg calls; the
 // rare full send buffer is waited out in poll(2) (sendRaw). Nothing reads
-// it: RoCEv2 peers answer to port 4791, the bound socket's.
+// it: RoCEv2 peers answer to port 4791, the bound socket's, and a socket
+// filter drops whatever else arrives (dropReceived).
 func (e *Endpoint) openSendSocket(bufSize int) error {
 	fd, addr, err := e.newSendSocket(bufSize, 0)
 	if err != nil {
@@ -175,6 +176,7 @@ func (e *Endpoint) newSendSocket(bufSize int, port uint16) (int, netip.AddrPort,
 	}
 	if err == nil {
 		e.setBuffer(fd, bufSize, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF)
+		dropReceived(fd)
 		err = os.NewSyscallError("bind", unix.Bind(fd, sa))
 	}
 	if err == nil {
@@ -192,6 +194,22 @@ func (e *Endpoint) newSendSocket(bufSize int, port uint16) (int, netip.AddrPort,
 		port = uint16(sa.Port)
 	}
 	return fd, netip.AddrPortFrom(a, port), nil
+}
+
+// dropAll is a classic BPF program that accepts no datagram.
+var dropAll = [...]unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+
+// dropReceived makes the kernel drop whatever arrives on send socket fd,
+// which nothing reads (peers answer to port 4791): without it, datagrams
+// sent to its port would sit in its receive buffer for the socket's life,
+// up to net.core.rmem_default each, SourcePorts sockets of them. Where a
+// filter cannot be attached, the receive buffer is made the smallest the
+// kernel allows.
+func dropReceived(fd int) {
+	if unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+		&unix.SockFprog{Len: uint16(len(dropAll)), Filter: &dropAll[0]}) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 0)
+	}
 }
 
 // portSocket returns the send socket for datagrams whose Packet.Src names
