@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -39,6 +40,37 @@ func DeviceMAC(netdev string) [6]byte {
 	return mac
 }
 
+// UDPOptions returns the link/udp options of device d: the tools' logger,
+// and per-QP source ports when its link says 'sport qp'.
+func UDPOptions(d Device) []udp.Option {
+	opts := []udp.Option{udp.WithLogger(Logger)}
+	if d.QPPorts {
+		opts = append(opts, udp.WithSourcePorts(QPPortSockets))
+	}
+	return opts
+}
+
+// DeviceAt returns the device at address ap, as the link with that address
+// describes it (its 'sport'), or a plain device there when no link has it:
+// for the tools that take an address rather than -d (rping, krping).
+func DeviceAt(ap netip.AddrPort) Device {
+	d := Device{Name: ap.Addr().String(), Addr: ap}
+	st, err := LoadState()
+	if err != nil || len(st.Links) == 0 {
+		return d
+	}
+	host, err := HostInterfaces()
+	if err != nil {
+		return d
+	}
+	for i := range st.Links {
+		if ld, err := LinkDevice(&st.Links[i], host); err == nil && ld.Addr.Addr().WithZone("") == ap.Addr().WithZone("") && ld.Addr.Port() == ap.Port() {
+			return ld
+		}
+	}
+	return d
+}
+
 // OpenDevice opens the device name (-d) on a UDP socket. With pcapPath
 // set, every datagram it sends and receives is written there, framed as
 // Ethernet/IP/UDP with a valid ICRC (capture.Writer).
@@ -47,11 +79,7 @@ func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []udp.Option{udp.WithLogger(Logger)}
-	if info.QPPorts {
-		opts = append(opts, udp.WithSourcePorts(QPPortSockets))
-	}
-	ep, err := udp.Listen(info.Addr, opts...)
+	ep, err := udp.Listen(info.Addr, UDPOptions(info)...)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("device %s: UDP %v is in use (another softroce tool on this device?): %w", info.Name, info.Addr, err)

@@ -308,7 +308,9 @@ type cmDevice struct {
 // datagram the device sends and receives there.
 func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
 	cfg := &verbs.Config{Name: "softroce0", MAC: macOf(addr), Logger: toolkit.Logger}
-	ep, err := udp.Listen(netip.AddrPortFrom(addr, 4791))
+	ap := netip.AddrPortFrom(addr, 4791)
+	ep, err := udp.Listen(ap, toolkit.UDPOptions(toolkit.DeviceAt(ap))...) // a link's 'sport qp'
+
 	if err != nil {
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
 	}

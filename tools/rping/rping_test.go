@@ -193,9 +193,14 @@ func TestRpingNoServer(t *testing.T) {
 // client is retried while the server is not listening yet.
 func rpingPair(t *testing.T, timeout time.Duration, server, client []string) (tooltest.ProcResult, tooltest.ProcResult) {
 	t.Helper()
+	return rpingPairEnv(t, timeout, tooltest.Env(t), server, client)
+}
+
+// rpingPairEnv is rpingPair in environment env (tooltest.Env, with links).
+func rpingPairEnv(t *testing.T, timeout time.Duration, env, server, client []string) (tooltest.ProcResult, tooltest.ProcResult) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	env := tooltest.Env(t)
 	waitS := tooltest.StartProc(ctx, t, env, server)
 	// A REQ sent before the server's device is up is lost and resent only
 	// after the CM response timeout (4.3 s): give the server a moment.
