@@ -63,16 +63,10 @@ func TestBulkImpaired(t *testing.T) {
 		t.Run(imp.name, func(t *testing.T) {
 			for _, op := range bulkOps {
 				t.Run(op.name, func(t *testing.T) {
-					for _, softroceServer := range []bool{false, true} {
-						name := "kernel-server"
-						if softroceServer {
-							name = "softroce-server"
-						}
-						t.Run(name, func(t *testing.T) {
-							need(t, false)
-							bulkCase(t, imp, op.name, op.serverData, softroceServer)
-						})
-					}
+					bothRoles(t, func(t *testing.T, softroceServer bool) {
+						need(t, false)
+						bulkCase(t, imp, op.name, op.serverData, softroceServer)
+					})
 				})
 			}
 		})

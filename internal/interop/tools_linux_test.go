@@ -108,21 +108,26 @@ var families = []family{
 func TestTools(t *testing.T) {
 	for _, f := range families {
 		t.Run(f.name, func(t *testing.T) {
-			for _, softroceServer := range []bool{false, true} {
-				name := "kernel-server"
-				if softroceServer {
-					name = "softroce-server"
-				}
-				t.Run(name, func(t *testing.T) {
-					need(t, f.smoke)
-					g := bootGuest(t, 0)
-					srv, cli := f.endpoints(g, softroceServer)
-					srv, cli = withPcap(t, srv), withPcap(t, cli)
-					run := runPair(t, srv, cli, f.listen, 120*time.Second)
-					f.check(t, run)
-				})
-			}
+			bothRoles(t, func(t *testing.T, softroceServer bool) {
+				need(t, f.smoke)
+				g := bootGuest(t, 0)
+				srv, cli := f.endpoints(g, softroceServer)
+				srv, cli = withPcap(t, srv), withPcap(t, cli)
+				run := runPair(t, srv, cli, f.listen, 120*time.Second)
+				f.check(t, run)
+			})
 		})
+	}
+}
+
+// bothRoles runs fn as subtests with the kernel as server, then softroce.
+func bothRoles(t *testing.T, fn func(t *testing.T, softroceServer bool)) {
+	for _, softroceServer := range []bool{false, true} {
+		name := "kernel-server"
+		if softroceServer {
+			name = "softroce-server"
+		}
+		t.Run(name, func(t *testing.T) { fn(t, softroceServer) })
 	}
 }
 
