@@ -169,7 +169,7 @@ func (d *Device) write(pkts []link.Packet) {
 		n, err := d.ep.WriteBatch(pkts)
 		var bytes uint64
 		for i := 0; i < n; i++ {
-			bytes += uint64(pkts[i].N)
+			bytes += uint64(pkts[i].Len()) // with a zero-copy payload
 		}
 		d.stats.TxBytes.Add(bytes)
 		d.stats.TxPackets.Add(uint64(n))

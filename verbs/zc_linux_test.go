@@ -78,6 +78,13 @@ func TestZeroCopySend(t *testing.T) {
 		} else if za != wantA || zb != wantB {
 			t.Errorf("noZC %v: zero-copy packets %d and %d, want %d and %d", noZC, za, zb, wantA, wantB)
 		}
+		// TxBytes counts a payload sent in place as well: each side sent
+		// what the other received (loopback loses nothing), datagram bytes.
+		for _, d := range [][2]*side{{a, b}, {b, a}} {
+			if tx, rx := d[0].dev.stats.TxBytes.Load(), d[1].dev.stats.RxBytes.Load(); tx != rx {
+				t.Errorf("noZC %v: one side's TxBytes %d, the other's RxBytes %d: want equal", noZC, tx, rx)
+			}
+		}
 	}
 }
 
