@@ -310,7 +310,6 @@ func openCMDevice(addr netip.Addr, pcapPath string) (*cmDevice, error) {
 	cfg := &verbs.Config{Name: "softroce0", MAC: macOf(addr), Logger: toolkit.Logger}
 	ap := netip.AddrPortFrom(addr, 4791)
 	ep, err := udp.Listen(ap, toolkit.UDPOptions(toolkit.DeviceAt(ap))...) // a link's 'sport qp'
-
 	if err != nil {
 		return nil, fmt.Errorf("opening a softroce device on %v: %w", addr, err)
 	}
