@@ -136,6 +136,24 @@ func checkAccess(a Access) error {
 // device's MR count (ENOMEM) or size (EINVAL) limits fail (Config.MaxMR,
 // Config.MaxMRSize).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	iova := uint64(0)
+	if access&AccessZeroBased == 0 {
+		iova = bufAddr(buf)
+	}
+	return pd.RegMRIOVA(buf, iova, access)
+}
+
+// RegMRIOVA registers buf as RegMR does, with iova as the address of its
+// first byte in the region's address space (ibv_reg_mr_iova2): SGEs and
+// remote accesses name iova plus an offset. A zero-based region
+// (AccessZeroBased) must have iova 0.
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if access&AccessZeroBased != 0 && iova != 0 {
+		return nil, newErr("reg mr", "a zero-based MR must have iova 0", syscall.EINVAL)
+	}
+	if iova+uint64(len(buf)) < iova {
+		return nil, newErr("reg mr", "iova plus length wraps around", syscall.EINVAL)
+	}
 	if err := checkAccess(access); err != nil {
 		return nil, err
 	}
@@ -147,10 +165,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	d := pd.dev
 	d.prefault("reg mr", buf, access)
-	mr := &MR{dev: d, pd: pd, buf: buf, access: access, valid: true}
-	if access&AccessZeroBased == 0 {
-		mr.iova = bufAddr(buf)
-	}
+	mr := &MR{dev: d, pd: pd, buf: buf, access: access, valid: true, iova: iova}
 	d.mrMu.Lock()
 	if d.mrLive >= d.maxMR() {
 		d.mrMu.Unlock()

@@ -71,6 +71,9 @@ type SRQ struct {
 	destroyed bool
 }
 
+// Context returns the user context given at creation.
+func (s *SRQ) Context() any { return s.ctx }
+
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(attr SRQAttr, ctx any) (*SRQ, error) {
 	if attr.MaxWR < 1 || attr.MaxWR > maxQPWR || attr.MaxSGE > maxSRQSGE {

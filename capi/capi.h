@@ -1,0 +1,94 @@
+//go:build linux && cgo && softroce_capi
+
+// capi.h: the private structs that follow the public libibverbs structs a
+// program reads. Each public struct comes first, so a program's pointer is
+// also a pointer to ours; the uintptr_t handle names the Go object.
+#ifndef SOFTROCE_CAPI_H
+#define SOFTROCE_CAPI_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <infiniband/verbs.h>
+
+#define SR_MAX_DEVICES 64
+#define SR_WR_BATCH 64
+
+struct sr_device {
+	struct ibv_device dev;
+	// Room for what rdma-core's struct verbs_device keeps after ibv_device
+	// (the driver ops pointer mlx5dv_is_supported compares): zero.
+	char verbs_device_room[512];
+	int index;
+	uint64_t guid;
+};
+
+struct sr_context {
+	uintptr_t h;
+	int closed;
+	struct verbs_context vctx; /* must be last: ibv_context is its last member */
+};
+
+struct sr_pd {
+	struct ibv_pd pd;
+	uintptr_t h;
+};
+
+struct sr_mr {
+	struct ibv_mr mr;
+	uintptr_t h;
+};
+
+struct sr_mw {
+	struct ibv_mw mw;
+	uintptr_t h;
+};
+
+struct sr_ah {
+	struct ibv_ah ah;
+	uintptr_t h;
+};
+
+struct sr_comp_channel {
+	struct ibv_comp_channel ch;
+	uintptr_t h;
+};
+
+struct sr_cq {
+	struct ibv_cq_ex cqx; /* every CQ is an ibv_cq_ex */
+	uintptr_t h;
+	struct ibv_wc cur;     /* the completion the extended poll API is on */
+};
+
+struct sr_srq {
+	struct ibv_srq srq;
+	uintptr_t h;
+	uint32_t srq_num;
+};
+
+/* The ibv_wr_* post API builds work requests here; wr_complete posts them. */
+struct sr_wr_batch {
+	int n;
+	int err;
+	struct ibv_send_wr wr[SR_WR_BATCH];
+	struct ibv_sge sge[SR_WR_BATCH];
+	struct ibv_sge *sgl[SR_WR_BATCH]; /* a list given by wr_set_sge_list */
+	char inl[SR_WR_BATCH][64];
+	struct ibv_sge inl_sge[SR_WR_BATCH];
+};
+
+struct sr_qp {
+	struct ibv_qp_ex qpx; /* every QP is an ibv_qp_ex */
+	uintptr_t h;
+	struct sr_wr_batch *batch; /* the ibv_wr_* API, allocated on first use */
+	pthread_mutex_t batch_mu;
+};
+
+/* What Go writes into (inline helpers the Go side calls). */
+static inline uintptr_t sr_mw_h(struct ibv_mw *mw) { return mw ? ((struct sr_mw *)mw)->h : 0; }
+static inline uintptr_t sr_mr_h(struct ibv_mr *mr) { return mr ? ((struct sr_mr *)mr)->h : 0; }
+static inline uintptr_t sr_ah_h(struct ibv_ah *ah) { return ah ? ((struct sr_ah *)ah)->h : 0; }
+static inline uint32_t sr_send_wr_imm(struct ibv_send_wr *wr) { return wr->imm_data; }
+static inline uint32_t sr_send_wr_inv(struct ibv_send_wr *wr) { return wr->invalidate_rkey; }
+
+#endif

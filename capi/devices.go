@@ -1,0 +1,555 @@
+//go:build linux && cgo && softroce_capi
+
+package main
+
+/*
+#include "capi.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/link/udp"
+	"github.com/softroce/softroce/verbs"
+	"github.com/softroce/softroce/wire"
+)
+
+// Environment variables the library reads.
+const (
+	// envDevice names the one device the process sees (softroce exec -d):
+	// a link, a netdev or an address, as the Go tools' -d.
+	envDevice = "SOFTROCE_DEVICE"
+	// envAddr is the IP address (or IP:port) the device binds, overriding
+	// the link's or the automatic loopback choice.
+	envAddr = "SOFTROCE_ADDR"
+	// envDebug turns on the library's debug log on stderr.
+	envDebug = "SOFTROCE_DEBUG"
+)
+
+// devSpec is one device of the list: what the Go tools would open for it.
+type devSpec struct {
+	info toolkit.Device
+	// auto: a loopback device with no fixed address; each process binds
+	// the first 127.0.0.x whose UDP port 4791 is free.
+	auto bool
+}
+
+// openDev is a device some context of this process has open: one Go
+// verbs.Device per listed device, shared by the contexts (and so by
+// verbs objects and, later, rdma_cm ids).
+type openDev struct {
+	spec devSpec
+	dev  *verbs.Device
+	refs int
+	ctxs map[*devCtx]struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+var (
+	devMu    sync.Mutex
+	devList  []devSpec
+	devErr   error
+	devOnce  sync.Once
+	devsOpen = map[int]*openDev{}
+)
+
+func loadDevices() {
+	devOnce.Do(func() {
+		if name := os.Getenv(envDevice); name != "" {
+			d, err := toolkit.ResolveDevice(name)
+			if err != nil {
+				devErr = err
+				warn("%s=%s: %v", envDevice, name, err)
+				return
+			}
+			devList = []devSpec{{info: d}}
+			return
+		}
+		st, err := toolkit.LoadState()
+		if err != nil || len(st.Links) == 0 {
+			d, _ := toolkit.ResolveIn("", nil, nil)
+			d.Name = "lo"
+			devList = []devSpec{{info: d, auto: true}}
+			return
+		}
+		for i := range st.Links {
+			d, err := toolkit.ResolveDevice(st.Links[i].Name)
+			if err != nil {
+				warn("link %s: %v", st.Links[i].Name, err)
+				continue
+			}
+			devList = append(devList, devSpec{info: d})
+		}
+	})
+}
+
+func warn(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "softroce: "+format+"\n", args...)
+}
+
+//export srgo_num_devices
+func srgo_num_devices() C.int {
+	loadDevices()
+	if devErr != nil {
+		return -C.int(syscall.ENODEV)
+	}
+	return C.int(len(devList))
+}
+
+//export srgo_device_info
+func srgo_device_info(i C.int, name *C.char, n C.int, guid *C.uint64_t) C.int {
+	loadDevices()
+	if int(i) < 0 || int(i) >= len(devList) {
+		return -1
+	}
+	s := devList[i]
+	b := unsafe.Slice((*byte)(unsafe.Pointer(name)), int(n))
+	m := copy(b[:len(b)-1], s.info.Name)
+	b[m] = 0
+	devMu.Lock()
+	od := devsOpen[int(i)]
+	devMu.Unlock()
+	if od != nil {
+		*guid = C.uint64_t(od.dev.QueryDevice().NodeGUID)
+	} else {
+		*guid = C.uint64_t(guidOf(s.info.Addr.Addr()))
+	}
+	return 0
+}
+
+// guidOf is the node GUID a device bound to a gets (verbs derives it from
+// the link-local GID of the address's locally administered MAC).
+func guidOf(a netip.Addr) uint64 {
+	b := a.Unmap().AsSlice()
+	if len(b) < 4 {
+		return 0
+	}
+	mac := [6]byte{0x02, 0x00}
+	copy(mac[2:], b[len(b)-4:])
+	return uint64(mac[0]^0x02)<<56 | uint64(mac[1])<<48 | uint64(mac[2])<<40 | 0xff<<32 | 0xfe<<24 |
+		uint64(mac[3])<<16 | uint64(mac[4])<<8 | uint64(mac[5])
+}
+
+//export srgo_num_comp_vectors
+func srgo_num_comp_vectors() C.int { return 1 } // as rxe
+
+// devCtx is one ibv_context: its device and its async event queue.
+type devCtx struct {
+	od      *openDev
+	idx     int
+	cptr    uintptr // struct ibv_context *
+	asyncFd int
+
+	mu     sync.Mutex
+	events []C.struct_ibv_async_event
+}
+
+//export srgo_open
+func srgo_open(idx C.int, cctx *C.struct_ibv_context, asyncFd C.int, errp *C.int) C.uintptr_t {
+	loadDevices()
+	if int(idx) < 0 || int(idx) >= len(devList) {
+		*errp = C.int(syscall.ENODEV)
+		return 0
+	}
+	devMu.Lock()
+	defer devMu.Unlock()
+	od := devsOpen[int(idx)]
+	if od == nil {
+		dev, err := openDevice(devList[idx])
+		if err != nil {
+			warn("%v", err)
+			*errp = C.int(errnoOf(err, syscall.ENODEV))
+			return 0
+		}
+		od = &openDev{spec: devList[idx], dev: dev, ctxs: map[*devCtx]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+		devsOpen[int(idx)] = od
+		go od.routeAsync()
+	}
+	c := &devCtx{od: od, idx: int(idx), cptr: uintptr(unsafe.Pointer(cctx)), asyncFd: int(asyncFd)}
+	h := handles.add(c)
+	if h == 0 {
+		*errp = C.int(syscall.ENOMEM)
+		return 0
+	}
+	od.refs++
+	od.ctxs[c] = struct{}{}
+	return C.uintptr_t(h)
+}
+
+//export srgo_close
+func srgo_close(h C.uintptr_t) C.int {
+	c, ok := lookup[*devCtx](uintptr(h))
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	handles.remove(uintptr(h))
+	devMu.Lock()
+	defer devMu.Unlock()
+	od := c.od
+	delete(od.ctxs, c)
+	od.refs--
+	if od.refs == 0 {
+		close(od.stop)
+		od.dev.Close()
+		<-od.done
+		delete(devsOpen, c.idx)
+	}
+	return 0
+}
+
+// openDevice binds the device's UDP socket and starts its engine.
+func openDevice(s devSpec) (*verbs.Device, error) {
+	info := s.info
+	if a := os.Getenv(envAddr); a != "" {
+		ap, err := toolkit.ParseDeviceAddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: %v", envAddr, a, err)
+		}
+		info.Addr, s.auto = ap, false
+	}
+	var ep *udp.Endpoint
+	var err error
+	if s.auto {
+		// Each process on one host gets its own loopback address.
+		for x := 1; x < 255; x++ {
+			ap := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(x)}), wire.UDPPort)
+			ep, err = udp.Listen(ap, toolkit.UDPOptions(info)...)
+			if err == nil {
+				info.Addr = ap
+				break
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("device %s: %v: %w", info.Name, ap, err)
+			}
+		}
+		if ep == nil {
+			return nil, fmt.Errorf("device %s: UDP port %d is in use on every address 127.0.0.1-254: set %s to a free address", info.Name, wire.UDPPort, envAddr)
+		}
+	} else {
+		ep, err = udp.Listen(info.Addr, toolkit.UDPOptions(info)...)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				who := udpHolder(info.Addr)
+				return nil, fmt.Errorf("device %s: UDP %v is in use%s: another process has this device; give this one its own address (%s=IP, or softroce exec -d with another link)", info.Name, info.Addr, who, envAddr)
+			}
+			return nil, fmt.Errorf("device %s: %v: %w", info.Name, info.Addr, err)
+		}
+	}
+	var cfg verbs.Config
+	cfg.Name = info.Name
+	cfg.MAC = toolkit.DeviceMAC(info.Netdev)
+	if os.Getenv(envDebug) != "" {
+		cfg.Logger = debugLogger()
+	}
+	dev, err := verbs.Open(ep, &cfg)
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("device %s: %w", info.Name, err)
+	}
+	return dev, nil
+}
+
+// udpHolder names the process holding UDP address ap, as " by pid N
+// (comm)", or "" when it cannot be known (another user's process).
+func udpHolder(ap netip.AddrPort) string {
+	inode := udpInode(ap)
+	if inode == "" {
+		return ""
+	}
+	want := "socket:[" + inode + "]"
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + p.Name() + "/fd")
+		for _, fd := range fds {
+			if l, _ := os.Readlink("/proc/" + p.Name() + "/fd/" + fd.Name()); l == want {
+				comm, _ := os.ReadFile("/proc/" + p.Name() + "/comm")
+				return fmt.Sprintf(" by pid %s (%s)", p.Name(), strings.TrimSpace(string(comm)))
+			}
+		}
+	}
+	return ""
+}
+
+// udpInode finds the socket inode bound to ap in /proc/net/udp{,6}.
+func udpInode(ap netip.AddrPort) string {
+	file, want := "/proc/net/udp", ""
+	if ap.Addr().Is4() {
+		b := ap.Addr().As4()
+		want = fmt.Sprintf("%02X%02X%02X%02X:%04X", b[3], b[2], b[1], b[0], ap.Port())
+	} else {
+		file = "/proc/net/udp6"
+		b := ap.Addr().As16()
+		for i := 0; i < 16; i += 4 {
+			want += fmt.Sprintf("%02X%02X%02X%02X", b[i+3], b[i+2], b[i+1], b[i])
+		}
+		want += fmt.Sprintf(":%04X", ap.Port())
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[1] == want {
+			return f[9]
+		}
+	}
+	return ""
+}
+
+// routeAsync hands the device's async events to the contexts whose objects
+// they concern (port events to every context).
+func (od *openDev) routeAsync() {
+	defer close(od.done)
+	for {
+		select {
+		case <-od.stop:
+			return
+		case ev, ok := <-od.dev.AsyncEvents():
+			if !ok {
+				return
+			}
+			od.route(ev)
+		}
+	}
+}
+
+func (od *openDev) route(ev verbs.AsyncEvent) {
+	var ce C.struct_ibv_async_event
+	ce.event_type = C.enum_ibv_event_type(ev.Type)
+	elem := (*uintptr)(unsafe.Pointer(&ce.element))
+	var to *devCtx
+	switch {
+	case ev.QP != nil:
+		r, ok := ev.QP.Context().(*qpRec)
+		if !ok {
+			return
+		}
+		*elem, to = r.cptr, r.ctx
+		r.asyncReported.Add(1)
+	case ev.CQ != nil:
+		r, ok := ev.CQ.Context().(*cqRec)
+		if !ok {
+			return
+		}
+		*elem, to = r.cptr, r.ctx
+		r.asyncReported.Add(1)
+	case ev.SRQ != nil:
+		r, ok := ev.SRQ.Context().(*srqRec)
+		if !ok {
+			return
+		}
+		*elem, to = r.cptr, r.ctx
+		r.asyncReported.Add(1)
+	case ev.MR != nil:
+		return // no libibverbs event for a provider's revocation
+	default:
+		*(*C.int)(unsafe.Pointer(&ce.element)) = C.int(ev.Port)
+	}
+	devMu.Lock()
+	defer devMu.Unlock()
+	for c := range od.ctxs {
+		if to == nil || to == c {
+			c.mu.Lock()
+			c.events = append(c.events, ce)
+			c.mu.Unlock()
+			signalFd(c.asyncFd)
+		}
+	}
+}
+
+// signalFd adds one to an eventfd (EFD_SEMAPHORE): one read per event.
+func signalFd(fd int) {
+	one := [8]byte{1}
+	for {
+		_, err := syscall.Write(fd, one[:])
+		if err != syscall.EINTR {
+			return
+		}
+	}
+}
+
+//export srgo_take_async_event
+func srgo_take_async_event(h C.uintptr_t, ev *C.struct_ibv_async_event) C.int {
+	c, ok := lookup[*devCtx](uintptr(h))
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.events) == 0 {
+		return 1
+	}
+	*ev = c.events[0]
+	c.events = c.events[1:]
+	return 0
+}
+
+// dev returns the verbs device of context handle h.
+func ctxDev(h C.uintptr_t) (*devCtx, *verbs.Device, bool) {
+	c, ok := lookup[*devCtx](uintptr(h))
+	if !ok {
+		return nil, nil, false
+	}
+	return c, c.od.dev, true
+}
+
+// errnoOf is err's errno (verbs errors carry one), or def.
+func errnoOf(err error, def syscall.Errno) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return def
+}
+
+func cerr(err error) C.int {
+	if err == nil {
+		return 0
+	}
+	return C.int(errnoOf(err, syscall.EINVAL))
+}
+
+//export srgo_query_device
+func srgo_query_device(h C.uintptr_t, a *C.struct_ibv_device_attr) C.int {
+	_, d, ok := ctxDev(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	v := d.QueryDevice()
+	*a = C.struct_ibv_device_attr{}
+	fw := unsafe.Slice((*byte)(unsafe.Pointer(&a.fw_ver[0])), len(a.fw_ver))
+	copy(fw[:len(fw)-1], v.FWVer)
+	a.node_guid = C.__be64(bswap64(v.NodeGUID))
+	a.sys_image_guid = C.__be64(bswap64(v.SysImageGUID))
+	a.max_mr_size = C.uint64_t(v.MaxMRSize)
+	a.page_size_cap = C.uint64_t(v.PageSizeCap)
+	a.vendor_id = C.uint32_t(v.VendorID)
+	a.vendor_part_id = C.uint32_t(v.VendorPartID)
+	a.hw_ver = C.uint32_t(v.HWVer)
+	a.max_qp = C.int(v.MaxQP)
+	a.max_qp_wr = C.int(v.MaxQPWR)
+	a.device_cap_flags = C.uint(v.DeviceCapFlags)
+	a.max_sge = C.int(v.MaxSGE)
+	a.max_sge_rd = C.int(v.MaxSGERd)
+	a.max_cq = C.int(v.MaxCQ)
+	a.max_cqe = C.int(v.MaxCQE)
+	a.max_mr = C.int(v.MaxMR)
+	a.max_pd = C.int(v.MaxPD)
+	a.max_qp_rd_atom = C.int(v.MaxQPRdAtom)
+	a.max_ee_rd_atom = C.int(v.MaxEECRdAtom)
+	a.max_res_rd_atom = C.int(v.MaxResRdAtom)
+	a.max_qp_init_rd_atom = C.int(v.MaxQPInitRdAtom)
+	a.atomic_cap = C.enum_ibv_atomic_cap(v.AtomicCap)
+	a.max_mw = C.int(v.MaxMW)
+	a.max_mcast_grp = C.int(v.MaxMcastGrp)
+	a.max_mcast_qp_attach = C.int(v.MaxMcastQPAttach)
+	a.max_total_mcast_qp_attach = C.int(v.MaxTotalMcastQPAttach)
+	a.max_ah = C.int(v.MaxAH)
+	a.max_srq = C.int(v.MaxSRQ)
+	a.max_srq_wr = C.int(v.MaxSRQWR)
+	a.max_srq_sge = C.int(v.MaxSRQSGE)
+	a.max_pkeys = C.uint16_t(v.MaxPKeys)
+	a.local_ca_ack_delay = C.uint8_t(v.LocalCAAckDelay)
+	a.phys_port_cnt = C.uint8_t(v.PhysPortCnt)
+	return 0
+}
+
+func bswap64(v uint64) uint64 {
+	var r uint64
+	for i := 0; i < 8; i++ {
+		r = r<<8 | v&0xff
+		v >>= 8
+	}
+	return r
+}
+
+//export srgo_query_port
+func srgo_query_port(h C.uintptr_t, port C.uint8_t, a *C.struct_ibv_port_attr) C.int {
+	_, d, ok := ctxDev(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	p, err := d.QueryPort(uint8(port))
+	if err != nil {
+		return cerr(err)
+	}
+	a.state = C.enum_ibv_port_state(p.State)
+	a.max_mtu = C.enum_ibv_mtu(p.MaxMTU)
+	a.active_mtu = C.enum_ibv_mtu(p.ActiveMTU)
+	a.gid_tbl_len = C.int(p.GIDTblLen)
+	a.port_cap_flags = C.uint32_t(p.PortCapFlags)
+	a.max_msg_sz = C.uint32_t(p.MaxMsgSz)
+	a.pkey_tbl_len = C.uint16_t(p.PKeyTblLen)
+	a.link_layer = C.uint8_t(p.LinkLayer)
+	a.active_speed = C.uint8_t(p.ActiveSpeed)
+	a.active_width = C.uint8_t(p.ActiveWidth)
+	a.phys_state = C.uint8_t(p.PhysState)
+	a.max_vl_num = 1 // rxe: one VL
+	return 0
+}
+
+//export srgo_query_gid
+func srgo_query_gid(h C.uintptr_t, port C.uint32_t, idx C.int, gid *C.union_ibv_gid) C.int {
+	_, d, ok := ctxDev(h)
+	if !ok || port > 255 {
+		return C.int(syscall.EINVAL)
+	}
+	g, err := d.QueryGID(uint8(port), int(idx))
+	if err != nil {
+		return cerr(err)
+	}
+	*(*[16]byte)(unsafe.Pointer(gid)) = g
+	return 0
+}
+
+//export srgo_gid_table_len
+func srgo_gid_table_len(h C.uintptr_t) C.int {
+	_, d, ok := ctxDev(h)
+	if !ok {
+		return 0
+	}
+	return C.int(len(d.GIDs()))
+}
+
+//export srgo_ifindex
+func srgo_ifindex(h C.uintptr_t) C.uint32_t {
+	c, _, ok := ctxDev(h)
+	if !ok || c.od.spec.info.Netdev == "" {
+		return 0
+	}
+	ifc, err := netInterfaceByName(c.od.spec.info.Netdev)
+	if err != nil {
+		return 0
+	}
+	return C.uint32_t(ifc)
+}
+
+//export srgo_query_pkey
+func srgo_query_pkey(h C.uintptr_t, port C.uint8_t, idx C.int, pkey *C.uint16_t) C.int {
+	_, d, ok := ctxDev(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	v, err := d.QueryPKey(uint8(port), int(idx))
+	if err != nil {
+		return cerr(err)
+	}
+	*pkey = C.uint16_t(v)
+	return 0
+}

@@ -1,0 +1,115 @@
+//go:build linux && cgo && softroce_capi
+
+// Command capi is softroce's C ABI: built with -buildmode=c-shared into one
+// file, libibverbs.so.1 (with librdmacm.so.1 as a link to it), it lets
+// unmodified C programs linked against libibverbs run on softroce, with no
+// kernel module and no root. Its C files lay out the structs programs read
+// and fill the tables verbs.h's inline calls jump through; the logic is
+// package verbs. Build and install it with `go run ./capi/install`.
+package main
+
+/*
+#cgo CFLAGS: -O2 -Wall -Wno-unused-function
+#include "capi.h"
+*/
+import "C"
+
+import (
+	"log/slog"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"unsafe"
+)
+
+func main() {}
+
+// mapVersion is the version script's identity: the go command does not
+// track the script, so install passes its hash to force a rebuild.
+var mapVersion string
+
+func debugLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func netInterfaceByName(name string) (int, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return 0, err
+	}
+	return ifc.Index, nil
+}
+
+// srgo_read_sysfs answers ibv_read_sysfs_file for the files of softroce's
+// own devices (/sys/class/infiniband/NAME/...): the length written, -1 for
+// a file the device does not have, -2 for a path that is not softroce's.
+//
+//export srgo_read_sysfs
+func srgo_read_sysfs(dir, file *C.char, buf *C.char, size C.int) C.int {
+	p := path.Clean(C.GoString(dir) + "/" + C.GoString(file))
+	const base = "/sys/class/infiniband/"
+	if !strings.HasPrefix(p, base) {
+		return -2
+	}
+	rest := strings.TrimPrefix(p, base)
+	name, sub, _ := strings.Cut(rest, "/")
+	loadDevices()
+	idx := -1
+	for i := range devList {
+		if devList[i].info.Name == name {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return -2
+	}
+	s := devList[idx]
+	var v string
+	switch sub {
+	case "node_type":
+		v = "1: CA"
+	case "fw_ver":
+		v = "0.0.0"
+	case "hca_type", "hw_rev", "board_id":
+		return -1
+	case "node_guid", "sys_image_guid":
+		g := guidOf(s.info.Addr.Addr())
+		v = guidString(g)
+	case "ports/1/state":
+		v = "4: ACTIVE"
+	case "ports/1/phys_state":
+		v = "5: LinkUp"
+	case "ports/1/link_layer":
+		v = "Ethernet"
+	case "device/numa_node":
+		v = "-1"
+	default:
+		if strings.HasPrefix(sub, "ports/1/gid_attrs/types/") {
+			v = "RoCE v2"
+		} else if strings.HasPrefix(sub, "ports/1/gid_attrs/ndevs/") && s.info.Netdev != "" {
+			v = s.info.Netdev
+		} else {
+			return -1
+		}
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(size))
+	n := copy(b, v)
+	if n < len(b) {
+		b[n] = 0
+	}
+	return C.int(n)
+}
+
+func guidString(g uint64) string {
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 19)
+	for i := 0; i < 4; i++ {
+		if i > 0 {
+			out = append(out, ':')
+		}
+		w := uint16(g >> (48 - 16*i))
+		out = append(out, hex[w>>12], hex[w>>8&15], hex[w>>4&15], hex[w&15])
+	}
+	return string(out)
+}

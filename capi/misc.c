@@ -1,0 +1,365 @@
+//go:build linux && cgo && softroce_capi
+
+// misc.c: the string, rate and sysfs helpers of libibverbs, and what the
+// library must export but softroce has no use for (the kernel-ABI copy
+// helpers, driver registration, and the private IBVERBS_PRIVATE_* entry
+// points vendor providers link against). None of these reaches the Go side
+// except ibv_read_sysfs_file for softroce's own devices.
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <stdbool.h>
+
+#include "capi.h"
+#include "_cgo_export.h"
+
+#define SR_EXPORT __attribute__((visibility("default")))
+
+SR_EXPORT const char *ibv_node_type_str(enum ibv_node_type t)
+{
+	static const char *const s[] = {
+		[IBV_NODE_CA] = "InfiniBand channel adapter",
+		[IBV_NODE_SWITCH] = "InfiniBand switch",
+		[IBV_NODE_ROUTER] = "InfiniBand router",
+		[IBV_NODE_RNIC] = "iWARP NIC",
+		[IBV_NODE_USNIC] = "usNIC",
+		[IBV_NODE_USNIC_UDP] = "usNIC UDP",
+		[IBV_NODE_UNSPECIFIED] = "unspecified",
+	};
+	if (t < IBV_NODE_CA || t > IBV_NODE_UNSPECIFIED)
+		return "unknown";
+	return s[t];
+}
+
+SR_EXPORT const char *ibv_port_state_str(enum ibv_port_state s)
+{
+	static const char *const n[] = {
+		[IBV_PORT_NOP] = "no state change (NOP)",
+		[IBV_PORT_DOWN] = "down",
+		[IBV_PORT_INIT] = "init",
+		[IBV_PORT_ARMED] = "armed",
+		[IBV_PORT_ACTIVE] = "active",
+		[IBV_PORT_ACTIVE_DEFER] = "active defer",
+	};
+	if (s < IBV_PORT_NOP || s > IBV_PORT_ACTIVE_DEFER)
+		return "unknown";
+	return n[s];
+}
+
+SR_EXPORT const char *ibv_event_type_str(enum ibv_event_type e)
+{
+	static const char *const n[] = {
+		[IBV_EVENT_CQ_ERR] = "CQ error",
+		[IBV_EVENT_QP_FATAL] = "local work queue catastrophic error",
+		[IBV_EVENT_QP_REQ_ERR] = "invalid request local work queue error",
+		[IBV_EVENT_QP_ACCESS_ERR] = "local access violation work queue error",
+		[IBV_EVENT_COMM_EST] = "communication established",
+		[IBV_EVENT_SQ_DRAINED] = "send queue drained",
+		[IBV_EVENT_PATH_MIG] = "path migrated",
+		[IBV_EVENT_PATH_MIG_ERR] = "path migration request error",
+		[IBV_EVENT_DEVICE_FATAL] = "local catastrophic error",
+		[IBV_EVENT_PORT_ACTIVE] = "port active",
+		[IBV_EVENT_PORT_ERR] = "port error",
+		[IBV_EVENT_LID_CHANGE] = "LID change",
+		[IBV_EVENT_PKEY_CHANGE] = "P_Key change",
+		[IBV_EVENT_SM_CHANGE] = "SM change",
+		[IBV_EVENT_SRQ_ERR] = "SRQ catastrophic error",
+		[IBV_EVENT_SRQ_LIMIT_REACHED] = "SRQ limit reached",
+		[IBV_EVENT_QP_LAST_WQE_REACHED] = "last WQE reached",
+		[IBV_EVENT_CLIENT_REREGISTER] = "client reregistration",
+		[IBV_EVENT_GID_CHANGE] = "GID table change",
+		[IBV_EVENT_WQ_FATAL] = "WQ fatal",
+	};
+	if (e < IBV_EVENT_CQ_ERR || e > IBV_EVENT_WQ_FATAL)
+		return "unknown";
+	return n[e];
+}
+
+SR_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status s)
+{
+	static const char *const n[] = {
+		[IBV_WC_SUCCESS] = "success",
+		[IBV_WC_LOC_LEN_ERR] = "local length error",
+		[IBV_WC_LOC_QP_OP_ERR] = "local QP operation error",
+		[IBV_WC_LOC_EEC_OP_ERR] = "local EE context operation error",
+		[IBV_WC_LOC_PROT_ERR] = "local protection error",
+		[IBV_WC_WR_FLUSH_ERR] = "Work Request Flushed Error",
+		[IBV_WC_MW_BIND_ERR] = "memory management operation error",
+		[IBV_WC_BAD_RESP_ERR] = "bad response error",
+		[IBV_WC_LOC_ACCESS_ERR] = "local access error",
+		[IBV_WC_REM_INV_REQ_ERR] = "remote invalid request error",
+		[IBV_WC_REM_ACCESS_ERR] = "remote access error",
+		[IBV_WC_REM_OP_ERR] = "remote operation error",
+		[IBV_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
+		[IBV_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
+		[IBV_WC_LOC_RDD_VIOL_ERR] = "local RDD violation error",
+		[IBV_WC_REM_INV_RD_REQ_ERR] = "remote invalid RD request",
+		[IBV_WC_REM_ABORT_ERR] = "aborted error",
+		[IBV_WC_INV_EECN_ERR] = "invalid EE context number",
+		[IBV_WC_INV_EEC_STATE_ERR] = "invalid EE context state",
+		[IBV_WC_FATAL_ERR] = "fatal error",
+		[IBV_WC_RESP_TIMEOUT_ERR] = "response timeout error",
+		[IBV_WC_GENERAL_ERR] = "general error",
+		[IBV_WC_TM_ERR] = "TM error",
+		[IBV_WC_TM_RNDV_INCOMPLETE] = "TM software rendezvous",
+	};
+	if (s < IBV_WC_SUCCESS || s > IBV_WC_TM_RNDV_INCOMPLETE)
+		return "unknown";
+	return n[s];
+}
+
+SR_EXPORT int ibv_rate_to_mult(enum ibv_rate rate)
+{
+	switch (rate) {
+	case IBV_RATE_2_5_GBPS: return 1;
+	case IBV_RATE_5_GBPS: return 2;
+	case IBV_RATE_10_GBPS: return 4;
+	case IBV_RATE_20_GBPS: return 8;
+	case IBV_RATE_30_GBPS: return 12;
+	case IBV_RATE_40_GBPS: return 16;
+	case IBV_RATE_60_GBPS: return 24;
+	case IBV_RATE_80_GBPS: return 32;
+	case IBV_RATE_120_GBPS: return 48;
+	case IBV_RATE_28_GBPS: return 11;
+	case IBV_RATE_50_GBPS: return 20;
+	case IBV_RATE_400_GBPS: return 160;
+	case IBV_RATE_600_GBPS: return 240;
+	case IBV_RATE_800_GBPS: return 320;
+	case IBV_RATE_1200_GBPS: return 480;
+	default: return -1;
+	}
+}
+
+SR_EXPORT enum ibv_rate mult_to_ibv_rate(int mult)
+{
+	switch (mult) {
+	case 1: return IBV_RATE_2_5_GBPS;
+	case 2: return IBV_RATE_5_GBPS;
+	case 4: return IBV_RATE_10_GBPS;
+	case 8: return IBV_RATE_20_GBPS;
+	case 12: return IBV_RATE_30_GBPS;
+	case 16: return IBV_RATE_40_GBPS;
+	case 24: return IBV_RATE_60_GBPS;
+	case 32: return IBV_RATE_80_GBPS;
+	case 48: return IBV_RATE_120_GBPS;
+	case 11: return IBV_RATE_28_GBPS;
+	case 20: return IBV_RATE_50_GBPS;
+	case 160: return IBV_RATE_400_GBPS;
+	case 240: return IBV_RATE_600_GBPS;
+	case 320: return IBV_RATE_800_GBPS;
+	case 480: return IBV_RATE_1200_GBPS;
+	default: return IBV_RATE_MAX;
+	}
+}
+
+static const struct { enum ibv_rate r; int mbps; } sr_rates[] = {
+	{ IBV_RATE_2_5_GBPS, 2500 }, { IBV_RATE_5_GBPS, 5000 }, { IBV_RATE_10_GBPS, 10000 },
+	{ IBV_RATE_20_GBPS, 20000 }, { IBV_RATE_30_GBPS, 30000 }, { IBV_RATE_40_GBPS, 40000 },
+	{ IBV_RATE_60_GBPS, 60000 }, { IBV_RATE_80_GBPS, 80000 }, { IBV_RATE_120_GBPS, 120000 },
+	{ IBV_RATE_14_GBPS, 14062 }, { IBV_RATE_56_GBPS, 56250 }, { IBV_RATE_112_GBPS, 112500 },
+	{ IBV_RATE_168_GBPS, 168750 }, { IBV_RATE_25_GBPS, 25781 }, { IBV_RATE_100_GBPS, 103125 },
+	{ IBV_RATE_200_GBPS, 206250 }, { IBV_RATE_300_GBPS, 309375 }, { IBV_RATE_28_GBPS, 28125 },
+	{ IBV_RATE_50_GBPS, 53125 }, { IBV_RATE_400_GBPS, 425000 }, { IBV_RATE_600_GBPS, 637500 },
+	{ IBV_RATE_800_GBPS, 850000 }, { IBV_RATE_1200_GBPS, 1275000 },
+};
+
+SR_EXPORT int ibv_rate_to_mbps(enum ibv_rate rate)
+{
+	size_t i;
+	for (i = 0; i < sizeof(sr_rates) / sizeof(sr_rates[0]); i++)
+		if (sr_rates[i].r == rate)
+			return sr_rates[i].mbps;
+	return -1;
+}
+
+SR_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
+{
+	size_t i;
+	for (i = 0; i < sizeof(sr_rates) / sizeof(sr_rates[0]); i++)
+		if (sr_rates[i].mbps == mbps)
+			return sr_rates[i].r;
+	return IBV_RATE_MAX;
+}
+
+/* ---- sysfs ---- */
+
+SR_EXPORT const char *ibv_get_sysfs_path(void)
+{
+	const char *env = getenv("SYSFS_PATH");
+	static char path[256];
+	if (env) {
+		snprintf(path, sizeof(path), "%s", env);
+		while (strlen(path) > 1 && path[strlen(path) - 1] == '/')
+			path[strlen(path) - 1] = 0;
+		return path;
+	}
+	return "/sys";
+}
+
+/* ibv_read_sysfs_file answers for softroce's own devices from Go (their
+ * files exist nowhere), and reads any other file as rdma-core does. */
+SR_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	char *path;
+	int fd, len, n;
+
+	if (!dir || !file || !buf || size == 0)
+		return -1;
+	n = srgo_read_sysfs((char *)dir, (char *)file, buf, (int)size);
+	if (n != -2)
+		return n;
+	if (asprintf(&path, "%s/%s", dir, file) < 0)
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return -1;
+	len = read(fd, buf, size);
+	close(fd);
+	if (len > 0) {
+		if (buf[len - 1] == '\n')
+			buf[--len] = '\0';
+		else if ((size_t)len < size)
+			buf[len] = '\0';
+		else
+			return -1;
+	}
+	return len;
+}
+
+SR_EXPORT int ibv_read_ibdev_sysfs_file(char *buf, size_t size, struct ibv_device *dev, const char *fnfmt, ...)
+{
+	(void)dev; (void)fnfmt;
+	if (size)
+		buf[0] = 0;
+	errno = ENOENT;
+	return -1;
+}
+
+/* ---- the kernel-ABI copy helpers (no kernel here: plain field copies) ---- */
+
+struct sr_kern_ah_attr { /* struct ib_user_verbs_ah_attr */
+	uint8_t dgid[16];
+	uint32_t flow_label;
+	uint8_t sgid_index, hop_limit, traffic_class, reserved;
+	uint16_t dlid;
+	uint8_t sl, src_path_bits, static_rate, is_global, port_num, reserved2;
+};
+
+SR_EXPORT void ibv_copy_ah_attr_from_kern(struct ibv_ah_attr *dst, struct sr_kern_ah_attr *src)
+{
+	memcpy(dst->grh.dgid.raw, src->dgid, 16);
+	dst->grh.flow_label = src->flow_label;
+	dst->grh.sgid_index = src->sgid_index;
+	dst->grh.hop_limit = src->hop_limit;
+	dst->grh.traffic_class = src->traffic_class;
+	dst->dlid = src->dlid;
+	dst->sl = src->sl;
+	dst->src_path_bits = src->src_path_bits;
+	dst->static_rate = src->static_rate;
+	dst->is_global = src->is_global;
+	dst->port_num = src->port_num;
+}
+
+SR_EXPORT void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, void *src)
+{
+	(void)dst; (void)src;
+}
+
+SR_EXPORT void ibv_copy_path_rec_from_kern(void *dst, void *src) { (void)dst; (void)src; }
+SR_EXPORT void ibv_copy_path_rec_to_kern(void *dst, void *src) { (void)dst; (void)src; }
+
+/* Providers register themselves with these; softroce loads none. */
+SR_EXPORT void ibv_register_driver(const char *name, void *init_func) { (void)name; (void)init_func; }
+SR_EXPORT void verbs_register_driver_34(const void *ops) { (void)ops; }
+
+/* ---- IBVERBS_PRIVATE_34: entry points libmlx5 and libefa import. They run
+ * only on those vendors' devices, which a softroce process never has; each
+ * fails cleanly if called. ---- */
+
+SR_EXPORT bool verbs_allow_disassociate_destroy;
+
+#define SR_PRIVATE_STUB(name) \
+	SR_EXPORT int name(void) { errno = EOPNOTSUPP; return EOPNOTSUPP; }
+
+SR_PRIVATE_STUB(__ioctl_final_num_attrs)
+SR_PRIVATE_STUB(execute_ioctl)
+SR_PRIVATE_STUB(ibv_cmd_advise_mr)
+SR_PRIVATE_STUB(ibv_cmd_alloc_dm)
+SR_PRIVATE_STUB(ibv_cmd_alloc_mw)
+SR_PRIVATE_STUB(ibv_cmd_alloc_pd)
+SR_PRIVATE_STUB(ibv_cmd_attach_mcast)
+SR_PRIVATE_STUB(ibv_cmd_close_xrcd)
+SR_PRIVATE_STUB(ibv_cmd_create_ah)
+SR_PRIVATE_STUB(ibv_cmd_create_counters)
+SR_PRIVATE_STUB(ibv_cmd_create_cq)
+SR_PRIVATE_STUB(ibv_cmd_create_cq_ex)
+SR_PRIVATE_STUB(ibv_cmd_create_flow)
+SR_PRIVATE_STUB(ibv_cmd_create_flow_action_esp)
+SR_PRIVATE_STUB(ibv_cmd_create_qp)
+SR_PRIVATE_STUB(ibv_cmd_create_qp_ex)
+SR_PRIVATE_STUB(ibv_cmd_create_qp_ex2)
+SR_PRIVATE_STUB(ibv_cmd_create_rwq_ind_table)
+SR_PRIVATE_STUB(ibv_cmd_create_srq)
+SR_PRIVATE_STUB(ibv_cmd_create_srq_ex)
+SR_PRIVATE_STUB(ibv_cmd_create_wq)
+SR_PRIVATE_STUB(ibv_cmd_dealloc_mw)
+SR_PRIVATE_STUB(ibv_cmd_dealloc_pd)
+SR_PRIVATE_STUB(ibv_cmd_dereg_mr)
+SR_PRIVATE_STUB(ibv_cmd_destroy_ah)
+SR_PRIVATE_STUB(ibv_cmd_destroy_counters)
+SR_PRIVATE_STUB(ibv_cmd_destroy_cq)
+SR_PRIVATE_STUB(ibv_cmd_destroy_flow)
+SR_PRIVATE_STUB(ibv_cmd_destroy_flow_action)
+SR_PRIVATE_STUB(ibv_cmd_destroy_qp)
+SR_PRIVATE_STUB(ibv_cmd_destroy_rwq_ind_table)
+SR_PRIVATE_STUB(ibv_cmd_destroy_srq)
+SR_PRIVATE_STUB(ibv_cmd_destroy_wq)
+SR_PRIVATE_STUB(ibv_cmd_detach_mcast)
+SR_PRIVATE_STUB(ibv_cmd_free_dm)
+SR_PRIVATE_STUB(ibv_cmd_get_context)
+SR_PRIVATE_STUB(ibv_cmd_modify_cq)
+SR_PRIVATE_STUB(ibv_cmd_modify_flow_action_esp)
+SR_PRIVATE_STUB(ibv_cmd_modify_qp)
+SR_PRIVATE_STUB(ibv_cmd_modify_qp_ex)
+SR_PRIVATE_STUB(ibv_cmd_modify_srq)
+SR_PRIVATE_STUB(ibv_cmd_modify_wq)
+SR_PRIVATE_STUB(ibv_cmd_open_qp)
+SR_PRIVATE_STUB(ibv_cmd_open_xrcd)
+SR_PRIVATE_STUB(ibv_cmd_poll_cq)
+SR_PRIVATE_STUB(ibv_cmd_post_recv)
+SR_PRIVATE_STUB(ibv_cmd_post_send)
+SR_PRIVATE_STUB(ibv_cmd_post_srq_recv)
+SR_PRIVATE_STUB(ibv_cmd_query_context)
+SR_PRIVATE_STUB(ibv_cmd_query_device_any)
+SR_PRIVATE_STUB(ibv_cmd_query_mr)
+SR_PRIVATE_STUB(ibv_cmd_query_port)
+SR_PRIVATE_STUB(ibv_cmd_query_qp)
+SR_PRIVATE_STUB(ibv_cmd_query_srq)
+SR_PRIVATE_STUB(ibv_cmd_read_counters)
+SR_PRIVATE_STUB(ibv_cmd_reg_dm_mr)
+SR_PRIVATE_STUB(ibv_cmd_reg_dmabuf_mr)
+SR_PRIVATE_STUB(ibv_cmd_reg_mr)
+SR_PRIVATE_STUB(ibv_cmd_req_notify_cq)
+SR_PRIVATE_STUB(ibv_cmd_rereg_mr)
+SR_PRIVATE_STUB(ibv_cmd_resize_cq)
+SR_PRIVATE_STUB(verbs_open_device)
+SR_PRIVATE_STUB(verbs_init_cq)
+SR_PRIVATE_STUB(verbs_set_ops)
+SR_PRIVATE_STUB(verbs_uninit_context)
+
+SR_EXPORT void *_verbs_init_and_alloc_context(void)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+SR_EXPORT void __verbs_log(void *ctx, int level, const char *fmt, ...)
+{
+	(void)ctx; (void)level; (void)fmt;
+}
