@@ -440,3 +440,75 @@ func TestMWOnUC(t *testing.T) {
 	wantWC(t, b.rcq, WCSuccess, WCRecvRDMAWithImm)
 	mustEqual(t, buf[100:3100], a.buf[:3000])
 }
+
+// TestMWBindRangeAtMREnd: a window may end exactly at its MR's end, and
+// the last bytes are readable through it; one byte more and the bind
+// fails with MW_BIND_ERR (C10-75), the QP in ERR. Type 1 (ibv_bind_mw,
+// VA-based only: o10-36.2.2) and type 2 (IBV_WR_BIND_MW), VA-based and
+// zero-based. Remote access checks the MR's range again behind the
+// window's.
+func TestMWBindRangeAtMREnd(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		typ       MWType
+		zeroBased bool
+	}{
+		{"type 1", MWType1, false},
+		{"type 2", MWType2, false},
+		{"type 2 zero-based", MWType2, true},
+	} {
+		for _, past := range []uint64{0, 1} {
+			name := c.name + "/ends at the MR's end"
+			if past > 0 {
+				name = c.name + "/one byte past the MR's end"
+			}
+			t.Run(name, func(t *testing.T) {
+				a, b, mr := mwPair(t)
+				fill(mr.Bytes(), 11)
+				const off = 4096
+				bi := MWBindInfo{MR: mr, Addr: mr.Addr() + off, Length: uint64(mr.Len()) - off + past, Access: AccessRemoteRead}
+				if c.zeroBased {
+					bi.Access |= AccessZeroBased
+				}
+				mw, err := b.pd.AllocMW(c.typ)
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := IncRKey(mw.RKey())
+				if c.typ == MWType1 {
+					if key, err = b.qp.BindMW(mw, MWBind{WRID: 7, Flags: SendSignaled, BindInfo: bi}); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					post(t, b.qp, SendWR{WRID: 7, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, RKey: key, BindInfo: bi})
+				}
+				if past > 0 {
+					wantWC(t, b.scq, WCMWBindErr, WCBindMW)
+					if st := b.qp.State(); st != QPStateErr || mw.Bound() {
+						t.Fatalf("after a bind past the MR: QP in %v, window bound %v; want ERR, unbound", st, mw.Bound())
+					}
+					return
+				}
+				wantWC(t, b.scq, WCSuccess, WCBindMW)
+				// The window's last 8 bytes.
+				ra := bi.Addr + bi.Length - 8
+				if c.zeroBased {
+					ra = bi.Length - 8
+				}
+				post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 8), RemoteAddr: ra, RKey: key})
+				wantWC(t, a.scq, WCSuccess, WCRDMARead)
+				mustEqual(t, a.buf[:8], mr.Bytes()[mr.Len()-8:])
+				// Behind the window's range check, acquire checks the
+				// MR's: a window one byte longer (only a faulty bind makes
+				// one) has its new last 8 bytes refused.
+				mw.mu.Lock()
+				mw.length++
+				mw.mu.Unlock()
+				if m, _ := mw.acquire(b.qp, key, ra+1, 8, AccessRemoteRead); m != nil {
+					m.release()
+					t.Fatal("acquire took 8 bytes ending one byte past the MR")
+				}
+			})
+		}
+	}
+}
