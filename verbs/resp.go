@@ -453,6 +453,7 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 }
 
 // newRes takes the next responder resource, overwriting the oldest (docs/protocol.md §5.7, §10.3).
+// Call finishOldest first.
 func (qp *QP) newRes() *respRes {
 	r := &qp.resp
 	x := &r.res[r.resIdx]
@@ -460,9 +461,34 @@ func (qp *QP) newRes() *respRes {
 	return x
 }
 
+// finishOldest sends, out of pace, the rest of the READ in the resource a
+// new READ or atomic is about to take: rxe answers a READ to its end
+// before it takes the next request, so the resource it overwrites is
+// finished (docs/protocol.md §5.7). It returns false if that READ failed
+// (the QP is then in ERR).
+func (qp *QP) finishOldest() bool {
+	r := &qp.resp
+	if len(r.res) == 0 {
+		return true
+	}
+	x := &r.res[r.resIdx]
+	if !x.valid || x.kind != kindRead || !x.sending {
+		return true
+	}
+	n, ok := qp.readResponses(x, -1)
+	if p := r.pace; p != nil {
+		p.tokens -= n // the tick's budget, and the window, count them
+		p.inWin += n
+	}
+	return ok
+}
+
 func (qp *QP) rcRead(p *wire.Packet) {
 	r := &qp.resp
 	psn := p.BTH.PSN
+	if !qp.finishOldest() {
+		return
+	}
 	// rxe only NAKs reads when max_dest_rd_atomic == 0 (docs/protocol.md §5.7).
 	if len(r.res) == 0 || p.RETH.Length > maxMsgSize {
 		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
@@ -493,6 +519,9 @@ func (qp *QP) rcAtomic(p *wire.Packet) {
 	r := &qp.resp
 	psn := p.BTH.PSN
 	m := p.Mask
+	if !qp.finishOldest() {
+		return
+	}
 	if len(r.res) == 0 {
 		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return

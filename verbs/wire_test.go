@@ -19,8 +19,10 @@ type rawPeer struct {
 
 const rawQPN = 0x20
 
-func newRawPeer(t *testing.T) *rawPeer {
-	o := pairOpts{}
+func newRawPeer(t *testing.T) *rawPeer { return newRawPeerWith(t, pairOpts{}) }
+
+// newRawPeerWith is newRawPeer with the side's options (defaults filled in).
+func newRawPeerWith(t *testing.T, o pairOpts) *rawPeer {
 	defaults(&o)
 	ea, eb := newPipePair(t, &o)
 	s := newSide(t, eb, o)
