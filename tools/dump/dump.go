@@ -73,8 +73,12 @@ options are tcpdump's.`
 	if len(ops) > 0 {
 		return cli.UsageErr(stderr, g.Prog, "unexpected argument %q (filters are not supported; use --port)", ops[0])
 	}
+	if ts > 5 {
+		// tcpdump's words (it exits 1; like the other option errors, 2 here).
+		return cli.UsageErr(stderr, g.Prog, "only -t, -tt, -ttt, -tttt and -ttttt are supported (-t given %d times)", ts)
+	}
 	c.verbose, c.hexdump = verbose > 0, hex > 0
-	c.tsMode = min(ts, 5)
+	c.tsMode = ts
 	c.local = time.Local
 	for p := range strings.SplitSeq(portList, ",") {
 		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 16)
