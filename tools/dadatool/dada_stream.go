@@ -44,6 +44,50 @@ func streamPacketFlags(fs *cli.Getopt) *pipeline.PacketFormat {
 	return f
 }
 
+// checkPacketFlags refuses the packet layout values the pipeline would
+// silently replace by its defaults (zero fields) or take apart wrongly.
+func checkPacketFlags(f *pipeline.PacketFormat) error {
+	switch {
+	case f.PayloadSize < 1:
+		return fmt.Errorf("-payload %d: the payload must be 1 or more bytes per packet", f.PayloadSize)
+	case f.HeaderLen == 0:
+		return fmt.Errorf("-hdr-len 0: the header must hold the sequence number (-seq-off + -seq-width bytes)")
+	case f.SeqWidth != 4 && f.SeqWidth != 8:
+		return fmt.Errorf("-seq-width %d: the sequence number width must be 4 or 8 bytes", f.SeqWidth)
+	case f.SeqStep == 0:
+		return fmt.Errorf("-seq-step 0: the sequence number increment must be 1 or more")
+	}
+	return nil
+}
+
+// checkSendFlags validates dada send's numeric values after parsing
+// (set: the options given; the parser refuses NaN, infinities and
+// durations not positive): a bad value is named, not taken for a missing
+// or default one.
+func checkSendFlags(set map[string]bool, total int64, secs, rate, gbps, loss, reorder float64, qps, chunk, buffers int) error {
+	switch {
+	case set["b"] && total < 0:
+		return fmt.Errorf("-b %d: the number of bytes to send must be 0 or more", total)
+	case secs < 0:
+		return fmt.Errorf("-t %v: the time to send must be 0 or more seconds", secs)
+	case rate < 0:
+		return fmt.Errorf("-r %v: the data rate must be a positive number of MiB/s, or 0 for as fast as possible", rate)
+	case gbps < 0:
+		return fmt.Errorf("-g %v: the data rate must be a positive number of Gb/s", gbps)
+	case loss < 0 || loss > 1:
+		return fmt.Errorf("-loss %v: the probability must be between 0 and 1", loss)
+	case reorder < 0 || reorder > 1:
+		return fmt.Errorf("-reorder %v: the probability must be between 0 and 1", reorder)
+	case qps < 1:
+		return fmt.Errorf("-qps %d: give at least one queue pair", qps)
+	case chunk < 1:
+		return fmt.Errorf("-chunk %d: the bytes per SEND must be 1 or more", chunk)
+	case buffers < 0:
+		return fmt.Errorf("-buffers %d: give a positive number of source buffers (0: qps+1)", buffers)
+	}
+	return nil
+}
+
 // streamProgress prints a sender's or receiver's counters while it runs: one line
 // rewritten in place on a terminal, else (or with verbose) a line per interval.
 type streamProgress struct {
@@ -191,6 +235,9 @@ func dadaRecv(args []string, stdout, stderr io.Writer) int {
 	if rc, ok := parseFlags(fs, args); !ok {
 		return rc
 	}
+	if err := checkPacketFlags(pf); err != nil {
+		return cli.UsageErr(stderr, "softroce dada recv", "%v", err)
+	}
 	fail := func(err error) int { fmt.Fprintf(stderr, "softroce dada recv: %v\n", err); return 1 }
 	if stop, err := streamCPUProfile(*cpuprof); err != nil {
 		return fail(err)
@@ -325,6 +372,15 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 	if rc, ok := parseFlags(fs, args); !ok {
 		return rc
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *cli.OptFlag) { set[f.Name] = true })
+	err := checkSendFlags(set, *total, *secs, *rate, *gbps, *loss, *reorder, *qps, *chunk, *buffers)
+	if err == nil {
+		err = checkPacketFlags(pf)
+	}
+	if err != nil {
+		return cli.UsageErr(stderr, "softroce dada send", "%v", err)
+	}
 	fail := func(err error) int { fmt.Fprintf(stderr, "softroce dada send: %v\n", err); return 1 }
 	if stop, err := streamCPUProfile(*cpuprof); err != nil {
 		return fail(err)
@@ -335,12 +391,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "softroce dada send: give the receiver with -c host[:port]")
 		return 2
 	}
-	if *buffers < 0 {
-		fmt.Fprintf(stderr, "softroce dada send: -buffers %d: give a positive number of source buffers (0: qps+1)\n", *buffers)
-		return 2
-	}
-	relay := false
-	fs.Visit(func(f *cli.OptFlag) { relay = relay || f.Name == "k" })
+	relay := set["k"]
 	if relay && *udp {
 		fmt.Fprintln(stderr, "softroce dada send: -k (relay a ring) works in RoCE mode only")
 		return 2

@@ -123,6 +123,23 @@ func TestDadaFlagValues(t *testing.T) {
 		{[]string{"monitor", "-i", "-1s"}, "must be positive"},
 		{[]string{"monitor", "-n", "-1"}, "-n -1: the number of lines must be 0"},
 		{[]string{"send", "-c", "127.0.0.1", "-buffers", "-1"}, "-buffers -1: give a positive number of source buffers"},
+		// a bad value is named, not taken for a missing one (-b -5 was
+		// "as fast as possible (-r 0) needs the size with -b")
+		{[]string{"send", "--udp", "-b", "-5"}, "-b -5: the number of bytes to send must be 0 or more"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-b", "-5"}, "-b -5: the number of bytes to send must be 0 or more"},
+		{[]string{"send", "-c", "127.0.0.1", "-wait", "1ms", "-r", "100", "-b", "-5"}, "-b -5: the number of bytes to send must be 0 or more"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-r", "-5"}, "-r -5: the data rate must be a positive number of MiB/s, or 0"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-g", "-1", "-b", "4096"}, "-g -1: the data rate must be a positive number of Gb/s"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-r", "1", "-t", "-1"}, "-t -1: the time to send must be 0 or more seconds"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-loss", "1.5"}, "-loss 1.5: the probability must be between 0 and 1"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-reorder", "-0.1"}, "-reorder -0.1: the probability must be between 0 and 1"},
+		{[]string{"send", "-c", "127.0.0.1", "-qps", "0"}, "-qps 0: give at least one queue pair"},
+		{[]string{"send", "-c", "127.0.0.1", "-send", "-chunk", "0"}, "-chunk 0: the bytes per SEND must be 1 or more"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-payload", "0"}, "-payload 0: the payload must be 1 or more bytes per packet"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-hdr-len", "0"}, "-hdr-len 0: the header must hold the sequence number"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-seq-width", "0"}, "-seq-width 0: the sequence number width must be 4 or 8 bytes"},
+		{[]string{"send", "--udp", "-c", "127.0.0.1", "-seq-step", "0"}, "-seq-step 0: the sequence number increment must be 1 or more"},
+		{[]string{"recv", "--udp", "-payload", "0"}, "-payload 0: the payload must be 1 or more bytes per packet"},
 	} {
 		var out, eb bytes.Buffer
 		rc := run(append([]string{"dada"}, tc.args...), &out, &eb)
