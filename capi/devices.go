@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -153,7 +154,33 @@ type devCtx struct {
 	asyncFd int
 
 	mu     sync.Mutex
-	events []C.struct_ibv_async_event
+	events []asyncItem
+}
+
+// asyncItem is an async event waiting for ibv_get_async_event; reported
+// counts the events of its object handed to the program, which the
+// object's destroy waits to see acknowledged (rdma-core's events_completed).
+type asyncItem struct {
+	ev       C.struct_ibv_async_event
+	owner    any
+	reported *atomic.Uint32
+}
+
+// dropEvents forgets the pending events of a destroyed object, as the
+// kernel's event queue does, taking their counts back from the fd.
+func (c *devCtx) dropEvents(owner any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.events[:0]
+	for _, it := range c.events {
+		if it.owner == owner {
+			var b [8]byte
+			syscall.Read(c.asyncFd, b[:])
+			continue
+		}
+		q = append(q, it)
+	}
+	c.events = q
 }
 
 //export srgo_open
@@ -334,28 +361,27 @@ func (od *openDev) route(ev verbs.AsyncEvent) {
 	ce.event_type = C.enum_ibv_event_type(ev.Type)
 	elem := (*uintptr)(unsafe.Pointer(&ce.element))
 	var to *devCtx
+	var owner any
+	var reported *atomic.Uint32
 	switch {
 	case ev.QP != nil:
 		r, ok := ev.QP.Context().(*qpRec)
 		if !ok {
 			return
 		}
-		*elem, to = r.cptr, r.ctx
-		r.asyncReported.Add(1)
+		*elem, to, owner, reported = r.cptr, r.ctx, r, &r.asyncReported
 	case ev.CQ != nil:
 		r, ok := ev.CQ.Context().(*cqRec)
 		if !ok {
 			return
 		}
-		*elem, to = r.cptr, r.ctx
-		r.asyncReported.Add(1)
+		*elem, to, owner, reported = r.cptr, r.ctx, r, &r.asyncReported
 	case ev.SRQ != nil:
 		r, ok := ev.SRQ.Context().(*srqRec)
 		if !ok {
 			return
 		}
-		*elem, to = r.cptr, r.ctx
-		r.asyncReported.Add(1)
+		*elem, to, owner, reported = r.cptr, r.ctx, r, &r.asyncReported
 	case ev.MR != nil:
 		return // no libibverbs event for a provider's revocation
 	default:
@@ -366,7 +392,7 @@ func (od *openDev) route(ev verbs.AsyncEvent) {
 	for c := range od.ctxs {
 		if to == nil || to == c {
 			c.mu.Lock()
-			c.events = append(c.events, ce)
+			c.events = append(c.events, asyncItem{ev: ce, owner: owner, reported: reported})
 			c.mu.Unlock()
 			signalFd(c.asyncFd)
 		}
@@ -395,8 +421,12 @@ func srgo_take_async_event(h C.uintptr_t, ev *C.struct_ibv_async_event) C.int {
 	if len(c.events) == 0 {
 		return 1
 	}
-	*ev = c.events[0]
+	it := c.events[0]
 	c.events = c.events[1:]
+	if it.reported != nil {
+		it.reported.Add(1)
+	}
+	*ev = it.ev
 	return 0
 }
 

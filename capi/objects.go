@@ -447,6 +447,7 @@ func srgo_destroy_cq(h C.uintptr_t, comp, async *C.uint32_t) C.int {
 		return cerr(err)
 	}
 	handles.remove(uintptr(h))
+	r.ctx.dropEvents(r)
 	if ch := r.ch; ch != nil {
 		// Events of this CQ not yet taken go with it, as the kernel's.
 		ch.mu.Lock()
@@ -566,6 +567,7 @@ func srgo_destroy_srq(h C.uintptr_t, async *C.uint32_t) C.int {
 		return cerr(err)
 	}
 	handles.remove(uintptr(h))
+	r.ctx.dropEvents(r)
 	*async = C.uint32_t(r.asyncReported.Load())
 	return 0
 }
@@ -769,6 +771,7 @@ func srgo_destroy_qp(h C.uintptr_t, async *C.uint32_t) C.int {
 		return cerr(err)
 	}
 	handles.remove(uintptr(h))
+	r.ctx.dropEvents(r)
 	*async = C.uint32_t(r.asyncReported.Load())
 	return 0
 }
