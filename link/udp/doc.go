@@ -93,25 +93,9 @@
 // to 39 per MiB with none of those, 2850 MiB/s and 549 µs (write_bw, means
 // of 4 alternations of 3 s, load 1.7).
 //
-// io_uring was measured against recvmmsg/sendmmsg and not adopted. The
-// package has an io_uring transport for tests and benchmarks only: the same
-// msghdrs (GSO, GRO, control messages) submitted as IORING_OP_SENDMSG,
-// linked so that they leave in order, or IORING_OP_SENDMSG_ZC, and received
-// by IORING_OP_RECVMSG requests kept posted on the endpoint's 64 KiB
-// buffers. On loopback (Linux 6.18, 2 cores shared with other jobs, batches
-// of 64 with GSO and GRO, medians of 5 alternating runs of
-// BenchmarkIOUring, load average 3 to 8) it makes about half the system
-// calls but costs more CPU per MiB and moves fewer bytes: for 4 KiB
-// payloads 1490 MB/s and 428 µs of CPU per MiB with mmsg, 1050 MB/s and
-// 500 µs/MiB with io_uring, 680 MB/s and 842 µs/MiB with zero-copy sends;
-// for 1 KiB payloads 1630 MB/s and 544 µs/MiB, 920 MB/s and 769 µs/MiB,
-// 450 MB/s and 1504 µs/MiB. A system call that moves a whole batch leaves
-// io_uring little to save, while its per-request work (a poll wake-up and
-// task work for every posted receive, a completion per message) adds up.
-// Zero-copy sends lose on loopback by design, as the kernel copies the
-// pages when it delivers them to a local socket, and they also limit GSO
-// runs to MAX_SKB_FRAGS pages; over a real NIC they may pay for large
-// sends, which is worth measuring there before revisiting.
+// io_uring was measured against recvmmsg/sendmmsg and not adopted: it made
+// half the system calls but cost more CPU per MiB and moved fewer bytes
+// (numbers and reasons in docs/speed.md).
 //
 // The package works on Linux only; elsewhere Open returns an error wrapping
 // errors.ErrUnsupported.

@@ -43,16 +43,6 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 		return errors.New("udp: ServeView: pkts is empty: pass at least one packet (BatchSize() of them to receive full batches)")
 	}
 	pkts = pkts[:n]
-	if e.ur != nil {
-		// io_uring receives without RawConn waits: nothing to keep.
-		for {
-			k, err := e.ReadBatchView(pkts)
-			if err != nil {
-				return err
-			}
-			handle(pkts[:k])
-		}
-	}
 	if !e.gro {
 		for i := range pkts {
 			if cap(pkts[i].Buf) == 0 {

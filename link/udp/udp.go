@@ -93,8 +93,6 @@ type Config struct {
 	// Logger receives rare events (buffer-size fallbacks, send errors);
 	// nil is silent.
 	Logger *slog.Logger
-
-	osConfig // settings of one operating system's implementation
 }
 
 // Option changes a Config; see Listen.
@@ -188,7 +186,7 @@ type Stats struct {
 	GSOFallbacks         uint64 // failed GSO sends that were retried one datagram per buffer
 	GROMessages          uint64 // received buffers that held several datagrams
 	GROSegments          uint64 // datagrams received in such buffers
-	Syscalls             uint64 // receive and send system calls (recvmmsg and sendmmsg tries, io_uring_enter)
+	Syscalls             uint64 // receive and send system calls (recvmmsg and sendmmsg tries)
 	Gathered             uint64 // datagrams sent zero-copy, their payload in place (link.Packet.Data)
 	EmptyReads           uint64 // recvmmsg tries that found nothing waiting
 	Waits                uint64 // times a reader waited for the socket to become readable

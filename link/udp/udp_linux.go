@@ -38,7 +38,6 @@ type Endpoint struct {
 	gso      atomic.Bool // UDP GSO in use
 	gro      bool        // UDP GRO enabled on the socket
 	rcvbuf   int         // SO_RCVBUF as granted (bytes, kernel accounting)
-	ur       *uringIO    // io_uring instead of recvmmsg/sendmmsg (nil: off)
 	ctr      counters
 
 	rx struct {
@@ -53,7 +52,6 @@ type Endpoint struct {
 		got       int
 		errno     unix.Errno
 		meta      []rxMeta
-		order     []int             // buffer of the i-th received GRO message
 		zoneNames map[uint32]string // IPv6 scope ID -> interface name
 		// GRO: received buffers not yet handed out.
 		groBuf                      []byte
@@ -74,7 +72,6 @@ type Endpoint struct {
 		msgPkts  []int                     // packets per message (GSO)
 		icrc     wire.ICRCCache            // the ICRC prefix of a stream's packets
 		niov     int                       // iovecs the last build filled
-		frags    int                       // zero-copy sends: most pages per GSO message (0: no limit)
 		routes   map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
 		zones    map[string]uint32         // IPv6 zone name -> interface index
 		cur      int                       // the socket the built messages go out on (-1: the bound one)
@@ -112,19 +109,9 @@ func Open(cfg Config) (*Endpoint, error) {
 	if !cfg.NoGRO {
 		e.gro = enableGRO(e.rc)
 	}
-	e.allocBatches(cfg.uring != uringOff)
-	if cfg.uring != uringOff {
-		ur, err := newURingIO(e, cfg.uring)
-		if err != nil {
-			if e.log != nil {
-				e.log.Info("udp: io_uring unavailable; using recvmmsg/sendmmsg", "err", err)
-			}
-		} else {
-			e.ur = ur
-		}
-	}
+	e.allocBatches()
 	e.txAddr = e.local
-	if e.ur == nil && !cfg.SendFromBound {
+	if !cfg.SendFromBound {
 		if err := e.openSendSocket(cfg.SocketBuffer); err != nil && e.log != nil {
 			e.log.Info("udp: no separate send socket; sending from the bound one", "err", err)
 		}
@@ -281,17 +268,13 @@ func bindSocket(cfg Config) (*Endpoint, error) {
 }
 
 // allocBatches allocates the receive and send message arrays of BatchSize
-// messages (and the GRO buffers if GRO is on, or if ownBufs asks for them).
-func (e *Endpoint) allocBatches(ownBufs bool) {
+// messages (and the GRO buffers if GRO is on).
+func (e *Endpoint) allocBatches() {
 	n := e.batch
 	e.rx.hdrs, e.rx.iovs, e.rx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
 	e.rx.oob = make([]byte, n*oobLen)
 	e.rx.meta = make([]rxMeta, n)
-	e.rx.order = make([]int, n)
-	for i := range e.rx.order {
-		e.rx.order[i] = i
-	}
-	if e.gro || ownBufs {
+	if e.gro {
 		e.rx.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
 	}
 	// A send carries up to BatchSize messages and txPkts packets: with GSO
@@ -400,12 +383,9 @@ func (e *Endpoint) BatchSize() int { return e.batch }
 // GRO reports whether the endpoint receives with UDP GRO.
 func (e *Endpoint) GRO() bool { return e.gro }
 
-// usesURing reports whether the endpoint moves datagrams through io_uring.
-func (e *Endpoint) usesURing() bool { return e.ur != nil }
-
-// GatherWrite reports whether WriteBatch sends link.Packet.Data in place
-// (zero-copy send): with sendmmsg, yes; with io_uring, no.
-func (e *Endpoint) GatherWrite() bool { return e.ur == nil }
+// GatherWrite reports that WriteBatch sends link.Packet.Data in place
+// (zero-copy send; link.GatherWriter).
+func (e *Endpoint) GatherWrite() bool { return true }
 
 // GSO reports whether the endpoint currently sends with UDP GSO.
 func (e *Endpoint) GSO() bool { return e.gso.Load() }
@@ -419,10 +399,7 @@ func (e *Endpoint) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	var uerr, serr error
-	if e.ur != nil {
-		uerr = e.ur.close(e)
-	}
+	var serr error
 	// A send in progress holds tx.mu, and gives up a wait for room within
 	// sendPollMs: the descriptor is not closed under it (nor reused).
 	e.tx.mu.Lock()
@@ -438,7 +415,7 @@ func (e *Endpoint) Close() error {
 	}
 	e.tx.maxPorts = 0
 	e.tx.mu.Unlock()
-	return errors.Join(uerr, e.conn.Close(), serr)
+	return errors.Join(e.conn.Close(), serr)
 }
 
 func (e *Endpoint) doRead(fd uintptr) bool {
@@ -483,20 +460,13 @@ func (e *Endpoint) ReadBatchView(pkts []link.Packet) (int, error) {
 }
 
 // PollBatch is ReadBatch without waiting: it returns 0 at once when no
-// datagram is waiting (busy polling; one recvmmsg per call). With io_uring
-// it always returns 0.
+// datagram is waiting (busy polling; one recvmmsg per call).
 func (e *Endpoint) PollBatch(pkts []link.Packet) (int, error) { return e.pollBatch(pkts, false) }
 
 // PollBatchView is ReadBatchView without waiting, as PollBatch.
 func (e *Endpoint) PollBatchView(pkts []link.Packet) (int, error) { return e.pollBatch(pkts, true) }
 
 func (e *Endpoint) pollBatch(pkts []link.Packet, view bool) (int, error) {
-	if e.ur != nil {
-		if e.closed.Load() {
-			return 0, errClosed
-		}
-		return 0, nil
-	}
 	return e.readBatch(pkts, view, true)
 }
 
@@ -512,9 +482,7 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view, nowait bool) (int, error)
 	rx.mu.Lock()
 	defer rx.mu.Unlock()
 	rx.nowait = nowait
-	// io_uring receives into the endpoint's buffers, as GRO does.
-	own := e.gro || e.ur != nil
-	if own && view {
+	if e.gro && view {
 		return e.readGRO(pkts[:n], true)
 	}
 	for i := 0; i < n; i++ {
@@ -522,7 +490,7 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view, nowait bool) (int, error)
 			return 0, fmt.Errorf("udp: ReadBatch: packet %d has a buffer of capacity 0: give each packet a buffer of at least MTU bytes", i)
 		}
 	}
-	if own {
+	if e.gro {
 		return e.readGRO(pkts[:n], false)
 	}
 	e.armRecv(pkts[:n])
@@ -628,15 +596,7 @@ const (
 func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	rx := &e.rx
 	if rx.pendMsg >= rx.pendCount {
-		var (
-			k   int
-			err error
-		)
-		if e.ur != nil {
-			k, err = e.ur.recv(e)
-		} else {
-			k, err = e.recv(e.armRecv(pkts))
-		}
+		k, err := e.recv(e.armRecv(pkts))
 		if err != nil {
 			return 0, err
 		}
@@ -645,7 +605,7 @@ func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	var bytes uint64
 	i := 0
 	for i < len(pkts) && rx.pendMsg < rx.pendCount {
-		j := rx.order[rx.pendMsg] // recvmmsg: j == pendMsg
+		j := rx.pendMsg
 		m := &rx.meta[j]
 		data := rx.groBuf[j*groBufSize : j*groBufSize+m.n]
 		seg := m.n
@@ -793,9 +753,6 @@ func (e *Endpoint) writeError(err error, p *link.Packet) error {
 
 // send transmits the nm prepared messages and returns how many went out.
 func (e *Endpoint) send(nm int) (int, error) {
-	if e.ur != nil {
-		return e.ur.send(e, nm)
-	}
 	tx := &e.tx
 	tx.off, tx.end = 0, nm
 	if tx.cur >= 0 {
@@ -878,7 +835,6 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		seg      int
 		segs     int
 		runBytes int
-		runPages int // pages the run's buffers span (zero-copy sends)
 		cl       int // control bytes of the current message
 		iv       int // iovecs filled
 		miov     int // iovecs of the current message
@@ -930,19 +886,13 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 		b := p.Buf[:p.N]
 		size := p.Len()
 		id := uint16(0)
-		pages := 0
-		if tx.frags > 0 {
-			pages = spanPages(b)
-		}
 		if run && dst == rdst && src == rsrc && p.TOS == rtos && p.TTL == rttl &&
-			size <= seg && segs < maxGSOSegments && runBytes+size <= maxGSOBytes &&
-			(tx.frags == 0 || runPages+pages <= tx.frags) {
+			size <= seg && segs < maxGSOSegments && runBytes+size <= maxGSOBytes {
 			if !e.is6 {
 				id = uint16(segs)
 			}
 			segs++
 			runBytes += size
-			runPages += pages
 			run = size == seg
 			tx.msgPkts[nm-1]++
 		} else {
@@ -959,7 +909,7 @@ func (e *Endpoint) build(pkts []link.Packet, coalesce bool) (nm, np int, err err
 			tx.msgPkts[m] = 1
 			run = coalesce && size+overhead <= e.mtu
 			rdst, rsrc, rtos, rttl = dst, src, p.TOS, p.TTL
-			seg, segs, runBytes, runPages, miov = size, 1, size, pages, 0
+			seg, segs, runBytes, miov = size, 1, size, 0
 		}
 		if len(p.Data) == 0 {
 			tx.icrc.FillICRC(b, src, dst, id)
@@ -998,10 +948,7 @@ func (e *Endpoint) addrs(p *link.Packet) (dst, src netip.AddrPort, scope uint32,
 		}
 		return dst, src, 0, ErrShortPacket
 	}
-	if len(p.Data) > 0 && (p.DataAt < wire.BTHLen || p.DataAt > p.N-wire.ICRCLen || e.ur != nil) {
-		if e.ur != nil {
-			return dst, src, 0, errors.New("udp: Packet.Data set on an io_uring endpoint, which is not a GatherWriter")
-		}
+	if len(p.Data) > 0 && (p.DataAt < wire.BTHLen || p.DataAt > p.N-wire.ICRCLen) {
 		return dst, src, 0, fmt.Errorf("udp: Packet.DataAt %d outside the headers and pad of a %d-byte buffer (want %d..%d)", p.DataAt, p.N, wire.BTHLen, p.N-wire.ICRCLen)
 	}
 	da := p.Dst.Addr()

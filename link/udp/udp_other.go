@@ -63,6 +63,3 @@ func (e *Endpoint) ReceiveBuffer() int { return 0 }
 
 // GRO reports false.
 func (e *Endpoint) GRO() bool { return false }
-
-// osConfig holds settings of the Linux implementation only.
-type osConfig struct{}
