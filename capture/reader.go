@@ -117,18 +117,6 @@ func NewReader(r io.Reader, opts *ReaderOptions) (*Reader, error) {
 	return rd, nil
 }
 
-// LinkType returns the file's link type (for pcapng, the first interface's,
-// or 0 before one has been read).
-func (r *Reader) LinkType() LinkType {
-	if r.ng {
-		if len(r.ifaces) == 0 {
-			return 0
-		}
-		return r.ifaces[0].linkType
-	}
-	return r.linkType
-}
-
 // Stats returns the counts so far.
 func (r *Reader) Stats() ReaderStats { return r.stats }
 

@@ -206,13 +206,6 @@ func VerifyICRCAddrs(src, dst netip.AddrPort, b []byte) (id uint16, ok bool) {
 	return 0, false
 }
 
-// SolveIPv4ID returns the IPv4 Identification that turns an ICRC computed
-// with ID 0 (c0) into the received one (rx), for a packet pkt (BTH through
-// pad); ok is false when no ID fits.
-func SolveIPv4ID(c0, rx uint32, pktLen int) (id uint16, ok bool) {
-	return solveID(c0^rx, 14+8+pktLen)
-}
-
 // CRC linearity: changing the 2 ID bytes from 0 to x changes the final CRC by
 // F^z(s(x)), where s(x) is the register after feeding x's two bytes from a
 // zero register and F is one step over a zero byte (a linear, invertible map
