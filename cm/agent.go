@@ -379,7 +379,7 @@ func (a *Agent) completion(wc *verbs.WC) {
 		peer = grhSource(b[:40])
 		payload = b[40:]
 	}
-	a.Input(peer, payload)
+	a.input(peer, payload)
 	a.postRecv(slot)
 }
 

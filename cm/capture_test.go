@@ -205,7 +205,7 @@ func TestCapturePassive(t *testing.T) {
 	}
 	defer l.Close()
 	b, _ := kreq.Append(nil)
-	p.ab.Input(p.addrA(), b)
+	p.ab.input(p.addrA(), b)
 	waitFor(t, 5*time.Second, "REP", func() bool { return len(sentB()) > 0 })
 	got, ok := sentB()[0].(*mad.REP)
 	if !ok {
@@ -217,7 +217,7 @@ func TestCapturePassive(t *testing.T) {
 		t.Errorf("REP differs from the kernel's (-kernel +softroce):\n%s", diff)
 	}
 	// The duplicate REQ (the kernel retransmitting) gets the same REP.
-	p.ab.Input(p.addrA(), b)
+	p.ab.input(p.addrA(), b)
 	waitFor(t, 5*time.Second, "second REP", func() bool { return len(sentB()) > 1 })
 	if diff := cmp.Diff(sentB()[0], sentB()[1]); diff != "" {
 		t.Errorf("duplicate answered differently:\n%s", diff)
@@ -295,7 +295,7 @@ func TestCaptureSIDR(t *testing.T) {
 	// Passive: the kernel's SIDR_REQ gets softroce's SIDR_REP.
 	n := len(sentB())
 	b, _ := kreq.Append(nil)
-	p.ab.Input(p.addrA(), b)
+	p.ab.input(p.addrA(), b)
 	waitFor(t, 5*time.Second, "SIDR_REP", func() bool { return len(sentB()) > n })
 	rep, ok := sentB()[n].(*mad.SIDRREP)
 	if !ok {

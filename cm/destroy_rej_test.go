@@ -38,7 +38,7 @@ func TestDestroyREJMessageRejected(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			peer := p.addrA() // the REQ as if from A: B's REJ goes over the pipe
 			comm := uint32(0x30000 + i)
-			p.ab.Input(peer, spoofREQ(peer, p.addrB(), 7410, comm))
+			p.ab.input(peer, spoofREQ(peer, p.addrB(), 7410, comm))
 			ev := expect(t, ch, EventConnectRequest)
 			if tc.accept {
 				if err := ev.ID.Accept(&ConnParam{QPNum: 0x99}); err != nil {

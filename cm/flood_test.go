@@ -86,7 +86,7 @@ func TestSpoofedREQFlood(t *testing.T) {
 			defer l.Close()
 			for i := range tc.n {
 				peer := netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)})
-				p.ab.Input(peer, spoofREQ(peer, p.addrB(), 7300, uint32(0x10000+i)))
+				p.ab.input(peer, spoofREQ(peer, p.addrB(), 7300, uint32(0x10000+i)))
 			}
 			if tc.dial {
 				// A generous bound for a loaded machine, well below 32 s.

@@ -60,7 +60,7 @@ func FuzzAgentInput(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r0, o0 := st.MADsReceived.Load(), outcomes()
-		p.aa.Input(p.addrB(), b)
+		p.aa.input(p.addrB(), b)
 		if dr, do := st.MADsReceived.Load()-r0, outcomes()-o0; dr != 1 || do != 1 {
 			t.Fatalf("one MAD in: %d received, %d outcomes counted (want 1 and 1)\n% x", dr, do, b)
 		}

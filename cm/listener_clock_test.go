@@ -41,7 +41,7 @@ func TestListenerTimersOnAgentClock(t *testing.T) {
 		}
 		req.LocalCMResponseTimeout = 25
 		m, _ := req.Append(nil)
-		p.ab.Input(peer, m)
+		p.ab.input(peer, m)
 	}
 	halfOpen := func() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.pending) }
 	armed := func() verbs.Timer { l.mu.Lock(); defer l.mu.Unlock(); return l.admitTimer }

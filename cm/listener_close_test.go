@@ -51,7 +51,7 @@ func newCloseFixture(t *testing.T, port uint16, backlog int, block int64) *close
 // spoof injects a REQ to the listener from an address nobody answers from.
 func (f *closeFixture) spoof(i int) {
 	peer := netip.AddrFrom4([4]byte{10, 98, 0, byte(i)})
-	f.p.ab.Input(peer, spoofREQ(peer, f.p.addrB(), f.l.Addr().Port(), uint32(0x20000+i)))
+	f.p.ab.input(peer, spoofREQ(peer, f.p.addrB(), f.l.Addr().Port(), uint32(0x20000+i)))
 }
 
 // closeWhileBlocked closes the listener while Prepare is blocked: it lets
@@ -174,7 +174,7 @@ func TestEventChannelCloseRejectsRequests(t *testing.T) {
 			if late {
 				ch.Close()
 			}
-			p.ab.Input(peer, spoofREQ(peer, p.addrB(), 7312, 0x30001))
+			p.ab.input(peer, spoofREQ(peer, p.addrB(), 7312, 0x30001))
 			if !late {
 				waitFor(t, 5*time.Second, "the request to be queued", func() bool { return ch.Len() == 1 })
 				if err := id.Destroy(); err != nil {

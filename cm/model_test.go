@@ -169,7 +169,7 @@ func TestConnectResponse(t *testing.T) {
 	p.ab.mu.Lock()
 	rep := sid.answer
 	p.ab.mu.Unlock()
-	p.aa.Input(p.addrB(), rep)
+	p.aa.input(p.addrB(), rep)
 	if p.aa.Stats().MADsSent.Load() != before+1 || p.aa.Stats().Duplicates.Load() != 1 {
 		t.Errorf("duplicate REP: sent %d, duplicates %d", p.aa.Stats().MADsSent.Load()-before, p.aa.Stats().Duplicates.Load())
 	}
@@ -182,12 +182,12 @@ func TestConnectResponse(t *testing.T) {
 func TestMalformedMADs(t *testing.T) {
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
 	a := p.aa
-	a.Input(p.addrB(), nil)
-	a.Input(p.addrB(), make([]byte, 256))
+	a.input(p.addrB(), nil)
+	a.input(p.addrB(), make([]byte, 256))
 	lap, _ := (&mad.LAP{}).Append(nil)
-	a.Input(p.addrB(), lap)
+	a.input(p.addrB(), lap)
 	rtu, _ := (&mad.RTU{LocalCommID: 1, RemoteCommID: 2}).Append(nil)
-	a.Input(p.addrB(), rtu)
+	a.input(p.addrB(), rtu)
 	s := a.Stats()
 	if s.DropMalformed.Load() != 2 || s.DropUnknown.Load() != 1 || s.DropUnexpected.Load() != 1 {
 		t.Errorf("malformed %d unknown %d unexpected %d", s.DropMalformed.Load(), s.DropUnknown.Load(), s.DropUnexpected.Load())

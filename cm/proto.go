@@ -202,10 +202,10 @@ func (a *Agent) timeout(id *ID) {
 	}
 }
 
-// Input processes one received MAD from peer (the GSI QP's receive path;
-// exported for tests and fuzzing). Malformed and unexpected MADs are counted
-// and dropped.
-func (a *Agent) Input(peer netip.Addr, b []byte) {
+// input processes one received MAD from peer (the GSI QP's receive path;
+// tests and the fuzzer call it directly). Malformed and unexpected MADs are
+// counted and dropped.
+func (a *Agent) input(peer netip.Addr, b []byte) {
 	a.stats.MADsReceived.Add(1)
 	h, err := mad.ParseHeader(b)
 	if err != nil || !peer.IsValid() {

@@ -175,7 +175,7 @@ func TestStatelessAnswers(t *testing.T) {
 	} {
 		got.Store([]byte(nil))
 		b, _ := tc.in.Append(nil)
-		p.ab.Input(p.addrA(), b)
+		p.ab.input(p.addrA(), b)
 		var m mad.Message
 		waitFor(t, 2*time.Second, "an answer to "+tc.in.Attr().String(), func() bool {
 			b, _ := got.Load().([]byte)

@@ -92,7 +92,7 @@ func TestPassiveREPTiming(t *testing.T) {
 	}
 	req.LocalCMResponseTimeout, req.MaxCMRetries = 14, 2
 	m, _ = req.Append(nil)
-	p.ab.Input(peer, m)
+	p.ab.input(peer, m)
 	ev := expect(t, ch, EventConnectRequest)
 	if err := ev.ID.Accept(&ConnParam{QPNum: 0x99}); err != nil {
 		t.Fatal(err)

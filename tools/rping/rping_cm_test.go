@@ -17,6 +17,8 @@ import (
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/internal/tooltest"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -45,6 +47,26 @@ func spoofedREQ(peer, dst netip.Addr, port uint16, comm uint32) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// sendSpoofed sends MAD m to srv's GSI QP (QP1) as if from peer, a loopback
+// address with no device: a UD SEND over UDP whose IP source is peer, so the
+// GRH the server's CM sees names peer, and its answers go nowhere.
+func sendSpoofed(t *testing.T, peer, srv netip.Addr, m []byte) {
+	t.Helper()
+	ep, err := udp.Listen(netip.AddrPortFrom(peer, 0), udp.WithAnyPort(), udp.WithSendFromBound(),
+		udp.WithoutGRO(), udp.WithBatchSize(1), udp.WithSocketBuffer(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	p := wire.Packet{BTH: wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: 1},
+		DETH: wire.DETH{QKey: wire.GSIQKey, SrcQP: 1}, Payload: m}
+	b := p.Append(nil)
+	pkts := []link.Packet{{Buf: b, N: len(b), Dst: netip.AddrPortFrom(srv, wire.UDPPort)}}
+	if _, err := ep.WriteBatch(pkts); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // agentAt returns the attached CM agent with address a.
@@ -93,12 +115,12 @@ func TestRpingPersistentUnansweredREQ(t *testing.T) {
 	// Before any connection: the probe's registers MRs too.
 	mrs0 := ag.Device().Stats().MRs.Load()
 	// The first REQ the listener takes is one more unanswered connection.
-	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(ag, srv, port) })
+	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(t, ag, srv, port) })
 	const n = 20 // and the probe's
 	base := srv.As4()
 	for i := range n {
 		peer := netip.AddrFrom4([4]byte{base[0], base[1], base[2], byte(3 + i)})
-		ag.Input(peer, spoofedREQ(peer, srv, uint16(port), uint32(1000+i)))
+		sendSpoofed(t, peer, srv, spoofedREQ(peer, srv, uint16(port), uint32(1000+i)))
 		time.Sleep(5 * time.Millisecond) // one at a time through the -P loop
 	}
 	// The CM gives up on each REP after 3 × 100 ms; then the connection's
@@ -131,11 +153,18 @@ func TestRpingPersistentUnansweredREQ(t *testing.T) {
 // probeListening reports whether a REQ to port is taken (not rejected as
 // having no listener): it sends one from a spoofed peer and watches the
 // agent's REJ counter and IDs, then lets the CM clean it up.
-func probeListening(ag *cm.Agent, srv netip.Addr, port int) bool {
-	rej := ag.Stats().RejectsSent.Load()
+func probeListening(t *testing.T, ag *cm.Agent, srv netip.Addr, port int) bool {
+	st := ag.Stats()
+	// Every MAD ends up handled, a duplicate or dropped.
+	done := func() uint64 {
+		return st.Handled.Load() + st.Duplicates.Load() + st.DropMalformed.Load() + st.DropUnknown.Load() +
+			st.DropUnexpected.Load() + st.DropBacklog.Load()
+	}
+	rej, n := st.RejectsSent.Load(), done()
 	peer := netip.AddrFrom4([4]byte{srv.As4()[0], srv.As4()[1], srv.As4()[2], 254})
-	ag.Input(peer, spoofedREQ(peer, srv, uint16(port), uint32(rand.IntN(1<<20)+1<<24)))
-	if ag.Stats().RejectsSent.Load() != rej {
+	sendSpoofed(t, peer, srv, spoofedREQ(peer, srv, uint16(port), uint32(rand.IntN(1<<20)+1<<24)))
+	waitUntil(t, 10*time.Second, "the server's CM to take the probe REQ", func() bool { return done() != n })
+	if st.RejectsSent.Load() != rej {
 		time.Sleep(20 * time.Millisecond)
 		return false
 	}
@@ -447,12 +476,12 @@ func TestRpingPersistentHalfOpenBounds(t *testing.T) {
 	var ag *cm.Agent
 	waitUntil(t, 10*time.Second, "the server's CM agent", func() bool { ag = agentAt(srv); return ag != nil })
 	mrs0 := ag.Device().Stats().MRs.Load() // before any connection
-	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(ag, srv, port) })
+	waitUntil(t, 10*time.Second, "the server to listen", func() bool { return probeListening(t, ag, srv, port) })
 	base := srv.As4()
 	most := 0
 	for i := range 300 {
 		peer := netip.AddrFrom4([4]byte{base[0], base[1], byte(i >> 8), byte(i)})
-		ag.Input(peer, spoofedREQ(peer, srv, uint16(port), uint32(5000+i)))
+		sendSpoofed(t, peer, srv, spoofedREQ(peer, srv, uint16(port), uint32(5000+i)))
 		if i%10 == 0 {
 			most = max(most, goroutinesIn("(*rcb).serveConn"))
 		}
