@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
@@ -138,7 +139,7 @@ type Agent struct {
 	dev   *verbs.Device
 	cfg   Config
 	log   *slog.Logger
-	clock verbs.Clock
+	clock clock.Clock
 	addr  netip.Addr // the device's IP address (its GID)
 	sgid  uint8      // GID index of addr
 	guid  uint64

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/verbs"
 )
@@ -101,7 +102,7 @@ type Conn struct {
 	ch       *EventChannel
 	ownPD    bool
 	release  func(c *Conn) // Options.Release, until called
-	halfOpen verbs.Timer   // Listener: drops the connection if the RTU is late
+	halfOpen clock.Timer   // Listener: drops the connection if the RTU is late
 	since    time.Time     // Listener: when the REP was sent (agent's clock)
 	disc     chan struct{}
 	discOnce sync.Once
@@ -396,7 +397,7 @@ type Listener struct {
 	closed  bool
 	// admitTimer, if armed, calls admit when the oldest half-open
 	// connection may be dropped (the agent's clock; stopped by Close).
-	admitTimer verbs.Timer
+	admitTimer clock.Timer
 	done       chan struct{}
 	// requests counts admit's calls of request in progress: admit runs on
 	// the listener's goroutine, Accept's and admitTimer's, and Close waits

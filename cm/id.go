@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
@@ -94,7 +95,7 @@ type ID struct {
 	remoteComm uint32
 	tid        uint64
 	peer       netip.Addr // GSI peer
-	timer      verbs.Timer
+	timer      clock.Timer
 	tgen       uint64
 	retries    int
 	resend     []byte // MAD resent on timeout

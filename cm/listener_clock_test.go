@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock"
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
@@ -17,7 +19,7 @@ import (
 // drives them, and Close stops them. The spoofed REQs ask for REP resends
 // every ~137 s (response timeout 25), beyond the times advanced here.
 func TestListenerTimersOnAgentClock(t *testing.T) {
-	fc := verbs.NewFakeClock(time.Unix(1e9, 0))
+	fc := clocktest.NewFake(time.Unix(1e9, 0))
 	n := netSeq.Add(1)
 	ca := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.1:4791", 100+n/250, n%250)), Seed: uint64(n)}
 	cb := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.2:4791", 100+n/250, n%250)), Seed: uint64(n) + 7}
@@ -44,7 +46,7 @@ func TestListenerTimersOnAgentClock(t *testing.T) {
 		p.ab.input(peer, m)
 	}
 	halfOpen := func() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.pending) }
-	armed := func() verbs.Timer { l.mu.Lock(); defer l.mu.Unlock(); return l.admitTimer }
+	armed := func() clock.Timer { l.mu.Lock(); defer l.mu.Unlock(); return l.admitTimer }
 
 	// Expire: the RTU is late by the fake clock's minute.
 	spoof(1)

@@ -24,7 +24,6 @@ var api = map[string][]string{
 	"QP":          {"AttachMcast", "BindMW", "Context", "Destroy", "DetachMcast", "Device", "Modify", "PostRecv", "PostSend", "QPN", "Query", "SourcePort", "State", "Type"},
 	"SRQ":         {"Destroy", "Modify", "PostRecv", "Query"},
 	"AH":          {"Attr", "Destroy"},
-	"FakeClock":   {"Advance", "AfterFunc", "Now"},
 	"Error":       {"Error", "Unwrap"},
 	// The structs that carry them and the plain data structs.
 	"SendWR": nil, "MWBind": nil, "MWBindInfo": nil, "QPInitAttr": nil, "AsyncEvent": nil,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/wire"
@@ -367,7 +368,7 @@ func TestSendBudgetNoTimer(t *testing.T) {
 // expiries spend no retries (onRetryTimer), and it gets its turn once
 // the silent QP's timeout gives the budget back.
 func TestSendBudgetLongWait(t *testing.T) {
-	fc := NewFakeClock(time.Unix(1e9, 0))
+	fc := clocktest.NewFake(time.Unix(1e9, 0))
 	ea, eb := scaleLink(t, "pipe")
 	m := newManyQPsConfig(t, ea, eb, 1, 8, &Config{InflightBudget: 64, Clock: fc}) // m.a[0]: timeout ~1 ms
 	write := budgetWriter(t, m, 64<<10)

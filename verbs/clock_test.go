@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 )
@@ -12,7 +13,7 @@ import (
 // (4.096 us * 2^31, about 2.4 hours) deterministically: each Advance past
 // the timeout is exactly one retry, and retry_cnt 3 fails on the fourth.
 func TestFakeClockRetry(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 	a, _ := newPair(t, pairOpts{filterA: drop, timeout: 31, retry: 3, rnrRetry: 7, exact: true, clock: clk})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 100)})
@@ -41,7 +42,7 @@ func TestFakeClockRetry(t *testing.T) {
 
 // TestFakeClockRNR: RNR timer code 0 (655.36 ms) only expires on Advance.
 func TestFakeClockRNR(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	a, b := newPair(t, pairOpts{minRNR: 1, clock: clk})
 	b.qp.mu.Lock()
 	b.qp.attr.MinRNRTimer = 0

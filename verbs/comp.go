@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -24,8 +25,8 @@ type compState struct {
 	heardTimer bool // ... since the retransmit timer last fired
 	retryArmed bool
 	retryDue   time.Time // when the armed retransmit timer expires (an earlier callback is stale)
-	retryTimer Timer
-	rnrTimer   Timer
+	retryTimer clock.Timer
+	rnrTimer   clock.Timer
 	rng        uint64 // retransmit jitter generator state
 }
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/mem"
 	"github.com/softroce/softroce/wire"
@@ -21,10 +22,10 @@ type Config struct {
 	// Name is the device name (default "softroce0").
 	Name string
 	// Clock drives the retransmit and RNR timers (default: the real clock).
-	// On the real clock (nil or RealClock) a device keeps all its QPs'
-	// timers in one heap served by one goroutine; any other Clock (a
-	// FakeClock) gets the QPs' timers directly.
-	Clock Clock
+	// On the real clock (nil or clock.Real) a device keeps all its QPs'
+	// timers in one heap served by one goroutine; any other clock.Clock (a
+	// test's clocktest.Fake) gets the QPs' timers directly.
+	Clock clock.Clock
 	// Logger receives debug logs (nil: silent).
 	Logger *slog.Logger
 	// NoICRCCheck skips the receive-side ICRC check (failures are still
@@ -115,8 +116,8 @@ type Stats struct {
 type Device struct {
 	ep    link.Endpoint
 	cfg   Config
-	clock Clock      // drives the QP timers: timers, or the configured clock
-	timer *timerHeap // the QP timers when the clock is the real one
+	clock clock.Clock // drives the QP timers: timers, or the configured clock
+	timer *timerHeap  // the QP timers when the clock is the real one
 	log   *slog.Logger
 	local netip.AddrPort
 	gids  []GID
@@ -169,7 +170,7 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 	if d.cfg.Name == "" {
 		d.cfg.Name = "softroce0"
 	}
-	if d.cfg.Clock == nil || d.cfg.Clock == RealClock {
+	if d.cfg.Clock == nil || d.cfg.Clock == (clock.Real{}) {
 		// One heap and one goroutine for all the QPs' timers.
 		d.timer = newTimerHeap()
 		d.clock = d.timer
@@ -232,12 +233,12 @@ func (d *Device) LocalAddr() netip.AddrPort { return d.local }
 // Stats returns the device's live counters.
 func (d *Device) Stats() *Stats { return &d.stats }
 
-// Clock returns the clock the device was configured with (RealClock by
+// Clock returns the clock the device was configured with (clock.Real by
 // default). The device runs its own QP timers on one per-device heap
-// rather than on RealClock's runtime timers.
-func (d *Device) Clock() Clock {
+// rather than on clock.Real's runtime timers.
+func (d *Device) Clock() clock.Clock {
 	if d.cfg.Clock == nil {
-		return RealClock
+		return clock.Real{}
 	}
 	return d.cfg.Clock
 }

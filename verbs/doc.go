@@ -65,7 +65,7 @@
 // requester, responder and completer run under that QP's mutex, so per-QP
 // processing is strictly ordered; posting work runs the requester in the
 // caller's goroutine, ACKs arriving on the receive loop resume it, and the
-// retransmit and RNR timers (from an injectable Clock) resume it too.
+// retransmit and RNR timers (on Config.Clock, a clock.Clock) resume it too.
 // Packets leave through one transmit queue per device (tx.go); the RC
 // requesters of a device share a send budget of packets in flight
 // (budget.go, Config.InflightBudget), beyond which they take turns.

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/wire"
@@ -13,9 +14,9 @@ import (
 // peer as seen from A), on a fake clock, with retry_cnt retry and timeout
 // 14 (67.1 ms), and one SEND outstanding on A. It returns the oldest
 // outstanding PSN.
-func deadPeerPair(t *testing.T, retry uint8) (*FakeClock, *side, *side, uint32) {
+func deadPeerPair(t *testing.T, retry uint8) (*clocktest.Fake, *side, *side, uint32) {
 	t.Helper()
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 	a, b := newPair(t, pairOpts{filterA: drop, clock: clk, timeout: 14, retry: retry, rnrRetry: 7, exact: true})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 100)})
@@ -145,10 +146,8 @@ func TestSeqNAKRetrySpendsRetryCnt(t *testing.T) {
 // the timer the way an accepted response does before letting it in.
 func TestStaleRetryCallbackIgnored(t *testing.T) {
 	clk, a, _, _ := deadPeerPair(t, 7)
-	ft := a.qp.comp.retryTimer.(*fakeTimer)
-	clk.mu.Lock()
-	due, active := ft.when.Sub(clk.now), ft.active
-	clk.mu.Unlock()
+	ft := a.qp.comp.retryTimer
+	due, active := clk.Until(ft)
 	if !active {
 		t.Fatal("retransmit timer not armed with a SEND outstanding")
 	}
@@ -158,10 +157,7 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 	// The clock deactivates the timer before it calls the callback, which
 	// then waits for the QP's lock.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Microsecond) {
-		clk.mu.Lock()
-		active = ft.active
-		clk.mu.Unlock()
-		if !active {
+		if _, active = clk.Until(ft); !active {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/wire"
@@ -40,7 +41,7 @@ type pairOpts struct {
 	filterA  pipe.Filter
 	seed     uint64
 	exact    bool // use timeout/retry/rnrRetry as given, even 0
-	clock    Clock
+	clock    clock.Clock
 	noZC     bool // Config.NoZeroCopySend
 	busyPoll time.Duration
 }

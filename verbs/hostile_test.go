@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/wire"
@@ -81,7 +82,7 @@ func TestForgedResponses(t *testing.T) {
 	}
 	for _, outstanding := range []bool{false, true} {
 		t.Run(fmt.Sprintf("outstanding=%v", outstanding), func(t *testing.T) {
-			clk := NewFakeClock(time.Unix(0, 0))
+			clk := clocktest.NewFake(time.Unix(0, 0))
 			var block atomic.Bool
 			filter := func(p *link.Packet) pipe.Verdict {
 				if block.Load() {
@@ -161,7 +162,7 @@ func TestForgedResponses(t *testing.T) {
 // a sequence NAK inside a READ (a responder only ever expects a request's
 // first PSN), a read response carrying a NAK AETH.
 func TestForgedResponseWrongKind(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	var block atomic.Bool
 	block.Store(true)
 	filter := func(p *link.Packet) pipe.Verdict {
@@ -340,7 +341,7 @@ func TestReadAmplificationBounded(t *testing.T) {
 // NAK parsed just before it (here a forged one, dropped) must not make the
 // completer take the middle response for a NAK-carrying one and drop it.
 func TestReadMiddleAfterDroppedNAK(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 	a, b := newPair(t, pairOpts{filterA: drop, clock: clk, timeout: 14})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 3072), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})

@@ -3,6 +3,7 @@ package verbs
 import (
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -94,7 +95,7 @@ type readPacer struct {
 	quietSince time.Time
 	cuts       int32     // losses counted so far (a stream's epoch)
 	lastEvent  time.Time // the last loss or content window counted
-	timer      Timer
+	timer      clock.Timer
 	armed      bool
 	due        time.Time
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock"
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/wire"
@@ -16,7 +18,7 @@ import (
 // of the clock; a response that finds it full is dropped, as an overrun
 // receive queue drops it. Other packets pass.
 type slowReceiver struct {
-	clk          Clock
+	clk          clock.Clock
 	depth, perMS float64
 
 	mu    sync.Mutex
@@ -100,7 +102,7 @@ func settle(t *testing.T, ea, eb *pipe.Endpoint) {
 // the first burst is still unpaced (nothing is known of the requester
 // before it loses something), the rest nearly all gets through.
 func TestReadPacingSlowRequester(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	rx := &slowReceiver{clk: clk, depth: 32, perMS: 4}
 	readThrough(t, clk, rx.filter, rx.counts, 3)
 }
@@ -146,7 +148,7 @@ func (l *lossyReceiver) counts() (sent, drops int) {
 // paced, it pauses after each window, so a loss costs at most a window:
 // about 2.7 times.
 func TestReadPacingRandomLoss(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	rx := &lossyReceiver{perMille: 20, rng: 0x9E3779B97F4A7C15}
 	readThrough(t, clk, rx.filter, rx.counts, 4)
 }
@@ -154,7 +156,7 @@ func TestReadPacingRandomLoss(t *testing.T) {
 // readThrough has b READ four 256 KiB buffers (1024 responses) from a
 // through filter on a's end, on clk, and fails if a sent more than bound
 // times the responses needed.
-func readThrough(t *testing.T, clk *FakeClock, filter pipe.Filter, counts func() (int, int), bound float64) {
+func readThrough(t *testing.T, clk *clocktest.Fake, filter pipe.Filter, counts func() (int, int), bound float64) {
 	o := pairOpts{filterA: filter, clock: clk, timeout: 10, bufSize: 1 << 20}
 	la, lb := newPipePair(t, &o)
 	ea, eb := la.(*pipe.Endpoint), lb.(*pipe.Endpoint)
@@ -256,7 +258,7 @@ func (c *respCounter) total() int {
 // requester asks again from the fifth: then 5..12 go again, and 13..32
 // once, 40 in all (unpaced, the old way: 32 + 28 = 60).
 func TestReadReplayRestartsStream(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	c := &respCounter{psn: map[uint32]int{}}
 	o := pairOpts{filterA: c.filter, clock: clk, timeout: 20}
 	la, lb := newPipePair(t, &o)

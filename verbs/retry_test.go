@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/wire"
@@ -17,7 +18,7 @@ import (
 // send queue is flushed.
 func TestRetryCnt7IsFinite(t *testing.T) {
 	for _, retry := range []uint8{0, 1, 3, 7} {
-		clk := NewFakeClock(time.Unix(0, 0))
+		clk := clocktest.NewFake(time.Unix(0, 0))
 		drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 		a, _ := newPair(t, pairOpts{filterA: drop, timeout: 14, retry: retry, rnrRetry: 7, exact: true, clock: clk})
 		post(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 100)})
@@ -49,7 +50,7 @@ func TestRetryCnt7IsFinite(t *testing.T) {
 // T/2); two QPs that lose their peer at the same moment do not retransmit
 // in step.
 func TestRetryBackoff(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 	o := pairOpts{filterA: drop, timeout: 14, retry: 7, rnrRetry: 7, exact: true, clock: clk}
 	a, b := newPair(t, o)
@@ -120,7 +121,7 @@ func TestRetryBackoff(t *testing.T) {
 // alive and restart the retransmit timer, as rxe's completer does after
 // every response: no spurious retry while the peer is still answering.
 func TestResponsesRearmRetryTimer(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	var block atomic.Bool
 	block.Store(true)
 	filter := func(p *link.Packet) pipe.Verdict {
@@ -166,7 +167,7 @@ func TestResponsesRearmRetryTimer(t *testing.T) {
 // without spending retry_cnt; once the peer falls silent, retry_cnt
 // timeouts later the WQE fails.
 func TestSlowPeerKeepsBudget(t *testing.T) {
-	clk := NewFakeClock(time.Unix(0, 0))
+	clk := clocktest.NewFake(time.Unix(0, 0))
 	drop := func(p *link.Packet) pipe.Verdict { return pipe.Drop }
 	a, b := newPair(t, pairOpts{filterA: drop, clock: clk, timeout: 14, retry: 2, rnrRetry: 7, exact: true})
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 4096), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})

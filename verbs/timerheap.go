@@ -4,9 +4,11 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/softroce/softroce/clock"
 )
 
-// timerHeap is a Clock on the wall clock whose timers share one binary
+// timerHeap is a clock.Clock on the wall clock whose timers share one binary
 // min-heap and one goroutine: a device's QP timers (two per QP) cost no
 // goroutine and no runtime timer each, however many QPs there are.
 //
@@ -69,7 +71,7 @@ func (h *timerHeap) deadline(d time.Duration) int64 {
 }
 
 // AfterFunc queues a timer that calls f, in the heap's goroutine, after d.
-func (h *timerHeap) AfterFunc(d time.Duration, f func()) Timer {
+func (h *timerHeap) AfterFunc(d time.Duration, f func()) clock.Timer {
 	t := &heapTimer{h: h, f: f, idx: -1}
 	h.mu.Lock()
 	h.schedule(t, h.deadline(d))

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/softroce/softroce/clock"
 )
 
 // checkHeap fails unless h is a min-heap on the keys whose timers know
@@ -98,7 +100,7 @@ func TestTimerHeapOrder(t *testing.T) {
 func TestTimerHeapSweep(t *testing.T) {
 	h := newTimerHeap()
 	rng := rand.New(rand.NewPCG(3, 4))
-	ts := make([]Timer, 1000)
+	ts := make([]clock.Timer, 1000)
 	for i := range ts {
 		ts[i] = h.AfterFunc(time.Hour, func() {})
 		ts[i].Stop() // as createQP does
@@ -159,7 +161,7 @@ func TestTimerHeapDue(t *testing.T) {
 // timer) to zero allocations.
 func TestTimerHeapNoAlloc(t *testing.T) {
 	h := newTimerHeap()
-	ts := make([]Timer, 1000)
+	ts := make([]clock.Timer, 1000)
 	for i := range ts {
 		ts[i] = h.AfterFunc(time.Hour+time.Duration(i), func() {})
 	}
@@ -190,7 +192,7 @@ func TestTimerHeapRun(t *testing.T) {
 	var mu sync.Mutex
 	count := 0
 	fired := make(chan struct{}, 10)
-	var self, other Timer
+	var self, other clock.Timer
 	other = h.AfterFunc(time.Hour, func() { t.Error("stopped timer fired") })
 	self = h.AfterFunc(time.Hour, func() {
 		mu.Lock()
@@ -243,11 +245,11 @@ func BenchmarkTimerRearm(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		for _, kind := range []string{"heap", "runtime"} {
 			b.Run(kind+"/timers="+strconv.Itoa(n), func(b *testing.B) {
-				var c Clock = RealClock
+				var c clock.Clock = clock.Real{}
 				if kind == "heap" {
 					c = newTimerHeap() // not run: nothing fires
 				}
-				ts := make([]Timer, n)
+				ts := make([]clock.Timer, n)
 				for i := range ts {
 					ts[i] = c.AfterFunc(time.Hour+time.Duration(i), func() {})
 				}

@@ -12,6 +12,7 @@ const mod = "github.com/softroce/softroce"
 // forbidden lists, per package prefix, the project packages it must not import
 // (directly or indirectly).
 var forbidden = map[string][]string{
+	"clock":         {"wire", "link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	"wire":          {"link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	"link":          {"verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	"mem":           {"link", "verbs", "cm", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
@@ -31,7 +32,7 @@ var forbidden = map[string][]string{
 
 // stdlibOnly packages may import nothing outside the standard library.
 // internal/speedtable measures the built binary from outside.
-var stdlibOnly = []string{"wire", "internal/cli", "internal/speedtable"}
+var stdlibOnly = []string{"clock", "wire", "internal/cli", "internal/speedtable"}
 
 func TestImportDirection(t *testing.T) {
 	out, err := exec.Command("go", "list", "-e", "-deps", "-json=ImportPath,Deps,Standard", mod+"/...").Output()
@@ -83,7 +84,7 @@ func TestImportDirection(t *testing.T) {
 
 // verbsBelow are the only project packages verbs (the API and the
 // transport under it) imports: it sits directly above link.
-var verbsBelow = []string{"wire", "link", "mem"}
+var verbsBelow = []string{"clock", "wire", "link", "mem"}
 
 // TestVerbsAboveLink checks that verbs' code imports no project package
 // but wire, link (and its endpoints) and mem, and that no package
