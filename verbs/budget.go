@@ -60,9 +60,6 @@ const (
 	maxBudget = 2048
 )
 
-// budgetWaitHook, if set (by tests), sees each QP as it starts waiting.
-var budgetWaitHook atomic.Pointer[func(qp *QP)]
-
 // sendBudget is the device's share of in-flight packets (see above).
 type sendBudget struct {
 	limit    int64        // packets; 0: no budget
@@ -170,8 +167,8 @@ func (qp *QP) budgetGrant(need int32) bool {
 		}
 		if avail <= 0 {
 			if !qp.budgetWaiting {
-				if h := budgetWaitHook.Load(); h != nil {
-					(*h)(qp)
+				if h := qp.dev.cfg.hooks; h != nil && h.budgetWait != nil {
+					h.budgetWait(qp)
 				}
 				qp.budgetWaiting = true
 				b.mu.Lock()

@@ -112,19 +112,17 @@ func TestSendBudget(t *testing.T) {
 				msgs   = 3
 				size   = 256 << 10 // 256 packets at MTU 1024: a message is a window, and the whole budget
 			)
-			ea, eb := scaleLink(t, kind)
-			m := newManyQPsConfig(t, ea, eb, nqp, 14, &Config{InflightBudget: budget})
 			// A QP that starts waiting has nothing in flight that did
 			// not ask for an ACK: it hears back, and its retransmit
 			// timer stops, however long it waits for its turn.
 			var silentWaits atomic.Int64
-			hook := func(qp *QP) {
+			hooks := &testHooks{budgetWait: func(qp *QP) {
 				if qp.req.counted > 0 && !qp.req.tailAckReq {
 					silentWaits.Add(1)
 				}
-			}
-			budgetWaitHook.Store(&hook)
-			defer budgetWaitHook.Store(nil)
+			}}
+			ea, eb := scaleLink(t, kind)
+			m := newManyQPsConfig(t, ea, eb, nqp, 14, &Config{InflightBudget: budget, hooks: hooks})
 			qps := make([]int, nqp)
 			for i := range qps {
 				qps[i] = i

@@ -64,6 +64,17 @@ type Config struct {
 	// device its own registry with the Go heap provider ("heap", the
 	// catch-all for ordinary memory) and the file-descriptor provider ("fd").
 	Memory *mem.Registry
+
+	// hooks are set by package verbs' own tests only (nil otherwise).
+	hooks *testHooks
+}
+
+// testHooks let package verbs' tests watch internal events of a device
+// (Config.hooks); a nil *testHooks watches nothing.
+type testHooks struct {
+	// budgetWait sees each QP as it starts waiting for a turn in the send
+	// budget (its lock held).
+	budgetWait func(qp *QP)
 }
 
 // Stats are a device's counters, updated atomically.
