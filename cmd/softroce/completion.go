@@ -92,12 +92,12 @@ func runComplete(words []string, stdout io.Writer) int {
 }
 
 // commandOptions returns the option sets command c (with the subcommand
-// path) parses, by running it with --help and nothing else.
+// path) parses, by running it with --help and nothing else: its -h
+// handling reports them to a cli.OptionSets in place of the help.
 func commandOptions(c *cli.Command, path []string) []*cli.Getopt {
-	var sets []*cli.Getopt
-	cli.ParseHook = func(g *cli.Getopt) { sets = append(sets, g) }
+	var sets cli.OptionSets
 	cli.ArgsOnly = true
-	defer func() { cli.ParseHook, cli.ArgsOnly = nil, false }()
-	c.Run(append(append([]string{}, path...), "--help"), io.Discard, io.Discard)
-	return sets
+	defer func() { cli.ArgsOnly = false }()
+	c.Run(append(append([]string{}, path...), "--help"), &sets, &sets)
+	return sets.Sets
 }

@@ -76,9 +76,6 @@ type Gopt struct {
 	Refused bool // recognised but not supported (not offered by completion)
 }
 
-// ParseHook, when set (tests, completion), sees every option set as it parses.
-var ParseHook func(g *Getopt)
-
 // ArgsOnly makes commands return ExitOK right after checking their
 // arguments, before touching devices, sockets or rings (the table test of
 // bad values and shell completion).
@@ -227,9 +224,6 @@ func (g *Getopt) ByLong(name string) *Gopt {
 
 // ParseList applies args and returns the operands.
 func (g *Getopt) ParseList(args []string) ([]string, error) {
-	if ParseHook != nil {
-		ParseHook(g)
-	}
 	var operands []string
 	apply := func(o *Gopt, arg string) error {
 		o.Seen = true
@@ -334,16 +328,38 @@ func UsageErr(stderr io.Writer, prog string, format string, a ...any) int {
 func (g *Getopt) ParseArgs(args []string, stdout, stderr io.Writer, help func(io.Writer)) (ops []string, code int, ok bool) {
 	ops, err := g.ParseList(args)
 	if errors.Is(err, ErrGetoptHelp) {
-		if help == nil {
-			help = g.PrintUsage
-		}
-		help(stdout)
+		g.Help(stdout, help)
 		return nil, ExitOK, false
 	}
 	if err != nil {
 		return nil, UsageErr(stderr, g.Prog, "%v", err), false
 	}
 	return ops, ExitOK, true
+}
+
+// OptionSets learns which options a command parses without running it:
+// run the command with -h and an *OptionSets as its stdout and stderr, and
+// each option set that meets the -h adds itself to Sets instead of printing
+// its help (Getopt.Help). Shell completion and the table test of bad values
+// use it.
+type OptionSets struct {
+	Sets []*Getopt
+}
+
+// Write discards p: what a command prints besides its help is not wanted.
+func (s *OptionSets) Write(p []byte) (int, error) { return len(p), nil }
+
+// Help answers -h: it prints g's help to w with help (nil: PrintUsage),
+// or, when w is an *OptionSets, adds g to it.
+func (g *Getopt) Help(w io.Writer, help func(io.Writer)) {
+	if s, ok := w.(*OptionSets); ok {
+		s.Sets = append(s.Sets, g)
+		return
+	}
+	if help == nil {
+		help = g.PrintUsage
+	}
+	help(w)
 }
 
 // PrintUsage prints the generated help: the synopsis and every option.

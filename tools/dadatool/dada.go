@@ -97,7 +97,7 @@ func newDadaFlags(name string, stderr io.Writer, usage string) (*cli.Getopt, *ke
 func parseFlags(fs *cli.Getopt, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, cli.ErrGetoptHelp) {
-			fs.Usage()
+			fs.Help(fs.Output(), func(io.Writer) { fs.Usage() })
 			return cli.ExitOK, false
 		}
 		return cli.UsageErr(fs.Output(), fs.Prog, "%v", err), false

@@ -159,9 +159,8 @@ func cstr(b []byte) []byte {
 }
 
 func runRping(args []string, stdout, stderr io.Writer) int {
-	o, err := parseRpingArgs(args)
+	o, err := parseRpingArgs(args, stdout)
 	if errors.Is(err, cli.ErrGetoptHelp) {
-		rpingUsage(stdout)
 		return cli.ExitOK
 	}
 	if err != nil {
@@ -198,8 +197,9 @@ func rpingUsage(w io.Writer) {
 
 // parseRpingArgs parses rping's getopt string "a:I:Pp:C:S:t:scvVdq" with
 // the shared grammar (grouped flags like -vV, attached values like -C10,
-// options after operands).
-func parseRpingArgs(args []string) (*rpingOpts, error) {
+// options after operands). After -h it prints the help to stdout and
+// returns cli.ErrGetoptHelp.
+func parseRpingArgs(args []string, stdout io.Writer) (*rpingOpts, error) {
 	o := &rpingOpts{server: -1, port: rpingDefPort, size: 64}
 	g := cli.Getopt{Prog: "softroce rping"}
 	for _, c := range "aIpCSt" {
@@ -215,6 +215,9 @@ func parseRpingArgs(args []string) (*rpingOpts, error) {
 	}
 	g.Str(0, "pcap", &o.pcap)
 	ops, err := g.ParseList(args)
+	if errors.Is(err, cli.ErrGetoptHelp) {
+		g.Help(stdout, rpingUsage)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -38,7 +39,7 @@ func TestParseRpingArgs(t *testing.T) {
 		{[]string{"-c", "-a", "10.0.0.1", "-p"}, false, nil},  // missing value
 		{[]string{"-c", "-a", "not an address!"}, false, nil}, // bad address
 	} {
-		o, err := parseRpingArgs(tc.args)
+		o, err := parseRpingArgs(tc.args, io.Discard)
 		if (err == nil) != tc.ok || (tc.ok && !tc.want(o)) {
 			t.Errorf("%q: %+v, %v", tc.args, o, err)
 		}
