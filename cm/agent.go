@@ -134,7 +134,9 @@ type Stats struct {
 	DropRecvError  atomic.Uint64 // GSI receive completions in error
 }
 
-// Agent runs the CM protocol on one device (its GSI QP). Attach creates it.
+// Agent runs the CM protocol on one device (its GSI QP). Attach creates it
+// and registers it by address; NewAgent creates one outside that registry.
+// Its Dial and Listen connect through it alone.
 type Agent struct {
 	dev   *verbs.Device
 	cfg   Config
@@ -144,6 +146,10 @@ type Agent struct {
 	sgid  uint8      // GID index of addr
 	guid  uint64
 	mtu   wire.MTU
+	// listed: the agent is in the registry (Attach). One outside it
+	// (NewAgent) keeps its IDs' ports in ports, under reg.mu.
+	listed bool
+	ports  map[portKey][]*ID
 	// respExp is the CM response timeout announced in REQs.
 	respExp uint8
 	// defaultTiming: Config.Timeout was left to its default (passive IDs
@@ -186,11 +192,22 @@ const recvSlot = 40 + mad.MADLen
 // and Listen find it by its IP address. It creates the GSI QP (QP1); a
 // device can have one agent, and attached devices need distinct IP
 // addresses. cfg may be nil. Close the agent before the device.
-func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
+func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) { return start(dev, cfg, true) }
+
+// NewAgent starts the CM on dev as Attach does, but leaves the agent out of
+// the registry: package-level Dial and Listen, Agents and IDs that bind or
+// resolve by address do not find it, and the ports its connections and
+// listeners use are its own, so its address may be another agent's too.
+// Connect through its Dial and Listen methods. Close the agent before the
+// device.
+func NewAgent(dev *verbs.Device, cfg *Config) (*Agent, error) { return start(dev, cfg, false) }
+
+// start creates an agent on dev, in the registry if listed.
+func start(dev *verbs.Device, cfg *Config, listed bool) (*Agent, error) {
 	if dev == nil {
 		return nil, newErr("attach", "nil device", syscall.EINVAL)
 	}
-	a := &Agent{dev: dev, clock: dev.Clock(), byLocal: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
+	a := &Agent{dev: dev, listed: listed, clock: dev.Clock(), byLocal: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
 		ahs: map[ahKey]*verbs.AH{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
 	a.respExp = cmResponseTimeout
 	a.defaultTiming = cfg == nil || cfg.Timeout <= 0
@@ -254,8 +271,10 @@ func Attach(dev *verbs.Device, cfg *Config) (*Agent, error) {
 	if err = a.rcq.ReqNotify(false); err != nil {
 		return fail(err)
 	}
-	if err = register(a); err != nil {
-		return fail(err)
+	if listed {
+		if err = register(a); err != nil {
+			return fail(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx, a.cancel = ctx, cancel
@@ -291,7 +310,7 @@ func (a *Agent) release() {
 
 // Close stops the agent: pending exchanges are abandoned (their timers
 // stopped, no more events), the GSI QP is destroyed and the device is
-// unregistered. It does not close the device.
+// unregistered (if Attach registered it). It does not close the device.
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -303,13 +322,22 @@ func (a *Agent) Close() error {
 		id.stopTimer()
 	}
 	a.mu.Unlock()
-	unregister(a)
+	if a.listed {
+		unregister(a)
+	}
 	a.cancel()
 	<-a.done
 	a.mu.Lock()
 	a.release()
 	a.mu.Unlock()
 	return nil
+}
+
+// isClosed reports whether Close has begun.
+func (a *Agent) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
 }
 
 // Device returns the agent's device.
@@ -464,11 +492,29 @@ func (a *Agent) newTID(comm uint32) uint64 {
 	return uint64(rand.Uint32()&0x7FFFFFFF)<<32 | uint64(comm)
 }
 
-// registry of agents by address, and of bound ports.
+// registry of agents by address, and of the ports bound on them and on
+// the wildcard address. reg.mu also guards the port tables of the agents
+// outside the registry (Agent.ports) and IDs' backlogs.
 var reg struct {
 	mu     sync.Mutex
 	agents []*Agent
 	ports  map[portKey][]*ID
+}
+
+// portsOf returns the port table of IDs bound on agent a (nil: on the
+// wildcard address): its own for an agent outside the registry, else the
+// registry's. reg.mu held.
+func portsOf(a *Agent) map[portKey][]*ID {
+	if a != nil && !a.listed {
+		if a.ports == nil {
+			a.ports = map[portKey][]*ID{}
+		}
+		return a.ports
+	}
+	if reg.ports == nil {
+		reg.ports = map[portKey][]*ID{}
+	}
+	return reg.ports
 }
 
 type portKey struct {
@@ -554,7 +600,7 @@ func commonPrefix(a, b netip.Addr) int {
 	return 128
 }
 
-// Agents returns the attached agents.
+// Agents returns the attached agents (Attach; not those from NewAgent).
 func Agents() []*Agent {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()

@@ -308,17 +308,41 @@ func eventErr(ev *Event) error {
 	return &EventError{Event: ev.Type, Status: st}
 }
 
-// Dial connects to addr ("ip:port") and returns the connected QP: an RC
-// connection through REQ/REP/RTU, or for Options.PortSpace UDP a UD QP and
-// the peer's QPN/Q_Key through SIDR. The context bounds the whole exchange;
-// the CM's own timeout and retries apply within it. A rejected connection
-// gives a *RejectedError, an unanswered one an *EventError (UNREACHABLE,
-// ETIMEDOUT).
+// Dial connects to addr ("ip:port") through the attached agent of
+// Options.Src's device, or else of the device that reaches addr (see
+// Attach), and returns the connected QP as Agent.Dial does.
 func Dial(ctx context.Context, addr string, opts *Options) (*Conn, error) {
 	dst, err := ParseAddr(addr)
 	if err != nil {
 		return nil, err
 	}
+	return dial(ctx, nil, dst, opts)
+}
+
+// Dial connects to addr ("ip:port") from the agent's device and returns
+// the connected QP: an RC connection through REQ/REP/RTU, or for
+// Options.PortSpace UDP a UD QP and the peer's QPN/Q_Key through SIDR.
+// Options.Src, if set, must be the agent's address. The context bounds the
+// whole exchange; the CM's own timeout and retries apply within it. A
+// rejected connection gives a *RejectedError, an unanswered one an
+// *EventError (UNREACHABLE, ETIMEDOUT).
+func (a *Agent) Dial(ctx context.Context, addr string, opts *Options) (*Conn, error) {
+	dst, err := ParseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	if opts != nil && opts.Src.IsValid() && !opts.Src.IsUnspecified() && opts.Src.Unmap() != a.addr {
+		return nil, newErr("dial", "Options.Src "+opts.Src.String()+" is not the agent's address "+a.addr.String(), syscall.EADDRNOTAVAIL)
+	}
+	if a.isClosed() {
+		return nil, ErrClosed
+	}
+	return dial(ctx, a, dst, opts)
+}
+
+// dial connects to dst through agent a, or (a nil) the agent ResolveAddr
+// picks from the registry.
+func dial(ctx context.Context, a *Agent, dst netip.AddrPort, opts *Options) (*Conn, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -328,6 +352,7 @@ func Dial(ctx context.Context, addr string, opts *Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	id.agent = a // nil: ResolveAddr looks the agent up
 	fail := func(c *Conn, err error) (*Conn, error) {
 		id.Destroy()
 		if c != nil {
@@ -412,12 +437,43 @@ type Listener struct {
 }
 
 // Listen listens for connections on addr ("ip:port"; IP 0.0.0.0 or :: for
-// every attached device, port 0 for a free one) in the port space of opts.
+// every attached device, port 0 for a free one) in the port space of opts:
+// with a device's IP, on its attached agent (Agent.Listen).
 func Listen(addr string, opts *Options) (*Listener, error) {
 	ap, err := ParseAddr(addr)
 	if err != nil {
 		return nil, err
 	}
+	if ip := ap.Addr(); !ip.IsUnspecified() {
+		a := agentFor(ip)
+		if a == nil {
+			return nil, ErrNoDevice
+		}
+		return listen(a, ap, opts)
+	}
+	return listen(nil, ap, opts)
+}
+
+// Listen listens for connections to the agent's address on addr's port
+// ("ip:port", port 0 for a free one) in the port space of opts. The IP must
+// be the agent's address, or 0.0.0.0 or :: for it.
+func (a *Agent) Listen(addr string, opts *Options) (*Listener, error) {
+	ap, err := ParseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := ap.Addr(); !ip.IsUnspecified() && ip != a.addr {
+		return nil, newErr("listen", ip.String()+" is not the agent's address "+a.addr.String(), syscall.EADDRNOTAVAIL)
+	}
+	if a.isClosed() {
+		return nil, ErrClosed
+	}
+	return listen(a, ap, opts)
+}
+
+// listen starts a Listener bound to agent a's address and port (a nil: to
+// ap, the wildcard address, for every attached agent).
+func listen(a *Agent, ap netip.AddrPort, opts *Options) (*Listener, error) {
 	l := &Listener{ch: NewEventChannel(), pending: map[*ID]*Conn{}, cond: make(chan struct{}, 1),
 		done: make(chan struct{})}
 	if opts != nil {
@@ -429,10 +485,17 @@ func Listen(addr string, opts *Options) (*Listener, error) {
 	if l.opts.HalfOpen <= 0 || l.opts.HalfOpen > l.opts.Backlog {
 		l.opts.HalfOpen = l.opts.Backlog
 	}
+	var err error
 	if l.id, err = l.ch.CreateID(l, l.opts.ps()); err != nil {
 		return nil, err
 	}
-	if err := l.id.BindAddr(ap); err != nil {
+	if a != nil {
+		l.id.agent = a
+		err = l.id.bindPort(netip.AddrPortFrom(a.addr, ap.Port()))
+	} else {
+		err = l.id.BindAddr(ap)
+	}
+	if err != nil {
 		l.id.Destroy()
 		return nil, err
 	}

@@ -13,7 +13,8 @@
 // application is slow to accept, keeps closed connections in time-wait, and
 // drops malformed or unexpected MADs, counting them in Stats. Attach starts
 // one per device and registers it, so that addresses resolve to devices as
-// rdma_cm resolves them through the GID table.
+// rdma_cm resolves them through the GID table. NewAgent starts one outside
+// that registry, with ports of its own: only its own methods reach it.
 //
 // The rdma_cm model mirrors librdmacm: an EventChannel
 // (rdma_create_event_channel), IDs in the TCP (RC) and UDP (UD, through
@@ -24,10 +25,13 @@
 // ESTABLISHED, REJECTED, UNREACHABLE, CONNECT_ERROR, DISCONNECTED,
 // TIMEWAIT_EXIT, ADDR_RESOLVED/ERROR and ROUTE_RESOLVED/ERROR.
 //
-// On top of it, Dial, Listen and Listener.Accept give a connected QP (with its
-// CQs and PD) in one call, honouring context cancellation and deadlines:
+// On top of it, Agent.Dial, Agent.Listen and Listener.Accept give a
+// connected QP (with its CQs and PD) in one call, honouring context
+// cancellation and deadlines; the package-level Dial and Listen do the same
+// through the registered agent that the address selects:
 //
 //	c, err := cm.Dial(ctx, "10.0.0.2:7174", &cm.Options{PrivateData: hello})
+//	// or, through one agent: agent.Dial(ctx, "10.0.0.2:7174", opts)
 //	...
 //	c.QP.PostSend(...)
 //	c.Close() // DREQ/DREP, QP to ERR

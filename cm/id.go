@@ -258,14 +258,14 @@ func (id *ID) BindAddr(addr netip.AddrPort) error {
 	return id.bindPort(netip.AddrPortFrom(ip, addr.Port()))
 }
 
+// bindPort binds the ID to addr (port 0: a free one) in its agent's port
+// table (portsOf).
 func (id *ID) bindPort(addr netip.AddrPort) error {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	if reg.ports == nil {
-		reg.ports = map[portKey][]*ID{}
-	}
+	ports := portsOf(id.agent)
 	conflict := func(port uint16) bool {
-		for _, o := range reg.ports[portKey{id.ps, port}] {
+		for _, o := range ports[portKey{id.ps, port}] {
 			oa, na := o.local.Addr(), addr.Addr()
 			if oa == na || oa.IsUnspecified() || na.IsUnspecified() {
 				return true
@@ -290,7 +290,7 @@ func (id *ID) bindPort(addr netip.AddrPort) error {
 	}
 	id.local = netip.AddrPortFrom(addr.Addr(), port)
 	k := portKey{id.ps, port}
-	reg.ports[k] = append(reg.ports[k], id)
+	ports[k] = append(ports[k], id)
 	id.bound = true
 	return nil
 }
@@ -301,8 +301,9 @@ func (id *ID) unbind() {
 	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
+	ports := portsOf(id.agent)
 	k := portKey{id.ps, id.local.Port()}
-	l := reg.ports[k]
+	l := ports[k]
 	for i, o := range l {
 		if o == id {
 			l = append(l[:i], l[i+1:]...)
@@ -310,20 +311,21 @@ func (id *ID) unbind() {
 		}
 	}
 	if len(l) == 0 {
-		delete(reg.ports, k)
+		delete(ports, k)
 	} else {
-		reg.ports[k] = l
+		ports[k] = l
 	}
 	id.bound = false
 }
 
-// findListener returns the listener for port space ps, port and local
-// address dst (a specific bind wins over a wildcard one).
-func findListener(ps mad.PortSpace, port uint16, dst netip.Addr) *ID {
+// findListener returns the listener for a request that agent a received
+// for port space ps, port and local address dst (a specific bind wins over
+// a wildcard one), among the IDs of a's port table (portsOf).
+func findListener(a *Agent, ps mad.PortSpace, port uint16, dst netip.Addr) *ID {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	var wild *ID
-	for _, l := range reg.ports[portKey{ps, port}] {
+	for _, l := range portsOf(a)[portKey{ps, port}] {
 		if l.backlog <= 0 {
 			continue
 		}

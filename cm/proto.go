@@ -300,7 +300,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
 		return
 	}
-	l := findListener(ps, port, hdr.Dst)
+	l := findListener(a, ps, port, hdr.Dst)
 	if l == nil || l.qpType != verbs.QPTypeRC {
 		a.handled()
 		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
@@ -559,7 +559,7 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 		reply(mad.SIDRUnsupported)
 		return
 	}
-	l := findListener(ps, port, hdr.Dst)
+	l := findListener(a, ps, port, hdr.Dst)
 	if l == nil || l.qpType != verbs.QPTypeUD {
 		a.handled()
 		reply(mad.SIDRUnsupported)
