@@ -67,8 +67,8 @@ func init() {
 
 // Perftest defaults and limits (perftest_parameters.h).
 const (
-	ptDefItersBW  = 5000
-	ptDefItersLat = 1000
+	ptDefItersBW  = 5000 // write_bw
+	ptDefItersLat = 1000 // every other test
 	ptDefSizeBW   = 65536
 	ptDefSizeLat  = 2
 	ptAtomicSize  = 8
@@ -281,7 +281,17 @@ Options (those of perftest 4.5 that softroce honours):
  --use_cuda_bus_id --use_rocm --dlid --use_ooo --report-per-port --recv_post_list --force-link
  --typical_pkt_size, the raw Ethernet options (-B -E -J -K -k -Y -Z -P -v -G --tcp --raw_ipv6 ...),
  AES-XTS (--aes_xts ...) and DC (--log_dci_streams ...)
-`, t.name, map[bool]int{false: ptDefItersBW, true: ptDefItersLat}[t.lat], ptDefaultSize(t))
+`, t.name, ptDefIters(t), ptDefaultSize(t))
+}
+
+// ptDefIters is perftest's default -n: 5000 for write_bw (DEF_ITERS_WB),
+// 1000 for every other test (DEF_ITERS). Both sides must agree, so a
+// stock peer with the default counts the same messages.
+func ptDefIters(t ptTool) int {
+	if t.verb == ptWrite && !t.lat {
+		return ptDefItersBW
+	}
+	return ptDefItersLat
 }
 
 func ptDefaultSize(t ptTool) int {
@@ -562,10 +572,7 @@ func (c *ptConfig) finish() string {
 		return "connection type must be RC, UC or UD"
 	}
 	if !c.itersSet {
-		c.iters = ptDefItersBW
-		if t.lat {
-			c.iters = ptDefItersLat
-		}
+		c.iters = ptDefIters(t)
 	}
 	if !c.sizeSet {
 		c.size = ptDefaultSize(t)
