@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ const (
 	envAddr = "SOFTROCE_ADDR"
 	// envDebug turns on the library's debug log on stderr.
 	envDebug = "SOFTROCE_DEBUG"
+	// envAutoNet is the /24 the automatic loopback choice searches
+	// (default 127.0.0), so tests can keep clear of other users of 4791.
+	envAutoNet = "SOFTROCE_AUTO_NET"
 )
 
 // devSpec is one device of the list: what the Go tools would open for it.
@@ -150,7 +154,7 @@ func srgo_num_comp_vectors() C.int { return 1 } // as rxe
 type devCtx struct {
 	od      *openDev
 	idx     int
-	cptr    uintptr // struct ibv_context *
+	cptr    unsafe.Pointer // struct ibv_context *
 	asyncFd int
 
 	mu     sync.Mutex
@@ -204,7 +208,7 @@ func srgo_open(idx C.int, cctx *C.struct_ibv_context, asyncFd C.int, errp *C.int
 		devsOpen[int(idx)] = od
 		go od.routeAsync()
 	}
-	c := &devCtx{od: od, idx: int(idx), cptr: uintptr(unsafe.Pointer(cctx)), asyncFd: int(asyncFd)}
+	c := &devCtx{od: od, idx: int(idx), cptr: unsafe.Pointer(cctx), asyncFd: int(asyncFd)}
 	h := handles.add(c)
 	if h == 0 {
 		*errp = C.int(syscall.ENOMEM)
@@ -228,6 +232,9 @@ func srgo_close(h C.uintptr_t) C.int {
 	delete(od.ctxs, c)
 	od.refs--
 	if od.refs == 0 {
+		if os.Getenv(envDebug) != "" {
+			logStats(od.dev)
+		}
 		close(od.stop)
 		od.dev.Close()
 		<-od.done
@@ -250,8 +257,17 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 	var err error
 	if s.auto {
 		// Each process on one host gets its own loopback address.
+		net := [3]byte{127, 0, 0}
+		if v := os.Getenv(envAutoNet); v != "" {
+			a, err := netip.ParseAddr(v + ".1")
+			if err != nil || !a.Is4() || !a.IsLoopback() {
+				return nil, fmt.Errorf("%s=%s: want the first three octets of a loopback /24, e.g. 127.0.0", envAutoNet, v)
+			}
+			b := a.As4()
+			net = [3]byte{b[0], b[1], b[2]}
+		}
 		for x := 1; x < 255; x++ {
-			ap := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(x)}), wire.UDPPort)
+			ap := netip.AddrPortFrom(netip.AddrFrom4([4]byte{net[0], net[1], net[2], byte(x)}), wire.UDPPort)
 			ep, err = udp.Listen(ap, toolkit.UDPOptions(info)...)
 			if err == nil {
 				info.Addr = ap
@@ -262,7 +278,7 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 			}
 		}
 		if ep == nil {
-			return nil, fmt.Errorf("device %s: UDP port %d is in use on every address 127.0.0.1-254: set %s to a free address", info.Name, wire.UDPPort, envAddr)
+			return nil, fmt.Errorf("device %s: UDP port %d is in use on every address %d.%d.%d.1-254: set %s to a free address", info.Name, wire.UDPPort, net[0], net[1], net[2], envAddr)
 		}
 	} else {
 		ep, err = udp.Listen(info.Addr, toolkit.UDPOptions(info)...)
@@ -359,7 +375,7 @@ func (od *openDev) routeAsync() {
 func (od *openDev) route(ev verbs.AsyncEvent) {
 	var ce C.struct_ibv_async_event
 	ce.event_type = C.enum_ibv_event_type(ev.Type)
-	elem := (*uintptr)(unsafe.Pointer(&ce.element))
+	elem := (*unsafe.Pointer)(unsafe.Pointer(&ce.element))
 	var to *devCtx
 	var owner any
 	var reported *atomic.Uint32
@@ -582,4 +598,16 @@ func srgo_query_pkey(h C.uintptr_t, port C.uint8_t, idx C.int, pkey *C.uint16_t)
 	}
 	*pkey = C.uint16_t(v)
 	return 0
+}
+
+// logStats prints the device's non-zero counters on stderr (SOFTROCE_DEBUG).
+func logStats(d *verbs.Device) {
+	v := reflect.ValueOf(d.Stats()).Elem()
+	var b strings.Builder
+	for i := 0; i < v.NumField(); i++ {
+		if c, ok := v.Field(i).Addr().Interface().(*atomic.Uint64); ok && c.Load() != 0 {
+			fmt.Fprintf(&b, " %s=%d", v.Type().Field(i).Name, c.Load())
+		}
+	}
+	warn("device %s counters:%s", d.Name(), b.String())
 }
