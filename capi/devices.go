@@ -204,6 +204,16 @@ func srgo_open(idx C.int, cctx *C.struct_ibv_context, asyncFd C.int, errp *C.int
 			*errp = C.int(errnoOf(err, syscall.ENODEV))
 			return 0
 		}
+		// The port came up before any context existed: a context hears
+		// only of events after it opened, as from the kernel.
+	drain:
+		for {
+			select {
+			case <-dev.AsyncEvents():
+			default:
+				break drain
+			}
+		}
 		od = &openDev{spec: devList[idx], dev: dev, ctxs: map[*devCtx]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 		devsOpen[int(idx)] = od
 		go od.routeAsync()
@@ -293,6 +303,7 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 	var cfg verbs.Config
 	cfg.Name = info.Name
 	cfg.MAC = toolkit.DeviceMAC(info.Netdev)
+	cfg.LateSGECheck = true // rxe: a bad SGE is an error completion, not a failed post
 	if os.Getenv(envDebug) != "" {
 		cfg.Logger = debugLogger()
 	}

@@ -424,3 +424,32 @@ func TestRecvScatterBounds(t *testing.T) {
 		mustEqual(t, b.buf, want)
 	})
 }
+
+// TestLateSGECheck: with Config.LateSGECheck (the C library's rxe
+// semantics) a send or receive whose SGE leaves its MR is accepted at post
+// time and completes with LOC_PROT_ERR, the QP going to ERR; zero-copy and
+// copied sends alike.
+func TestLateSGECheck(t *testing.T) {
+	for _, noZC := range []bool{false, true} {
+		t.Run(map[bool]string{false: "zero-copy", true: "copy"}[noZC], func(t *testing.T) {
+			a, b := newPair(t, pairOpts{bufSize: bndBase + bndLen + 4096, lateSGE: true, noZC: noZC})
+			mr := localMR(t, a, 0)
+			postRecv(t, b, 1, 4096, 2048)
+			bad := SGE{Addr: mr.Addr() + bndLen - 63, Length: 64, LKey: mr.LKey()}
+			if _, err := a.qp.PostSend([]SendWR{{WRID: 7, Opcode: WRSend, Flags: SendSignaled, SGList: []SGE{bad}}}); err != nil {
+				t.Fatalf("PostSend: %v, want it accepted", err)
+			}
+			if wc := wantWC(t, a.scq, WCLocProtErr, WCSend); wc.WRID != 7 {
+				t.Fatalf("completion of WR %d, want 7", wc.WRID)
+			}
+			if st := a.qp.State(); st != QPStateErr {
+				t.Fatalf("QP state %v, want ERR", st)
+			}
+			// A receive with a bad SGE is accepted too.
+			rmr := localMR(t, b, 0)
+			if _, err := b.qp.PostRecv([]RecvWR{{WRID: 8, SGList: []SGE{{Addr: rmr.Addr() + bndLen, Length: 1, LKey: rmr.LKey()}}}}); err != nil {
+				t.Fatalf("PostRecv: %v, want it accepted", err)
+			}
+		})
+	}
+}

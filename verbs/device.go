@@ -35,6 +35,13 @@ type Config struct {
 	// links that can send it in place from the MR (link.GatherWriter; see
 	// zc.go). For comparisons.
 	NoZeroCopySend bool
+	// LateSGECheck checks a work request's SGEs when the device uses them,
+	// as rxe does, instead of when it is posted: a post with an SGE outside
+	// its MR (or with a bad lkey) succeeds, and the work request completes
+	// with WCLocProtErr, moving the QP to the error state. The default
+	// refuses such a post at once (EINVAL). The C library sets it, since C
+	// programs written against rxe expect the completion.
+	LateSGECheck bool
 	// BusyPoll keeps the receive loop polling the link, without sleeping,
 	// for this long after each received batch when the link runs the loop
 	// itself (link/udp's ServeView): a reply that arrives meanwhile is

@@ -44,6 +44,7 @@ type pairOpts struct {
 	clock    clock.Clock
 	noZC     bool // Config.NoZeroCopySend
 	busyPoll time.Duration
+	lateSGE  bool // Config.LateSGECheck
 }
 
 func newPipePair(t testing.TB, o *pairOpts) (link.Endpoint, link.Endpoint) {
@@ -111,7 +112,7 @@ func newPair(t testing.TB, o pairOpts) (*side, *side) {
 
 func newSide(t testing.TB, ep link.Endpoint, o pairOpts) *side {
 	t.Helper()
-	d, err := Open(ep, &Config{Clock: o.clock, NoZeroCopySend: o.noZC, BusyPoll: o.busyPoll})
+	d, err := Open(ep, &Config{Clock: o.clock, NoZeroCopySend: o.noZC, BusyPoll: o.busyPoll, LateSGECheck: o.lateSGE})
 	if err != nil {
 		t.Fatal(err)
 	}

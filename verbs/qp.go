@@ -620,7 +620,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 		n = 0
 	} else {
 		w.inline = inl[:0]
-		if !qp.dev.checkSGEs(qp.pd, wr.SGList, 0) {
+		if !qp.dev.cfg.LateSGECheck && !qp.dev.checkSGEs(qp.pd, wr.SGList, 0) {
 			return errBadLKey
 		}
 	}
@@ -701,7 +701,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 		if len(wr.SGList) > int(qp.cap.MaxRecvSGE) {
 			return i, errTooManyRecvSGE
 		}
-		if !qp.dev.checkSGEs(qp.pd, wr.SGList, AccessLocalWrite) {
+		if !qp.dev.cfg.LateSGECheck && !qp.dev.checkSGEs(qp.pd, wr.SGList, AccessLocalWrite) {
 			return i, errBadLKey
 		}
 		if qp.rq.full() {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/wire"
 )
 
@@ -78,7 +79,7 @@ func TestResponderMoreReadsThanResources(t *testing.T) {
 			name = "paced"
 		}
 		t.Run(name, func(t *testing.T) {
-			clk := NewFakeClock(time.Unix(0, 0))
+			clk := clocktest.NewFake(time.Unix(0, 0))
 			r := newRawPeerWith(t, pairOpts{clock: clk})
 			if paced {
 				qp := r.s.qp

@@ -100,7 +100,7 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 		if len(wr.SGList) > s.maxSGE {
 			return i, errTooManyRecvSGE
 		}
-		if !s.dev.checkSGEs(s.pd, wr.SGList, AccessLocalWrite) {
+		if !s.dev.cfg.LateSGECheck && !s.dev.checkSGEs(s.pd, wr.SGList, AccessLocalWrite) {
 			return i, errBadLKey
 		}
 		if s.rq.full() {
