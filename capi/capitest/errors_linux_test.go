@@ -1,9 +1,12 @@
 package capitest
 
 import (
+	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,9 +19,43 @@ import (
 // destroy_cq waiting for the acks, an empty async fd (EAGAIN), 8 threads
 // posting and polling at once, and refused arguments.
 func TestCErrorPaths(t *testing.T) {
+	runC(t, "errors.c", 10)
+}
+
+// TestGuest runs testdata/guest.c: the program's own signal handlers
+// without SA_ONSTACK, signals arriving during verbs calls, and fork+exec
+// while the device is open.
+func TestGuest(t *testing.T) {
+	runC(t, "guest.c", 2)
+}
+
+// TestInterrupt: Ctrl-C (SIGINT) ends a stock server waiting on the
+// library, as over rxe: the library installs no handler of its own.
+func TestInterrupt(t *testing.T) {
+	needLib(t, "ib_write_bw")
+	a, _ := addrPair()
+	port := freePort(t)
+	p := start(t, t.Context(), env(a), "ib_write_bw", "-p", itoa(port))
+	waitListen(t, port, p)
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("still running 5 s after SIGINT")
+	}
+	var ee *exec.ExitError
+	if !errors.As(p.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
+		t.Fatalf("ended with %v, want killed by SIGINT", p.err)
+	}
+}
+
+// runC builds testdata/file against the installed headers and the
+// library, runs it, and expects want "ok" lines and exit status 0.
+func runC(t *testing.T, file string, want int) {
 	needLib(t, "gcc")
-	bin := filepath.Join(t.TempDir(), "errors")
-	cc := exec.Command("gcc", "-O1", "-Wall", "-o", bin, filepath.Join("testdata", "errors.c"), "-L"+libDir, "-libverbs", "-lpthread")
+	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(file, ".c"))
+	cc := exec.Command("gcc", "-O1", "-Wall", "-o", bin, filepath.Join("testdata", file), "-L"+libDir, "-libverbs", "-lpthread")
 	if out, err := cc.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
@@ -37,7 +74,7 @@ func TestCErrorPaths(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s", p)
 	}
-	if n := strings.Count(p.stdout.String(), "ok "); n != 10 {
-		t.Fatalf("%d cases passed, want 10:\n%s", n, p)
+	if n := strings.Count(p.stdout.String(), "ok "); n != want {
+		t.Fatalf("%d cases passed, want %d:\n%s", n, want, p)
 	}
 }

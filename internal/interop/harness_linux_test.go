@@ -28,6 +28,8 @@ var cfg struct {
 	guests  [2]int // guest numbers: [0] is the peer, [1] the second kernel for rxe<->rxe baselines
 	bin     string // the softroce binary built for this run
 	pcapDir string // SOFTROCE_INTEROP_PCAP: softroce sides write their traffic here
+	capiLib string // the C library for TestCLibrary ("" if it could not be built: capiErr)
+	capiErr error
 }
 
 func TestMain(m *testing.M) {
@@ -50,6 +52,7 @@ func runMain(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "interop: building cmd/softroce:", err)
 			return 1
 		}
+		buildCLibrary(tmp)
 	}
 	defer stopGuests()
 	return m.Run()
