@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"math/bits"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -882,7 +883,11 @@ func (r *qpRec) convertSend(k int, w *cSendWR) C.int {
 				return bad(syscall.EINVAL)
 			}
 			if e.Length > 0 {
-				b = append(b, unsafe.Slice((*byte)(unsafe.Add(nil, uintptr(e.Addr))), int(e.Length))...)
+				n := len(b)
+				b = b[:n+int(e.Length)]
+				if !safeCopy(b[n:], unsafe.Slice((*byte)(unsafe.Add(nil, uintptr(e.Addr))), int(e.Length))) {
+					return bad(syscall.EFAULT) // the program's inline data is not mapped
+				}
 			}
 		}
 		s.Inline = b
@@ -934,4 +939,21 @@ func srgo_mcast(h C.uintptr_t, gid *C.union_ibv_gid, lid C.uint16_t, attach C.in
 		return cerr(r.qp.AttachMcast(g, uint16(lid)))
 	}
 	return cerr(r.qp.DetachMcast(g, uint16(lid)))
+}
+
+// safeCopy copies program memory that may not be mapped: false on a fault
+// instead of a dead process.
+func safeCopy(dst, src []byte) (ok bool) {
+	prev := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(prev)
+		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); !fault {
+				panic(r)
+			}
+			ok = false
+		}
+	}()
+	copy(dst, src)
+	return true
 }

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,26 +61,43 @@ func TestFence(t *testing.T) {
 }
 
 // TestMaxRdAtomic: no more than max_rd_atomic READs/atomics in flight (docs/protocol.md §5.4).
+// A READ counts as in flight from its request until the responder sent its
+// last response (both seen by filters on the two links, without touching
+// the QPs: the requester may transmit after it unlocked its QP). That
+// under-counts by the responses still in transit, but a requester that
+// ignores the limit sends all eight requests before the first answer.
 func TestMaxRdAtomic(t *testing.T) {
-	var sent, maxOut atomic.Int32
-	var a *side
-	seen := map[uint32]bool{} // filter calls are serialised by the device
+	var sent, answered, maxOut atomic.Int32
+	var mu sync.Mutex
+	seen := map[uint32]bool{}
 	filter := func(p *link.Packet) pipe.Verdict {
 		var h wire.BTH
 		h.Decode(p.Buf)
 		// Each READ is 10 PSNs (10000 bytes at MTU 1024); a partial retry
 		// re-issues the rest at another PSN and is not a new READ.
-		if h.Opcode == wire.RCReadRequest && !seen[h.PSN] && (h.PSN-100)%10 == 0 {
+		mu.Lock()
+		first := h.Opcode == wire.RCReadRequest && !seen[h.PSN] && (h.PSN-100)%10 == 0
+		if first {
 			seen[h.PSN] = true
-			// The device calls the filter with the QP locked: sqHead counts
-			// the WQEs retired so far (the test polls the CQ meanwhile).
-			out := sent.Add(1) - int32(a.qp.sqHead)
+		}
+		mu.Unlock()
+		if first {
+			out := sent.Add(1) - answered.Load()
 			for m := maxOut.Load(); out > m && !maxOut.CompareAndSwap(m, out); m = maxOut.Load() {
 			}
 		}
 		return pipe.Pass
 	}
-	a, b := newPair(t, pairOpts{filterA: filter, timeout: 16})
+	filterB := func(p *link.Packet) pipe.Verdict {
+		var h wire.BTH
+		h.Decode(p.Buf)
+		if h.Opcode == wire.RCReadResponseLast || h.Opcode == wire.RCReadResponseOnly {
+			answered.Add(1)
+		}
+		return pipe.Pass
+	}
+	o := pairOpts{filterA: filter, filterB: filterB, timeout: 16}
+	a, b := newPair(t, o)
 	a.qp.mu.Lock()
 	a.qp.req.maxRdAtomic = 2
 	a.qp.mu.Unlock()

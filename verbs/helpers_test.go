@@ -39,6 +39,7 @@ type pairOpts struct {
 	wr       uint32
 	srq      bool
 	filterA  pipe.Filter
+	filterB  pipe.Filter // sees what B sends
 	seed     uint64
 	exact    bool // use timeout/retry/rnrRetry as given, even 0
 	clock    clock.Clock
@@ -53,7 +54,7 @@ func newPipePair(t testing.TB, o *pairOpts) (link.Endpoint, link.Endpoint) {
 		mtu = 65536
 	}
 	a, b, err := pipe.New(pipe.Config{MTU: mtu, Faults: o.faults, Seed: o.seed + 1, Filter: o.filterA},
-		pipe.Config{MTU: mtu, Faults: o.faults, Seed: o.seed + 2})
+		pipe.Config{MTU: mtu, Faults: o.faults, Seed: o.seed + 2, Filter: o.filterB})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -509,8 +509,11 @@ func (d *Device) gather(pd *PD, sges []SGE, off int, dst []byte) bool {
 		if mr == nil {
 			return false
 		}
-		copy(dst[:n], mr.buf[o:o+n])
+		ok := memCopy(dst[:n], mr.buf[o:o+n])
 		mr.release()
+		if !ok {
+			return false
+		}
 		dst = dst[n:]
 		off = 0
 	}
@@ -535,8 +538,11 @@ func (d *Device) scatter(pd *PD, sges []SGE, off int, src []byte) bool {
 		if mr == nil {
 			return false
 		}
-		copy(mr.buf[o:o+n], src[:n])
+		ok := memCopy(mr.buf[o:o+n], src[:n])
 		mr.release()
+		if !ok {
+			return false
+		}
 		src = src[n:]
 		off = 0
 	}

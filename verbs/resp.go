@@ -1,8 +1,6 @@
 package verbs
 
 import (
-	"encoding/binary"
-
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/wire"
 )
@@ -434,8 +432,12 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return
 		}
-		copy(mr.buf[off:off+n], p.Payload)
+		ok := memCopy(mr.buf[off:off+n], p.Payload)
 		mr.release()
+		if !ok {
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return
+		}
 		r.wVA += uint64(n)
 		r.wRem -= n
 	}
@@ -540,17 +542,13 @@ func (qp *QP) rcAtomic(p *wire.Packet) {
 			return
 		}
 		qp.dev.atomMu.Lock()
-		b := mr.buf[off : off+8]
-		orig := binary.NativeEndian.Uint64(b)
-		if p.BTH.Opcode == wire.RCCompareSwap {
-			if orig == p.AtomicETH.Compare {
-				binary.NativeEndian.PutUint64(b, p.AtomicETH.SwapAdd)
-			}
-		} else {
-			binary.NativeEndian.PutUint64(b, orig+p.AtomicETH.SwapAdd)
-		}
+		orig, ok := memAtomic(mr.buf[off:off+8], p.BTH.Opcode == wire.RCCompareSwap, p.AtomicETH.Compare, p.AtomicETH.SwapAdd)
 		qp.dev.atomMu.Unlock()
 		mr.release()
+		if !ok {
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return
+		}
 		x.kind, x.orig = kindAtomic, orig
 	case m&wire.IsAtomicWrite != 0:
 		va := p.RETH.VA
@@ -564,9 +562,13 @@ func (qp *QP) rcAtomic(p *wire.Packet) {
 			return
 		}
 		qp.dev.atomMu.Lock()
-		copy(mr.buf[off:off+8], p.Payload)
+		ok := memCopy(mr.buf[off:off+8], p.Payload)
 		qp.dev.atomMu.Unlock()
 		mr.release()
+		if !ok {
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return
+		}
 		x.kind = kindAtomicWrite
 	default: // FLUSH
 		need := AccessFlushGlobal
@@ -743,8 +745,12 @@ func (qp *QP) ucReceive(p *wire.Packet) {
 				drop()
 				return
 			}
-			copy(mr.buf[off:off+n], p.Payload)
+			ok := memCopy(mr.buf[off:off+n], p.Payload)
 			mr.release()
+			if !ok {
+				drop()
+				return
+			}
 			r.wVA += uint64(n)
 			r.wRem -= n
 		}

@@ -377,8 +377,14 @@ func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
 				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 				return sent, false
 			}
-			qp.fillPayload(p, pl, mr, mr.buf[moff:moff+plen])
+			ok := qp.fillPayload(p, pl, mr, mr.buf[moff:moff+plen])
 			mr.release()
+			if !ok {
+				qp.cancelPacket()
+				x.valid, x.sending = false, false
+				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+				return sent, false
+			}
 		}
 		sent++
 	}

@@ -52,18 +52,16 @@ func (r *zcRef) release() {
 // fillPayload puts the payload of p, the packet the QP built last (pl is its
 // payload slice from newPacket), from src, which lies in mr (acquired by the
 // caller): in place when the device sends zero-copy and src is large
-// enough, else copied into pl.
-func (qp *QP) fillPayload(p *link.Packet, pl []byte, mr *MR, src []byte) {
+// enough, else copied into pl; false if src faulted (memCopy).
+func (qp *QP) fillPayload(p *link.Packet, pl []byte, mr *MR, src []byte) bool {
 	if !qp.dev.zc || len(src) < zcMin {
-		copy(pl, src)
-		return
+		return memCopy(pl, src)
 	}
 	ref := &qp.txref[qp.txn-1]
 	ref.release() // a slot's earlier packet, had it not been handed over
 	if mr.region != nil {
 		if _, err := mr.region.Enter(); err != nil {
-			copy(pl, src) // being revoked: the caller's own guard still holds
-			return
+			return memCopy(pl, src) // being revoked: the caller's own guard still holds
 		}
 		ref.region = mr.region
 	}
@@ -75,6 +73,7 @@ func (qp *QP) fillPayload(p *link.Packet, pl []byte, mr *MR, src []byte) {
 	p.N = hl + pad + wire.ICRCLen
 	p.Data, p.DataAt = src, hl
 	qp.dev.stats.ZeroCopyPackets.Add(1)
+	return true
 }
 
 // gatherPayload fills the payload of p (pl, from newPacket) with the bytes
@@ -97,9 +96,9 @@ func (qp *QP) gatherPayload(p *link.Packet, pl []byte, sges []SGE, off int) bool
 		if mr == nil {
 			return false
 		}
-		qp.fillPayload(p, pl, mr, mr.buf[o:o+len(pl)])
+		ok := qp.fillPayload(p, pl, mr, mr.buf[o:o+len(pl)])
 		mr.release()
-		return true
+		return ok
 	}
 	return qp.dev.gather(qp.pd, sges, off, pl)
 }

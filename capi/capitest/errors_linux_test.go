@@ -17,9 +17,10 @@ import (
 // rxe), destroy while in use (EBUSY), completion events under O_NONBLOCK
 // and edge-triggered epoll (one per arming, none lost or doubled),
 // destroy_cq waiting for the acks, an empty async fd (EAGAIN), 8 threads
-// posting and polling at once, and refused arguments.
+// posting and polling at once, refused arguments, and memory unmapped
+// while registered (error completions, not a dead process).
 func TestCErrorPaths(t *testing.T) {
-	runC(t, "errors.c", 10)
+	runC(t, "errors.c", 11)
 }
 
 // TestGuest runs testdata/guest.c: the program's own signal handlers

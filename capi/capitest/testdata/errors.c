@@ -470,6 +470,67 @@ static void test_threads(void)
 		OK(name);
 }
 
+static void test_unmapped(void)
+{
+	const char *name = "unmapped";
+	struct conn c;
+	struct ibv_wc wc;
+	size_t len = 1 << 16;
+	char *src, *dst;
+	struct ibv_mr *smr, *dmr;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr, *bad;
+
+	if (connect_pair(&c, 1 << 16, 16, NULL)) {
+		FAIL(name, "set-up: %s", strerror(errno));
+		return;
+	}
+	src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	smr = ibv_reg_mr(c.pd, src, len, IBV_ACCESS_LOCAL_WRITE);
+	dmr = ibv_reg_mr(c.pd, dst, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!smr || !dmr) {
+		FAIL(name, "reg_mr: %s", strerror(errno));
+		goto out;
+	}
+	/* The peer writes into memory its owner unmapped: a remote access error. */
+	munmap(dst, len);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)c.buf, .length = 64, .lkey = c.mr->lkey };
+	wr = (struct ibv_send_wr){ .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				   .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)dst;
+	wr.wr.rdma.rkey = dmr->rkey;
+	if (ibv_post_send(c.a, &wr, &bad) || !wait_wc(c.cq, &wc) || wc.status != IBV_WC_REM_ACCESS_ERR) {
+		FAIL(name, "WRITE into unmapped memory: status %s, want remote access error", ibv_wc_status_str(wc.status));
+		goto out;
+	}
+	/* A send from memory unmapped while registered: a local protection
+	 * error (on a fresh pair: the responder of the first is in error). */
+	ibv_dereg_mr(smr);
+	ibv_dereg_mr(dmr);
+	smr = dmr = NULL;
+	close_pair(&c);
+	if (connect_pair(&c, 1 << 16, 16, NULL)) {
+		FAIL(name, "set-up: %s", strerror(errno));
+		return;
+	}
+	smr = ibv_reg_mr(c.pd, src, len, IBV_ACCESS_LOCAL_WRITE);
+	munmap(src, len);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)src, .length = 64, .lkey = smr ? smr->lkey : 0 };
+	wr.wr.rdma.remote_addr = (uintptr_t)c.buf + 4096;
+	wr.wr.rdma.rkey = c.mr->rkey;
+	wr.wr_id = 2;
+	if (!smr || ibv_post_send(c.b, &wr, &bad) || !wait_wc(c.cq, &wc) || wc.status != IBV_WC_LOC_PROT_ERR) {
+		FAIL(name, "WRITE from unmapped memory: status %s, want local protection error", ibv_wc_status_str(wc.status));
+		goto out;
+	}
+	OK(name);
+out:
+	if (smr) ibv_dereg_mr(smr);
+	if (dmr) ibv_dereg_mr(dmr);
+	close_pair(&c);
+}
+
 static void test_bad_handles(void)
 {
 	const char *name = "misuse";
@@ -514,6 +575,7 @@ int main(void)
 	test_async_nonblock();
 	test_threads();
 	test_bad_handles();
+	test_unmapped();
 	ibv_close_device(ctx);
 	ibv_free_device_list(list);
 	return failures;
