@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/softroce/softroce/internal/toolkit"
@@ -37,6 +38,9 @@ const (
 	envAddr = "SOFTROCE_ADDR"
 	// envDebug turns on the library's debug log on stderr.
 	envDebug = "SOFTROCE_DEBUG"
+	// envBusyPoll is how long the receive loop keeps polling after each
+	// batch (verbs.Config.BusyPoll; default 0).
+	envBusyPoll = "SOFTROCE_BUSY_POLL"
 	// envAutoNet is the /24 the automatic loopback choice searches
 	// (default 127.0.0), so tests can keep clear of other users of 4791.
 	envAutoNet = "SOFTROCE_AUTO_NET"
@@ -304,6 +308,17 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 	cfg.Name = info.Name
 	cfg.MAC = toolkit.DeviceMAC(info.Netdev)
 	cfg.LateSGECheck = true // rxe: a bad SGE is an error completion, not a failed post
+	// SOFTROCE_BUSY_POLL=50us makes the receive loop poll its socket a
+	// while after each batch, as the Go latency tools do: a reply then
+	// needs no thread wake-up, at the cost of a processor, which a C
+	// program's own polling thread already takes (off by default).
+	if v := os.Getenv(envBusyPoll); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s=%s: want a duration such as 50us or 0", envBusyPoll, v)
+		}
+		cfg.BusyPoll = d
+	}
 	if os.Getenv(envDebug) != "" {
 		cfg.Logger = debugLogger()
 	}

@@ -15,6 +15,7 @@
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <arpa/inet.h>
+#include <sched.h>
 
 #include "capi.h"
 #include "_cgo_export.h"
@@ -701,11 +702,28 @@ SR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
+/* Programs poll an empty CQ in a tight loop (perftest, UCX). On a host
+ * with few cores that spinning thread starves the device's own receive
+ * loop, which does the work a NIC (or the kernel's rxe, in softirq) would:
+ * after a run of empty polls the polling thread yields the processor. */
+#define SR_EMPTY_POLLS_YIELD 16
+static __thread unsigned int sr_empty_polls;
+
 static int sr_poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
+	int got;
 	if (n <= 0)
 		return 0;
-	return srgo_poll_cq(((struct sr_cq *)cq)->h, n, wc);
+	got = srgo_poll_cq(((struct sr_cq *)cq)->h, n, wc);
+	if (got == 0) {
+		if (++sr_empty_polls >= SR_EMPTY_POLLS_YIELD) {
+			sr_empty_polls = 0;
+			sched_yield();
+		}
+	} else {
+		sr_empty_polls = 0;
+	}
+	return got;
 }
 
 static int sr_req_notify_cq_op(struct ibv_cq *cq, int solicited_only)
