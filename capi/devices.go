@@ -52,6 +52,8 @@ type devSpec struct {
 	// auto: a loopback device with no fixed address; each process binds
 	// the first 127.0.0.x whose UDP port 4791 is free.
 	auto bool
+	// index is the device's place in the list.
+	index int
 }
 
 // openDev is a device some context of this process has open: one Go
@@ -99,7 +101,7 @@ func loadDevices() {
 				warn("link %s: %v", st.Links[i].Name, err)
 				continue
 			}
-			devList = append(devList, devSpec{info: d})
+			devList = append(devList, devSpec{info: d, index: len(devList)})
 		}
 	})
 }
@@ -250,6 +252,7 @@ func srgo_close(h C.uintptr_t) C.int {
 			logStats(od.dev)
 		}
 		close(od.stop)
+		closeAgent(od.dev)
 		od.dev.Close()
 		<-od.done
 		delete(devsOpen, c.idx)
@@ -260,7 +263,11 @@ func srgo_close(h C.uintptr_t) C.int {
 // openDevice binds the device's UDP socket and starts its engine.
 func openDevice(s devSpec) (*verbs.Device, error) {
 	info := s.info
-	if a := os.Getenv(envAddr); a != "" {
+	if a, ok := wantAddr[s.index]; ok {
+		// rdma_bind_addr named the address before any context opened it.
+		delete(wantAddr, s.index)
+		info.Addr, s.auto = netip.AddrPortFrom(a, info.Addr.Port()), false
+	} else if a := os.Getenv(envAddr); a != "" {
 		ap, err := toolkit.ParseDeviceAddr(a)
 		if err != nil {
 			return nil, fmt.Errorf("%s=%s: %v", envAddr, a, err)

@@ -631,6 +631,16 @@ func convertSGEs(dst []verbs.SGE, src *cSGE, n int) []verbs.SGE {
 //export srgo_create_qp
 func srgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
 	qpn *C.uint32_t, errp *C.int) C.uintptr_t {
+	return createQP(pdh, a, scq, rcq, srqh, cqp, qpn, errp, func(pd *verbs.PD, ia *verbs.QPInitAttr) (*verbs.QP, error) {
+		return pd.CreateQP(ia)
+	})
+}
+
+// createQP creates a QP with create (PD.CreateQP, or an rdma_cm ID's
+// CreateQP) from the C attributes, writes back the capabilities granted,
+// and returns its handle.
+func createQP(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
+	qpn *C.uint32_t, errp *C.int, create func(*verbs.PD, *verbs.QPInitAttr) (*verbs.QP, error)) C.uintptr_t {
 	p, ok := lookup[*pdRec](uintptr(pdh))
 	if !ok {
 		*errp = bad(syscall.EINVAL)
@@ -641,21 +651,18 @@ func srgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srq
 		Cap: verbs.QPCap{MaxSendWR: uint32(a.cap.max_send_wr), MaxRecvWR: uint32(a.cap.max_recv_wr),
 			MaxSendSGE: uint32(a.cap.max_send_sge), MaxRecvSGE: uint32(a.cap.max_recv_sge),
 			MaxInlineData: uint32(a.cap.max_inline_data)}}
-	if scq != 0 {
-		r, ok := lookup[*cqRec](uintptr(scq))
-		if !ok {
-			*errp = bad(syscall.EINVAL)
-			return 0
+	for _, c := range []struct {
+		h   C.uintptr_t
+		set func(*cqRec)
+	}{{scq, func(r *cqRec) { ia.SendCQ = r.cq }}, {rcq, func(r *cqRec) { ia.RecvCQ = r.cq }}} {
+		if c.h != 0 {
+			r, ok := lookup[*cqRec](uintptr(c.h))
+			if !ok {
+				*errp = bad(syscall.EINVAL)
+				return 0
+			}
+			c.set(r)
 		}
-		ia.SendCQ = r.cq
-	}
-	if rcq != 0 {
-		r, ok := lookup[*cqRec](uintptr(rcq))
-		if !ok {
-			*errp = bad(syscall.EINVAL)
-			return 0
-		}
-		ia.RecvCQ = r.cq
 	}
 	if srqh != 0 {
 		r, ok := lookup[*srqRec](uintptr(srqh))
@@ -665,7 +672,7 @@ func srgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srq
 		}
 		ia.SRQ = r.srq
 	}
-	qp, err := p.pd.CreateQP(&ia)
+	qp, err := create(p.pd, &ia)
 	if err != nil {
 		*errp = cerr(err)
 		return 0

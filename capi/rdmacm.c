@@ -1,9 +1,12 @@
 //go:build linux && cgo && softroce_capi
 
-// rdmacm.c: librdmacm's exported names, so that programs linked against
-// librdmacm.so.1 (perftest, rping, ...) load. The connection manager calls
-// are not served yet: each fails with ENOSYS and says so once on stderr.
-// rpoll and rselect on ordinary file descriptors behave as poll and select.
+// rdmacm.c: librdmacm's C API over package cm (capi/cm.go): event channels
+// on eventfds, IDs, address and route resolution, connect/listen/accept,
+// the QP an ID owns (with CQs of its own when the program gives none, as
+// rdma_verbs.h expects), rdma_getaddrinfo. What is not served yet (rsockets,
+// multicast, endpoints, SRQs on IDs, ECE) fails with ENOSYS and says so once
+// on stderr. rpoll and rselect on ordinary file descriptors behave as poll
+// and select.
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,90 +14,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/select.h>
+#include <sys/eventfd.h>
+#include <string.h>
+#include <unistd.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+
+#include "capi.h"
+#include "cm.h"
+#include "_cgo_export.h"
 
 #define SR_EXPORT __attribute__((visibility("default")))
-
-static void sr_cm_unsupported(const char *name)
-{
-	static int said;
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_SEQ_CST))
-		fprintf(stderr, "softroce: %s: the rdma_cm half of the library is not implemented yet (use the TCP exchange, e.g. perftest without -R)\n", name);
-	errno = ENOSYS;
-}
-
-#define SR_CM_STUB(name) \
-	SR_EXPORT int name(void) { sr_cm_unsupported(#name); return -1; }
-#define SR_CM_STUB_PTR(name) \
-	SR_EXPORT void *name(void) { sr_cm_unsupported(#name); return NULL; }
-#define SR_CM_STUB_VOID(name) \
-	SR_EXPORT void name(void) { }
-
-SR_CM_STUB(rdma_accept)
-SR_CM_STUB(rdma_ack_cm_event)
-SR_CM_STUB(rdma_bind_addr)
-SR_CM_STUB(rdma_connect)
-SR_CM_STUB(rdma_create_ep)
-SR_CM_STUB_PTR(rdma_create_event_channel)
-SR_CM_STUB(rdma_create_id)
-SR_CM_STUB(rdma_create_qp)
-SR_CM_STUB(rdma_create_qp_ex)
-SR_CM_STUB(rdma_create_srq)
-SR_CM_STUB(rdma_create_srq_ex)
-SR_CM_STUB_VOID(rdma_destroy_ep)
-SR_CM_STUB_VOID(rdma_destroy_event_channel)
-SR_CM_STUB(rdma_destroy_id)
-SR_CM_STUB_VOID(rdma_destroy_qp)
-SR_CM_STUB_VOID(rdma_destroy_srq)
-SR_CM_STUB(rdma_disconnect)
-SR_CM_STUB_VOID(rdma_free_devices)
-SR_CM_STUB_VOID(rdma_freeaddrinfo)
-SR_CM_STUB(rdma_get_cm_event)
-SR_CM_STUB_PTR(rdma_get_devices)
-SR_CM_STUB(rdma_get_dst_port)
-SR_CM_STUB(rdma_get_request)
-SR_CM_STUB(rdma_get_src_port)
-SR_CM_STUB(rdma_getaddrinfo)
-SR_CM_STUB(rdma_join_multicast)
-SR_CM_STUB(rdma_leave_multicast)
-SR_CM_STUB(rdma_listen)
-SR_CM_STUB(rdma_migrate_id)
-SR_CM_STUB(rdma_notify)
-SR_CM_STUB(rdma_reject)
-SR_CM_STUB(rdma_resolve_addr)
-SR_CM_STUB(rdma_resolve_route)
-SR_CM_STUB(rdma_set_option)
-SR_CM_STUB(rdma_join_multicast_ex)
-SR_CM_STUB(rdma_establish)
-SR_CM_STUB(rdma_init_qp_attr)
-SR_CM_STUB(rdma_get_remote_ece)
-SR_CM_STUB(rdma_reject_ece)
-SR_CM_STUB(rdma_set_local_ece)
-
-SR_CM_STUB(raccept)
-SR_CM_STUB(rbind)
-SR_CM_STUB(rclose)
-SR_CM_STUB(rconnect)
-SR_CM_STUB(rfcntl)
-SR_CM_STUB(rgetpeername)
-SR_CM_STUB(rgetsockname)
-SR_CM_STUB(rgetsockopt)
-SR_CM_STUB(riomap)
-SR_CM_STUB(riounmap)
-SR_CM_STUB(riowrite)
-SR_CM_STUB(rlisten)
-SR_CM_STUB(rread)
-SR_CM_STUB(rreadv)
-SR_CM_STUB(rrecv)
-SR_CM_STUB(rrecvfrom)
-SR_CM_STUB(rrecvmsg)
-SR_CM_STUB(rsend)
-SR_CM_STUB(rsendmsg)
-SR_CM_STUB(rsendto)
-SR_CM_STUB(rsetsockopt)
-SR_CM_STUB(rshutdown)
-SR_CM_STUB(rsocket)
-SR_CM_STUB(rwrite)
-SR_CM_STUB(rwritev)
 
 SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
@@ -106,7 +36,7 @@ SR_EXPORT int rselect(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval 
 	return select(nfds, r, w, e, t);
 }
 
-SR_EXPORT const char *rdma_event_str(int event)
+SR_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 {
 	static const char *const n[] = {
 		"RDMA_CM_EVENT_ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_ERROR", "RDMA_CM_EVENT_ROUTE_RESOLVED",
@@ -116,7 +46,546 @@ SR_EXPORT const char *rdma_event_str(int event)
 		"RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
 		"RDMA_CM_EVENT_TIMEWAIT_EXIT",
 	};
-	if (event < 0 || event >= (int)(sizeof(n) / sizeof(n[0])))
+	if ((int)event < 0 || (int)event >= (int)(sizeof(n) / sizeof(n[0])))
 		return "UNKNOWN EVENT";
 	return n[event];
+}
+
+/* ---- the connection manager ---- */
+
+static inline int sr_err(int e)
+{
+	if (e) {
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+static inline uintptr_t sr_id_h(struct rdma_cm_id *id)
+{
+	return ((struct sr_cm_id *)id)->h;
+}
+
+/* The contexts rdma_cm IDs hand out as id->verbs: one per device, opened
+ * on first use and kept for the process's life, as librdmacm's. */
+static pthread_mutex_t sr_cm_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ibv_context *sr_cm_ctxs[SR_MAX_DEVICES];
+
+struct ibv_context *sr_cm_ctx(int idx)
+{
+	struct ibv_context *c;
+	if (idx < 0 || idx >= SR_MAX_DEVICES)
+		return NULL;
+	pthread_mutex_lock(&sr_cm_mu);
+	c = sr_cm_ctxs[idx];
+	if (!c) {
+		int n = 0;
+		struct ibv_device **l = ibv_get_device_list(&n);
+		if (l && idx < n)
+			c = ibv_open_device(l[idx]);
+		ibv_free_device_list(l);
+		sr_cm_ctxs[idx] = c;
+	}
+	pthread_mutex_unlock(&sr_cm_mu);
+	return c;
+}
+
+/* sr_cm_ready gives id the device that owns address sa (NULL: the first),
+ * with the CM started on it, and sets id->verbs. */
+static int sr_cm_ready(struct rdma_cm_id *id, struct sockaddr *sa)
+{
+	int idx = 0, err;
+	struct ibv_context *c;
+	if (id->verbs)
+		return 0;
+	err = srgo_cm_device(sa, &idx);
+	if (err)
+		return err;
+	c = sr_cm_ctx(idx);
+	if (!c)
+		return errno ? errno : ENODEV;
+	err = srgo_cm_attach(((struct sr_context *)((char *)c - offsetof(struct sr_context, vctx.context)))->h);
+	if (err)
+		return err;
+	id->verbs = c;
+	id->port_num = 1;
+	return 0;
+}
+
+void sr_cm_free_event(struct sr_cm_event *e)
+{
+	free(e);
+}
+
+SR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	struct sr_cm_channel *c = calloc(1, sizeof(*c));
+	int err = 0;
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	c->ch.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+	if (c->ch.fd < 0) {
+		free(c);
+		return NULL;
+	}
+	c->h = srgo_cm_create_channel(c->ch.fd, &err);
+	if (!c->h) {
+		close(c->ch.fd);
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	return &c->ch;
+}
+
+SR_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *ch)
+{
+	struct sr_cm_channel *c = (struct sr_cm_channel *)ch;
+	if (!ch)
+		return;
+	srgo_cm_destroy_channel(c->h);
+	close(ch->fd);
+	free(c);
+}
+
+SR_EXPORT int rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **out, void *context,
+			     enum rdma_port_space ps)
+{
+	struct sr_cm_id *id;
+	int err = 0;
+	if (!out)
+		return sr_err(EINVAL);
+	if (!ch)
+		return sr_err(ENOSYS); /* synchronous IDs: not yet */
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IPOIB)
+		return sr_err(EINVAL);
+	id = calloc(1, sizeof(*id));
+	if (!id)
+		return sr_err(ENOMEM);
+	id->h = srgo_cm_create_id(((struct sr_cm_channel *)ch)->h, id, ps, &err);
+	if (!id->h) {
+		free(id);
+		return sr_err(err);
+	}
+	id->id.channel = ch;
+	id->id.context = context;
+	id->id.ps = ps;
+	id->id.qp_type = ps == RDMA_PS_TCP ? IBV_QPT_RC : IBV_QPT_UD;
+	*out = &id->id;
+	return 0;
+}
+
+static void sr_cm_free_qp_res(struct sr_cm_id *s);
+
+SR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct sr_cm_id *s = (struct sr_cm_id *)id;
+	int err;
+	if (!id)
+		return sr_err(EINVAL);
+	err = srgo_cm_destroy_id(s->h);
+	if (err)
+		return sr_err(err);
+	sr_cm_free_qp_res(s);
+	free(s);
+	return 0;
+}
+
+SR_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	int err;
+	if (!id || !addr)
+		return sr_err(EINVAL);
+	err = sr_cm_ready(id, addr);
+	if (err)
+		return sr_err(err);
+	return sr_err(srgo_cm_bind(sr_id_h(id), addr));
+}
+
+SR_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int timeout_ms)
+{
+	int err;
+	if (!id || !dst)
+		return sr_err(EINVAL);
+	err = sr_cm_ready(id, src);
+	if (err)
+		return sr_err(err);
+	return sr_err(srgo_cm_resolve_addr(sr_id_h(id), src, dst, timeout_ms));
+}
+
+SR_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	if (!id)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_resolve_route(sr_id_h(id), timeout_ms));
+}
+
+SR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	int err;
+	if (!id)
+		return sr_err(EINVAL);
+	err = sr_cm_ready(id, NULL);
+	if (err)
+		return sr_err(err);
+	return sr_err(srgo_cm_listen(sr_id_h(id), backlog));
+}
+
+SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
+{
+	if (!id)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_connect(sr_id_h(id), p));
+}
+
+SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
+{
+	if (!id)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_accept(sr_id_h(id), p));
+}
+
+SR_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *pdata, uint8_t len)
+{
+	if (!id)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_reject(sr_id_h(id), (void *)pdata, len));
+}
+
+SR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
+{
+	if (!id)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_disconnect(sr_id_h(id)));
+}
+
+SR_EXPORT int rdma_establish(struct rdma_cm_id *id)
+{
+	if (!id)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_establish(sr_id_h(id)));
+}
+
+SR_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	(void)event;
+	return id ? 0 : sr_err(EINVAL);
+}
+
+SR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
+{
+	int err;
+	if (!id || !ch)
+		return sr_err(EINVAL);
+	err = srgo_cm_migrate(sr_id_h(id), ((struct sr_cm_channel *)ch)->h);
+	if (err)
+		return sr_err(err);
+	id->channel = ch;
+	return 0;
+}
+
+SR_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
+{
+	if (!id || !attr || !mask)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_init_qp_attr(sr_id_h(id), attr, mask));
+}
+
+SR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	if (!id || !optval)
+		return sr_err(EINVAL);
+	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_TOS && optlen == sizeof(uint8_t))
+		return sr_err(srgo_cm_set_tos(sr_id_h(id), *(uint8_t *)optval));
+	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT && optlen == sizeof(uint8_t))
+		return sr_err(srgo_cm_set_ack_timeout(sr_id_h(id), *(uint8_t *)optval));
+	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_REUSEADDR && optlen == sizeof(int))
+		return 0;
+	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_AFONLY && optlen == sizeof(int))
+		return 0;
+	return sr_err(ENOSYS);
+}
+
+SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **event)
+{
+	uint64_t v;
+	int r;
+	if (!ch || !event)
+		return sr_err(EINVAL);
+	for (;;) {
+		ssize_t n = read(ch->fd, &v, sizeof(v));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != sizeof(v))
+			return -1;
+		r = srgo_cm_take_event(((struct sr_cm_channel *)ch)->h, event);
+		if (r == 0) {
+			(*event)->id->event = *event;
+			return 0;
+		}
+		if (r != 1)
+			return sr_err(r);
+	}
+}
+
+SR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	if (!event)
+		return sr_err(EINVAL);
+	if (event->id && event->id->event == event)
+		event->id->event = NULL;
+	sr_cm_free_event((struct sr_cm_event *)event);
+	return 0;
+}
+
+/* ---- the ID's QP (rdma_verbs.h) ---- */
+
+static void sr_cm_free_qp_res(struct sr_cm_id *s)
+{
+	struct rdma_cm_id *id = &s->id;
+	if (s->own_cqs) {
+		if (id->send_cq)
+			ibv_destroy_cq(id->send_cq);
+		if (id->recv_cq && id->recv_cq != id->send_cq)
+			ibv_destroy_cq(id->recv_cq);
+		if (id->send_cq_channel)
+			ibv_destroy_comp_channel(id->send_cq_channel);
+		if (id->recv_cq_channel && id->recv_cq_channel != id->send_cq_channel)
+			ibv_destroy_comp_channel(id->recv_cq_channel);
+		id->send_cq = id->recv_cq = NULL;
+		id->send_cq_channel = id->recv_cq_channel = NULL;
+		s->own_cqs = 0;
+	}
+	if (s->own_pd && id->pd) {
+		ibv_dealloc_pd(id->pd);
+		id->pd = NULL;
+		s->own_pd = 0;
+	}
+}
+
+SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct sr_cm_id *s = (struct sr_cm_id *)id;
+	struct sr_qp *q;
+	int err = 0;
+	uint32_t qpn = 0;
+
+	if (!id || !attr || !id->verbs)
+		return sr_err(EINVAL);
+	if (!pd) {
+		if (!id->pd) {
+			id->pd = ibv_alloc_pd(id->verbs);
+			if (!id->pd)
+				return -1;
+			s->own_pd = 1;
+		}
+		pd = id->pd;
+	} else if (pd->context != id->verbs) {
+		return sr_err(EINVAL);
+	}
+	if (!attr->send_cq || !attr->recv_cq) {
+		/* As librdmacm: CQs (each with its channel) of the queues' sizes. */
+		id->send_cq_channel = ibv_create_comp_channel(id->verbs);
+		id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
+		if (!id->send_cq_channel || !id->recv_cq_channel)
+			goto fail_cq;
+		id->send_cq = ibv_create_cq(id->verbs, attr->cap.max_send_wr ? attr->cap.max_send_wr : 1, id,
+					    id->send_cq_channel, 0);
+		id->recv_cq = ibv_create_cq(id->verbs, attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1, id,
+					    id->recv_cq_channel, 0);
+		s->own_cqs = 1;
+		if (!id->send_cq || !id->recv_cq)
+			goto fail_cq;
+		if (!attr->send_cq)
+			attr->send_cq = id->send_cq;
+		if (!attr->recv_cq)
+			attr->recv_cq = id->recv_cq;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return sr_err(ENOMEM);
+	attr->qp_type = id->qp_type;
+	q->h = srgo_cm_create_qp(s->h, ((struct sr_pd *)pd)->h, attr, ((struct sr_cq *)attr->send_cq)->h,
+				 ((struct sr_cq *)attr->recv_cq)->h, attr->srq ? ((struct sr_srq *)attr->srq)->h : 0,
+				 &q->qpx.qp_base, &qpn, &err);
+	if (!q->h) {
+		free(q);
+		return sr_err(err);
+	}
+	q->qpx.qp_base.context = id->verbs;
+	q->qpx.qp_base.qp_context = attr->qp_context;
+	q->qpx.qp_base.pd = pd;
+	q->qpx.qp_base.send_cq = attr->send_cq;
+	q->qpx.qp_base.recv_cq = attr->recv_cq;
+	q->qpx.qp_base.srq = attr->srq;
+	q->qpx.qp_base.handle = (uint32_t)q->h;
+	q->qpx.qp_base.qp_num = qpn;
+	q->qpx.qp_base.state = IBV_QPS_INIT;
+	q->qpx.qp_base.qp_type = attr->qp_type;
+	pthread_mutex_init(&q->qpx.qp_base.mutex, NULL);
+	pthread_cond_init(&q->qpx.qp_base.cond, NULL);
+	pthread_mutex_init(&q->batch_mu, NULL);
+	id->qp = &q->qpx.qp_base;
+	return 0;
+fail_cq:
+	err = errno;
+	sr_cm_free_qp_res(s);
+	return sr_err(err ? err : ENOMEM);
+}
+
+SR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *ax)
+{
+	struct ibv_qp_init_attr a;
+	int r;
+	if (!id || !ax)
+		return sr_err(EINVAL);
+	if (ax->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)
+		return sr_err(ENOSYS);
+	memset(&a, 0, sizeof(a));
+	a.qp_context = ax->qp_context;
+	a.send_cq = ax->send_cq;
+	a.recv_cq = ax->recv_cq;
+	a.srq = ax->srq;
+	a.cap = ax->cap;
+	a.sq_sig_all = ax->sq_sig_all;
+	r = rdma_create_qp(id, (ax->comp_mask & IBV_QP_INIT_ATTR_PD) ? ax->pd : NULL, &a);
+	if (!r)
+		ax->cap = a.cap;
+	return r;
+}
+
+SR_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	struct sr_qp *q;
+	uint32_t async = 0;
+	if (!id || !id->qp)
+		return;
+	q = (struct sr_qp *)id->qp;
+	if (srgo_cm_destroy_qp(sr_id_h(id), q->h, &async) == 0) {
+		pthread_mutex_lock(&id->qp->mutex);
+		while (id->qp->events_completed != async)
+			pthread_cond_wait(&id->qp->cond, &id->qp->mutex);
+		pthread_mutex_unlock(&id->qp->mutex);
+		free(q->batch);
+		free(q);
+	}
+	id->qp = NULL;
+	sr_cm_free_qp_res((struct sr_cm_id *)id);
+}
+
+/* ---- addresses ---- */
+
+static uint16_t sr_port_of(struct sockaddr *sa)
+{
+	if (!sa)
+		return 0;
+	if (sa->sa_family == AF_INET)
+		return ((struct sockaddr_in *)sa)->sin_port;
+	if (sa->sa_family == AF_INET6)
+		return ((struct sockaddr_in6 *)sa)->sin6_port;
+	return 0;
+}
+
+SR_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+	return id ? sr_port_of(&id->route.addr.src_addr) : 0;
+}
+
+SR_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	return id ? sr_port_of(&id->route.addr.dst_addr) : 0;
+}
+
+SR_EXPORT struct ibv_context **rdma_get_devices(int *num)
+{
+	int n = 0, i, k = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	struct ibv_context **out = calloc(n + 1, sizeof(*out));
+	if (!l || !out) {
+		free(out);
+		ibv_free_device_list(l);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		struct ibv_context *c = sr_cm_ctx(i);
+		if (c)
+			out[k++] = c;
+	}
+	ibv_free_device_list(l);
+	if (num)
+		*num = k;
+	return out;
+}
+
+SR_EXPORT void rdma_free_devices(struct ibv_context **list)
+{
+	free(list);
+}
+
+/* rdma_getaddrinfo: the system resolver's answer in librdmacm's shape. */
+SR_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
+			       struct rdma_addrinfo **res)
+{
+	struct addrinfo h = { 0 }, *ai = NULL;
+	struct rdma_addrinfo *r;
+	int err;
+
+	if (!res || (!node && !service))
+		return sr_err(EINVAL);
+	if (hints) {
+		h.ai_family = hints->ai_family;
+		if (hints->ai_flags & RAI_PASSIVE)
+			h.ai_flags |= AI_PASSIVE;
+		if (hints->ai_flags & RAI_NUMERICHOST)
+			h.ai_flags |= AI_NUMERICHOST;
+	}
+	h.ai_socktype = SOCK_STREAM;
+	err = getaddrinfo(node, service, &h, &ai);
+	if (err)
+		return sr_err(err == EAI_SYSTEM ? errno : EADDRNOTAVAIL);
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		freeaddrinfo(ai);
+		return sr_err(ENOMEM);
+	}
+	r->ai_flags = hints ? hints->ai_flags : 0;
+	r->ai_family = ai->ai_family;
+	r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
+	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+	if (r->ai_flags & RAI_PASSIVE) {
+		r->ai_src_addr = malloc(ai->ai_addrlen);
+		memcpy(r->ai_src_addr, ai->ai_addr, ai->ai_addrlen);
+		r->ai_src_len = ai->ai_addrlen;
+	} else {
+		r->ai_dst_addr = malloc(ai->ai_addrlen);
+		memcpy(r->ai_dst_addr, ai->ai_addr, ai->ai_addrlen);
+		r->ai_dst_len = ai->ai_addrlen;
+		if (hints && hints->ai_src_addr && hints->ai_src_len) {
+			r->ai_src_addr = malloc(hints->ai_src_len);
+			memcpy(r->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
+			r->ai_src_len = hints->ai_src_len;
+		}
+	}
+	freeaddrinfo(ai);
+	*res = r;
+	return 0;
+}
+
+SR_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
+{
+	while (res) {
+		struct rdma_addrinfo *next = res->ai_next;
+		free(res->ai_src_addr);
+		free(res->ai_dst_addr);
+		free(res->ai_src_canonname);
+		free(res->ai_dst_canonname);
+		free(res->ai_route);
+		free(res->ai_connect);
+		free(res);
+		res = next;
+	}
 }

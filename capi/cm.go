@@ -1,0 +1,585 @@
+//go:build linux && cgo && softroce_capi
+
+package main
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include "capi.h"
+#include "cm.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/softroce/softroce/cm"
+	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/verbs"
+)
+
+// librdmacm over package cm: event channels on eventfds, IDs whose C
+// struct rdma_cm_id (struct sr_cm_id) the records below fill in, events
+// built in C memory that stay valid until rdma_ack_cm_event frees them.
+
+type cmChanRec struct {
+	ch   *cm.EventChannel
+	fd   int
+	stop chan struct{}
+	done chan struct{}
+
+	mu    sync.Mutex
+	queue []*C.struct_sr_cm_event
+}
+
+type cmIDRec struct {
+	id   *cm.ID
+	cptr *C.struct_sr_cm_id
+	h    uintptr
+}
+
+// wantAddr is the address the next open of a device must bind (an
+// rdma_bind_addr before any context opened it), by device index.
+var wantAddr = map[int]netip.Addr{}
+
+// agents are the CM agents of the open devices.
+var agents = map[*verbs.Device]*cm.Agent{}
+
+// sockaddrToAddrPort converts a struct sockaddr (IPv4 or IPv6).
+func sockaddrToAddrPort(sa *C.struct_sockaddr) (netip.AddrPort, bool) {
+	if sa == nil {
+		return netip.AddrPort{}, false
+	}
+	switch sa.sa_family {
+	case C.AF_INET:
+		sin := (*C.struct_sockaddr_in)(unsafe.Pointer(sa))
+		b := *(*[4]byte)(unsafe.Pointer(&sin.sin_addr))
+		p := *(*[2]byte)(unsafe.Pointer(&sin.sin_port))
+		return netip.AddrPortFrom(netip.AddrFrom4(b), uint16(p[0])<<8|uint16(p[1])), true
+	case C.AF_INET6:
+		sin := (*C.struct_sockaddr_in6)(unsafe.Pointer(sa))
+		b := *(*[16]byte)(unsafe.Pointer(&sin.sin6_addr))
+		p := *(*[2]byte)(unsafe.Pointer(&sin.sin6_port))
+		return netip.AddrPortFrom(netip.AddrFrom16(b), uint16(p[0])<<8|uint16(p[1])), true
+	}
+	return netip.AddrPort{}, false
+}
+
+// putSockaddr writes ap into a struct sockaddr_storage.
+func putSockaddr(ss *C.struct_sockaddr_storage, ap netip.AddrPort) {
+	*ss = C.struct_sockaddr_storage{}
+	if !ap.Addr().IsValid() {
+		return
+	}
+	port := [2]byte{byte(ap.Port() >> 8), byte(ap.Port())}
+	if a := ap.Addr().Unmap(); a.Is4() {
+		sin := (*C.struct_sockaddr_in)(unsafe.Pointer(ss))
+		sin.sin_family = C.AF_INET
+		*(*[2]byte)(unsafe.Pointer(&sin.sin_port)) = port
+		*(*[4]byte)(unsafe.Pointer(&sin.sin_addr)) = a.As4()
+		return
+	}
+	sin := (*C.struct_sockaddr_in6)(unsafe.Pointer(ss))
+	sin.sin6_family = C.AF_INET6
+	*(*[2]byte)(unsafe.Pointer(&sin.sin6_port)) = port
+	*(*[16]byte)(unsafe.Pointer(&sin.sin6_addr)) = ap.Addr().As16()
+}
+
+// cmDeviceIndex picks the device an ID on address a uses: the open device
+// bound to a, else the listed device that owns a (a link's address, or any
+// loopback address for the loopback device, which then binds a), else, for
+// no address, the first device.
+//
+//export srgo_cm_device
+func srgo_cm_device(sa *C.struct_sockaddr, idx *C.int) C.int {
+	loadDevices()
+	if devErr != nil || len(devList) == 0 {
+		return C.int(syscall.ENODEV)
+	}
+	ap, _ := sockaddrToAddrPort(sa)
+	a := ap.Addr().Unmap()
+	devMu.Lock()
+	defer devMu.Unlock()
+	if !a.IsValid() || a.IsUnspecified() {
+		*idx = 0
+		return 0
+	}
+	for i, od := range devsOpen {
+		if od.dev.LocalAddr().Addr().Unmap() == a {
+			*idx = C.int(i)
+			return 0
+		}
+	}
+	for i, s := range devList {
+		if s.info.Addr.Addr().Unmap() == a || s.auto && a.IsLoopback() {
+			if devsOpen[i] != nil {
+				break // open on another address
+			}
+			wantAddr[i] = a
+			*idx = C.int(i)
+			return 0
+		}
+	}
+	return C.int(syscall.EADDRNOTAVAIL)
+}
+
+// srgo_cm_attach starts the CM on the device of context h (once).
+//
+//export srgo_cm_attach
+func srgo_cm_attach(h C.uintptr_t) C.int {
+	_, d, ok := ctxDev(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	devMu.Lock()
+	defer devMu.Unlock()
+	if agents[d] != nil {
+		return 0
+	}
+	a, err := cm.Attach(d, toolkit.AgentConfig())
+	if err != nil {
+		warn("rdma_cm on %s: %v", d.Name(), err)
+		return cerr(err)
+	}
+	agents[d] = a
+	return 0
+}
+
+// closeAgent stops the CM of a device about to close (devMu held).
+func closeAgent(d *verbs.Device) {
+	if a := agents[d]; a != nil {
+		a.Close()
+		delete(agents, d)
+	}
+}
+
+//export srgo_cm_create_channel
+func srgo_cm_create_channel(fd C.int, errp *C.int) C.uintptr_t {
+	r := &cmChanRec{ch: cm.NewEventChannel(), fd: int(fd), stop: make(chan struct{}), done: make(chan struct{})}
+	hh := addOrFail(r, errp, func() { r.ch.Close() })
+	if hh != 0 {
+		go r.forward()
+	}
+	return hh
+}
+
+//export srgo_cm_destroy_channel
+func srgo_cm_destroy_channel(h C.uintptr_t) C.int {
+	r, ok := lookup[*cmChanRec](uintptr(h))
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	handles.remove(uintptr(h))
+	r.ch.Close()
+	close(r.stop)
+	<-r.done
+	r.mu.Lock()
+	for _, e := range r.queue {
+		C.sr_cm_free_event(e)
+	}
+	r.queue = nil
+	r.mu.Unlock()
+	return 0
+}
+
+// forward turns the channel's events into C events, one eventfd count each.
+func (r *cmChanRec) forward() {
+	defer close(r.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-r.stop; cancel() }()
+	for {
+		ev, err := r.ch.Get(ctx)
+		if err != nil {
+			return
+		}
+		ce := r.build(ev)
+		if ce == nil {
+			continue
+		}
+		r.mu.Lock()
+		r.queue = append(r.queue, ce)
+		r.mu.Unlock()
+		signalFd(r.fd)
+	}
+}
+
+// build makes the C event for ev; a CONNECT_REQUEST gets a new C ID.
+func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
+	rec, _ := ev.ID.Context.(*cmIDRec)
+	if ev.Type == cm.EventConnectRequest {
+		lrec, ok := ev.Listen.Context.(*cmIDRec)
+		if !ok {
+			ev.ID.Reject(nil)
+			return nil
+		}
+		rec = newPassiveID(ev.ID, lrec)
+		if rec == nil {
+			ev.ID.Reject(nil)
+			return nil
+		}
+	}
+	if rec == nil {
+		return nil
+	}
+	ce := (*C.struct_sr_cm_event)(C.calloc(1, C.sizeof_struct_sr_cm_event))
+	ce.ev.id = &rec.cptr.id
+	if ev.Listen != nil {
+		if l, ok := ev.Listen.Context.(*cmIDRec); ok {
+			ce.ev.listen_id = &l.cptr.id
+		}
+	}
+	ce.ev.event = C.enum_rdma_cm_event_type(ev.Type)
+	ce.ev.status = C.int(ev.Status)
+	pd := ev.Param.PrivateData
+	if ev.UD != nil {
+		pd = ev.UD.PrivateData
+	}
+	n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&ce.pdata[0])), len(ce.pdata)), pd)
+	if ev.UD != nil {
+		ud := (*C.struct_rdma_ud_param)(unsafe.Pointer(&ce.ev.param))
+		if n > 0 {
+			ud.private_data = unsafe.Pointer(&ce.pdata[0])
+		}
+		ud.private_data_len = C.uint8_t(n)
+		ahAttrToC(&ud.ah_attr, &ev.UD.AHAttr)
+		ud.qp_num, ud.qkey = C.uint32_t(ev.UD.QPNum), C.uint32_t(ev.UD.QKey)
+	} else {
+		cp := (*C.struct_rdma_conn_param)(unsafe.Pointer(&ce.ev.param))
+		if n > 0 {
+			cp.private_data = unsafe.Pointer(&ce.pdata[0])
+		}
+		cp.private_data_len = C.uint8_t(n)
+		cp.responder_resources = C.uint8_t(ev.Param.ResponderResources)
+		cp.initiator_depth = C.uint8_t(ev.Param.InitiatorDepth)
+		cp.flow_control = cbool(ev.Param.FlowControl)
+		cp.retry_count = C.uint8_t(ev.Param.RetryCount)
+		cp.rnr_retry_count = C.uint8_t(ev.Param.RNRRetryCount)
+		cp.srq = cbool(ev.Param.SRQ)
+		cp.qp_num = C.uint32_t(ev.Param.QPNum)
+	}
+	// The ID's addresses as the event leaves them.
+	putSockaddr(addrSlot(&rec.cptr.id.route.addr.anon0), rec.id.LocalAddr())
+	putSockaddr(addrSlot(&rec.cptr.id.route.addr.anon1), rec.id.RemoteAddr())
+	return ce
+}
+
+func cbool(b bool) C.uint8_t {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// newPassiveID gives an incoming connection's ID its C struct, on the
+// listener's channel and context (the device's).
+func newPassiveID(id *cm.ID, l *cmIDRec) *cmIDRec {
+	c := (*C.struct_sr_cm_id)(C.calloc(1, C.sizeof_struct_sr_cm_id))
+	rec := &cmIDRec{id: id, cptr: c}
+	rec.h = handles.add(rec)
+	if rec.h == 0 {
+		C.free(unsafe.Pointer(c))
+		return nil
+	}
+	id.Context = rec
+	c.h = C.uintptr_t(rec.h)
+	c.id.channel = l.cptr.id.channel
+	c.id.context = l.cptr.id.context
+	c.id.ps = l.cptr.id.ps
+	c.id.qp_type = l.cptr.id.qp_type
+	c.id.port_num = 1
+	idx := -1
+	devMu.Lock()
+	for i, od := range devsOpen {
+		if od.dev == id.Device() {
+			idx = i
+		}
+	}
+	devMu.Unlock()
+	if idx >= 0 {
+		c.id.verbs = C.sr_cm_ctx(C.int(idx))
+	}
+	return rec
+}
+
+//export srgo_cm_take_event
+func srgo_cm_take_event(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
+	r, ok := lookup[*cmChanRec](uintptr(h))
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 {
+		return 1
+	}
+	*out = &r.queue[0].ev
+	r.queue = r.queue[1:]
+	return 0
+}
+
+//export srgo_cm_create_id
+func srgo_cm_create_id(chh C.uintptr_t, c *C.struct_sr_cm_id, ps C.int, errp *C.int) C.uintptr_t {
+	r, ok := lookup[*cmChanRec](uintptr(chh))
+	if !ok {
+		*errp = C.int(syscall.EINVAL)
+		return 0
+	}
+	id, err := r.ch.CreateID(nil, mad.PortSpace(ps))
+	if err != nil {
+		*errp = cerr(err)
+		return 0
+	}
+	rec := &cmIDRec{id: id, cptr: c}
+	id.Context = rec
+	rec.h = uintptr(addOrFail(rec, errp, func() { id.Destroy() }))
+	return C.uintptr_t(rec.h)
+}
+
+//export srgo_cm_destroy_id
+func srgo_cm_destroy_id(h C.uintptr_t) C.int {
+	r, ok := lookup[*cmIDRec](uintptr(h))
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	handles.remove(uintptr(h))
+	return cerr(r.id.Destroy())
+}
+
+func cmID(h C.uintptr_t) (*cmIDRec, bool) { return lookup[*cmIDRec](uintptr(h)) }
+
+//export srgo_cm_bind
+func srgo_cm_bind(h C.uintptr_t, sa *C.struct_sockaddr) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	ap, ok := sockaddrToAddrPort(sa)
+	if !ok {
+		return C.int(syscall.EAFNOSUPPORT)
+	}
+	if err := r.id.BindAddr(ap); err != nil {
+		return cerr(err)
+	}
+	putSockaddr(addrSlot(&r.cptr.id.route.addr.anon0), r.id.LocalAddr())
+	return 0
+}
+
+//export srgo_cm_resolve_addr
+func srgo_cm_resolve_addr(h C.uintptr_t, src, dst *C.struct_sockaddr, ms C.int) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	s, _ := sockaddrToAddrPort(src)
+	d, ok := sockaddrToAddrPort(dst)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	if !s.IsValid() {
+		// No source: the device's own address (one device per process).
+		if a := firstAgentAddr(); a.IsValid() {
+			s = netip.AddrPortFrom(a, 0)
+		}
+	}
+	putSockaddr(addrSlot(&r.cptr.id.route.addr.anon1), d)
+	return cerr(r.id.ResolveAddr(s, d, time.Duration(ms)*time.Millisecond))
+}
+
+// firstAgentAddr is the address of an attached device, preferring the
+// first listed.
+func firstAgentAddr() netip.Addr {
+	devMu.Lock()
+	defer devMu.Unlock()
+	for i := range devList {
+		if od := devsOpen[i]; od != nil && agents[od.dev] != nil {
+			return od.dev.LocalAddr().Addr()
+		}
+	}
+	return netip.Addr{}
+}
+
+//export srgo_cm_resolve_route
+func srgo_cm_resolve_route(h C.uintptr_t, ms C.int) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.ResolveRoute(time.Duration(ms) * time.Millisecond))
+}
+
+//export srgo_cm_listen
+func srgo_cm_listen(h C.uintptr_t, backlog C.int) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	if err := r.id.Listen(int(backlog)); err != nil {
+		return cerr(err)
+	}
+	putSockaddr(addrSlot(&r.cptr.id.route.addr.anon0), r.id.LocalAddr())
+	return 0
+}
+
+func connParam(p *C.struct_rdma_conn_param) *cm.ConnParam {
+	if p == nil {
+		return nil
+	}
+	cp := &cm.ConnParam{ResponderResources: uint8(p.responder_resources), InitiatorDepth: uint8(p.initiator_depth),
+		FlowControl: p.flow_control != 0, RetryCount: uint8(p.retry_count), RNRRetryCount: uint8(p.rnr_retry_count),
+		SRQ: p.srq != 0, QPNum: uint32(p.qp_num)}
+	if p.private_data != nil && p.private_data_len > 0 {
+		cp.PrivateData = C.GoBytes(p.private_data, C.int(p.private_data_len))
+	}
+	return cp
+}
+
+//export srgo_cm_connect
+func srgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.Connect(connParam(p)))
+}
+
+//export srgo_cm_accept
+func srgo_cm_accept(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.Accept(connParam(p)))
+}
+
+//export srgo_cm_reject
+func srgo_cm_reject(h C.uintptr_t, pdata unsafe.Pointer, n C.uint8_t) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	var b []byte
+	if pdata != nil && n > 0 {
+		b = C.GoBytes(pdata, C.int(n))
+	}
+	return cerr(r.id.Reject(b))
+}
+
+//export srgo_cm_disconnect
+func srgo_cm_disconnect(h C.uintptr_t) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.Disconnect())
+}
+
+//export srgo_cm_establish
+func srgo_cm_establish(h C.uintptr_t) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.Establish())
+}
+
+//export srgo_cm_migrate
+func srgo_cm_migrate(h, chh C.uintptr_t) C.int {
+	r, ok := cmID(h)
+	ch, ok2 := lookup[*cmChanRec](uintptr(chh))
+	if !ok || !ok2 {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.Migrate(ch.ch))
+}
+
+//export srgo_cm_set_tos
+func srgo_cm_set_tos(h C.uintptr_t, tos C.uint8_t) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.SetTOS(uint8(tos)))
+}
+
+//export srgo_cm_set_ack_timeout
+func srgo_cm_set_ack_timeout(h C.uintptr_t, t C.uint8_t) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	return cerr(r.id.SetACKTimeout(uint8(t)))
+}
+
+//export srgo_cm_init_qp_attr
+func srgo_cm_init_qp_attr(h C.uintptr_t, a *C.struct_ibv_qp_attr, mask *C.int) C.int {
+	r, ok := cmID(h)
+	if !ok {
+		return C.int(syscall.EINVAL)
+	}
+	v, m, err := r.id.InitQPAttr(verbs.QPState(a.qp_state))
+	if err != nil {
+		return cerr(err)
+	}
+	st := a.qp_state
+	*a = C.struct_ibv_qp_attr{}
+	a.qp_state = st
+	a.path_mtu = C.enum_ibv_mtu(v.PathMTU)
+	a.qkey = C.uint32_t(v.QKey)
+	a.rq_psn, a.sq_psn, a.dest_qp_num = C.uint32_t(v.RQPSN), C.uint32_t(v.SQPSN), C.uint32_t(v.DestQPNum)
+	a.qp_access_flags = C.uint(v.QPAccessFlags)
+	ahAttrToC(&a.ah_attr, &v.AHAttr)
+	a.pkey_index = C.uint16_t(v.PKeyIndex)
+	a.max_rd_atomic, a.max_dest_rd_atomic = C.uint8_t(v.MaxRdAtomic), C.uint8_t(v.MaxDestRdAtomic)
+	a.min_rnr_timer, a.port_num, a.timeout = C.uint8_t(v.MinRNRTimer), C.uint8_t(v.PortNum), C.uint8_t(v.Timeout)
+	a.retry_cnt, a.rnr_retry = C.uint8_t(v.RetryCnt), C.uint8_t(v.RNRRetry)
+	*mask = C.int(m)
+	return 0
+}
+
+// srgo_cm_create_qp creates the ID's QP (rdma_create_qp) through the CM,
+// which moves it along with the connection, and gives it its C handle as
+// srgo_create_qp does.
+//
+//export srgo_cm_create_qp
+func srgo_cm_create_qp(h, pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
+	qpn *C.uint32_t, errp *C.int) C.uintptr_t {
+	r, ok := cmID(h)
+	if !ok {
+		*errp = C.int(syscall.EINVAL)
+		return 0
+	}
+	return createQP(pdh, a, scq, rcq, srqh, cqp, qpn, errp, func(pd *verbs.PD, ia *verbs.QPInitAttr) (*verbs.QP, error) {
+		return r.id.CreateQP(pd, ia)
+	})
+}
+
+//export srgo_cm_destroy_qp
+func srgo_cm_destroy_qp(h, qph C.uintptr_t, async *C.uint32_t) C.int {
+	r, ok := cmID(h)
+	q, ok2 := lookup[*qpRec](uintptr(qph))
+	if !ok || !ok2 {
+		return C.int(syscall.EINVAL)
+	}
+	if err := r.id.DestroyQP(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return cerr(err)
+	}
+	handles.remove(uintptr(qph))
+	q.ctx.dropEvents(q)
+	*async = C.uint32_t(q.asyncReported.Load())
+	return 0
+}
+
+// addrSlot views one of struct rdma_addr's anonymous unions as the
+// sockaddr_storage it is.
+func addrSlot(b *[128]byte) *C.struct_sockaddr_storage {
+	return (*C.struct_sockaddr_storage)(unsafe.Pointer(b))
+}

@@ -1,0 +1,31 @@
+//go:build linux && cgo && softroce_capi
+
+// cm.h: librdmacm's private structs: the public struct first, so that a
+// program's pointer is ours too.
+#ifndef SOFTROCE_CM_H
+#define SOFTROCE_CM_H
+
+#include <rdma/rdma_cma.h>
+
+struct sr_cm_channel {
+	struct rdma_event_channel ch;
+	uintptr_t h;
+};
+
+struct sr_cm_id {
+	struct rdma_cm_id id;
+	uintptr_t h;
+	int own_cqs; /* rdma_create_qp made the CQs (and their channels) */
+	int own_pd;
+};
+
+/* An event and its private data, valid until rdma_ack_cm_event. */
+struct sr_cm_event {
+	struct rdma_cm_event ev;
+	uint8_t pdata[256];
+};
+
+struct ibv_context *sr_cm_ctx(int idx);
+void sr_cm_free_event(struct sr_cm_event *e);
+
+#endif

@@ -1,0 +1,69 @@
+//go:build linux && cgo && softroce_capi
+
+// cmstubs.c: librdmacm's names softroce does not serve yet (rsockets,
+// multicast, endpoints, SRQs on IDs, synchronous requests, ECE): each fails
+// with ENOSYS and says so once on stderr, so that programs that import them
+// load and run everything else. It includes no rdma_cma.h: the stubs take
+// no arguments.
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define SR_EXPORT __attribute__((visibility("default")))
+
+static void sr_cm_unsupported(const char *name)
+{
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_SEQ_CST))
+		fprintf(stderr, "softroce: %s: not implemented by softroce's librdmacm yet\n", name);
+	errno = ENOSYS;
+}
+
+#define SR_CM_STUB(name) \
+	SR_EXPORT int name(void) { sr_cm_unsupported(#name); return -1; }
+#define SR_CM_STUB_PTR(name) \
+	SR_EXPORT void *name(void) { sr_cm_unsupported(#name); return NULL; }
+#define SR_CM_STUB_VOID(name) \
+	SR_EXPORT void name(void) { }
+
+SR_CM_STUB(rdma_create_ep)
+SR_CM_STUB(rdma_create_srq)
+SR_CM_STUB(rdma_create_srq_ex)
+SR_CM_STUB_VOID(rdma_destroy_ep)
+SR_CM_STUB_VOID(rdma_destroy_srq)
+SR_CM_STUB(rdma_get_request)
+SR_CM_STUB(rdma_join_multicast)
+SR_CM_STUB(rdma_leave_multicast)
+SR_CM_STUB(rdma_join_multicast_ex)
+SR_CM_STUB(rdma_get_remote_ece)
+SR_CM_STUB(rdma_reject_ece)
+SR_CM_STUB(rdma_set_local_ece)
+
+SR_CM_STUB(raccept)
+SR_CM_STUB(rbind)
+SR_CM_STUB(rclose)
+SR_CM_STUB(rconnect)
+SR_CM_STUB(rfcntl)
+SR_CM_STUB(rgetpeername)
+SR_CM_STUB(rgetsockname)
+SR_CM_STUB(rgetsockopt)
+SR_CM_STUB(riomap)
+SR_CM_STUB(riounmap)
+SR_CM_STUB(riowrite)
+SR_CM_STUB(rlisten)
+SR_CM_STUB(rread)
+SR_CM_STUB(rreadv)
+SR_CM_STUB(rrecv)
+SR_CM_STUB(rrecvfrom)
+SR_CM_STUB(rrecvmsg)
+SR_CM_STUB(rsend)
+SR_CM_STUB(rsendmsg)
+SR_CM_STUB(rsendto)
+SR_CM_STUB(rsetsockopt)
+SR_CM_STUB(rshutdown)
+SR_CM_STUB(rsocket)
+SR_CM_STUB(rwrite)
+SR_CM_STUB(rwritev)
+
