@@ -1,0 +1,177 @@
+package capitest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// udpBound reports whether some socket is bound to UDP addr:4791.
+func udpBound(addr string) bool {
+	a := netip.MustParseAddr(addr).As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X:12B7", a[3], a[2], a[1], a[0])
+	b, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == want {
+			return true
+		}
+	}
+	return false
+}
+
+// runCMPair runs an rdma_cm server on addr sa, waits until its device is
+// bound there (and a moment for its listen), then the client.
+func runCMPair(t *testing.T, sa string, server, client side, limit time.Duration) (*proc, *proc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	defer cancel()
+	s := start(t, ctx, server.env, server.argv...)
+	deadline := time.Now().Add(10 * time.Second)
+	for !udpBound(sa) {
+		select {
+		case <-s.done:
+			t.Fatalf("server exited before listening:\n%s", s)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not bind %s:4791:\n%s", sa, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // bind, then listen
+	c := start(t, ctx, client.env, client.argv...)
+	if c.wait() != nil {
+		cancel()
+	}
+	s.wait()
+	if s.err != nil || c.err != nil {
+		t.Fatalf("server %s\nclient %s", s, c)
+	}
+	return s, c
+}
+
+var pingLine = regexp.MustCompile(`(?m)^ping data: rdma-ping-\d+: `)
+
+// TestRping: rdma-core's rping, unmodified, over the library's rdma_cm.
+func TestRping(t *testing.T) {
+	needLib(t, "rping")
+	for _, args := range [][]string{
+		{"-C", "10", "-V", "-v"},
+		{"-C", "5", "-S", "100", "-V", "-v"},
+		{"-C", "5", "-S", "4000", "-V", "-v"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			sa, ca := addrPair()
+			port := itoa(freePort(t))
+			s := append([]string{"rping", "-s", "-a", sa, "-p", port}, args...)
+			c := append([]string{"rping", "-c", "-a", sa, "-p", port}, args...)
+			_, cl := runCMPair(t, sa, side{s, env("")}, side{c, env(ca)}, 60*time.Second)
+			if n := len(pingLine.FindAllString(cl.stdout.String(), -1)); n != atoiArg(args, "-C") {
+				t.Fatalf("%d ping lines, want %d:\n%s", n, atoiArg(args, "-C"), cl)
+			}
+		})
+	}
+}
+
+func atoiArg(args []string, flag string) int {
+	for i := range args[:len(args)-1] {
+		if args[i] == flag {
+			n := 0
+			fmt.Sscan(args[i+1], &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestCMTools: ucmatose (RC, many connections) and udaddy (UD through
+// SIDR), unmodified.
+func TestCMTools(t *testing.T) {
+	needLib(t, "ucmatose", "udaddy")
+	for _, tc := range []struct{ prog, extra string }{
+		{"ucmatose", "-c 10 -C 10"},
+		{"ucmatose", "-c 50 -C 2 -S 1000"},
+		{"udaddy", ""},
+		{"udaddy", "-c 5 -C 5"},
+	} {
+		t.Run(tc.prog+" "+tc.extra, func(t *testing.T) {
+			sa, ca := addrPair()
+			port := itoa(freePort(t))
+			portFlag := []string{"-p", port}
+			if tc.prog == "udaddy" {
+				portFlag = nil // udaddy's -p is the port space; it uses port 7174
+			}
+			s := append(append([]string{tc.prog, "-b", sa}, portFlag...), strings.Fields(tc.extra)...)
+			c := append(append([]string{tc.prog, "-s", sa}, portFlag...), strings.Fields(tc.extra)...)
+			sp, cp := runCMPair(t, sa, side{s, env("")}, side{c, env(ca)}, 90*time.Second)
+			for _, p := range []*proc{sp, cp} {
+				if !strings.Contains(p.stdout.String(), "return status 0") {
+					t.Errorf("no 'return status 0':\n%s", p)
+				}
+			}
+		})
+	}
+}
+
+// TestPerftestRDMACM: perftest -R (connection through rdma_cm).
+func TestPerftestRDMACM(t *testing.T) {
+	needLib(t, "ib_send_bw", "ib_write_lat", "ib_read_bw", "ib_send_lat", "ib_write_bw", "ib_read_lat")
+	for _, prog := range []string{"ib_send_bw", "ib_send_lat", "ib_write_bw", "ib_write_lat", "ib_read_bw", "ib_read_lat"} {
+		t.Run(prog, func(t *testing.T) {
+			sa, ca := addrPair()
+			port := freePort(t)
+			argv := []string{prog, "-R", "-n", "200", "-p", itoa(port)}
+			_, c := runCMPair(t, sa, side{argv, env(sa)}, side{append(argv, sa), env(ca)}, 60*time.Second)
+			if !regexp.MustCompile(`(?m)^ +[0-9]+ +200 +[0-9.]+`).MatchString(c.stdout.String()) {
+				t.Errorf("no result line:\n%s", c)
+			}
+		})
+	}
+}
+
+// TestCrossedRDMACM: stock rping and ib_write_bw -R against softroce's Go
+// rping and write_bw -R, both roles.
+func TestCrossedRDMACM(t *testing.T) {
+	needLib(t, "rping", "ib_write_bw")
+	t.Run("rping", func(t *testing.T) {
+		for _, stockServes := range []bool{true, false} {
+			t.Run(fmt.Sprint("stock serves ", stockServes), func(t *testing.T) {
+				sa, ca := addrPair()
+				port := itoa(freePort(t))
+				args := []string{"-C", "5", "-V", "-v", "-p", port}
+				stockS := append([]string{"rping", "-s", "-a", sa}, args...)
+				stockC := append([]string{"rping", "-c", "-a", sa}, args...)
+				goS := append([]string{goTool, "rping", "-s", "-a", sa}, args...)
+				goC := append([]string{goTool, "rping", "-c", "-a", sa, "-I", ca}, args...)
+				if stockServes {
+					runCMPair(t, sa, side{stockS, env("")}, side{goC, env("")}, 60*time.Second)
+				} else {
+					runCMPair(t, sa, side{goS, env("")}, side{stockC, env(ca)}, 60*time.Second)
+				}
+			})
+		}
+	})
+	t.Run("write_bw -R", func(t *testing.T) {
+		for _, stockServes := range []bool{true, false} {
+			t.Run(fmt.Sprint("stock serves ", stockServes), func(t *testing.T) {
+				sa, ca := addrPair()
+				port := freePort(t)
+				stock := []string{"ib_write_bw", "-R", "-n", "200", "-p", itoa(port)}
+				goArgs := []string{goTool, "write_bw", "-R", "-n", "200", "-p", itoa(port)}
+				if stockServes {
+					runCMPair(t, sa, side{stock, env(sa)}, side{append(goArgs, "-d", ca, sa), env("")}, 60*time.Second)
+				} else {
+					runCMPair(t, sa, side{append(goArgs, "-d", sa), env("")}, side{append(stock, sa), env(ca)}, 60*time.Second)
+				}
+			})
+		}
+	})
+}
