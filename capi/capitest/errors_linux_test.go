@@ -51,19 +51,30 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
+// TestCMErrorPaths runs testdata/cm_errors.c: a port nobody listens on
+// (REJECTED, status 8), a rejected request (status 28 and the private
+// data), private data both ways through accept, DISCONNECTED on both sides,
+// destroying IDs with events outstanding and a listener with a request
+// pending, and EAGAIN from an empty non-blocking channel.
+func TestCMErrorPaths(t *testing.T) {
+	runC(t, "cm_errors.c", 6)
+}
+
 // runC builds testdata/file against the installed headers and the
-// library, runs it, and expects want "ok" lines and exit status 0.
+// library, runs it with the device's address as its argument, and expects
+// want "ok" lines and exit status 0.
 func runC(t *testing.T, file string, want int) {
 	needLib(t, "gcc")
 	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(file, ".c"))
-	cc := exec.Command("gcc", "-O1", "-Wall", "-o", bin, filepath.Join("testdata", file), "-L"+libDir, "-libverbs", "-lpthread")
+	cc := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", file), "-L"+libDir,
+		"-lrdmacm", "-libverbs", "-lpthread")
 	if out, err := cc.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	a, _ := addrPair()
 	ctx, cancel := contextWithTimeout(t, 90*time.Second)
 	defer cancel()
-	p := start(t, ctx, env(a), bin)
+	p := start(t, ctx, env(a), bin, a)
 	err := p.wait()
 	for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
 		if strings.HasPrefix(line, "FAIL") {
