@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -145,7 +146,11 @@ func srgo_cm_attach(h C.uintptr_t) C.int {
 	if agents[d] != nil {
 		return 0
 	}
-	a, err := cm.Attach(d, toolkit.AgentConfig())
+	cfg := toolkit.AgentConfig()
+	if os.Getenv(envDebug) != "" {
+		cfg.Logger = debugLogger()
+	}
+	a, err := cm.Attach(d, cfg)
 	if err != nil {
 		warn("rdma_cm on %s: %v", d.Name(), err)
 		return cerr(err)

@@ -17,6 +17,13 @@ struct sr_cm_id {
 	uintptr_t h;
 	int own_cqs; /* rdma_create_qp made the CQs (and their channels) */
 	int own_pd;
+	/* A synchronous ID (no channel given): each call waits for its event on
+	 * a channel of the ID's own, as librdmacm's. */
+	int sync;
+	/* rdma_create_ep on a passive ID: the QP rdma_get_request creates. */
+	int has_ep_attr;
+	struct ibv_qp_init_attr ep_attr;
+	struct ibv_pd *ep_pd;
 };
 
 /* An event and its private data, valid until rdma_ack_cm_event. */

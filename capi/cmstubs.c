@@ -28,12 +28,9 @@ static void sr_cm_unsupported(const char *name)
 #define SR_CM_STUB_VOID(name) \
 	SR_EXPORT void name(void) { }
 
-SR_CM_STUB(rdma_create_ep)
 SR_CM_STUB(rdma_create_srq)
 SR_CM_STUB(rdma_create_srq_ex)
-SR_CM_STUB_VOID(rdma_destroy_ep)
 SR_CM_STUB_VOID(rdma_destroy_srq)
-SR_CM_STUB(rdma_get_request)
 SR_CM_STUB(rdma_join_multicast)
 SR_CM_STUB(rdma_leave_multicast)
 SR_CM_STUB(rdma_join_multicast_ex)

@@ -156,18 +156,26 @@ SR_EXPORT int rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **
 {
 	struct sr_cm_id *id;
 	int err = 0;
+	int sync = 0;
 	if (!out)
 		return sr_err(EINVAL);
-	if (!ch)
-		return sr_err(ENOSYS); /* synchronous IDs: not yet */
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IPOIB)
 		return sr_err(EINVAL);
+	if (!ch) {
+		ch = rdma_create_event_channel();
+		if (!ch)
+			return -1;
+		sync = 1;
+	}
 	id = calloc(1, sizeof(*id));
 	if (!id)
 		return sr_err(ENOMEM);
+	id->sync = sync;
 	id->h = srgo_cm_create_id(((struct sr_cm_channel *)ch)->h, id, ps, &err);
 	if (!id->h) {
 		free(id);
+		if (sync)
+			rdma_destroy_event_channel(ch);
 		return sr_err(err);
 	}
 	id->id.channel = ch;
@@ -190,7 +198,36 @@ SR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	if (err)
 		return sr_err(err);
 	sr_cm_free_qp_res(s);
+	if (s->sync) {
+		if (id->event)
+			rdma_ack_cm_event(id->event);
+		rdma_destroy_event_channel(id->channel);
+	}
 	free(s);
+	return 0;
+}
+
+/* sr_sync waits, on a synchronous ID, for the event that ends a call, and
+ * keeps it in id->event until the next call (librdmacm's rules: REJECTED
+ * is ECONNREFUSED, another failed event its status as errno). */
+static int sr_sync(struct rdma_cm_id *id, int ret)
+{
+	struct sr_cm_id *s = (struct sr_cm_id *)id;
+	struct rdma_cm_event *ev;
+	if (ret || !s->sync)
+		return ret;
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
+	if (rdma_get_cm_event(id->channel, &ev))
+		return -1;
+	id->event = ev;
+	if (ev->status) {
+		if (ev->event == RDMA_CM_EVENT_REJECTED)
+			return sr_err(ECONNREFUSED);
+		return sr_err(ev->status < 0 ? -ev->status : ev->status);
+	}
 	return 0;
 }
 
@@ -213,14 +250,14 @@ SR_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, str
 	err = sr_cm_ready(id, src);
 	if (err)
 		return sr_err(err);
-	return sr_err(srgo_cm_resolve_addr(sr_id_h(id), src, dst, timeout_ms));
+	return sr_sync(id, sr_err(srgo_cm_resolve_addr(sr_id_h(id), src, dst, timeout_ms)));
 }
 
 SR_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_err(srgo_cm_resolve_route(sr_id_h(id), timeout_ms));
+	return sr_sync(id, sr_err(srgo_cm_resolve_route(sr_id_h(id), timeout_ms)));
 }
 
 SR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
@@ -238,14 +275,14 @@ SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_err(srgo_cm_connect(sr_id_h(id), p));
+	return sr_sync(id, sr_err(srgo_cm_connect(sr_id_h(id), p)));
 }
 
 SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_err(srgo_cm_accept(sr_id_h(id), p));
+	return sr_sync(id, sr_err(srgo_cm_accept(sr_id_h(id), p)));
 }
 
 SR_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *pdata, uint8_t len)
@@ -588,4 +625,94 @@ SR_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 		free(res);
 		res = next;
 	}
+}
+
+/* ---- endpoints (rdma_verbs.h's synchronous model) ---- */
+
+SR_EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res, struct ibv_pd *pd,
+			     struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_cm_id *id;
+	struct sr_cm_id *s;
+	if (!out || !res)
+		return sr_err(EINVAL);
+	if (rdma_create_id(NULL, &id, NULL, res->ai_port_space ? res->ai_port_space : RDMA_PS_TCP))
+		return -1;
+	s = (struct sr_cm_id *)id;
+	if (res->ai_flags & RAI_PASSIVE) {
+		if (rdma_bind_addr(id, res->ai_src_addr))
+			goto fail;
+		if (qp_init_attr) {
+			s->ep_attr = *qp_init_attr;
+			s->ep_pd = pd;
+			s->has_ep_attr = 1;
+		}
+	} else {
+		if (rdma_resolve_addr(id, res->ai_src_addr, res->ai_dst_addr, 2000) || rdma_resolve_route(id, 2000))
+			goto fail;
+		if (qp_init_attr && rdma_create_qp(id, pd, qp_init_attr))
+			goto fail;
+	}
+	*out = id;
+	return 0;
+fail:
+	{
+		int e = errno;
+		rdma_destroy_id(id);
+		return sr_err(e);
+	}
+}
+
+SR_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (!id)
+		return;
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
+SR_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **out)
+{
+	struct sr_cm_id *l = (struct sr_cm_id *)listen;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	struct rdma_event_channel *ch;
+
+	if (!listen || !out)
+		return sr_err(EINVAL);
+	if (!l->sync)
+		return sr_err(EINVAL);
+	if (listen->event) {
+		rdma_ack_cm_event(listen->event);
+		listen->event = NULL;
+	}
+	for (;;) {
+		if (rdma_get_cm_event(listen->channel, &ev))
+			return -1;
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+			break;
+		rdma_ack_cm_event(ev); /* e.g. events of the listener's own */
+	}
+	id = ev->id;
+	/* The new ID is synchronous too: a channel of its own. */
+	ch = rdma_create_event_channel();
+	if (!ch || rdma_migrate_id(id, ch)) {
+		rdma_ack_cm_event(ev);
+		return -1;
+	}
+	((struct sr_cm_id *)id)->sync = 1;
+	if (l->has_ep_attr) {
+		struct ibv_qp_init_attr a = l->ep_attr;
+		if (rdma_create_qp(id, l->ep_pd, &a)) {
+			int e = errno;
+			rdma_reject(id, NULL, 0);
+			rdma_ack_cm_event(ev);
+			rdma_destroy_id(id);
+			return sr_err(e);
+		}
+	}
+	ev->id->event = ev;
+	*out = id;
+	return 0;
 }

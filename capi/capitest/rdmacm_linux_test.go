@@ -34,6 +34,22 @@ func runCMPair(t *testing.T, sa string, server, client side, limit time.Duration
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
 	s := start(t, ctx, server.env, server.argv...)
+	waitUDP(t, sa, s)
+	c := start(t, ctx, client.env, client.argv...)
+	if c.wait() != nil {
+		cancel()
+	}
+	s.wait()
+	if s.err != nil || c.err != nil {
+		t.Fatalf("server %s\nclient %s", s, c)
+	}
+	return s, c
+}
+
+// waitUDP waits until server's device is bound to sa, and a moment more
+// for its listen.
+func waitUDP(t *testing.T, sa string, s *proc) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !udpBound(sa) {
 		select {
@@ -47,15 +63,6 @@ func runCMPair(t *testing.T, sa string, server, client side, limit time.Duration
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // bind, then listen
-	c := start(t, ctx, client.env, client.argv...)
-	if c.wait() != nil {
-		cancel()
-	}
-	s.wait()
-	if s.err != nil || c.err != nil {
-		t.Fatalf("server %s\nclient %s", s, c)
-	}
-	return s, c
 }
 
 var pingLine = regexp.MustCompile(`(?m)^ping data: rdma-ping-\d+: `)
@@ -115,6 +122,54 @@ func TestCMTools(t *testing.T) {
 			for _, p := range []*proc{sp, cp} {
 				if !strings.Contains(p.stdout.String(), "return status 0") {
 					t.Errorf("no 'return status 0':\n%s", p)
+				}
+			}
+		})
+	}
+}
+
+// TestEndpoints: rdma-core's rdma_server/rdma_client and
+// rdma_xserver/rdma_xclient (synchronous IDs through rdma_create_ep,
+// rdma_get_request and rdma_verbs.h's inline calls) and cmtime (100
+// connections set up and torn down), unmodified.
+func TestEndpoints(t *testing.T) {
+	needLib(t, "rdma_server", "rdma_client", "rdma_xserver", "rdma_xclient", "cmtime")
+	for _, tc := range []struct {
+		server, client string
+		want           string
+		serves         bool // the server runs on after its client: stop it
+	}{
+		{"rdma_server", "rdma_client -s %s", "end 0", false},
+		{"rdma_xserver -c r", "rdma_xclient -c r -s %s", "end 0", false},
+		{"cmtime -b %s -c 100", "cmtime -s %s -c 100", "connect", true},
+	} {
+		t.Run(strings.Fields(tc.server)[0], func(t *testing.T) {
+			sa, ca := addrPair()
+			port := itoa(freePort(t))
+			fill := func(f string) []string {
+				if strings.Contains(f, "%s") {
+					f = fmt.Sprintf(f, sa)
+				}
+				return append(strings.Fields(f), "-p", port)
+			}
+			if tc.serves {
+				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+				defer cancel()
+				sp := start(t, ctx, env(sa), fill(tc.server)...)
+				waitUDP(t, sa, sp)
+				cp := start(t, ctx, env(ca), fill(tc.client)...)
+				err := cp.wait()
+				sp.cmd.Process.Kill()
+				sp.wait()
+				if err != nil || !regexp.MustCompile(`(?m)^connect +:`).MatchString(cp.stdout.String()) {
+					t.Fatalf("client %s\nserver %s", cp, sp)
+				}
+				return
+			}
+			sp, cp := runCMPair(t, sa, side{fill(tc.server), env(sa)}, side{fill(tc.client), env(ca)}, 90*time.Second)
+			for _, p := range []*proc{sp, cp} {
+				if !strings.Contains(p.stdout.String()+p.stderr.String(), tc.want) {
+					t.Errorf("no %q:\n%s", tc.want, p)
 				}
 			}
 		})
