@@ -66,3 +66,53 @@ func TestTee(t *testing.T) {
 		t.Fatal(ta.Err(), tb.Err())
 	}
 }
+
+// TestTeeGathered: behind a link that gathers (zero-copy send), the
+// capture tee passes the capability on and writes a datagram sent with its
+// payload in place whole, with a valid ICRC.
+func TestTeeGathered(t *testing.T) {
+	a, b, err := pipe.New(pipe.Config{GatherWrite: true, ReceiveBuffer: 1 << 20}, pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var out bytes.Buffer
+	w, err := NewWriter(&out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta := Tee(a, w)
+	defer ta.Close()
+	if got, want := link.CapabilitiesOf(ta), link.CapabilitiesOf(a); got != want {
+		t.Errorf("capture tee's capabilities %+v, the link's %+v", got, want)
+	}
+	payload := bytes.Repeat([]byte("zero-copy"), 101) // 909 bytes: 3 of pad
+	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: 7},
+		Payload: payload}
+	whole := p.Append(nil)
+	// The headers, then the payload in place, then the pad and the ICRC.
+	at := len(whole) - len(payload) - 3 - wire.ICRCLen
+	hdr := append(append([]byte(nil), whole[:at]...), whole[at+len(payload):]...)
+	pkts := []link.Packet{{Buf: hdr, N: len(hdr), Data: payload, DataAt: at, Dst: b.LocalAddr()}}
+	if n, err := ta.WriteBatch(pkts); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(out.Bytes()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pk Packet
+	if err := r.Next(&pk); err != nil {
+		t.Fatal(err)
+	}
+	if len(pk.Payload) != len(whole) || !bytes.Equal(pk.Payload[:at], whole[:at]) ||
+		!bytes.Equal(pk.Payload[at:at+len(payload)], payload) {
+		t.Errorf("captured %d bytes, want the %d-byte datagram whole", len(pk.Payload), len(whole))
+	}
+	if !wire.VerifyICRC(pk.IPHdr, pk.Src.Port(), pk.Dst.Port(), pk.Payload) {
+		t.Error("bad ICRC in capture")
+	}
+}

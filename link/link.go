@@ -37,12 +37,12 @@ type Packet struct {
 	TOS uint8
 	// TTL is the IPv4 TTL / IPv6 hop limit to send with (0: the link's default).
 	TTL uint8
-	// Data, on write to a GatherWriter, is payload sent in place, without
-	// being copied into Buf first: the datagram is Buf[:DataAt], then Data,
-	// then Buf[DataAt:N] (the pad and the ICRC placeholder), N+len(Data)
-	// bytes in all. The caller keeps Data's memory valid and unchanged until
-	// WriteBatch returns. Links that are not GatherWriters never get it set;
-	// reads never set it.
+	// Data, on write to an endpoint that gathers (Capabilities.GatherWrite),
+	// is payload sent in place, without being copied into Buf first: the
+	// datagram is Buf[:DataAt], then Data, then Buf[DataAt:N] (the pad and
+	// the ICRC placeholder), N+len(Data) bytes in all. The caller keeps
+	// Data's memory valid and unchanged until WriteBatch returns. Links that
+	// do not gather never get it set; reads never set it.
 	Data   []byte
 	DataAt int
 }
@@ -50,57 +50,57 @@ type Packet struct {
 // Len returns the datagram's length: N, plus len(Data) on a gather write.
 func (p *Packet) Len() int { return p.N + len(p.Data) }
 
-// GatherWriter is an Endpoint whose WriteBatch sends Packet.Data in place
-// (zero-copy send: one iovec for the headers, one for the payload straight
-// from registered memory, one for the pad and the ICRC).
-type GatherWriter interface {
-	// GatherWrite reports whether WriteBatch honours Packet.Data.
-	GatherWrite() bool
-}
-
 // Bytes returns Buf[:N].
 func (p *Packet) Bytes() []byte { return p.Buf[:p.N] }
 
-// ReceiveBufferer is an Endpoint that knows how many bytes of datagrams its
-// kernel holds for it before dropping (SO_RCVBUF, as the kernel granted it,
-// in the kernel's accounting: payload plus per-datagram overhead). A device
-// sizes its send budget from it (verbs.Config.InflightBudget): the peer,
-// built the same way, holds about as much.
-type ReceiveBufferer interface {
-	// ReceiveBuffer returns the receive buffer's size in bytes (0: unknown).
-	ReceiveBuffer() int
+// Capabilities is what an Endpoint can do or tells beyond the Endpoint
+// interface. An endpoint that has any says so with a Capabilities method
+// (Capable); one that wraps another (link/tee) returns its inner endpoint's,
+// so that a device behind the wrapper runs as it would without it. The zero
+// value is a plain endpoint: no known receive buffer, no gather writes,
+// datagrams sent from LocalAddr, Packet.Src left alone on write.
+type Capabilities struct {
+	// ReceiveBuffer is how many bytes of datagrams the endpoint's kernel
+	// holds for it before dropping (SO_RCVBUF as the kernel granted it, in
+	// the kernel's accounting: payload plus per-datagram overhead); 0:
+	// unknown. A device sizes its send budget from it
+	// (verbs.Config.InflightBudget): the peer, built the same way, holds
+	// about as much.
+	ReceiveBuffer int
+	// GatherWrite says WriteBatch honours Packet.Data: it sends the payload
+	// in place (zero-copy send: one iovec for the headers, one for the
+	// payload straight from registered memory, one for the pad and the
+	// ICRC).
+	GatherWrite bool
+	// SendAddr is the IP address and UDP port datagrams leave from when it
+	// is not LocalAddr (link/udp sends from a second socket on the same
+	// address and a port of its own, udp.Config.SendFromBound); the zero
+	// value means LocalAddr. CapabilitiesOf fills it in.
+	SendAddr netip.AddrPort
+	// ReportsSource says WriteBatch sets each packet it sends to its Src:
+	// the address and UDP port the datagram left from, which may differ
+	// per packet (link/udp with per-QP source ports).
+	ReportsSource bool
 }
 
-// SendAddrer is an Endpoint whose datagrams leave from an address other
-// than LocalAddr: link/udp sends from a second socket on the same address
-// and a port of its own (udp.Config.SendFromBound).
-type SendAddrer interface {
-	// SendAddr returns the IP address and UDP port datagrams are sent from.
-	SendAddr() netip.AddrPort
+// Capable is an Endpoint with Capabilities. A wrapper that is one must
+// return its inner endpoint's (CapabilitiesOf(inner)), less what it cannot
+// pass on.
+type Capable interface {
+	Capabilities() Capabilities
 }
 
-// SourceReporter is an Endpoint whose WriteBatch sets each packet it sends
-// to its Src: the address and UDP port the datagram left from, which may
-// differ per packet (link/udp with per-QP source ports).
-type SourceReporter interface {
-	// ReportsSource reports whether WriteBatch sets Packet.Src.
-	ReportsSource() bool
-}
-
-// ReportsSource reports whether ep's WriteBatch sets each sent packet's
-// Src to the address it left from (a SourceReporter that says so).
-func ReportsSource(ep Endpoint) bool {
-	s, ok := ep.(SourceReporter)
-	return ok && s.ReportsSource()
-}
-
-// SendAddr returns the address ep's datagrams are sent from: SendAddr() if
-// ep is a SendAddrer, else LocalAddr().
-func SendAddr(ep Endpoint) netip.AddrPort {
-	if s, ok := ep.(SendAddrer); ok {
-		return s.SendAddr()
+// CapabilitiesOf returns ep's Capabilities (the zero value if ep is not
+// Capable), with SendAddr set to LocalAddr when ep does not name one.
+func CapabilitiesOf(ep Endpoint) Capabilities {
+	var c Capabilities
+	if x, ok := ep.(Capable); ok {
+		c = x.Capabilities()
 	}
-	return ep.LocalAddr()
+	if !c.SendAddr.IsValid() {
+		c.SendAddr = ep.LocalAddr()
+	}
+	return c
 }
 
 // Endpoint moves batches of RoCEv2 datagrams (UDP payloads) in and out of a device.

@@ -91,10 +91,8 @@ func budgetLimit(cfg int, ep link.Endpoint, mtu wire.MTU) int64 {
 		return 0
 	}
 	n := maxBudget
-	if rb, ok := ep.(link.ReceiveBufferer); ok {
-		if b := rb.ReceiveBuffer(); b > 0 {
-			n = b / (mtu.Bytes() + budgetPktOverhead)
-		}
+	if b := link.CapabilitiesOf(ep).ReceiveBuffer; b > 0 {
+		n = b / (mtu.Bytes() + budgetPktOverhead)
 	}
 	return int64(min(max(n, budgetFloor), maxBudget))
 }
@@ -109,10 +107,7 @@ func (b *sendBudget) warnSmall(log *slog.Logger, cfg int, ep link.Endpoint) {
 	if log == nil || cfg != 0 || b.limit == 0 || b.limit >= maxUnackedPSNs {
 		return
 	}
-	size := 0
-	if rb, ok := ep.(link.ReceiveBufferer); ok {
-		size = rb.ReceiveBuffer()
-	}
+	size := link.CapabilitiesOf(ep).ReceiveBuffer
 	log.Warn("verbs: the send budget is smaller than one QP's send window, so a single RC stream will be "+
 		"slower than it could be; give the link a larger receive buffer (link/udp sockets: net.core.rmem_max "+
 		"and wmem_max cap it unless the process has CAP_NET_ADMIN)",

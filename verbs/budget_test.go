@@ -243,7 +243,9 @@ type budgetEP struct {
 	rcvbuf int
 }
 
-func (e budgetEP) ReceiveBuffer() int { return e.rcvbuf }
+func (e budgetEP) Capabilities() link.Capabilities {
+	return link.Capabilities{ReceiveBuffer: e.rcvbuf}
+}
 
 func TestBudgetLimit(t *testing.T) {
 	a, _, err := pipe.New(pipe.Config{}, pipe.Config{})

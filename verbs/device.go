@@ -32,8 +32,8 @@ type Config struct {
 	// counted when checking is on).
 	NoICRCCheck bool
 	// NoZeroCopySend copies every payload into its packet buffer, also on
-	// links that can send it in place from the MR (link.GatherWriter; see
-	// zc.go). For comparisons.
+	// links that can send it in place from the MR
+	// (link.Capabilities.GatherWrite; see zc.go). For comparisons.
 	NoZeroCopySend bool
 	// LateSGECheck checks a work request's SGEs when the device uses them,
 	// as rxe does, instead of when it is posted: a post with an SGE outside
@@ -53,8 +53,9 @@ type Config struct {
 	// QPs take turns, oldest waiter first (a QP with nothing in flight
 	// may still send one packet; QPs with timeout 0 stay outside it). 0
 	// sizes it from the link's receive buffer
-	// (link.ReceiveBufferer; the peer's is taken to be alike), at most
-	// 2048; negative turns it off (each QP then has its whole window).
+	// (link.Capabilities.ReceiveBuffer; the peer's is taken to be alike),
+	// at most 2048; negative turns it off (each QP then has its whole
+	// window).
 	InflightBudget int
 	// MAC is the hardware address the link-local default GID (index 0) is
 	// derived from; zero derives one from the bound address.
@@ -201,9 +202,7 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 		d.clock = d.cfg.Clock
 	}
 	d.log = d.cfg.Logger
-	if g, ok := ep.(link.GatherWriter); ok && !d.cfg.NoZeroCopySend {
-		d.zc = g.GatherWrite()
-	}
+	d.zc = link.CapabilitiesOf(ep).GatherWrite && !d.cfg.NoZeroCopySend
 	d.local = ep.LocalAddr()
 	m := ep.MTU()
 	if m <= 0 {

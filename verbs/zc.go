@@ -9,8 +9,8 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
-// Zero-copy send. On a link that is a link.GatherWriter (link/udp with
-// sendmmsg), a packet whose payload lies in one MR is not copied into its
+// Zero-copy send. On a link that gathers (link.Capabilities.GatherWrite:
+// link/udp), a packet whose payload lies in one MR is not copied into its
 // buffer: the buffer holds the headers, the pad and the ICRC placeholder,
 // and link.Packet.Data points at the payload in the MR. The kernel copies it
 // once, straight from registered memory, while the link computes the ICRC

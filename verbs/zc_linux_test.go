@@ -11,7 +11,8 @@ import (
 )
 
 // udpPair opens two devices on 127.0.0.1 and 127.0.0.2 over real UDP
-// sockets (link/udp, a link.GatherWriter) with one connected QP each.
+// sockets (link/udp, which gathers: link.Capabilities.GatherWrite) with one
+// connected QP each.
 func udpPair(t *testing.T, o pairOpts) (*side, *side) {
 	t.Helper()
 	open := func(addr string) link.Endpoint {

@@ -114,6 +114,16 @@ type Config struct {
 	Seed uint64
 	// Filter, if not nil, sees every datagram this end sends to the peer.
 	Filter Filter
+	// ReceiveBuffer, if positive, is reported as this end's receive buffer
+	// (link.Capabilities.ReceiveBuffer), as a socket's would be: a device on
+	// the end sizes its send budget from it. The queue is still bounded by
+	// QueueLen alone.
+	ReceiveBuffer int
+	// GatherWrite makes this end's WriteBatch honour link.Packet.Data
+	// (link.Capabilities.GatherWrite): the datagram is put together from its
+	// three pieces, so that a device on the end takes its zero-copy send
+	// path. Without it Data is ignored.
+	GatherWrite bool
 }
 
 func (c *Config) normalize(def netip.AddrPort) error {
@@ -219,6 +229,7 @@ type Endpoint struct {
 	pool  *pool
 	start time.Time
 	ctr   counters
+	caps  link.Capabilities
 
 	// Send side.
 	txMu   sync.Mutex
@@ -237,7 +248,10 @@ type Endpoint struct {
 	timer  *time.Timer
 }
 
-var _ link.Endpoint = (*Endpoint)(nil)
+var (
+	_ link.Endpoint = (*Endpoint)(nil)
+	_ link.Capable  = (*Endpoint)(nil)
+)
 
 // New returns the two connected ends of a pipe configured by a and b.
 func New(a, b Config) (*Endpoint, *Endpoint, error) {
@@ -261,6 +275,7 @@ func newEndpoint(c *Config, p *pool, start time.Time) *Endpoint {
 	e := &Endpoint{
 		addr: c.Addr, mtu: c.MTU, batch: c.BatchSize, qlen: c.QueueLen,
 		pool: p, start: start,
+		caps:   link.Capabilities{ReceiveBuffer: max(c.ReceiveBuffer, 0), GatherWrite: c.GatherWrite},
 		faults: c.Faults, filter: c.Filter,
 		rng:    rand.New(rand.NewPCG(c.Seed, c.Seed^0x9E3779B97F4A7C15)),
 		q:      make([]*buf, 0, c.QueueLen),
@@ -277,6 +292,10 @@ func (e *Endpoint) LocalAddr() netip.AddrPort { return e.addr }
 
 // MTU returns the configured IP MTU.
 func (e *Endpoint) MTU() int { return e.mtu }
+
+// Capabilities returns what Config.ReceiveBuffer and Config.GatherWrite
+// set; the end sends from LocalAddr and leaves Packet.Src alone.
+func (e *Endpoint) Capabilities() link.Capabilities { return e.caps }
 
 // BatchSize returns the most datagrams ReadBatch returns per call.
 func (e *Endpoint) BatchSize() int { return e.batch }
@@ -365,10 +384,15 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 		}
 		dst := netip.AddrPortFrom(p.Dst.Addr().Unmap(), p.Dst.Port())
 		b := p.Buf[:p.N]
-		wire.FillICRC(b, e.addr, dst, 0)
+		if e.gathers(p) {
+			at := p.DataAt
+			wire.PutICRC(b, wire.ICRCForGather(e.addr, dst, 0, b[:at], p.Data, b[at:len(b)-wire.ICRCLen]))
+		} else {
+			wire.FillICRC(b, e.addr, dst, 0)
+		}
 		sent++
 		e.ctr.packetsOut.Add(1)
-		e.ctr.bytesOut.Add(uint64(p.N))
+		e.ctr.bytesOut.Add(uint64(e.length(p)))
 		if dst != e.peer.addr {
 			e.ctr.noRoute.Add(1)
 			continue
@@ -379,6 +403,17 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	return sent, nil
 }
 
+// gathers reports whether p's datagram is gathered from Buf and Data.
+func (e *Endpoint) gathers(p *link.Packet) bool { return e.caps.GatherWrite && len(p.Data) > 0 }
+
+// length returns the length of p's datagram.
+func (e *Endpoint) length(p *link.Packet) int {
+	if e.gathers(p) {
+		return p.Len()
+	}
+	return p.N
+}
+
 func (e *Endpoint) check(p *link.Packet) error {
 	if p.N > cap(p.Buf) {
 		return fmt.Errorf("pipe: packet length %d exceeds its buffer (cap %d)", p.N, cap(p.Buf))
@@ -386,8 +421,11 @@ func (e *Endpoint) check(p *link.Packet) error {
 	if p.N < wire.ICRCLen {
 		return ErrShortPacket
 	}
-	if p.N+e.ipOverhead() > e.mtu {
-		return fmt.Errorf("pipe: datagram of %d bytes to %v exceeds the MTU %d (RoCE does not fragment): %w", p.N, p.Dst, e.mtu, syscall.EMSGSIZE)
+	if e.gathers(p) && (p.DataAt < 0 || p.DataAt > p.N-wire.ICRCLen) {
+		return fmt.Errorf("pipe: Packet.DataAt %d outside the headers and pad of a %d-byte buffer", p.DataAt, p.N)
+	}
+	if n := e.length(p); n+e.ipOverhead() > e.mtu {
+		return fmt.Errorf("pipe: datagram of %d bytes to %v exceeds the MTU %d (RoCE does not fragment): %w", n, p.Dst, e.mtu, syscall.EMSGSIZE)
 	}
 	d := p.Dst.Addr().Unmap()
 	if !d.IsValid() || p.Dst.Port() == 0 || d.Is4() != e.addr.Addr().Is4() {
@@ -401,7 +439,14 @@ func (e *Endpoint) check(p *link.Packet) error {
 func (e *Endpoint) transmit(p *link.Packet, dst netip.AddrPort) {
 	b := e.pool.get()
 	q := &b.pkt
-	q.N = copy(q.Buf[:cap(q.Buf)], p.Buf[:p.N])
+	if e.gathers(p) {
+		all := q.Buf[:cap(q.Buf)]
+		n := copy(all, p.Buf[:p.DataAt])
+		n += copy(all[n:], p.Data)
+		q.N = n + copy(all[n:], p.Buf[p.DataAt:p.N])
+	} else {
+		q.N = copy(q.Buf[:cap(q.Buf)], p.Buf[:p.N])
+	}
 	q.Src, q.Dst, q.TOS, q.TTL = e.addr, dst, p.TOS, p.TTL
 	if e.filter != nil {
 		own := q.Buf

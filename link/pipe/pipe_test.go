@@ -559,3 +559,59 @@ func TestStress(t *testing.T) {
 		t.Errorf("some fault never happened: %+v", st)
 	}
 }
+
+// TestGatherWrite: an end with Config.GatherWrite says so in its
+// capabilities, with the receive buffer Config.ReceiveBuffer names, and
+// sends a datagram put together from Buf and Data in place, with its ICRC
+// over the whole and written back to Buf, the MTU counting Data too;
+// without it Data is ignored.
+func TestGatherWrite(t *testing.T) {
+	a, b, err := New(Config{MTU: 576, GatherWrite: true, ReceiveBuffer: 1 << 20}, Config{MTU: 576})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	if c := link.CapabilitiesOf(a); !c.GatherWrite || c.ReceiveBuffer != 1<<20 || c.SendAddr != a.LocalAddr() || c.ReportsSource {
+		t.Errorf("Capabilities = %+v", c)
+	}
+	if c := link.CapabilitiesOf(b); c.GatherWrite || c.ReceiveBuffer != 0 {
+		t.Errorf("plain end's Capabilities = %+v", c)
+	}
+	buf := []byte("HEADERSpad.ICRC")
+	pk := []link.Packet{{Buf: buf, N: len(buf), Data: []byte("payload"), DataAt: 7, Dst: b.LocalAddr()}}
+	if n, err := a.WriteBatch(pk); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	in := []link.Packet{{Buf: make([]byte, 2048)}}
+	if n, err := b.ReadBatch(in); n != 1 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v", n, err)
+	}
+	got := in[0].Bytes()
+	if string(got[:len(got)-4]) != "HEADERSpayloadpad." {
+		t.Errorf("received %q, want HEADERSpayloadpad. and the ICRC", got)
+	}
+	if id, ok := wire.VerifyICRCAddrs(a.LocalAddr(), b.LocalAddr(), got); !ok || id != 0 {
+		t.Errorf("received datagram's ICRC does not check")
+	}
+	if string(buf[len(buf)-4:]) != string(got[len(got)-4:]) {
+		t.Errorf("ICRC %x not written back to Buf (%x)", got[len(got)-4:], buf[len(buf)-4:])
+	}
+	// 576 - 28 bytes of IPv4 and UDP headers: 548 bytes fit, 549 do not.
+	big := []link.Packet{{Buf: buf, N: len(buf), Data: make([]byte, 548-len(buf)+1), DataAt: 7, Dst: b.LocalAddr()}}
+	if _, err := a.WriteBatch(big); !errors.Is(err, syscall.EMSGSIZE) {
+		t.Errorf("gathered datagram over the MTU: err = %v, want EMSGSIZE", err)
+	}
+	big[0].Data = big[0].Data[1:]
+	if n, err := a.WriteBatch(big); n != 1 || err != nil {
+		t.Errorf("gathered datagram at the MTU: WriteBatch = %d, %v", n, err)
+	}
+	// Without GatherWrite, Data is not sent.
+	pk[0].Dst = a.LocalAddr()
+	if n, err := b.WriteBatch(pk); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	if n, err := a.ReadBatch(in); n != 1 || err != nil || in[0].N != len(buf) {
+		t.Fatalf("ReadBatch = %d, %v, %d bytes; want 1, nil, %d", n, err, in[0].N, len(buf))
+	}
+}

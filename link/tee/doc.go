@@ -9,4 +9,11 @@
 // WriteBatch, after the inner endpoint returned, for the packets it really
 // moved; it must not retain the payload slice. With no callback set the
 // wrapper adds no work beyond one atomic load per batch and never allocates.
+//
+// The wrapper has its inner endpoint's link.Capabilities (a receive buffer,
+// gather writes, the send address), so that a device behind it sizes its
+// send budget and sends zero-copy as it would without it: a traced run is
+// the run that would have happened. A datagram the inner endpoint gathered
+// (link.Packet.Data) is reported whole, copied into one buffer the wrapper
+// keeps for the next.
 package tee

@@ -40,19 +40,22 @@ type Stats struct {
 // Endpoint is a link.Endpoint that reports its traffic to a Func. It is safe
 // to change the callback with SetFunc while traffic flows.
 type Endpoint struct {
-	inner   link.Endpoint
-	fn      atomic.Pointer[Func]
-	local   netip.AddrPort
-	send    netip.AddrPort // link.SendAddr(inner)
-	reports bool           // link.ReportsSource(inner)
-	stats   Stats
+	inner link.Endpoint
+	fn    atomic.Pointer[Func]
+	local netip.AddrPort
+	caps  link.Capabilities // link.CapabilitiesOf(inner)
+	stats Stats
+	whole []byte // a gathered datagram put together for fn (WriteBatch's)
 }
 
-var _ link.Endpoint = (*Endpoint)(nil)
+var (
+	_ link.Endpoint = (*Endpoint)(nil)
+	_ link.Capable  = (*Endpoint)(nil)
+)
 
 // New wraps ep. fn may be nil (nothing is reported until SetFunc).
 func New(ep link.Endpoint, fn Func) *Endpoint {
-	e := &Endpoint{inner: ep, local: ep.LocalAddr(), send: link.SendAddr(ep), reports: link.ReportsSource(ep)}
+	e := &Endpoint{inner: ep, local: ep.LocalAddr(), caps: link.CapabilitiesOf(ep)}
 	e.SetFunc(fn)
 	return e
 }
@@ -93,10 +96,12 @@ func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
 }
 
 // WriteBatch writes to the inner endpoint and reports each datagram it
-// sent, from the address it left from: Packet.Src as the inner endpoint
-// set it (link.SourceReporter: link/udp, whose source port may be the
-// QP's), else the address the inner endpoint sends from (link.SendAddr),
-// with Packet.Src's IP address when that one is a wildcard.
+// sent, whole (a gathered one, link.Packet.Data, put together from its
+// three pieces), from the address it left from: Packet.Src as the inner
+// endpoint set it (link.Capabilities.ReportsSource: link/udp, whose source
+// port may be the QP's), else the address the inner endpoint sends from
+// (link.Capabilities.SendAddr), with Packet.Src's IP address when that one
+// is a wildcard.
 func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	n, err := e.inner.WriteBatch(pkts)
 	if fp := e.fn.Load(); fp != nil && n > 0 {
@@ -104,35 +109,47 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 		for i := range pkts[:n] {
 			p := &pkts[i]
 			src := p.Src
-			if !e.reports || !src.IsValid() || src.Addr().IsUnspecified() {
+			if !e.caps.ReportsSource || !src.IsValid() || src.Addr().IsUnspecified() {
 				src = e.sentFrom(src)
 			}
-			fn(Out, src, p.Dst, p.TOS, p.Buf[:p.N])
+			fn(Out, src, p.Dst, p.TOS, e.datagram(p))
 		}
 		e.stats.Out.Add(uint64(n))
 	}
 	return n, err
 }
 
+// datagram returns the datagram p carried: Buf[:N], or for a gathered
+// one (the inner endpoint sent Data in place) its three pieces copied
+// into one buffer, valid until the next call.
+func (e *Endpoint) datagram(p *link.Packet) []byte {
+	if len(p.Data) == 0 || !e.caps.GatherWrite {
+		return p.Buf[:p.N]
+	}
+	at := p.DataAt
+	e.whole = append(append(append(e.whole[:0], p.Buf[:at]...), p.Data...), p.Buf[at:p.N]...)
+	return e.whole
+}
+
 // sentFrom is the address a datagram with source src left from when the
 // inner endpoint does not say: its send address, with src's IP address if
 // that one is a wildcard.
 func (e *Endpoint) sentFrom(src netip.AddrPort) netip.AddrPort {
-	if a := e.send.Addr(); (!a.IsValid() || a.IsUnspecified()) && src.Addr().IsValid() && !src.Addr().IsUnspecified() {
-		return netip.AddrPortFrom(src.Addr(), e.send.Port())
+	send := e.caps.SendAddr
+	if a := send.Addr(); (!a.IsValid() || a.IsUnspecified()) && src.Addr().IsValid() && !src.Addr().IsUnspecified() {
+		return netip.AddrPortFrom(src.Addr(), send.Port())
 	}
-	return e.send
+	return send
 }
 
-// ReportsSource reports whether the inner endpoint sets each sent packet's
-// Src (link.SourceReporter); the reports then carry it.
-func (e *Endpoint) ReportsSource() bool { return e.reports }
+// Capabilities returns the inner endpoint's (link.CapabilitiesOf), so that
+// a device behind the tee sizes its send budget and sends zero-copy as it
+// would without it; the tee reports gathered datagrams whole, and with the
+// source the inner endpoint sets (ReportsSource) or sends from (SendAddr).
+func (e *Endpoint) Capabilities() link.Capabilities { return e.caps }
 
 // LocalAddr returns the inner endpoint's local address.
 func (e *Endpoint) LocalAddr() netip.AddrPort { return e.inner.LocalAddr() }
-
-// SendAddr returns the address the inner endpoint sends from (link.SendAddr).
-func (e *Endpoint) SendAddr() netip.AddrPort { return e.send }
 
 // MTU returns the inner endpoint's MTU.
 func (e *Endpoint) MTU() int { return e.inner.MTU() }

@@ -115,10 +115,12 @@ func (nullEP) BatchSize() int                          { return 8 }
 func (nullEP) Close() error                            { return nil }
 
 func TestTeeZeroAlloc(t *testing.T) {
-	pk := []link.Packet{{Buf: make([]byte, 64), N: 8, Dst: netip.MustParseAddrPort("127.0.0.2:4791")}}
+	pk := []link.Packet{{Buf: make([]byte, 64), N: 8, Dst: netip.MustParseAddrPort("127.0.0.2:4791")},
+		{Buf: make([]byte, 64), N: 8, Data: make([]byte, 1024), DataAt: 4, Dst: netip.MustParseAddrPort("127.0.0.2:4791")}}
 	var sink int
 	for _, fn := range []Func{nil, func(_ Direction, _, _ netip.AddrPort, _ uint8, p []byte) { sink += len(p) }} {
-		e := New(nullEP{}, fn)
+		e := New(capsEP{}, fn)
+		e.WriteBatch(pk) // sizes the buffer gathered datagrams are put together in
 		allocs := testing.AllocsPerRun(200, func() {
 			e.WriteBatch(pk)
 			e.ReadBatch(pk)
@@ -168,13 +170,15 @@ func BenchmarkTeeWrite(b *testing.B) {
 	}
 }
 
-// sendAddrEP is a nullEP that sends from a port of its own (link.SendAddrer),
-// as link/udp does.
+// sendAddrEP is a nullEP that sends from a port of its own
+// (link.Capabilities.SendAddr), as link/udp does.
 type sendAddrEP struct{ nullEP }
 
-func (sendAddrEP) SendAddr() netip.AddrPort { return netip.MustParseAddrPort("127.0.0.1:40000") }
+func (sendAddrEP) Capabilities() link.Capabilities {
+	return link.Capabilities{SendAddr: netip.MustParseAddrPort("127.0.0.1:40000")}
+}
 
-// TestTeeSendAddr: the tee forwards SendAddr, and reports a sent datagram
+// TestTeeSendAddr: the tee passes SendAddr on, and reports a sent datagram
 // without a source as coming from it, not from LocalAddr.
 func TestTeeSendAddr(t *testing.T) {
 	var got netip.AddrPort
@@ -183,12 +187,12 @@ func TestTeeSendAddr(t *testing.T) {
 			got = src
 		}
 	})
-	want := sendAddrEP{}.SendAddr()
-	if e.SendAddr() != want || link.SendAddr(e) != want {
-		t.Errorf("SendAddr() = %v, link.SendAddr = %v; want %v", e.SendAddr(), link.SendAddr(e), want)
+	want := sendAddrEP{}.Capabilities().SendAddr
+	if got := link.CapabilitiesOf(e).SendAddr; got != want {
+		t.Errorf("SendAddr = %v, want %v", got, want)
 	}
-	if n := New(nullEP{}, nil); link.SendAddr(n) != (nullEP{}).LocalAddr() {
-		t.Errorf("without a SendAddrer inside, link.SendAddr = %v, want LocalAddr %v", link.SendAddr(n), nullEP{}.LocalAddr())
+	if got := link.CapabilitiesOf(New(nullEP{}, nil)).SendAddr; got != (nullEP{}).LocalAddr() {
+		t.Errorf("without a send address inside, SendAddr = %v, want LocalAddr %v", got, nullEP{}.LocalAddr())
 	}
 	e.WriteBatch([]link.Packet{{Buf: make([]byte, 8), N: 8, Dst: netip.MustParseAddrPort("127.0.0.2:4791")}})
 	if got != want {
@@ -197,7 +201,7 @@ func TestTeeSendAddr(t *testing.T) {
 }
 
 // reportEP is an inner endpoint that sends from a port of each packet's
-// own (link.SourceReporter), on a wildcard send address.
+// own (link.Capabilities.ReportsSource), on a wildcard send address.
 type reportEP struct{ nullEP }
 
 func (reportEP) WriteBatch(p []link.Packet) (int, error) {
@@ -206,10 +210,11 @@ func (reportEP) WriteBatch(p []link.Packet) (int, error) {
 	}
 	return len(p), nil
 }
-func (reportEP) SendAddr() netip.AddrPort { return netip.MustParseAddrPort("0.0.0.0:40000") }
-func (reportEP) ReportsSource() bool      { return true }
+func (reportEP) Capabilities() link.Capabilities {
+	return link.Capabilities{SendAddr: netip.MustParseAddrPort("0.0.0.0:40000"), ReportsSource: true}
+}
 
-// TestTeeReportsSource: behind a link.SourceReporter the tee reports each
+// TestTeeReportsSource: behind a link that reports sources the tee reports each
 // datagram from the Src the link set; behind any other link, from the
 // link's send address (with Src's IP address when that one is a wildcard),
 // whatever Src the engine asked for.
@@ -235,8 +240,8 @@ func TestTeeReportsSource(t *testing.T) {
 	} {
 		got = nil
 		e := New(c.ep, rec)
-		if e.ReportsSource() != c.reports || link.ReportsSource(e) != c.reports {
-			t.Errorf("%s: ReportsSource() = %v, want %v", c.name, e.ReportsSource(), c.reports)
+		if got := link.CapabilitiesOf(e).ReportsSource; got != c.reports {
+			t.Errorf("%s: ReportsSource = %v, want %v", c.name, got, c.reports)
 		}
 		e.WriteBatch(batch())
 		if d := cmp.Diff(c.want, got, cmp.Comparer(func(x, y netip.AddrPort) bool { return x == y })); d != "" {
@@ -248,4 +253,70 @@ func TestTeeReportsSource(t *testing.T) {
 // wildcardEP sends from a wildcard address and does not report sources.
 type wildcardEP struct{ nullEP }
 
-func (wildcardEP) SendAddr() netip.AddrPort { return netip.MustParseAddrPort("0.0.0.0:40000") }
+func (wildcardEP) Capabilities() link.Capabilities {
+	return link.Capabilities{SendAddr: netip.MustParseAddrPort("0.0.0.0:40000")}
+}
+
+// capsEP is a nullEP with every capability.
+type capsEP struct{ nullEP }
+
+func (capsEP) Capabilities() link.Capabilities {
+	return link.Capabilities{ReceiveBuffer: 1 << 20, GatherWrite: true,
+		SendAddr: netip.MustParseAddrPort("127.0.0.1:40000"), ReportsSource: true}
+}
+
+// TestTeeCapabilities: the tee has its inner endpoint's capabilities, all
+// of them, so that a device behind it runs as it would without it.
+func TestTeeCapabilities(t *testing.T) {
+	for _, inner := range []link.Endpoint{nullEP{}, capsEP{}, sendAddrEP{}, reportEP{}} {
+		if got, want := link.CapabilitiesOf(New(inner, nil)), link.CapabilitiesOf(inner); got != want {
+			t.Errorf("behind a tee %+v, without %+v", got, want)
+		}
+	}
+	// Two tees deep.
+	if got, want := link.CapabilitiesOf(New(New(capsEP{}, nil), nil)), link.CapabilitiesOf(capsEP{}); got != want {
+		t.Errorf("behind two tees %+v, without %+v", got, want)
+	}
+}
+
+// TestTeeGathered: behind a link that gathers, a datagram sent with its
+// payload in place (link.Packet.Data) is reported whole, headers, payload,
+// pad and ICRC, as the peer receives it.
+func TestTeeGathered(t *testing.T) {
+	a, b, err := pipe.New(pipe.Config{GatherWrite: true}, pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	var got [][]byte
+	e := New(a, func(d Direction, _, _ netip.AddrPort, _ uint8, p []byte) {
+		if d == Out {
+			got = append(got, append([]byte(nil), p...))
+		}
+	})
+	if !link.CapabilitiesOf(e).GatherWrite {
+		t.Fatal("the tee does not gather behind a pipe that does")
+	}
+	pk := []link.Packet{
+		{Buf: []byte("HEADERSxx...."), N: 13, Data: []byte("payload"), DataAt: 7, Dst: b.LocalAddr()},
+		{Buf: []byte("plain-icrc"), N: 10, Dst: b.LocalAddr()},
+	}
+	if n, err := e.WriteBatch(pk); n != 2 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	in := []link.Packet{{Buf: make([]byte, 2048)}, {Buf: make([]byte, 2048)}}
+	if n, err := b.ReadBatch(in); n != 2 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v", n, err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d datagrams reported, want 2", len(got))
+	}
+	for i := range 2 {
+		if string(got[i]) != string(in[i].Bytes()) {
+			t.Errorf("datagram %d reported as %q, the peer received %q", i, got[i], in[i].Bytes())
+		}
+	}
+	if s := string(got[0][:len(got[0])-4]); s != "HEADERSpayloadxx" {
+		t.Errorf("gathered datagram reported as %q, want HEADERSpayloadxx and the ICRC", s)
+	}
+}

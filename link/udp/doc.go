@@ -37,7 +37,7 @@
 // consecutive packets to one destination with equal sizes (the last may be
 // shorter) goes to the kernel as one buffer, gathered from the callers'
 // buffers without a copy, that the kernel cuts into datagrams. A packet with
-// Packet.Data (the Endpoint is a link.GatherWriter) is gathered from three
+// Packet.Data (link.Capabilities.GatherWrite) is gathered from three
 // iovecs, the headers, the payload in place and the pad with the ICRC, whose
 // ICRC is computed over the three without a copy. Linux numbers
 // the IPv4 Identification of such segments 0, 1, 2, ... (checked on the wire
@@ -80,7 +80,8 @@
 // port, opened on the port's first datagram, up to SourcePorts of them;
 // a batch then takes one sendmmsg per run of datagrams with one port.
 // WriteBatch sets each packet's Src to the address it left from
-// (link.SourceReporter), so that taps record what the wire carries.
+// (link.Capabilities.ReportsSource), so that taps record what the wire
+// carries.
 //
 // recvmmsg and sendmmsg never wait (MSG_DONTWAIT; waiting for the socket is
 // the netpoller's, through the connection's RawConn), so they are made as

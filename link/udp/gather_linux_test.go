@@ -34,8 +34,8 @@ func TestGatherWrite(t *testing.T) {
 		}{{"gso", nil}, {"plain", []Option{WithoutGSO(), WithoutGRO()}}} {
 			t.Run(addr+"/"+mode.name, func(t *testing.T) {
 				a, b := listen(t, addr, mode.opts...), listen(t, addr, mode.opts...)
-				if !a.GatherWrite() {
-					t.Fatal("GatherWrite() = false on a sendmmsg endpoint")
+				if !link.CapabilitiesOf(a).GatherWrite {
+					t.Fatal("Capabilities().GatherWrite = false on a sendmmsg endpoint")
 				}
 				const n = 40
 				pkts := make([]link.Packet, n)

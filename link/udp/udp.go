@@ -237,7 +237,10 @@ func (c *counters) snapshot() Stats {
 	}
 }
 
-var _ link.Endpoint = (*Endpoint)(nil)
+var (
+	_ link.Endpoint = (*Endpoint)(nil)
+	_ link.Capable  = (*Endpoint)(nil)
+)
 
 // interfaceMTU returns the MTU of the interface holding a, the loopback MTU
 // for loopback addresses, or for a wildcard address the smallest MTU of the

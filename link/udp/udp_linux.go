@@ -370,9 +370,13 @@ func (e *Endpoint) LocalAddr() netip.AddrPort { return e.local }
 // LocalAddr when the endpoint sends from its bound socket.
 func (e *Endpoint) SendAddr() netip.AddrPort { return e.txAddr }
 
-// ReportsSource reports that WriteBatch sets each sent packet's Src to the
-// address it left from (link.SourceReporter).
-func (e *Endpoint) ReportsSource() bool { return true }
+// Capabilities reports the socket's receive buffer (ReceiveBuffer), the
+// send address (SendAddr), and that WriteBatch gathers link.Packet.Data in
+// place (zero-copy send) and sets each sent packet's Src to the address it
+// left from.
+func (e *Endpoint) Capabilities() link.Capabilities {
+	return link.Capabilities{ReceiveBuffer: e.rcvbuf, GatherWrite: true, SendAddr: e.txAddr, ReportsSource: true}
+}
 
 // MTU returns the IP MTU of the bound address's interface (or Config.MTU).
 func (e *Endpoint) MTU() int { return e.mtu }
@@ -382,10 +386,6 @@ func (e *Endpoint) BatchSize() int { return e.batch }
 
 // GRO reports whether the endpoint receives with UDP GRO.
 func (e *Endpoint) GRO() bool { return e.gro }
-
-// GatherWrite reports that WriteBatch sends link.Packet.Data in place
-// (zero-copy send; link.GatherWriter).
-func (e *Endpoint) GatherWrite() bool { return true }
 
 // GSO reports whether the endpoint currently sends with UDP GSO.
 func (e *Endpoint) GSO() bool { return e.gso.Load() }

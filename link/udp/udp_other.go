@@ -61,5 +61,8 @@ func (e *Endpoint) GSO() bool { return false }
 // ReceiveBuffer returns 0.
 func (e *Endpoint) ReceiveBuffer() int { return 0 }
 
+// Capabilities returns none.
+func (e *Endpoint) Capabilities() link.Capabilities { return link.Capabilities{} }
+
 // GRO reports false.
 func (e *Endpoint) GRO() bool { return false }
