@@ -99,10 +99,10 @@ func budgetLimit(cfg int, ep link.Endpoint, mtu wire.MTU) int64 {
 
 // warnSmall logs, once per device, a budget computed from the link's
 // receive buffer that is smaller than one QP's send window: a single RC
-// stream then stops at the budget, not at its window (measured with link/udp
-// and a 208 KiB net.core.rmem_max, a distribution's default, as non-root: a
-// budget of about 92 packets and 0.55-0.6x TCP's rate on loopback, against
-// about 0.8x with 4 MiB). A budget the user set (cfg) is not warned about.
+// stream then stops at the budget, not at its window (with link/udp and a
+// distribution's default net.core.rmem_max, as non-root, a stream runs
+// well below its rate with a larger buffer; docs/speed.md, "How the
+// transport gets there"). A budget the user set (cfg) is not warned about.
 func (b *sendBudget) warnSmall(log *slog.Logger, cfg int, ep link.Endpoint) {
 	if log == nil || cfg != 0 || b.limit == 0 || b.limit >= maxUnackedPSNs {
 		return

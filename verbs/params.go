@@ -65,9 +65,9 @@ const (
 	// unacknowledged: twice rxe's RXE_MAX_UNACKED_PSNS (128). A responder
 	// keeps no window, so the wire does not change; with rxe's AckReq
 	// cadence (every 65 packets) a window of 128 holds two ACK requests,
-	// and a 1 MiB WRITE stream between two processes waited for the
-	// older one's ACK ~16 % of the time (write_bw 1 MiB +10 %, 4 of 4
-	// alternations, at 256; 512 no better). Retries halve it (comp.go).
+	// and a 1 MiB WRITE stream between two processes often waited for the
+	// older one's ACK; 256 streams faster, 512 no better (docs/speed.md,
+	// "The send window and 256 QPs"). Retries halve it (comp.go).
 	maxUnackedPSNs = 256
 	// maxPktPerAck is how many packets a requester sends before it asks for
 	// an ACK (RXE_MAX_PKT_PER_ACK).

@@ -51,10 +51,10 @@ const (
 	// (if no one else is) before it goes on building packets: a staging
 	// batch's worth, so that a long burst (a window of a WRITE, a READ's
 	// responses) starts leaving while the rest is built — on loopback the
-	// peer starts processing sooner (measured in one process: a 1 MiB WRITE
-	// stream is ~15 % slower when whole windows of packets are built
-	// before the first send; two processes gain nothing from 31, and each
-	// chunk is a system call).
+	// peer starts processing sooner (in one process a stream built whole
+	// windows ahead of its first send was measurably slower; two processes
+	// gain nothing from a smaller value, and each chunk is a system call;
+	// docs/speed.md, "Numbers behind code comments").
 	txHighWater = 64
 	// txMaxFree caps the pooled buffers kept for reuse.
 	txMaxFree = 4096
@@ -67,8 +67,8 @@ const (
 // pool's lock once per packet rather than refilling the QP's staging slots
 // in bulk: the buffer is then the most recently freed (warm in cache) and
 // an idle QP holds none — with 10,000 QPs, per-QP buffers were the top
-// cache-miss site. Profiled on a 1 MiB WRITE stream the lock is below
-// 0.5 % of the CPU.
+// cache-miss site. Profiled on a 1 MiB WRITE stream the lock does not
+// show (docs/speed.md).
 func (d *Device) getBuf() []byte {
 	t := &d.tx
 	t.mu.Lock()

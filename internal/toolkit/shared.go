@@ -167,10 +167,11 @@ func OneProc() (restore func()) { return oneProcess(true) }
 // tools' busy polling (which lowered a stream's rate). With one processor
 // a completion's consumer runs when the device's receive goroutine yields
 // to it, on the same thread. With two, write_bw -s 1048576 (every work
-// request signalled, as perftest does) ran at 0.65x TCP's rate and 1.67x
-// its CPU per MiB against 0.93x and 1.21x on one, until link/udp sent from
-// a socket the netpoller does not watch (udp.Config.SendFromBound); since
-// then the two measure about the same, and one processor is kept.
+// request signalled, as perftest does) ran well below its rate on one, at
+// a higher CPU cost per MiB, until link/udp sent from a socket the
+// netpoller does not watch (udp.Config.SendFromBound); since then the two
+// measure about the same, and one processor is kept (docs/speed.md,
+// "Latency, busy polling and processors").
 func OneProcBulk() (restore func()) { return oneProcess(false) }
 
 func oneProcess(busy bool) (restore func()) {

@@ -66,8 +66,8 @@
 // socket every sent buffer the kernel freed woke a thread parked in the
 // netpoller whenever the process had an idle processor (GOMAXPROCS above
 // 1): a 1 MiB RDMA WRITE stream between two processes with GOMAXPROCS=2 ran
-// at 2289-2402 MiB/s with the bound socket and 3076-3365 MiB/s with the
-// send socket (2 alternations; the rate with GOMAXPROCS=1 did not change).
+// about a third faster with the send socket, and with GOMAXPROCS=1 no
+// slower (docs/speed.md, "Latency, busy polling and processors").
 // RoCEv2 leaves the UDP source port to the sender (rxe derives one per QP)
 // and every receiver answers to port 4791, so nothing depends on it;
 // Config.SendFromBound sends from the bound socket and its port instead.
@@ -87,12 +87,11 @@
 // the netpoller's, through the connection's RawConn), so they are made as
 // raw system calls, outside the runtime's system-call bookkeeping. Through
 // that bookkeeping, the first call after the process had gone idle woke the
-// runtime's parked monitor thread, which then polled every 20 µs: a 1 MiB
-// RDMA WRITE stream between two processes made 44 to 56 system calls per
-// MiB, 9 to 13 of them those futex wake-ups and nanosleeps, and ran at
-// 1900 MiB/s with 767 µs of CPU per MiB (both processes); as raw calls, 36
-// to 39 per MiB with none of those, 2850 MiB/s and 549 µs (write_bw, means
-// of 4 alternations of 3 s, load 1.7).
+// runtime's parked monitor thread, which then polled: a 1 MiB RDMA WRITE
+// stream between two processes spent about a fifth of its system calls on
+// those futex wake-ups and nanosleeps; as raw calls it makes none of them,
+// runs faster and costs less CPU per MiB (docs/speed.md, "The raw UDP
+// ceiling and raw system calls").
 //
 // io_uring was measured against recvmmsg/sendmmsg and not adopted: it made
 // half the system calls but cost more CPU per MiB and moved fewer bytes

@@ -20,10 +20,11 @@ type mmsghdr struct {
 // Because the call never waits, it is made as a raw system call, outside
 // the runtime's system-call bookkeeping. A call through Syscall6 enters
 // that bookkeeping, and the first one after the process went idle wakes the
-// runtime's monitor thread (a futex), which then polls every 20 µs
-// (nanosleep) in case the call blocks: on a stream whose receiver goes idle
-// between bursts that was 6 to 7 of the 36 system calls per MiB on the
-// receiver, 3 of 15 on the sender, and their wake-ups' CPU. Waiting for a
+// runtime's monitor thread (a futex), which then polls (nanosleep) in case
+// the call blocks: on a stream whose receiver goes idle between bursts
+// those were a sixth of the receiver's system calls and a fifth of the
+// sender's, and their wake-ups' CPU (docs/speed.md, "The raw UDP ceiling
+// and raw system calls"). Waiting for a
 // socket stays with the netpoller (rawConn.Read and Write). A long sendmmsg
 // (a window of packets over loopback, whose receive path runs in the
 // sender's call) keeps its processor for that time, as any Go code would.
