@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/softroce/softroce/cm/mad"
@@ -52,82 +53,84 @@ func TestSpoofedREQFlood(t *testing.T) {
 		{"expire", 20, 300 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &Config{Timeout: time.Second, MaxRetries: 15, TimeWait: 50 * time.Millisecond}
-			p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
-			pd, err := p.db.AllocPD()
-			if err != nil {
-				t.Fatal(err)
-			}
-			mrs0 := p.db.Stats().MRs.Load()
-			var prepared, released atomic.Int64
-			opts := &Options{PD: pd, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}, HalfOpenTimeout: tc.timeout,
-				Prepare: func(c *Conn) error {
-					prepared.Add(1)
-					mr, err := c.PD.RegMR(make([]byte, 4096), verbs.AccessLocalWrite)
+			synctest.Test(t, func(t *testing.T) {
+				cfg := &Config{Timeout: time.Second, MaxRetries: 15, TimeWait: 50 * time.Millisecond}
+				p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+				pd, err := p.db.AllocPD()
+				if err != nil {
+					t.Fatal(err)
+				}
+				mrs0 := p.db.Stats().MRs.Load()
+				var prepared, released atomic.Int64
+				opts := &Options{PD: pd, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}, HalfOpenTimeout: tc.timeout,
+					Prepare: func(c *Conn) error {
+						prepared.Add(1)
+						mr, err := c.PD.RegMR(make([]byte, 4096), verbs.AccessLocalWrite)
+						if err != nil {
+							return err
+						}
+						c.ID.Context = mr // as an application keeps its buffers
+						return nil
+					},
+					Release: func(c *Conn) {
+						released.Add(1)
+						if mr, ok := c.ID.Context.(*verbs.MR); ok {
+							if err := mr.Deregister(); err != nil {
+								t.Errorf("deregister: %v", err)
+							}
+						}
+					},
+				}
+				l, err := Listen(p.addrB().String()+":7300", opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				for i := range tc.n {
+					peer := netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)})
+					p.ab.input(peer, spoofREQ(peer, p.addrB(), 7300, uint32(0x10000+i)))
+				}
+				if tc.dial {
+					// A generous bound for a loaded machine, well below 32 s.
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					acc := make(chan *Conn, 1)
+					go func() {
+						c, err := l.Accept(ctx)
+						if err != nil {
+							t.Errorf("accept: %v", err)
+						}
+						acc <- c
+					}()
+					c, err := Dial(ctx, p.addrB().String()+":7300", nil)
 					if err != nil {
-						return err
+						t.Fatalf("dial behind %d spoofed REQs: %v (half-open drops %d)", tc.n, err, l.HalfOpenDrops.Load())
 					}
-					c.ID.Context = mr // as an application keeps its buffers
-					return nil
-				},
-				Release: func(c *Conn) {
-					released.Add(1)
-					if mr, ok := c.ID.Context.(*verbs.MR); ok {
-						if err := mr.Deregister(); err != nil {
-							t.Errorf("deregister: %v", err)
+					c.Close()
+					if sc := <-acc; sc != nil {
+						if err := sc.Close(); err != nil {
+							t.Errorf("close: %v", err)
 						}
 					}
-				},
-			}
-			l, err := Listen(p.addrB().String()+":7300", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			for i := range tc.n {
-				peer := netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)})
-				p.ab.input(peer, spoofREQ(peer, p.addrB(), 7300, uint32(0x10000+i)))
-			}
-			if tc.dial {
-				// A generous bound for a loaded machine, well below 32 s.
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				acc := make(chan *Conn, 1)
-				go func() {
-					c, err := l.Accept(ctx)
-					if err != nil {
-						t.Errorf("accept: %v", err)
-					}
-					acc <- c
-				}()
-				c, err := Dial(ctx, p.addrB().String()+":7300", nil)
-				if err != nil {
-					t.Fatalf("dial behind %d spoofed REQs: %v (half-open drops %d)", tc.n, err, l.HalfOpenDrops.Load())
+				} else {
+					// Dropped after 300 ms, before the CM gives up (16 s).
+					waitFor(t, 8*time.Second, "the half-open connections to expire", func() bool {
+						return l.HalfOpenDrops.Load() == uint64(tc.n) && released.Load() == prepared.Load()
+					})
 				}
-				c.Close()
-				if sc := <-acc; sc != nil {
-					if err := sc.Close(); err != nil {
-						t.Errorf("close: %v", err)
-					}
+				l.Close()
+				if got, want := released.Load(), prepared.Load(); got != want || want < int64(tc.n)/2 {
+					t.Errorf("Release called %d times for %d Prepare calls", got, want)
 				}
-			} else {
-				// Dropped after 300 ms, before the CM gives up (16 s).
-				waitFor(t, 8*time.Second, "the half-open connections to expire", func() bool {
-					return l.HalfOpenDrops.Load() == uint64(tc.n) && released.Load() == prepared.Load()
-				})
-			}
-			l.Close()
-			if got, want := released.Load(), prepared.Load(); got != want || want < int64(tc.n)/2 {
-				t.Errorf("Release called %d times for %d Prepare calls", got, want)
-			}
-			if got := p.db.Stats().MRs.Load(); got != mrs0 {
-				t.Errorf("MRs on the listener's device: %d, want %d", got, mrs0)
-			}
-			// The PD frees only if no QP or MR of any connection is left on it.
-			if err := pd.Dealloc(); err != nil {
-				t.Errorf("the listener's PD still holds resources: %v", err)
-			}
-			waitFor(t, 10*time.Second, "the CM to forget the connections", func() bool { return p.ab.IDs() == 0 })
+				if got := p.db.Stats().MRs.Load(); got != mrs0 {
+					t.Errorf("MRs on the listener's device: %d, want %d", got, mrs0)
+				}
+				// The PD frees only if no QP or MR of any connection is left on it.
+				if err := pd.Dealloc(); err != nil {
+					t.Errorf("the listener's PD still holds resources: %v", err)
+				}
+				waitFor(t, 10*time.Second, "the CM to forget the connections", func() bool { return p.ab.IDs() == 0 })
+			})
 		})
 	}
 }

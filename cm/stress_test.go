@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/softroce/softroce/cm/mad"
@@ -29,91 +30,93 @@ func madLoss(rate float64, seed uint64) pipe.Filter {
 // TestMADLoss: with 10 % of the CM MADs lost each way, every connect
 // completes or fails with the right event, and every disconnect finishes.
 func TestMADLoss(t *testing.T) {
-	cfg := testConfig()
-	cfg.MaxRetries = 8
-	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
-	p.pa.SetFilter(madLoss(0.10, 1))
-	p.pb.SetFilter(madLoss(0.10, 2))
-	ctx := ctxT(t, 60*time.Second)
-	l, err := Listen(p.addrB().String()+":7100", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept(ctx)
-			if err != nil {
-				return
-			}
-			go func() {
-				select {
-				case <-c.Disconnected():
-				case <-ctx.Done():
-				}
-				c.Close()
-			}()
-		}
-	}()
-	n := 40
-	if testing.Short() {
-		n = 10
-	}
-	okN := 0
-	for i := range n {
-		c, err := Dial(ctx, p.addrB().String()+":7100", nil)
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig()
+		cfg.MaxRetries = 8
+		p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+		p.pa.SetFilter(madLoss(0.10, 1))
+		p.pb.SetFilter(madLoss(0.10, 2))
+		ctx := ctxT(t, 60*time.Second)
+		l, err := Listen(p.addrB().String()+":7100", nil)
 		if err != nil {
-			var ee *EventError
-			if !errors.As(err, &ee) || ee.Event != EventUnreachable {
-				t.Fatalf("connect %d: %v", i, err)
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			for {
+				c, err := l.Accept(ctx)
+				if err != nil {
+					return
+				}
+				go func() {
+					select {
+					case <-c.Disconnected():
+					case <-ctx.Done():
+					}
+					c.Close()
+				}()
 			}
-			continue
+		}()
+		n := 40
+		if testing.Short() {
+			n = 10
 		}
-		okN++
-		c.Disconnect()
-		select {
-		case <-c.Disconnected():
-		case <-ctx.Done():
-			t.Fatalf("connect %d: no DISCONNECTED", i)
-		}
-		c.Close()
-	}
-	// UD (SIDR) under the same loss.
-	lu, err := Listen(p.addrB().String()+":7101", &Options{PortSpace: mad.PortSpaceUDP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lu.Close()
-	go func() {
-		for {
-			c, err := lu.Accept(ctx)
+		okN := 0
+		for i := range n {
+			c, err := Dial(ctx, p.addrB().String()+":7100", nil)
 			if err != nil {
-				return
+				var ee *EventError
+				if !errors.As(err, &ee) || ee.Event != EventUnreachable {
+					t.Fatalf("connect %d: %v", i, err)
+				}
+				continue
+			}
+			okN++
+			c.Disconnect()
+			select {
+			case <-c.Disconnected():
+			case <-ctx.Done():
+				t.Fatalf("connect %d: no DISCONNECTED", i)
 			}
 			c.Close()
 		}
-	}()
-	for i := range n / 2 {
-		c, err := Dial(ctx, p.addrB().String()+":7101", &Options{PortSpace: mad.PortSpaceUDP})
+		// UD (SIDR) under the same loss.
+		lu, err := Listen(p.addrB().String()+":7101", &Options{PortSpace: mad.PortSpaceUDP})
 		if err != nil {
-			var ee *EventError
-			if !errors.As(err, &ee) || ee.Event != EventUnreachable {
-				t.Fatalf("UD connect %d: %v", i, err)
+			t.Fatal(err)
+		}
+		defer lu.Close()
+		go func() {
+			for {
+				c, err := lu.Accept(ctx)
+				if err != nil {
+					return
+				}
+				c.Close()
 			}
-			continue
+		}()
+		for i := range n / 2 {
+			c, err := Dial(ctx, p.addrB().String()+":7101", &Options{PortSpace: mad.PortSpaceUDP})
+			if err != nil {
+				var ee *EventError
+				if !errors.As(err, &ee) || ee.Event != EventUnreachable {
+					t.Fatalf("UD connect %d: %v", i, err)
+				}
+				continue
+			}
+			if c.UD == nil || c.UD.QKey != mad.UDPQKey {
+				t.Fatalf("UD connect %d: %+v", i, c.UD)
+			}
+			c.Close()
 		}
-		if c.UD == nil || c.UD.QKey != mad.UDPQKey {
-			t.Fatalf("UD connect %d: %+v", i, c.UD)
+		t.Logf("%d/%d connected; A: %d retransmits, %d duplicates; B: %d retransmits, %d duplicates",
+			okN, n, p.aa.Stats().Retransmits.Load(), p.aa.Stats().Duplicates.Load(),
+			p.ab.Stats().Retransmits.Load(), p.ab.Stats().Duplicates.Load())
+		if okN < n*8/10 {
+			t.Errorf("only %d of %d connects succeeded", okN, n)
 		}
-		c.Close()
-	}
-	t.Logf("%d/%d connected; A: %d retransmits, %d duplicates; B: %d retransmits, %d duplicates",
-		okN, n, p.aa.Stats().Retransmits.Load(), p.aa.Stats().Duplicates.Load(),
-		p.ab.Stats().Retransmits.Load(), p.ab.Stats().Duplicates.Load())
-	if okN < n*8/10 {
-		t.Errorf("only %d of %d connects succeeded", okN, n)
-	}
-	waitFor(t, 10*time.Second, "all IDs released", func() bool { return p.aa.IDs() == 0 && p.ab.IDs() == 0 })
+		waitFor(t, 10*time.Second, "all IDs released", func() bool { return p.aa.IDs() == 0 && p.ab.IDs() == 0 })
+	})
 }
 
 // TestConnectCycles runs sequential connect/disconnect cycles and checks

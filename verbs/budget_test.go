@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/softroce/softroce/clock/clocktest"
@@ -105,7 +106,13 @@ func pollUntil(t *testing.T, cq *CQ, want int, d time.Duration, fn func(WC)) {
 // asks for an ACK).
 func TestSendBudget(t *testing.T) {
 	for _, kind := range []string{"pipe", "udp"} {
-		t.Run(kind, func(t *testing.T) {
+		// Over the pipe, in a bubble: a loaded machine cannot stretch the
+		// turns past the QPs' retransmit timeouts.
+		run := t.Run
+		if kind == "pipe" {
+			run = func(name string, f func(t *testing.T)) bool { return runBubble(t, name, f) }
+		}
+		run(kind, func(t *testing.T) {
 			const (
 				nqp    = 32
 				budget = 256
@@ -175,65 +182,69 @@ func TestSendBudget(t *testing.T) {
 // WRITE completes while they are still retrying (not only once they give
 // up and their QPs fail).
 func TestSendBudgetDeadPeer(t *testing.T) {
-	const (
-		nqp    = 9 // pair 0 live, 1..8 with a silent peer
-		budget = 128
-		size   = 64 << 10
-	)
-	ea, eb := scaleLink(t, "pipe")
-	m := newManyQPsConfig(t, ea, eb, nqp, 14, &Config{InflightBudget: budget})
-	dead := []int{1, 2, 3, 4, 5, 6, 7, 8}
-	for _, i := range dead {
-		if err := m.b[i].Destroy(); err != nil { // packets to it are dropped unanswered
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			nqp    = 9 // pair 0 live, 1..8 with a silent peer
+			budget = 128
+			size   = 64 << 10
+		)
+		ea, eb := scaleLink(t, "pipe")
+		m := newManyQPsConfig(t, ea, eb, nqp, 14, &Config{InflightBudget: budget})
+		dead := []int{1, 2, 3, 4, 5, 6, 7, 8}
+		for _, i := range dead {
+			if err := m.b[i].Destroy(); err != nil { // packets to it are dropped unanswered
+				t.Fatal(err)
+			}
 		}
-	}
-	budgetWRITEs(t, m, dead, 1, size)
-	budgetWRITEs(t, m, []int{0}, 1, size)
-	var order []WC
-	pollUntil(t, m.cqa, nqp, 30*time.Second, func(wc WC) { order = append(order, wc) })
-	if order[0].WRID != 0 || order[0].Status != WCSuccess {
-		t.Errorf("first completion %#x (%v), want the live QP's WRITE (0) to succeed before the silent QPs fail", order[0].WRID, order[0].Status)
-	}
-	for _, wc := range order[1:] {
-		if wc.Status != WCRetryExcErr {
-			t.Errorf("silent peer's WRITE %#x: %v, want %v", wc.WRID, wc.Status, WCRetryExcErr)
+		budgetWRITEs(t, m, dead, 1, size)
+		budgetWRITEs(t, m, []int{0}, 1, size)
+		var order []WC
+		pollUntil(t, m.cqa, nqp, 30*time.Second, func(wc WC) { order = append(order, wc) })
+		if order[0].WRID != 0 || order[0].Status != WCSuccess {
+			t.Errorf("first completion %#x (%v), want the live QP's WRITE (0) to succeed before the silent QPs fail", order[0].WRID, order[0].Status)
 		}
-	}
-	if got := m.da.budget.inflight.Load(); got != 0 {
-		t.Errorf("budget in flight after all completed = %d, want 0", got)
-	}
+		for _, wc := range order[1:] {
+			if wc.Status != WCRetryExcErr {
+				t.Errorf("silent peer's WRITE %#x: %v, want %v", wc.WRID, wc.Status, WCRetryExcErr)
+			}
+		}
+		if got := m.da.budget.inflight.Load(); got != 0 {
+			t.Errorf("budget in flight after all completed = %d, want 0", got)
+		}
+	})
 }
 
 // TestSendBudgetSmallMessage: a one-packet message on a QP with nothing in
 // flight does not wait for a turn: silent peers' QPs hold the budget until
 // their first retransmit timeout, and the message completes before it.
 func TestSendBudgetSmallMessage(t *testing.T) {
-	ea, eb := scaleLink(t, "pipe")
-	m := newManyQPsConfig(t, ea, eb, 5, 14, &Config{InflightBudget: 64})
-	silent := []int{1, 2, 3, 4}
-	for _, i := range silent {
-		if err := m.b[i].Destroy(); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		ea, eb := scaleLink(t, "pipe")
+		m := newManyQPsConfig(t, ea, eb, 5, 14, &Config{InflightBudget: 64})
+		silent := []int{1, 2, 3, 4}
+		for _, i := range silent {
+			if err := m.b[i].Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		budgetWRITEs(t, m, silent, 1, 64<<10)
+		wr := []SendWR{{SGList: make([]SGE, 1)}}
+		if err := m.write(wr, 0); err != nil { // 64 bytes, WRID 0
 			t.Fatal(err)
 		}
-	}
-	budgetWRITEs(t, m, silent, 1, 64<<10)
-	wr := []SendWR{{SGList: make([]SGE, 1)}}
-	if err := m.write(wr, 0); err != nil { // 64 bytes, WRID 0
-		t.Fatal(err)
-	}
-	first := true
-	pollUntil(t, m.cqa, 5, 30*time.Second, func(wc WC) {
-		if !first {
-			return
-		}
-		first = false
-		if wc.WRID != 0 || wc.Status != WCSuccess {
-			t.Errorf("first completion %#x (%v), want the 64-byte WRITE (0)", wc.WRID, wc.Status)
-		}
-		if n := m.da.Stats().RetryTimeouts.Load(); n != 0 {
-			t.Errorf("the 64-byte WRITE completed after %d retransmit timeouts: it waited for the budget", n)
-		}
+		first := true
+		pollUntil(t, m.cqa, 5, 30*time.Second, func(wc WC) {
+			if !first {
+				return
+			}
+			first = false
+			if wc.WRID != 0 || wc.Status != WCSuccess {
+				t.Errorf("first completion %#x (%v), want the 64-byte WRITE (0)", wc.WRID, wc.Status)
+			}
+			if n := m.da.Stats().RetryTimeouts.Load(); n != 0 {
+				t.Errorf("the 64-byte WRITE completed after %d retransmit timeouts: it waited for the budget", n)
+			}
+		})
 	})
 }
 
@@ -284,62 +295,64 @@ func TestBudgetLimit(t *testing.T) {
 // timeout stops counting) all complete with their data in place, and the
 // budget is all given back.
 func TestSendBudgetLossy(t *testing.T) {
-	const (
-		nqp    = 16
-		budget = 128
-		size   = 64 << 10
-		msgs   = 3
-	)
-	f := pipe.Faults{Loss: 0.02, Reorder: 0.05}
-	ea, eb, err := pipe.New(pipe.Config{MTU: 65536, QueueLen: 1 << 15, Faults: f, Seed: 1},
-		pipe.Config{MTU: 65536, QueueLen: 1 << 15, Faults: f, Seed: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// ~17 ms timeouts: with ~4 ms, a run under the race detector on a loaded
-	// 2-core machine once stalled a QP past its 7 retries (about 60 ms).
-	m := newManyQPsConfig(t, ea, eb, nqp, 12, &Config{InflightBudget: budget})
-	srcBuf := make([]byte, nqp*size)
-	for i := range srcBuf {
-		srcBuf[i] = byte(i*7 + i/size)
-	}
-	src, err := m.a[0].pd.RegMR(srcBuf, AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dstBuf := make([]byte, nqp*size)
-	dst, err := m.b[0].pd.RegMR(dstBuf, AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for j := range msgs {
-		for i := range nqp {
-			off := uint64(i * size)
-			wr := []SendWR{{WRID: uint64(i<<8 | j), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				RKey: dst.RKey(), RemoteAddr: dst.Addr() + off,
-				SGList: []SGE{{Addr: src.Addr() + off, Length: size, LKey: src.LKey()}}}}
-			if _, err := m.a[i].PostSend(wr); err != nil {
-				t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			nqp    = 16
+			budget = 128
+			size   = 64 << 10
+			msgs   = 3
+		)
+		f := pipe.Faults{Loss: 0.02, Reorder: 0.05}
+		ea, eb, err := pipe.New(pipe.Config{MTU: 65536, QueueLen: 1 << 15, Faults: f, Seed: 1},
+			pipe.Config{MTU: 65536, QueueLen: 1 << 15, Faults: f, Seed: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ~17 ms timeouts: with ~4 ms, a run under the race detector on a loaded
+		// 2-core machine once stalled a QP past its 7 retries (about 60 ms).
+		m := newManyQPsConfig(t, ea, eb, nqp, 12, &Config{InflightBudget: budget})
+		srcBuf := make([]byte, nqp*size)
+		for i := range srcBuf {
+			srcBuf[i] = byte(i*7 + i/size)
+		}
+		src, err := m.a[0].pd.RegMR(srcBuf, AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dstBuf := make([]byte, nqp*size)
+		dst, err := m.b[0].pd.RegMR(dstBuf, AccessLocalWrite|AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range msgs {
+			for i := range nqp {
+				off := uint64(i * size)
+				wr := []SendWR{{WRID: uint64(i<<8 | j), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					RKey: dst.RKey(), RemoteAddr: dst.Addr() + off,
+					SGList: []SGE{{Addr: src.Addr() + off, Length: size, LKey: src.LKey()}}}}
+				if _, err := m.a[i].PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-	}
-	pollUntil(t, m.cqa, nqp*msgs, 60*time.Second, func(wc WC) {
-		if wc.Status != WCSuccess {
-			t.Fatalf("WRITE %#x: %v", wc.WRID, wc.Status)
+		pollUntil(t, m.cqa, nqp*msgs, 60*time.Second, func(wc WC) {
+			if wc.Status != WCSuccess {
+				t.Fatalf("WRITE %#x: %v", wc.WRID, wc.Status)
+			}
+		})
+		if !bytes.Equal(dstBuf, srcBuf) {
+			t.Error("the target buffer differs from the source after all WRITEs completed")
 		}
+		st := m.da.Stats()
+		if st.Retransmits.Load() == 0 || st.BudgetWaits.Load() == 0 {
+			t.Errorf("retransmits %d, budget waits %d: the test should exercise both", st.Retransmits.Load(), st.BudgetWaits.Load())
+		}
+		if got := m.da.budget.inflight.Load(); got != 0 {
+			t.Errorf("budget in flight after all completed = %d, want 0", got)
+		}
+		t.Logf("retransmits %d, timeouts %d, budget waits %d, most in flight %d",
+			st.Retransmits.Load(), st.RetryTimeouts.Load(), st.BudgetWaits.Load(), st.InflightMax.Load())
 	})
-	if !bytes.Equal(dstBuf, srcBuf) {
-		t.Error("the target buffer differs from the source after all WRITEs completed")
-	}
-	st := m.da.Stats()
-	if st.Retransmits.Load() == 0 || st.BudgetWaits.Load() == 0 {
-		t.Errorf("retransmits %d, budget waits %d: the test should exercise both", st.Retransmits.Load(), st.BudgetWaits.Load())
-	}
-	if got := m.da.budget.inflight.Load(); got != 0 {
-		t.Errorf("budget in flight after all completed = %d, want 0", got)
-	}
-	t.Logf("retransmits %d, timeouts %d, budget waits %d, most in flight %d",
-		st.Retransmits.Load(), st.RetryTimeouts.Load(), st.BudgetWaits.Load(), st.InflightMax.Load())
 }
 
 // TestSendBudgetNoTimer: QPs with the retransmit timer off (timeout 0),

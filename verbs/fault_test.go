@@ -20,7 +20,7 @@ func TestFaultMatrix(t *testing.T) {
 	// row happen in a long transfer, so the heaviest case is 20%.
 	maxRetries := map[float64]uint64{0.01: 250, 0.10: 500, 0.20: 800}
 	for _, loss := range []float64{0.01, 0.10, 0.20} {
-		t.Run(fmt.Sprintf("loss%.0f%%", loss*100), func(t *testing.T) {
+		runBubble(t, fmt.Sprintf("loss%.0f%%", loss*100), func(t *testing.T) {
 			f := pipe.Faults{Loss: loss, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.02}
 			a, b := newPair(t, pairOpts{faults: f, timeout: 12, seed: uint64(loss * 1000)})
 			const msgs = 40
@@ -113,7 +113,7 @@ func TestReorderTraffic(t *testing.T) {
 		{0.20, 0.01, 1 << 20, 5},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("reorder%.0f%%-loss%.0f%%", c.reorder*100, c.loss*100), func(t *testing.T) {
+		runBubble(t, fmt.Sprintf("reorder%.0f%%-loss%.0f%%", c.reorder*100, c.loss*100), func(t *testing.T) {
 			f := pipe.Faults{Reorder: c.reorder, Loss: c.loss}
 			size := c.size
 			a, b := newPair(t, pairOpts{faults: f, timeout: 12, bufSize: size, seed: uint64(c.reorder*1000 + c.loss*100)})

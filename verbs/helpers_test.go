@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/softroce/softroce/clock"
@@ -94,6 +95,18 @@ func defaults(o *pairOpts) {
 	if o.wr == 0 {
 		o.wr = 256
 	}
+}
+
+// runBubble runs f as the subtest name inside a testing/synctest bubble:
+// the devices' timers, the pipe's delays and the test's waits then run on
+// the bubble's clock, which jumps to the next deadline whenever every
+// goroutine of the test waits. A test bounded by retransmit timeouts takes
+// its CPU time, not its timeouts, and the same decisions every run.
+// Everything f waits on must be opened inside it (newPair, not a link
+// shared with other tests, and no sockets).
+func runBubble(t *testing.T, name string, f func(t *testing.T)) bool {
+	t.Helper()
+	return t.Run(name, func(t *testing.T) { synctest.Test(t, f) })
 }
 
 // newPair opens two devices on ea/eb with one connected QP each.

@@ -3,6 +3,7 @@ package verbs
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/softroce/softroce/clock"
@@ -102,9 +103,11 @@ func settle(t *testing.T, ea, eb *pipe.Endpoint) {
 // the first burst is still unpaced (nothing is known of the requester
 // before it loses something), the rest nearly all gets through.
 func TestReadPacingSlowRequester(t *testing.T) {
-	clk := clocktest.NewFake(time.Unix(0, 0))
-	rx := &slowReceiver{clk: clk, depth: 32, perMS: 4}
-	readThrough(t, clk, rx.filter, rx.counts, 3)
+	synctest.Test(t, func(t *testing.T) {
+		clk := clocktest.NewFake(time.Unix(0, 0))
+		rx := &slowReceiver{clk: clk, depth: 32, perMS: 4}
+		readThrough(t, clk, rx.filter, rx.counts, 3)
+	})
 }
 
 // lossyReceiver is a pipe filter that drops READ responses at random
@@ -148,9 +151,11 @@ func (l *lossyReceiver) counts() (sent, drops int) {
 // paced, it pauses after each window, so a loss costs at most a window:
 // about 2.7 times.
 func TestReadPacingRandomLoss(t *testing.T) {
-	clk := clocktest.NewFake(time.Unix(0, 0))
-	rx := &lossyReceiver{perMille: 20, rng: 0x9E3779B97F4A7C15}
-	readThrough(t, clk, rx.filter, rx.counts, 4)
+	synctest.Test(t, func(t *testing.T) {
+		clk := clocktest.NewFake(time.Unix(0, 0))
+		rx := &lossyReceiver{perMille: 20, rng: 0x9E3779B97F4A7C15}
+		readThrough(t, clk, rx.filter, rx.counts, 4)
+	})
 }
 
 // readThrough has b READ four 256 KiB buffers (1024 responses) from a

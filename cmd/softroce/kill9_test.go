@@ -101,25 +101,32 @@ func (p *k9Proc) stdout() string { p.mu.Lock(); defer p.mu.Unlock(); return p.ou
 // tools' own bounds (the retry budget of about 0.5 s: 1.2-1.5 s measured
 // from the kill; pingpong's 5 s --peer-timeout; perftest's 4 × the retry
 // budget plus 5 s after the side channel closes) with a wide margin for a
-// loaded machine.
+// loaded machine, with the cases running at once.
 const k9Budget = 30 * time.Second
+
+// k9Case is one kill -9 case.
+type k9Case struct {
+	tool   string
+	args   []string
+	ready  string // the line after which traffic runs
+	victim string // "server" or "client"
+	want   string // the survivor's stderr
+}
 
 func TestKill9(t *testing.T) {
 	bin := tooltest.Binary(t)
-	for _, tc := range []struct {
-		tool   string
-		args   []string
-		ready  string // the line after which traffic runs
-		victim string // "server" or "client"
-		want   string // the survivor's stderr
-	}{
+	// The cases run at once (most of a case is waiting for the survivor to
+	// give up on its peer), each pair on addresses and a port of its own.
+	var cases []tooltest.Subtest
+	for _, tc := range []k9Case{
 		{"rc_pingpong", []string{"-n", "100000000", "-s", "64"}, `^  remote address:`, "server",
 			`Failed status transport retry counter exceeded \(12\) for wr_id \d+|the peer stopped answering`},
 		{"rc_pingpong", []string{"-n", "100000000", "-s", "64"}, `^  remote address:`, "client",
 			`Failed status .* for wr_id \d+|the peer stopped answering`},
 		{"rc_pingpong", []string{"-n", "100000000", "-s", "64", "-e"}, `^  remote address:`, "client",
 			`Failed status .* for wr_id \d+|the peer stopped answering`},
-		{"ud_pingpong", []string{"-n", "100000000", "-s", "64"}, `^  remote address:`, "server",
+		// A --peer-timeout shorter than the default 5 s: the same watchdog, sooner.
+		{"ud_pingpong", []string{"-n", "100000000", "-s", "64", "--peer-timeout=1s"}, `^  remote address:`, "server",
 			`the peer stopped answering`},
 		{"write_bw", []string{"-D", "60", "-s", "4096"}, `#bytes`, "server",
 			`(?s) Completion with error at client\n Failed status 12: wr_id \d+ syndrom 0x[0-9a-f]+\nscnt=\d+, ccnt=\d+\n Failed to complete run_iter_bw function successfully`},
@@ -134,46 +141,51 @@ func TestKill9(t *testing.T) {
 		if slices.Contains(tc.args, "-e") {
 			name += "-events"
 		}
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			sa, ca := tooltest.LoopPair()
-			port := strconv.Itoa(tooltest.FreeTCPPort(t))
-			env := tooltest.Env(t)
-			srv := k9Start(ctx, t, env, append([]string{bin, tc.tool, "-d", sa, "-p", port}, tc.args...))
-			time.Sleep(50 * time.Millisecond)
-			client := k9Start(ctx, t, env, append(append([]string{bin, tc.tool, "-d", ca, "-p", port}, tc.args...), "127.0.0.1"))
-			defer func() {
-				for _, p := range []*k9Proc{srv, client} {
-					p.cmd.Process.Kill()
-					<-p.done
-				}
-			}()
-			victim, survivor := srv, client
-			if tc.victim == "client" {
-				victim, survivor = client, srv
-			}
-			srv.waitLine(t, tc.ready, time.Minute)
-			client.waitLine(t, tc.ready, time.Minute)
-			time.Sleep(500 * time.Millisecond) // mid-run
-			killed := time.Now()
-			if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-survivor.done:
-			case <-time.After(k9Budget):
-				t.Fatalf("the %s is still running %v after the kill -9 of the %s", map[bool]string{true: "client", false: "server"}[survivor == client], k9Budget, tc.victim)
-			}
-			took := survivor.exitAt.Sub(killed)
-			stderr := survivor.errb.String()
-			t.Logf("survivor exited %d after %v: %q", survivor.code, took.Round(time.Millisecond), strings.TrimSpace(stderr))
-			if survivor.code != cli.ExitFailure {
-				t.Errorf("survivor exit %d, want 1\nstdout:\n%s\nstderr:\n%s", survivor.code, survivor.stdout(), stderr)
-			}
-			if !regexp.MustCompile(tc.want).MatchString(stderr) {
-				t.Errorf("survivor stderr %q does not match %q", stderr, tc.want)
-			}
-		})
+		cases = append(cases, tooltest.Subtest{Name: name, F: func(t *testing.T) { tc.run(t, bin) }})
+	}
+	tooltest.Concurrently(t, cases...)
+}
+
+// run starts the tool as a server and a client, waits until both print
+// the ready line, kills the victim mid-run and checks the survivor's exit.
+func (tc k9Case) run(t *testing.T, bin string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sa, ca := tooltest.LoopPair()
+	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	env := tooltest.Env(t)
+	srv := k9Start(ctx, t, env, append([]string{bin, tc.tool, "-d", sa, "-p", port}, tc.args...))
+	time.Sleep(50 * time.Millisecond)
+	client := k9Start(ctx, t, env, append(append([]string{bin, tc.tool, "-d", ca, "-p", port}, tc.args...), "127.0.0.1"))
+	defer func() {
+		for _, p := range []*k9Proc{srv, client} {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}()
+	victim, survivor := srv, client
+	if tc.victim == "client" {
+		victim, survivor = client, srv
+	}
+	srv.waitLine(t, tc.ready, time.Minute)
+	client.waitLine(t, tc.ready, time.Minute)
+	time.Sleep(500 * time.Millisecond) // mid-run
+	killed := time.Now()
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-survivor.done:
+	case <-time.After(k9Budget):
+		t.Fatalf("the %s is still running %v after the kill -9 of the %s", map[bool]string{true: "client", false: "server"}[survivor == client], k9Budget, tc.victim)
+	}
+	took := survivor.exitAt.Sub(killed)
+	stderr := survivor.errb.String()
+	t.Logf("survivor exited %d after %v: %q", survivor.code, took.Round(time.Millisecond), strings.TrimSpace(stderr))
+	if survivor.code != cli.ExitFailure {
+		t.Errorf("survivor exit %d, want 1\nstdout:\n%s\nstderr:\n%s", survivor.code, survivor.stdout(), stderr)
+	}
+	if !regexp.MustCompile(tc.want).MatchString(stderr) {
+		t.Errorf("survivor stderr %q does not match %q", stderr, tc.want)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,6 +104,24 @@ func LoopPair() (string, string) {
 	}
 }
 
+// WaitDevice waits, for at most max, until a device is up on UDP port 4791
+// of the local address addr (the port is bound), so that a client's first
+// REQ reaches a server's CM instead of being lost and resent only after the
+// CM response timeout (seconds). It returns false if none came up in time.
+func WaitDevice(addr string, max time.Duration) bool {
+	for deadline := time.Now().Add(max); ; {
+		c, err := net.ListenPacket("udp4", net.JoinHostPort(addr, "4791"))
+		if err != nil {
+			return errors.Is(err, syscall.EADDRINUSE)
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // udp4791Free reports whether UDP port 4791 of addr can be bound now.
 func udp4791Free(addr string) bool {
 	c, err := net.ListenPacket("udp4", net.JoinHostPort(addr, "4791"))
@@ -152,6 +171,26 @@ func StartProc(ctx context.Context, t *testing.T, env []string, argv []string) f
 		}
 		return r
 	}
+}
+
+// Subtest is one of the subtests Concurrently runs.
+type Subtest struct {
+	Name string
+	F    func(t *testing.T)
+}
+
+// Concurrently runs the subtests all at once, each on a goroutine of its
+// own, and returns when they have ended. Unlike t.Parallel it is not
+// limited by -parallel (the number of processors): it is for subtests
+// that mostly wait (for a timeout, a peer, a fixed -D period), each on
+// addresses and ports of its own (LoopPair, FreeTCPPort).
+func Concurrently(t *testing.T, subtests ...Subtest) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, st := range subtests {
+		wg.Go(func() { t.Run(st.Name, st.F) })
+	}
+	wg.Wait()
 }
 
 // RunPair runs a server and a client (the client retries its TCP connect

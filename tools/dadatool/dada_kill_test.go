@@ -108,7 +108,9 @@ func TestDadaKill9(t *testing.T) {
 	// generous: the machine may be loaded; the watchers speak after 1 s
 	const bound = 20 * time.Second
 
-	t.Run("writer killed", func(t *testing.T) {
+	// The cases run at once, each on rings of its own: most of a case is
+	// waiting for a watcher to speak.
+	tooltest.Concurrently(t, tooltest.Subtest{Name: "writer killed", F: func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		h := streamRing(t, 4, bufsz)
@@ -128,9 +130,7 @@ func TestDadaKill9(t *testing.T) {
 		if !strings.Contains(rd.out.String(), "transfer 0 (SOURCE kill9)") {
 			t.Fatalf("surviving reader output:\n%s", rd.out.String())
 		}
-	})
-
-	t.Run("reader killed", func(t *testing.T) {
+	}}, tooltest.Subtest{Name: "reader killed", F: func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		h := streamRing(t, 4, bufsz)
@@ -152,9 +152,7 @@ func TestDadaKill9(t *testing.T) {
 		if code := rd2.exit(t, bound); code != 0 || !strings.Contains(rd2.out.String(), "5000 bytes") {
 			t.Fatalf("joining reader: exit %d\n%s%s", code, rd2.out.String(), rd2.err.String())
 		}
-	})
-
-	t.Run("ring destroyed", func(t *testing.T) {
+	}}, tooltest.Subtest{Name: "ring destroyed", F: func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		hr, hw := streamRing(t, 4, bufsz), streamRing(t, 4, bufsz)
@@ -181,5 +179,5 @@ func TestDadaKill9(t *testing.T) {
 				t.Errorf("%v: want one line saying the ring was removed, got:\n%s", p.cmd.Args[1:3], strings.Join(lines, "\n"))
 			}
 		}
-	})
+	}})
 }

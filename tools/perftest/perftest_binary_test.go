@@ -205,8 +205,9 @@ func TestPerftestUDClampsToMTU(t *testing.T) {
 // perftest's duration table (iterations and average) on both sides.
 func TestPerftestLatencyDuration(t *testing.T) {
 	bin := tooltest.Binary(t)
+	var runs []tooltest.Subtest // at once: each lasts its -D 1
 	for _, tool := range []string{"write_lat", "send_lat", "read_lat"} {
-		t.Run(tool, func(t *testing.T) {
+		runs = append(runs, tooltest.Subtest{Name: tool, F: func(t *testing.T) {
 			sa, ca := tooltest.LoopPair()
 			port := strconv.Itoa(tooltest.FreeTCPPort(t))
 			s, c := tooltest.RunPair(t, 60*time.Second,
@@ -225,8 +226,9 @@ func TestPerftestLatencyDuration(t *testing.T) {
 				}
 				tooltest.MustMatch(t, tool, r, `(?m)^ 2             [1-9]\d*\s+\d+\.\d\d\s+\d+\.\d\d\s*$`)
 			}
-		})
+		}})
 	}
+	tooltest.Concurrently(t, runs...)
 }
 
 // ptPair runs tool's server and client on two loopback devices with args
@@ -257,8 +259,9 @@ func ptPairOK(t *testing.T, timeout time.Duration, tool string, args ...string) 
 // wait for a silent peer, and the run used to fail with "the peer stopped
 // answering". send_bw's server sees the traffic stop and measures its own.
 func TestPerftestDurationDeepQueue(t *testing.T) {
+	var runs []tooltest.Subtest // at once: each lasts its -D 4
 	for _, tool := range []string{"write_bw", "send_bw"} {
-		t.Run(tool, func(t *testing.T) {
+		runs = append(runs, tooltest.Subtest{Name: tool, F: func(t *testing.T) {
 			args := []string{"-D", "4", "-q", "16", "-t", "4096", "-Q", "1", "-s", "1048576"}
 			if tool == "send_bw" {
 				args = append(args, "-r", "4096")
@@ -269,8 +272,9 @@ func TestPerftestDurationDeepQueue(t *testing.T) {
 			for _, r := range []tooltest.ProcResult{s, c} {
 				tooltest.MustMatch(t, tool, r, `(?m)^ 1048576\s+[1-9]\d*\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d{6}$`)
 			}
-		})
+		}})
 	}
+	tooltest.Concurrently(t, runs...)
 }
 
 // TestPerftestDurationDrain: a -D run without margins is measured to its
@@ -297,9 +301,9 @@ func TestPerftestDurationDrain(t *testing.T) {
 // 200 MiB/s here even with the race detector: a rate near 40 is the limiter's.
 func TestPerftestRateLimit(t *testing.T) {
 	bwRE := regexp.MustCompile(`(?m)^ 65536\s+\d+\s+\d+\.\d\d\s+(\d+\.\d\d)\s+\d+\.\d{6}$`)
+	var runs []tooltest.Subtest // at once: each lasts its -D 2
 	for _, tool := range []string{"write_bw", "send_bw"} {
-		t.Run(tool, func(t *testing.T) {
-			t.Parallel()
+		runs = append(runs, tooltest.Subtest{Name: tool, F: func(t *testing.T) {
 			s, c := ptPairOK(t, 60*time.Second, tool, "-D", "2", "-s", "65536", "--rate_limit=40", "--rate_units=M",
 				"--rate_limit_type=SW", "--burst_size=8")
 			who := map[string]tooltest.ProcResult{"client": c}
@@ -315,8 +319,9 @@ func TestPerftestRateLimit(t *testing.T) {
 					t.Errorf("%s: %.2f MiB/s, want about the 40 of --rate_limit\n%s", side, bw, r)
 				}
 			}
-		})
+		}})
 	}
+	tooltest.Concurrently(t, runs...)
 }
 
 // TestPerftestLimits: -w and -y, perftest's verifiers, fail the side that
@@ -382,6 +387,7 @@ func TestPerftestSRQ(t *testing.T) {
 // period of its own and prints 0.00, as perftest's); in iterations mode it
 // is perftest's warning and no column.
 func TestPerftestCPUUtil(t *testing.T) {
+	var runs []tooltest.Subtest // at once: the longest lasts its -D 2
 	for _, tc := range []struct {
 		tool, args string
 		line       string // the client's result line, less the column
@@ -390,8 +396,7 @@ func TestPerftestCPUUtil(t *testing.T) {
 		{"write_lat", "-D 2", ` 2\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d\s*`},
 		{"write_bw", "-n 200 -s 4096", ""},
 	} {
-		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
-			t.Parallel()
+		runs = append(runs, tooltest.Subtest{Name: tc.tool + " " + tc.args, F: func(t *testing.T) {
 			args := append([]string{"--cpu_util"}, strings.Fields(tc.args)...)
 			s, c := ptPairOK(t, 60*time.Second, tc.tool, args...)
 			if tc.line == "" {
@@ -404,8 +409,9 @@ func TestPerftestCPUUtil(t *testing.T) {
 			}
 			tooltest.MustMatch(t, "client", c, `(?m)    CPU_Util\[%\]$`, `(?m)^`+tc.line+`\t    \d+\.\d\d$`)
 			tooltest.MustMatch(t, "server", s, `(?m)    CPU_Util\[%\]$`, `(?m)\t    \d+\.\d\d$`)
-		})
+		}})
 	}
+	tooltest.Concurrently(t, runs...)
 }
 
 // TestPerftestHugePagesMissing: --use_hugepages without free reserved huge
@@ -461,6 +467,7 @@ func TestPerftestMargin(t *testing.T) {
 		}
 		return iters * size / (v * 0x100000), nil // MB/sec is MiB/s
 	}
+	var runs []tooltest.Subtest // at once: each lasts its -D 3
 	for _, tc := range []struct {
 		tool     string
 		lat, tcp bool
@@ -471,8 +478,7 @@ func TestPerftestMargin(t *testing.T) {
 		{tool: "write_lat", lat: true, both: true},
 		{tool: "tcp_bw", tcp: true},
 	} {
-		t.Run(tc.tool, func(t *testing.T) {
-			t.Parallel()
+		runs = append(runs, tooltest.Subtest{Name: tc.tool, F: func(t *testing.T) {
 			sa, ca := tooltest.LoopPair()
 			port := strconv.Itoa(tooltest.FreeTCPPort(t))
 			args := []string{"-p", port, "-D", "3", "-f", "1"}
@@ -499,8 +505,9 @@ func TestPerftestMargin(t *testing.T) {
 					t.Errorf("%s: measured period %.3f s (%v), want 1 s (the 3 s of -D less 1 s at each end)\n%s", side, secs, err, r)
 				}
 			}
-		})
+		}})
 	}
+	tooltest.Concurrently(t, runs...)
 }
 
 // TestPerftestOutput: --output prints the result's value alone, one line

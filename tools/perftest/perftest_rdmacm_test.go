@@ -18,9 +18,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/softroce/softroce/capture"
+	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/cm/oob"
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/internal/tooltest"
 	"github.com/softroce/softroce/wire"
 )
@@ -497,21 +499,53 @@ func TestPerftestCMOutputMatchesCapture(t *testing.T) {
 	}
 }
 
-// TestPerftestRdmaCMClientFirst: a client started before the server is
-// rejected (no listener) and retries, as over TCP, until the server is up.
+// shortCMTimeout makes the CM of the tools run in this process resend an
+// unanswered MAD after 100 ms, not ib_cm's 6.1 s: a REQ that reaches a
+// device whose CM is not attached yet is lost, and an in-process client
+// and server start together.
+func shortCMTimeout(t *testing.T) {
+	old := toolkit.CMConfig
+	toolkit.CMConfig = &cm.Config{Timeout: 100 * time.Millisecond}
+	t.Cleanup(func() { toolkit.CMConfig = old })
+}
+
+// TestPerftestRdmaCMClientFirst: a client started before the server keeps
+// asking until the server is up: while the server's device is not up its
+// REQs are lost and the CM resends them; while the device's CM runs but
+// nothing listens they are rejected and the client retries. In process,
+// with the tools' CM resending every 100 ms rather than ib_cm's 6.1 s.
 func TestPerftestRdmaCMClientFirst(t *testing.T) {
-	bin := tooltest.Binary(t)
+	shortCMTimeout(t)
 	sa, ca := tooltest.LoopPair()
 	port := strconv.Itoa(tooltest.FreeTCPPort(t))
+	args := []string{"-R", "-p", port, "-n", "10"}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	env := tooltest.Env(t)
-	waitC := tooltest.StartProc(ctx, t, env, []string{bin, "send_lat", "-R", "-d", ca, "-p", port, "-n", "10", sa})
-	time.Sleep(700 * time.Millisecond)
-	waitS := tooltest.StartProc(ctx, t, env, []string{bin, "send_lat", "-R", "-d", sa, "-p", port, "-n", "10"})
-	c, s := waitC(), waitS()
-	if s.Code != 0 || c.Code != 0 {
-		t.Fatalf("server: %v\nclient: %v", s, c)
+	cli := openLoopDevice(t, "cli0", ca)
+	var so, co strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		err := Run(ctx, cli, "send_lat", append(args, sa), &co)
+		if err != nil {
+			cancel() // the server's Run waits for nothing more
+		}
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // REQs to no device: lost, resent
+	srv := openLoopDevice(t, "srv0", sa)
+	ag, err := cm.Attach(srv, toolkit.AgentConfig())
+	if err != nil {
+		t.Fatal(err)
 	}
-	tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptLatLineRE, 2, 10))
+	time.Sleep(300 * time.Millisecond) // REQs to a CM with no listener: rejected, retried
+	if err := ag.Close(); err != nil {
+		t.Fatal(err)
+	}
+	serr := Run(ctx, srv, "send_lat", args, &so)
+	if cerr := <-done; cerr != nil || serr != nil {
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, co.String(), serr, so.String())
+	}
+	if re := fmt.Sprintf(ptLatLineRE, 2, 10); !regexp.MustCompile(re).MatchString(co.String()) {
+		t.Errorf("client output does not match %q:\n%s", re, co.String())
+	}
 }

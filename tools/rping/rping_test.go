@@ -250,6 +250,9 @@ func TestRpingPersistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
+	if !tooltest.WaitDevice(a1, 10*time.Second) {
+		t.Fatal("the server's device did not come up in 10 s")
+	}
 	for i := range 3 {
 		var c tooltest.ProcResult
 		for try := 0; try < 100; try++ {
