@@ -50,9 +50,9 @@
 // The objects (Device, PD, MR, MW, CQ, CompChannel, QP, SRQ, AH), the
 // structs (SendWR, RecvWR, WC, QPAttr, ...), the enumerations, Stats and the
 // errors are all defined here, over the transport in this package's own
-// files, shaped like rxe: req.go (the requester), comp.go (the completer),
-// resp.go (the responder), timer.go (retransmit and RNR timers), params.go
-// (the limits). Posting and polling hand the caller's slices to the
+// files, shaped like rxe: recv.go (receive and demultiplexing), req.go (the
+// requester), comp.go (the completer), resp.go (the responder), timer.go
+// (retransmit and RNR timers), params.go (the limits). Posting and polling hand the caller's slices to the
 // transport as they are, without copying.
 //
 // The transport behaves on the wire as Linux's Soft-RoCE driver (rdma_rxe)

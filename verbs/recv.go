@@ -1,0 +1,238 @@
+package verbs
+
+// The receive path, as rxe_recv.c: the device's receive loop reads batches
+// from the link, checks each datagram (parse, ICRC, P_Key), finds its QP
+// (or the multicast group's QPs) and hands it to the QP, which checks its
+// state and transport and passes it to the completer (responses) or the
+// responder of its type (resp.go).
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/wire"
+)
+
+// rxLoop is the device's receive loop: it reads batches from the link and
+// dispatches each datagram, then ends the batch (the deferred ACKs and the
+// replies go out, tx.go).
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	bs := d.ep.BatchSize()
+	if bs <= 0 {
+		bs = 1
+	}
+	bs = min(bs, 64)
+	pkts := make([]link.Packet, bs)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, maxDatagram)
+	}
+	var p wire.Packet
+	handle := func(batch []link.Packet) {
+		d.rxMu.Lock()
+		if d.closed.Load() {
+			d.rxMu.Unlock()
+			return // closing: the link is about to close (Close)
+		}
+		for i := range batch {
+			d.dispatch(&batch[i], &p, true)
+			if d.rxKick {
+				d.rxKick = false
+				d.kick()
+			}
+		}
+		d.endBatch()
+		d.rxMu.Unlock()
+	}
+	read := d.ep.ReadBatch
+	if vr, ok := d.ep.(viewReader); ok {
+		read = vr.ReadBatchView
+	}
+	sv, serve := d.ep.(viewServer)
+	for {
+		var err error
+		if serve {
+			err = sv.ServeView(pkts, d.cfg.BusyPoll, handle)
+		} else {
+			var n int
+			n, err = read(pkts)
+			handle(pkts[:n])
+		}
+		if err == nil {
+			continue
+		}
+		if d.closed.Load() || errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if d.log != nil {
+			d.log.Debug("read batch", "err", err)
+		}
+		select {
+		case <-d.done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// viewServer is a link that runs the receive loop itself (link/udp): it
+// hands each batch to handle in place, as viewReader, and keeps one wait on
+// its socket across batches, so that a drained socket is not read again
+// before it becomes readable (one system call less per wake-up).
+type viewServer interface {
+	ServeView(pkts []link.Packet, busyPoll time.Duration, handle func(pkts []link.Packet)) error
+}
+
+// viewReader is a link that can hand out received datagrams in place
+// (link/udp with GRO): the views stay valid until the next read, and the
+// receive loop is done with a batch (payloads placed, replies built) before
+// it reads again, so each payload is copied once, into its memory region.
+type viewReader interface {
+	ReadBatchView(pkts []link.Packet) (int, error)
+}
+
+// maxDatagram is the buffer size for one RoCEv2 datagram.
+const maxDatagram = wire.MaxPayload + 256
+
+// input handles one received datagram and sends what it produces at once.
+func (d *Device) input(lp *link.Packet, p *wire.Packet) { d.dispatch(lp, p, false) }
+
+// dispatch handles one received datagram; batched (receive loop only)
+// leaves the packets it produces for flushPending.
+func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
+	b := lp.Bytes()
+	d.stats.RxPackets.Add(1)
+	d.stats.RxBytes.Add(uint64(len(b)))
+	if err := p.Parse(b); err != nil {
+		if errors.Is(err, wire.ErrUnsupportedOpcode) {
+			d.stats.DropUnsupported.Add(1) // CNPs are dropped (docs/protocol.md §1.4)
+		} else {
+			d.stats.DropMalformed.Add(1)
+		}
+		return
+	}
+	if !d.cfg.NoICRCCheck {
+		var ok bool
+		if lp.IPHdrLen > 0 {
+			ok = wire.VerifyICRC(lp.IPHdr[:lp.IPHdrLen], lp.Src.Port(), lp.Dst.Port(), b)
+		} else if batched {
+			_, ok = d.rxICRC.VerifyICRCAddrs(lp.Src, lp.Dst, b)
+		} else {
+			_, ok = wire.VerifyICRCAddrs(lp.Src, lp.Dst, b)
+		}
+		if !ok {
+			d.stats.ICRCErrors.Add(1)
+			return
+		}
+	}
+	// P_Key must match 0xFFFF: low 15 bits equal and a full member (docs/protocol.md §2.1).
+	if p.BTH.PKey&0x7FFF != 0x7FFF {
+		d.stats.DropPKey.Add(1)
+		return
+	}
+	qpn := p.BTH.DestQP
+	if qpn == 0 { // QP0 not supported (docs/protocol.md §2.1)
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	if qpn == MulticastQPN {
+		d.multicastInput(lp, p, batched)
+		return
+	}
+	qp := d.qps.get(qpn)
+	if qp == nil {
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	qp.input(lp, p, batched)
+}
+
+// MulticastQPN is the destination QPN of multicast datagrams (docs/protocol.md §6.3).
+const MulticastQPN = 0xFFFFFF
+
+// multicastInput delivers a UD datagram sent to a multicast group to every
+// QP attached to the group its destination address names (docs/protocol.md §6.3).
+func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet, batched bool) {
+	g := lp.Dst.Addr().Unmap()
+	d.qpMu.RLock()
+	qps := d.mcast[g]
+	var local [maxMcastQPs]*QP
+	n := copy(local[:], qps)
+	d.qpMu.RUnlock()
+	if n == 0 {
+		d.stats.DropNoQP.Add(1)
+		return
+	}
+	for _, qp := range local[:n] {
+		qp.input(lp, p, batched)
+	}
+}
+
+// input handles one packet for this QP (called by the receive loop).
+func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
+	qp.mu.Lock()
+	qp.rxBatched = batched
+	defer qp.inputDone(batched)
+	st := &qp.dev.stats
+	// rxe receives from RTR on and drops packets for a side not yet ready (docs/protocol.md §5.9).
+	if qp.state < QPStateRTR || qp.state == QPStateErr || qp.dead {
+		st.DropQPState.Add(1)
+		return
+	}
+	// The opcode's transport must match the QP type (docs/protocol.md §2.1).
+	want := wire.TransportRC
+	switch qp.typ {
+	case QPTypeUC:
+		want = wire.TransportUC
+	case QPTypeUD:
+		want = wire.TransportUD
+	}
+	if p.BTH.Opcode.Transport() != want {
+		st.DropTransport.Add(1)
+		return
+	}
+	if qp.state == QPStateRTR && !qp.commEst && qp.typ != QPTypeUD {
+		// First packet in RTR: communication established (affiliated event;
+		// the CM treats it like an RTU).
+		qp.commEst = true
+		qp.dev.event(AsyncEvent{Type: EventCommEst, QP: qp})
+	}
+	if qp.typ == QPTypeUD {
+		qp.udReceive(lp, p)
+		return
+	}
+	// RC/UC packets must come from the peer the AV names (docs/protocol.md §9).
+	if lp.Src.Addr().Unmap() != qp.dst.Addr().Unmap() {
+		st.DropSrcAddr.Add(1)
+		return
+	}
+	if p.Mask&wire.IsResponse != 0 {
+		if qp.typ == QPTypeRC {
+			qp.completer(p)
+		} else {
+			st.DropTransport.Add(1)
+		}
+		return
+	}
+	if qp.typ == QPTypeUC {
+		qp.ucReceive(p)
+		return
+	}
+	qp.rcReceive(p)
+}
+
+// inputDone ends input: what the packet produced goes to the device's
+// transmit queue; on the receive loop it is sent at the end of the batch
+// (tx.go), otherwise at once.
+func (qp *QP) inputDone(batched bool) {
+	qp.rxBatched = false
+	if batched {
+		qp.stage()
+		qp.txOwed = false // the receive loop sends at the end of the batch
+		qp.mu.Unlock()
+		return
+	}
+	qp.flushUnlock()
+}
