@@ -188,7 +188,7 @@ func (cq *CQ) push(wc *WC, solicited bool) bool {
 		cq.armed = 0
 	}
 	cq.mu.Unlock()
-	cq.dev.rxWoke.Store(true)
+	cq.dev.rx.woke.Store(true)
 	if notify && cq.ch != nil {
 		select {
 		case cq.ch.ch <- cq:

@@ -141,32 +141,20 @@ type Device struct {
 	mtu   wire.MTU // active MTU
 	stats Stats
 
-	mu     sync.Mutex // PD numbers, lifecycle
-	nextPD uint32
-	closed atomic.Bool
-	done   chan struct{}
-	wg     sync.WaitGroup
-	tx     txPath     // the transmit path all QPs share (tx.go)
-	budget sendBudget // packets RC QPs may have in flight, all together (budget.go)
-	zc     bool       // payloads of one MR are sent in place (zc.go)
-	atomMu sync.Mutex // serialises remote atomics on this device
-	// Owned by the receive loop: QPs whose ACK waits for the end of the
-	// batch being processed (at most one ACK per QP per batch), and
-	// whether the batch completed work (a poller may have been woken).
-	ackq    []*QP
-	rxWoke  atomic.Bool
-	rxKick  bool           // a packet of the batch queued an ACK that must leave at once
-	rxMu    sync.Mutex     // held by the receive loop while it handles a batch
-	rxICRC  wire.ICRCCache // the receive loop's ICRC prefix of a stream's packets
+	mu      sync.Mutex // PD numbers, lifecycle
+	nextPD  uint32
+	closed  atomic.Bool
+	done    chan struct{}
+	wg      sync.WaitGroup
+	tx      txPath     // the transmit path all QPs share (tx.go)
+	budget  sendBudget // packets RC QPs may have in flight, all together (budget.go)
+	zc      bool       // payloads of one MR are sent in place (zc.go)
+	atomMu  sync.Mutex // serialises remote atomics on this device
+	rx      rxState    // the receive loop's (recv.go)
 	events  chan AsyncEvent
-	mrMu    sync.Mutex // serialises MR table writers; lookups are lock-free
-	mrs     mrTable
-	mrFree  []uint32
-	mrLive  int     // registered MRs (under mrMu)
-	mws     mwTable // under mrMu for writers, like mrs
+	keys    keyTables // the MR and MW tables (mr.go, mw.go)
 	memOnce sync.Once
 	memReg  *mem.Registry
-	mwFree  []uint32
 	qpMu    sync.RWMutex         // serialises QP table writers; guards mcast
 	qps     *qpTable             // lookups are lock-free
 	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
@@ -379,11 +367,11 @@ func (d *Device) Close() error {
 	close(d.done)
 	// What the receive loop is handling (and the ACKs it owes) goes out
 	// before the link closes; batches after this one are dropped (handle).
-	// The link closes without rxMu held: link/udp's Close waits for a batch
-	// being handled inside its read (ServeView), which needs rxMu.
-	d.rxMu.Lock()
+	// The link closes without rx.mu held: link/udp's Close waits for a
+	// batch being handled inside its read (ServeView), which needs rx.mu.
+	d.rx.mu.Lock()
 	d.kick()
-	d.rxMu.Unlock()
+	d.rx.mu.Unlock()
 	err := d.ep.Close()
 	d.wg.Wait()
 	// Wait for callbacks of a configured clock that may still be running

@@ -146,14 +146,14 @@ func utoa(n uint64) string {
 // descriptors do not outlive the device. Those MRs become invalid and
 // their Bytes empty.
 func (d *Device) releaseMemory() {
-	d.mrMu.Lock()
+	d.keys.mu.Lock()
 	var mrs []*MR
-	for i := uint32(1); i < d.mrs.next; i++ {
-		if mr := d.mrs.get(i); mr != nil {
+	for i := uint32(1); i < d.keys.mrs.next; i++ {
+		if mr := d.keys.mrs.get(i); mr != nil {
 			mrs = append(mrs, mr)
 		}
 	}
-	d.mrMu.Unlock()
+	d.keys.mu.Unlock()
 	for _, mr := range mrs {
 		mr.mu.Lock()
 		r := mr.region

@@ -166,33 +166,33 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	d := pd.dev
 	d.prefault("reg mr", buf, access)
 	mr := &MR{dev: d, pd: pd, buf: buf, access: access, valid: true, iova: iova}
-	d.mrMu.Lock()
-	if d.mrLive >= d.maxMR() {
-		d.mrMu.Unlock()
+	d.keys.mu.Lock()
+	if d.keys.mrLive >= d.maxMR() {
+		d.keys.mu.Unlock()
 		pd.unref()
 		return nil, newErr("reg mr", "too many MRs (max_mr "+utoa(uint64(d.maxMR()))+", Config.MaxMR): deregister some first", syscall.ENOMEM)
 	}
 	var idx uint32
-	if n := len(d.mrFree); n > 0 {
-		idx = d.mrFree[n-1]
-		d.mrFree = d.mrFree[:n-1]
+	if n := len(d.keys.mrFree); n > 0 {
+		idx = d.keys.mrFree[n-1]
+		d.keys.mrFree = d.keys.mrFree[:n-1]
 	} else {
-		if d.mrs.next == 0 {
-			d.mrs.next = 1 // index 0 unused
+		if d.keys.mrs.next == 0 {
+			d.keys.mrs.next = 1 // index 0 unused
 		}
-		if d.mrs.next > maxMRIndex {
-			d.mrMu.Unlock()
+		if d.keys.mrs.next > maxMRIndex {
+			d.keys.mu.Unlock()
 			pd.unref()
 			return nil, newErr("reg mr", "MR table full (max_mr "+utoa(maxMRIndex)+")", syscall.ENOMEM)
 		}
-		idx = d.mrs.next
-		d.mrs.next++
+		idx = d.keys.mrs.next
+		d.keys.mrs.next++
 	}
 	mr.index = idx
 	mr.key = idx<<8 | uint32(rand.IntN(256))
-	d.mrs.set(idx, mr)
-	d.mrLive++
-	d.mrMu.Unlock()
+	d.keys.mrs.set(idx, mr)
+	d.keys.mrLive++
+	d.keys.mu.Unlock()
 	d.stats.MRs.Add(1)
 	return mr, nil
 }
@@ -229,13 +229,13 @@ func (mr *MR) Deregister() error {
 	mr.mu.Unlock()
 	mr.waitLent() // the kernel reads lent payloads when they are written
 	d := mr.dev
-	d.mrMu.Lock()
-	if d.mrs.get(mr.index) == mr {
-		d.mrs.set(mr.index, nil)
-		d.mrFree = append(d.mrFree, mr.index)
-		d.mrLive--
+	d.keys.mu.Lock()
+	if d.keys.mrs.get(mr.index) == mr {
+		d.keys.mrs.set(mr.index, nil)
+		d.keys.mrFree = append(d.keys.mrFree, mr.index)
+		d.keys.mrLive--
 	}
-	d.mrMu.Unlock()
+	d.keys.mu.Unlock()
 	pd.unref()
 	if own != nil {
 		_ = own.Deregister() // after a provider's revocation this only releases
@@ -375,13 +375,25 @@ func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access Access) error {
 
 // lookupMR returns the MR whose index the key names, or nil. The caller
 // checks the full key under the MR's lock.
-func (d *Device) lookupMR(key uint32) *MR { return d.mrs.get(key >> 8) }
+func (d *Device) lookupMR(key uint32) *MR { return d.keys.mrs.get(key >> 8) }
 
 // mrChunk is the MR table's allocation unit.
 const mrChunk = 1024
 
+// keyTables are the device's memory keys: the MR and MW tables, with the
+// free indices of each for reuse.
+type keyTables struct {
+	mu     sync.Mutex // serialises MR and MW table writers; lookups are lock-free
+	mrs    mrTable
+	mrFree []uint32
+	mrLive int     // registered MRs (under mu)
+	mws    mwTable // under mu for writers, like mrs
+	mwFree []uint32
+}
+
 // mrTable maps MR indices to MRs: chunks of atomic pointers, allocated as
-// indices are used, so that lookups take no lock (writers hold Device.mrMu).
+// indices are used, so that lookups take no lock (writers hold
+// Device.keys.mu).
 type mrTable struct {
 	chunks [(maxMRIndex + 1) / mrChunk]atomic.Pointer[[mrChunk]atomic.Pointer[MR]]
 	next   uint32 // first never-used index

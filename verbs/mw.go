@@ -134,25 +134,25 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if typ == MWType1 {
 		mw.state = mwValid
 	}
-	d.mrMu.Lock()
+	d.keys.mu.Lock()
 	var idx uint32
-	if n := len(d.mwFree); n > 0 {
-		idx = d.mwFree[n-1]
-		d.mwFree = d.mwFree[:n-1]
+	if n := len(d.keys.mwFree); n > 0 {
+		idx = d.keys.mwFree[n-1]
+		d.keys.mwFree = d.keys.mwFree[:n-1]
 	} else {
-		if d.mws.next >= MaxMW {
-			d.mrMu.Unlock()
+		if d.keys.mws.next >= MaxMW {
+			d.keys.mu.Unlock()
 			pd.unref()
 			return nil, newErr("alloc mw", "memory window table full: deallocate windows first", syscall.ENOMEM)
 		}
-		idx = d.mws.next
-		d.mws.next++
+		idx = d.keys.mws.next
+		d.keys.mws.next++
 	}
 	mw.index = idx + minMWIndex
 	mw.key = mw.index<<8 | uint32(rand.IntN(256))
 	mw.rkey = mw.key
-	d.mws.set(idx, mw)
-	d.mrMu.Unlock()
+	d.keys.mws.set(idx, mw)
+	d.keys.mu.Unlock()
 	d.stats.MWs.Add(1)
 	return mw, nil
 }
@@ -171,12 +171,12 @@ func (mw *MW) Dealloc() error {
 	mw.mu.Unlock()
 	drainMR(old)
 	d := mw.dev
-	d.mrMu.Lock()
-	if d.mws.get(mw.index-minMWIndex) == mw {
-		d.mws.set(mw.index-minMWIndex, nil)
-		d.mwFree = append(d.mwFree, mw.index-minMWIndex)
+	d.keys.mu.Lock()
+	if d.keys.mws.get(mw.index-minMWIndex) == mw {
+		d.keys.mws.set(mw.index-minMWIndex, nil)
+		d.keys.mwFree = append(d.keys.mwFree, mw.index-minMWIndex)
 	}
-	d.mrMu.Unlock()
+	d.keys.mu.Unlock()
 	mw.pd.unref()
 	d.stats.MWs.Add(^uint64(0))
 	return nil
@@ -208,7 +208,7 @@ func (d *Device) lookupMW(key uint32) *MW {
 	if idx < minMWIndex || idx > maxMWIndex {
 		return nil
 	}
-	return d.mws.get(idx - minMWIndex)
+	return d.keys.mws.get(idx - minMWIndex)
 }
 
 // BindMW binds a type 1 window (ibv_bind_mw): it posts a bind work request

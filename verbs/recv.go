@@ -9,11 +9,24 @@ package verbs
 import (
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/wire"
 )
+
+// rxState is what the receive loop owns: the QPs whose ACK waits for the
+// end of the batch being processed (at most one ACK per QP per batch), and
+// whether the batch completed work (a poller may have been woken).
+type rxState struct {
+	mu   sync.Mutex     // held by the receive loop while it handles a batch
+	ackq []*QP          // QPs whose positive ACK is deferred to the end of the batch (tx.go)
+	woke atomic.Bool    // the batch completed work
+	kick bool           // a packet of the batch queued an ACK that must leave at once
+	icrc wire.ICRCCache // the receive loop's ICRC prefix of a stream's packets
+}
 
 // rxLoop is the device's receive loop: it reads batches from the link and
 // dispatches each datagram, then ends the batch (the deferred ACKs and the
@@ -31,20 +44,20 @@ func (d *Device) rxLoop() {
 	}
 	var p wire.Packet
 	handle := func(batch []link.Packet) {
-		d.rxMu.Lock()
+		d.rx.mu.Lock()
 		if d.closed.Load() {
-			d.rxMu.Unlock()
+			d.rx.mu.Unlock()
 			return // closing: the link is about to close (Close)
 		}
 		for i := range batch {
 			d.dispatch(&batch[i], &p, true)
-			if d.rxKick {
-				d.rxKick = false
+			if d.rx.kick {
+				d.rx.kick = false
 				d.kick()
 			}
 		}
 		d.endBatch()
-		d.rxMu.Unlock()
+		d.rx.mu.Unlock()
 	}
 	read := d.ep.ReadBatch
 	if vr, ok := d.ep.(viewReader); ok {
@@ -118,7 +131,7 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 		if lp.IPHdrLen > 0 {
 			ok = wire.VerifyICRC(lp.IPHdr[:lp.IPHdrLen], lp.Src.Port(), lp.Dst.Port(), b)
 		} else if batched {
-			_, ok = d.rxICRC.VerifyICRCAddrs(lp.Src, lp.Dst, b)
+			_, ok = d.rx.icrc.VerifyICRCAddrs(lp.Src, lp.Dst, b)
 		} else {
 			_, ok = wire.VerifyICRCAddrs(lp.Src, lp.Dst, b)
 		}

@@ -63,12 +63,12 @@ func readCapture(t *testing.T, name string) []capPkt {
 
 // forceKey gives mr the key and address the kernel's MR had.
 func forceKey(d *Device, mr *MR, key uint32, iova uint64) {
-	d.mrMu.Lock()
-	d.mrs.set(mr.index, nil)
+	d.keys.mu.Lock()
+	d.keys.mrs.set(mr.index, nil)
 	mr.index = key >> 8
-	d.mrs.set(mr.index, mr)
-	d.mrs.next = max(d.mrs.next, mr.index+1)
-	d.mrMu.Unlock()
+	d.keys.mrs.set(mr.index, mr)
+	d.keys.mrs.next = max(d.keys.mrs.next, mr.index+1)
+	d.keys.mu.Unlock()
 	mr.mu.Lock()
 	mr.key, mr.iova = key, iova
 	mr.mu.Unlock()

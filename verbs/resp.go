@@ -223,7 +223,7 @@ func (qp *QP) accepted(p *wire.Packet, end bool) {
 			// (rxe asks every 65 packets, its window is 128, softroce's 256): it leaves now,
 			// not at the end of the batch.
 			qp.buildAck(p.BTH.PSN, wire.SyndromeACK, r.msn)
-			qp.dev.rxKick = true
+			qp.dev.rx.kick = true
 			return
 		}
 		qp.sendAck(p.BTH.PSN, wire.SyndromeACK)

@@ -192,7 +192,7 @@ func (d *Device) write(pkts []link.Packet) {
 // first (a reply it posts leaves with the ACKs, in one system call), and
 // everything queued is sent.
 func (d *Device) endBatch() {
-	for i, qp := range d.ackq {
+	for i, qp := range d.rx.ackq {
 		qp.mu.Lock()
 		qp.resp.ackQueued = false
 		if qp.resp.ackPend {
@@ -204,11 +204,11 @@ func (d *Device) endBatch() {
 		// must not send the ACK alone meanwhile.
 		qp.txOwed = false
 		qp.mu.Unlock()
-		d.ackq[i] = nil
+		d.rx.ackq[i] = nil
 	}
-	d.ackq = d.ackq[:0]
-	if d.rxWoke.Load() {
-		d.rxWoke.Store(false)
+	d.rx.ackq = d.rx.ackq[:0]
+	if d.rx.woke.Load() {
+		d.rx.woke.Store(false)
 		runtime.Gosched()
 	}
 	d.serveBudget()
@@ -288,7 +288,7 @@ func (qp *QP) deferAck(psn uint32) {
 		r.ackPend = true
 		if !r.ackQueued {
 			r.ackQueued = true
-			qp.dev.ackq = append(qp.dev.ackq, qp)
+			qp.dev.rx.ackq = append(qp.dev.rx.ackq, qp)
 		}
 	}
 	r.ackPSN, r.ackMSN = psn, r.msn
