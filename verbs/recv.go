@@ -229,11 +229,7 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 		}
 		return
 	}
-	if qp.typ == QPTypeUC {
-		qp.ucReceive(p)
-		return
-	}
-	qp.rcReceive(p)
+	qp.receive(p)
 }
 
 // inputDone ends input: what the packet produced goes to the device's

@@ -133,86 +133,189 @@ func qpAccessFor(p *wire.Packet) Access {
 	return 0
 }
 
-// rcReceive is the RC responder (docs/protocol.md §5.7).
-func (qp *QP) rcReceive(p *wire.Packet) {
-	r := &qp.resp
-	st := &qp.dev.stats
-	psn := p.BTH.PSN
-	d := wire.PSNDiff(psn, r.ePSN)
-	if d > 0 {
-		// PSN gap: one NAK 0x60 with PSN = ePSN, not repeated until ePSN arrives.
-		st.DropOutOfSeq.Add(1)
-		if !r.nakSeqSent {
-			r.nakSeqSent = true
-			st.SeqNAKsSent.Add(1)
-			qp.sendAck(r.ePSN, wire.SyndromeNAKSeq)
-		}
+// receive is the RC and UC responder (docs/protocol.md §5.7, §6.2), one
+// pipeline as rxe's: the PSN (check_psn), the opcode sequence
+// (check_op_seq), the operation against the QP's access flags
+// (check_op_valid), the payload's length (check_length), then the
+// operation. Only the action on an error differs by QP type (respFail,
+// respRNR): RC NAKs, and for an invalid request moves the QP to ERR; UC
+// sends nothing, drops the rest of the message and resynchronises on the
+// next FIRST or ONLY.
+func (qp *QP) receive(p *wire.Packet) {
+	if !qp.respPSN(p) || !qp.respOpSeq(p) || !qp.respOpValid(p) || !qp.respLength(p) {
 		return
 	}
-	if d < 0 {
-		qp.rcDuplicate(p)
-		return
-	}
-	r.nakSeqSent = false
 	m := p.Mask
-	// Opcode sequence (docs/protocol.md §5.7: bad opcode sequence -> NAK 0x61).
-	switch r.inMsg {
-	case msgSend:
-		if m&wire.IsSend == 0 || m&(wire.Middle|wire.Last) == 0 {
-			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
-			return
-		}
-	case msgWrite:
-		if m&wire.IsWrite == 0 || m&(wire.Middle|wire.Last) == 0 {
-			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
-			return
-		}
-	default:
-		if m&(wire.First|wire.Only) == 0 {
-			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
-			return
-		}
-	}
-	// Operation not enabled in qp_access_flags -> NAK 0x61 (docs/protocol.md §7.2).
-	if need := qpAccessFor(p); need != 0 && qp.attr.QPAccessFlags&need == 0 {
-		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
-		return
-	}
-	// Length checks (docs/protocol.md §5.2): FIRST/MIDDLE == PMTU, LAST 1..PMTU, ONLY <= PMTU.
-	if m&wire.HasPayload != 0 {
-		n := len(p.Payload)
-		bad := false
-		switch {
-		case m&(wire.First|wire.Middle) != 0:
-			bad = n != qp.pmtu
-		case m&wire.Last != 0:
-			bad = n < 1 || n > qp.pmtu
-		default:
-			bad = n > qp.pmtu
-		}
-		if bad {
-			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
-			return
-		}
-	}
 	switch {
 	case m&wire.IsSend != 0:
-		qp.rcSend(p)
+		qp.respSend(p)
 	case m&wire.IsWrite != 0:
-		qp.rcWrite(p)
+		qp.respWrite(p)
 	case m&wire.IsRead != 0:
 		qp.rcRead(p)
 	case m&(wire.IsAtomic|wire.IsFlush|wire.IsAtomicWrite) != 0:
 		qp.rcAtomic(p)
 	default:
-		st.DropTransport.Add(1)
+		qp.dev.stats.DropTransport.Add(1)
 	}
 }
 
-// accepted advances ePSN past psn and ACKs if asked (docs/protocol.md §5.3: on the receive loop the
-// ACK is deferred to the end of the batch and coalesced, tx.go).
+// respPSN reports whether p has the expected PSN. RC: after a gap, one
+// NAK 0x60 with PSN = ePSN, not repeated until ePSN arrives; a PSN before
+// ePSN is a duplicate (rcDuplicate). UC: a FIRST or ONLY with another PSN,
+// or after a drop, starts a new message at its PSN (a partly filled
+// receive WQE is reused); any other packet is dropped until one does.
+func (qp *QP) respPSN(p *wire.Packet) bool {
+	r := &qp.resp
+	psn := p.BTH.PSN
+	if qp.typ == QPTypeUC {
+		if psn == r.ePSN && !r.ucDrop {
+			return true
+		}
+		if !isStart(p.Mask) {
+			qp.ucResync(psn)
+			return false
+		}
+		r.ePSN, r.inMsg, r.ucDrop, r.off = psn, 0, false, 0
+		return true
+	}
+	d := wire.PSNDiff(psn, r.ePSN)
+	if d > 0 {
+		qp.dev.stats.DropOutOfSeq.Add(1)
+		if !r.nakSeqSent {
+			r.nakSeqSent = true
+			qp.dev.stats.SeqNAKsSent.Add(1)
+			qp.sendAck(r.ePSN, wire.SyndromeNAKSeq)
+		}
+		return false
+	}
+	if d < 0 {
+		qp.rcDuplicate(p)
+		return false
+	}
+	r.nakSeqSent = false
+	return true
+}
+
+// respOpSeq reports whether p may come next in the message in progress
+// (docs/protocol.md §5.7): a MIDDLE or LAST of the same operation inside
+// one, a FIRST or ONLY outside. RC: bad opcode sequence, NAK 0x61. UC: a
+// FIRST or ONLY starts a new message, dropping the unfinished one; another
+// packet is dropped until one does.
+func (qp *QP) respOpSeq(p *wire.Packet) bool {
+	r := &qp.resp
+	m := p.Mask
+	var ok bool
+	switch r.inMsg {
+	case msgSend:
+		ok = m&wire.IsSend != 0 && m&(wire.Middle|wire.Last) != 0
+	case msgWrite:
+		ok = m&wire.IsWrite != 0 && m&(wire.Middle|wire.Last) != 0
+	default:
+		ok = isStart(m)
+	}
+	switch {
+	case ok:
+		return true
+	case qp.typ != QPTypeUC:
+		qp.nakError(p.BTH.PSN, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		return false
+	case isStart(m):
+		r.inMsg, r.off = 0, 0
+		return true
+	}
+	qp.ucResync(p.BTH.PSN)
+	return false
+}
+
+// respOpValid reports whether the QP's access flags allow the operation
+// (docs/protocol.md §7.2): RC NAKs 0x61 one they do not allow, UC drops it.
+func (qp *QP) respOpValid(p *wire.Packet) bool {
+	if need := qpAccessFor(p); need != 0 && qp.attr.QPAccessFlags&need == 0 {
+		qp.respFail(p, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		return false
+	}
+	return true
+}
+
+// respLength reports whether p's payload has a valid length (docs/protocol.md
+// §5.2): FIRST and MIDDLE exactly the PMTU, LAST 1 to the PMTU, ONLY at most
+// the PMTU.
+func (qp *QP) respLength(p *wire.Packet) bool {
+	m := p.Mask
+	if m&wire.HasPayload == 0 {
+		return true
+	}
+	n := len(p.Payload)
+	var ok bool
+	switch {
+	case m&(wire.First|wire.Middle) != 0:
+		ok = n == qp.pmtu
+	case m&wire.Last != 0:
+		ok = n >= 1 && n <= qp.pmtu
+	default:
+		ok = n <= qp.pmtu
+	}
+	if !ok {
+		qp.respFail(p, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+	}
+	return ok
+}
+
+// respFail is the responder's action on an invalid packet: RC sends NAK
+// syn, completes the receive WQE in use with wcs and moves the QP to ERR
+// (nakError); UC drops the message (ucDropMsg).
+func (qp *QP) respFail(p *wire.Packet, syn uint8, wcs WCStatus) {
+	if qp.typ == QPTypeUC {
+		qp.ucDropMsg(p)
+		return
+	}
+	qp.nakError(p.BTH.PSN, syn, wcs)
+}
+
+// respRNR is the responder's action on a request that needs a receive WQE
+// when none is posted: RC sends an RNR NAK with the packet's PSN
+// (docs/protocol.md §5.6), and the requester retries; UC drops the message.
+func (qp *QP) respRNR(p *wire.Packet) {
+	if qp.typ == QPTypeUC {
+		qp.ucDropMsg(p)
+		return
+	}
+	qp.dev.stats.RNRNAKsSent.Add(1)
+	qp.sendAck(p.BTH.PSN, wire.AETHTypeRNR|qp.attr.MinRNRTimer&wire.AETHValueMask)
+}
+
+// ucResync drops a UC packet that does not start a message while the QP
+// waits for one (docs/protocol.md §6.2): everything up to the next FIRST or
+// ONLY is dropped.
+func (qp *QP) ucResync(psn uint32) {
+	r := &qp.resp
+	qp.dev.stats.DropUCResync.Add(1)
+	r.ucDrop = true
+	r.inMsg = 0
+	r.ePSN = wire.PSNAdd(psn, 1)
+}
+
+// ucDropMsg drops the UC message p belongs to (docs/protocol.md §6.2): the
+// rest of it is dropped up to its end, and the receive WQE in use, if any,
+// is kept for the next message.
+func (qp *QP) ucDropMsg(p *wire.Packet) {
+	r := &qp.resp
+	qp.dev.stats.DropUCResync.Add(1)
+	r.inMsg = 0
+	r.ucDrop = !isEnd(p.Mask)
+	r.off = 0
+	r.ePSN = wire.PSNAdd(p.BTH.PSN, 1)
+}
+
+// accepted advances ePSN past psn and, on RC, ACKs if asked (docs/protocol.md §5.3: on the
+// receive loop the ACK is deferred to the end of the batch and coalesced, tx.go).
 func (qp *QP) accepted(p *wire.Packet, end bool) {
 	r := &qp.resp
+	if qp.typ == QPTypeUC {
+		r.ePSN = wire.PSNAdd(p.BTH.PSN, 1) // UC: no ACKs, no MSN
+		return
+	}
 	if end {
 		r.msn++
 	}
@@ -230,14 +333,14 @@ func (qp *QP) accepted(p *wire.Packet, end bool) {
 	}
 }
 
-func (qp *QP) rcSend(p *wire.Packet) {
+// respSend places a SEND packet in the receive WQE (taken at the first
+// packet) and completes the WQE at the last.
+func (qp *QP) respSend(p *wire.Packet) {
 	r := &qp.resp
 	m := p.Mask
 	if m&(wire.First|wire.Only) != 0 {
 		if !r.haveWQE && !qp.takeRecv() {
-			// No receive WQE: RNR NAK with this packet's PSN (docs/protocol.md §5.6).
-			qp.dev.stats.RNRNAKsSent.Add(1)
-			qp.sendAck(p.BTH.PSN, wire.AETHTypeRNR|qp.attr.MinRNRTimer&wire.AETHValueMask)
+			qp.respRNR(p)
 			return
 		}
 		r.off = 0
@@ -263,12 +366,12 @@ func (qp *QP) placeSend(p *wire.Packet) bool {
 	n := len(p.Payload)
 	if uint64(r.off+n) > r.wqe.cap {
 		// Receive buffer too small -> NAK 0x61, REM_INV_REQ_ERR (docs/protocol.md §5.7).
-		qp.nakError(p.BTH.PSN, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+		qp.respFail(p, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return false
 	}
 	if n > 0 && !qp.dev.scatter(qp.pd, r.wqe.sges(), r.off, p.Payload) {
 		// Malformed receive WQE (bad lkey/SGE) -> NAK 0x63, LOC_QP_OP_ERR (docs/protocol.md §5.7).
-		qp.nakError(p.BTH.PSN, wire.SyndromeNAKRemOp, WCLocQPOpErr)
+		qp.respFail(p, wire.SyndromeNAKRemOp, WCLocQPOpErr)
 		return false
 	}
 	r.off += n
@@ -316,20 +419,22 @@ func (qp *QP) remoteInvalidate(key uint32) bool {
 	return false
 }
 
-func (qp *QP) rcWrite(p *wire.Packet) {
+// respWrite places an RDMA WRITE packet in the memory its RETH (at the
+// first packet) names, and completes a receive WQE at the last if it
+// carries immediate data.
+func (qp *QP) respWrite(p *wire.Packet) {
 	r := &qp.resp
 	m := p.Mask
-	psn := p.BTH.PSN
 	if m&(wire.First|wire.Only) != 0 {
 		if p.RETH.Length > maxMsgSize {
-			qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+			qp.respFail(p, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 			return
 		}
 		// Zero-length WRITE skips the R_Key lookup (docs/protocol.md §7.1).
 		if p.RETH.Length > 0 {
 			mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
 			if mr == nil {
-				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+				qp.respFail(p, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 				return
 			}
 			mr.release()
@@ -343,14 +448,13 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 	n := len(p.Payload)
 	// While more than a PMTU remains the packet is a full PMTU; the last one
 	// carries exactly the rest (docs/protocol.md §5.2).
-	if (m&(wire.Last|wire.Only) != 0 && n != r.wRem) || (m&(wire.First|wire.Middle) != 0 && r.wRem <= qp.pmtu) {
-		qp.nakError(psn, wire.SyndromeNAKInvReq, WCRemInvReqErr)
+	if (isEnd(m) && n != r.wRem) || (!isEnd(m) && r.wRem <= qp.pmtu) {
+		qp.respFail(p, wire.SyndromeNAKInvReq, WCRemInvReqErr)
 		return
 	}
 	imm := m&wire.HasImmDt != 0
 	if imm && !r.haveWQE && !qp.takeRecv() {
-		qp.dev.stats.RNRNAKsSent.Add(1)
-		qp.sendAck(psn, wire.AETHTypeRNR|qp.attr.MinRNRTimer&wire.AETHValueMask)
+		qp.respRNR(p)
 		return
 	}
 	if n > 0 {
@@ -362,19 +466,19 @@ func (qp *QP) rcWrite(p *wire.Packet) {
 			mr, off = qp.rAcquire(r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
 		}
 		if mr == nil {
-			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			qp.respFail(p, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return
 		}
 		ok := memCopy(mr.buf[off:off+n], p.Payload)
 		mr.release()
 		if !ok {
-			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			qp.respFail(p, wire.SyndromeNAKRemAcc, WCRemAccessErr)
 			return
 		}
 		r.wVA += uint64(n)
 		r.wRem -= n
 	}
-	end := m&(wire.Last|wire.Only) != 0
+	end := isEnd(m)
 	if end {
 		r.inMsg = 0
 		if imm {
@@ -588,118 +692,6 @@ func (qp *QP) rcDuplicate(p *wire.Packet) {
 	}
 }
 
-// ucReceive is the UC responder: no ACKs; on a PSN or sequence error it
-// drops the rest of the message and resynchronises on the next FIRST/ONLY (docs/protocol.md §6.2).
-func (qp *QP) ucReceive(p *wire.Packet) {
-	r := &qp.resp
-	st := &qp.dev.stats
-	m := p.Mask
-	psn := p.BTH.PSN
-	start := m&(wire.First|wire.Only) != 0
-	seqOK := psn == r.ePSN && !r.ucDrop
-	if seqOK {
-		switch r.inMsg {
-		case msgSend:
-			seqOK = m&wire.IsSend != 0 && !start
-		case msgWrite:
-			seqOK = m&wire.IsWrite != 0 && !start
-		default:
-			seqOK = start
-		}
-	}
-	if !seqOK {
-		if !start {
-			st.DropUCResync.Add(1)
-			r.ucDrop = true
-			r.inMsg = 0
-			r.ePSN = wire.PSNAdd(psn, 1)
-			return
-		}
-		// Adopt the new message's PSN; a partly filled WQE is reused.
-		r.ePSN, r.inMsg, r.ucDrop, r.off = psn, 0, false, 0
-	}
-	drop := func() {
-		st.DropUCResync.Add(1)
-		r.inMsg = 0
-		r.ucDrop = !isEnd(m)
-		r.off = 0
-		r.ePSN = wire.PSNAdd(psn, 1)
-	}
-	n := len(p.Payload)
-	if (m&(wire.First|wire.Middle) != 0 && n != qp.pmtu) || (m&wire.Last != 0 && (n < 1 || n > qp.pmtu)) || n > qp.pmtu {
-		drop()
-		return
-	}
-	if m&wire.IsSend != 0 {
-		if start && !r.haveWQE && !qp.takeRecv() {
-			drop() // no receive WQE: UC drops the message
-			return
-		}
-		if uint64(r.off+n) > r.wqe.cap || (n > 0 && !qp.dev.scatter(qp.pd, r.wqe.sges(), r.off, p.Payload)) {
-			drop()
-			return
-		}
-		r.off += n
-		if isEnd(m) {
-			var fl WCFlags
-			if m&wire.HasImmDt != 0 {
-				fl = WCWithImm
-			}
-			r.haveWQE, r.inMsg = false, 0
-			qp.pushRecvWC(&r.wqe, WCSuccess, WCRecv, uint32(r.off), p.Imm, fl, p.BTH.SE)
-			r.off = 0
-		} else {
-			r.inMsg = msgSend
-		}
-	} else {
-		if start {
-			if p.RETH.Length > 0 {
-				mr, _ := qp.rAcquire(p.RETH.RKey, p.RETH.VA, uint64(p.RETH.Length), AccessRemoteWrite)
-				if mr == nil {
-					drop()
-					return
-				}
-				mr.release()
-			}
-			r.wKey, r.wVA, r.wRem, r.wLen = p.RETH.RKey, p.RETH.VA, int(p.RETH.Length), p.RETH.Length
-		}
-		if (isEnd(m) && n != r.wRem) || (!isEnd(m) && r.wRem <= qp.pmtu) || qp.attr.QPAccessFlags&AccessRemoteWrite == 0 {
-			drop()
-			return
-		}
-		imm := m&wire.HasImmDt != 0
-		if imm && !r.haveWQE && !qp.takeRecv() {
-			drop()
-			return
-		}
-		if n > 0 {
-			mr, off := qp.rAcquire(r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
-			if mr == nil {
-				drop()
-				return
-			}
-			ok := memCopy(mr.buf[off:off+n], p.Payload)
-			mr.release()
-			if !ok {
-				drop()
-				return
-			}
-			r.wVA += uint64(n)
-			r.wRem -= n
-		}
-		if isEnd(m) {
-			r.inMsg = 0
-			if imm {
-				r.haveWQE = false
-				qp.pushRecvWC(&r.wqe, WCSuccess, WCRecvRDMAWithImm, r.wLen, p.Imm, WCWithImm, p.BTH.SE)
-			}
-		} else {
-			r.inMsg = msgWrite
-		}
-	}
-	r.ePSN = wire.PSNAdd(psn, 1)
-}
-
 // udReceive is the UD responder (docs/protocol.md §6.1): Q_Key check, one receive WQE per
 // packet, 40-byte GRH area then the payload.
 func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
@@ -775,3 +767,5 @@ func buildGRH(g *[grhLen]byte, lp *link.Packet) {
 }
 
 func isEnd(m wire.Mask) bool { return m&(wire.Last|wire.Only) != 0 }
+
+func isStart(m wire.Mask) bool { return m&(wire.First|wire.Only) != 0 }
