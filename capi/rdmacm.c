@@ -363,6 +363,13 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 			(*event)->id->event = *event;
 			return 0;
 		}
+		if (r == EINVAL) {
+			/* Another thread destroyed the channel while this one read it:
+			 * with the kernel's ucma file this read would never return
+			 * (rping's event thread relies on it), so neither does this. */
+			for (;;)
+				pause();
+		}
 		if (r != 1)
 			return sr_err(r);
 	}
