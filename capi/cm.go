@@ -120,8 +120,16 @@ func srgo_cm_device(sa *C.struct_sockaddr, idx *C.int) C.int {
 			return 0
 		}
 	}
+	envA := netip.Addr{}
+	if v := os.Getenv(envAddr); v != "" {
+		if ap, err := toolkit.ParseDeviceAddr(v); err == nil {
+			envA = ap.Addr().Unmap()
+		}
+	}
 	for i, s := range devList {
-		if s.info.Addr.Addr().Unmap() == a || s.auto && a.IsLoopback() {
+		// The loopback device binds whatever loopback or local address an
+		// ID names, as the Go tools' -d IP does.
+		if s.info.Addr.Addr().Unmap() == a || envA == a || s.auto && (a.IsLoopback() || localAddr(a)) {
 			if devsOpen[i] != nil {
 				break // open on another address
 			}
@@ -587,4 +595,11 @@ func srgo_cm_destroy_qp(h, qph C.uintptr_t, async *C.uint32_t) C.int {
 // sockaddr_storage it is.
 func addrSlot(b *[128]byte) *C.struct_sockaddr_storage {
 	return (*C.struct_sockaddr_storage)(unsafe.Pointer(b))
+}
+
+// localAddr reports whether a is an address of one of the host's
+// interfaces.
+func localAddr(a netip.Addr) bool {
+	host, err := toolkit.HostInterfaces()
+	return err == nil && toolkit.IfaceWithAddr(host, a) != nil
 }

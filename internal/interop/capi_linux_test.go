@@ -3,6 +3,7 @@ package interop
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,14 +11,18 @@ import (
 	"github.com/softroce/softroce/internal/toolkit"
 )
 
-// TestCLibrary runs Debian's stock ibv_rc_pingpong, ib_write_bw and
-// ib_read_bw, unmodified, on softroce's C library (softroce exec) against
-// the kernel's tools in the guest, in both roles.
+// TestCLibrary runs Debian's stock ibv_rc_pingpong, ib_write_bw,
+// ib_read_bw, rping and ib_write_bw -R, unmodified, on softroce's C
+// library (softroce exec) against the kernel's tools in the guest, in both
+// roles.
 func TestCLibrary(t *testing.T) {
 	for _, f := range []family{
 		pingpong("rc_pingpong", "-c -s 4096", 100, true),
 		perftest("write_bw", "", 65536, 200, true),
 		perftest("read_bw", "", 65536, 200, true),
+		perftest("write_bw", "-R", 65536, 100, true),
+		{name: "rping", guestBin: "rping", args: "-V -v -C 10 -S 100",
+			rdmacm: true, listen: listenCM, check: checkRping(10), smoke: true},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			bothRoles(t, func(t *testing.T, softroceServer bool) {
@@ -30,9 +35,43 @@ func TestCLibrary(t *testing.T) {
 				// The stock program takes the device's flags but not its
 				// name: the library's one device is bound to hostIP.
 				f.hostTool = fmt.Sprintf("exec -a %s -L %s -- %s", hostIP, cfg.capiLib, f.guestBin)
-				f.hostDev = f.guestDev[len("-d rxe0 "):]
+				if f.guestDev != "" {
+					f.hostDev = f.guestDev[len("-d rxe0 "):]
+				}
 				srv, cli := f.endpoints(g, softroceServer)
 				f.check(t, runPair(t, srv, cli, f.listen, 120*time.Second))
+			})
+		})
+	}
+}
+
+// TestCLibraryCMTools runs Debian's stock ucmatose and udaddy (RC and UD
+// through rdma_cm) on the C library against the guest's, in both roles.
+func TestCLibraryCMTools(t *testing.T) {
+	for _, prog := range []string{"ucmatose", "udaddy"} {
+		t.Run(prog, func(t *testing.T) {
+			bothRoles(t, func(t *testing.T, softroceServer bool) {
+				need(t, true)
+				if cfg.capiLib == "" {
+					t.Fatalf("the C library could not be built: %v", cfg.capiErr)
+				}
+				g := bootGuest(t, 0)
+				t.Setenv(toolkit.StateEnv, filepath.Join(t.TempDir(), "links.json"))
+				host := func(args string) endpoint {
+					return endpoint{cmd: fmt.Sprintf("exec -a %s -L %s -- %s %s", hostIP, cfg.capiLib, prog, args)}
+				}
+				var srv, cli endpoint
+				if softroceServer {
+					srv, cli = host("-b "+hostIP+" -c 5 -C 5"), endpoint{guest: g, cmd: prog + " -s " + hostIP + " -c 5 -C 5"}
+				} else {
+					srv, cli = endpoint{guest: g, cmd: prog + " -b " + g.ip + " -c 5 -C 5"}, host("-s "+g.ip+" -c 5 -C 5")
+				}
+				run := runPair(t, srv, cli, listenCM, 120*time.Second)
+				for _, r := range []result{run.server, run.client} {
+					if r.code != 0 || !strings.Contains(r.out, "return status 0") {
+						t.Errorf("exit %d, want 0 and 'return status 0':\n%s", r.code, tail(r.out, 10))
+					}
+				}
 			})
 		})
 	}
