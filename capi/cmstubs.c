@@ -64,3 +64,11 @@ SR_CM_STUB(rsocket)
 SR_CM_STUB(rwrite)
 SR_CM_STUB(rwritev)
 
+
+/* Newer upstream nodes (RDMACM_1.4, 1.5). */
+SR_CM_STUB(rdma_query_addrinfo)
+SR_CM_STUB(rdma_resolve_addrinfo)
+SR_CM_STUB(rdma_write_cm_event)
+SR_CM_STUB(repoll_create)
+SR_CM_STUB(repoll_ctl)
+SR_CM_STUB(repoll_wait)

@@ -363,3 +363,32 @@ SR_EXPORT void __verbs_log(void *ctx, int level, const char *fmt, ...)
 {
 	(void)ctx; (void)level; (void)fmt;
 }
+
+/* ---- newer upstream nodes (IBVERBS_1.15-1.18): DMA handles, reg_mr_ex,
+ * port speed, buffers and completion counters, which rxe's provider does
+ * not implement either. ---- */
+
+#define SR_NULL_STUB(name) \
+	SR_EXPORT void *name(void) { errno = EOPNOTSUPP; return NULL; }
+#define SR_FD_STUB(name) \
+	SR_EXPORT int name(void) { errno = EOPNOTSUPP; return -1; }
+
+SR_NULL_STUB(ibv_alloc_dmah)
+SR_PRIVATE_STUB(ibv_dealloc_dmah)
+SR_NULL_STUB(ibv_reg_mr_ex)
+SR_FD_STUB(ibv_dm_export_dmabuf_fd)
+SR_PRIVATE_STUB(ibv_query_port_speed)
+SR_NULL_STUB(ibv_alloc_buf)
+SR_EXPORT void ibv_free_buf(void *buf) { (void)buf; }
+SR_NULL_STUB(ibv_reg_buf_mr)
+SR_PRIVATE_STUB(_ibv_query_comp_cntr_caps)
+SR_NULL_STUB(ibv_create_comp_cntr)
+SR_PRIVATE_STUB(ibv_destroy_comp_cntr)
+SR_FD_STUB(ibv_export_buf_dmabuf_fd)
+SR_PRIVATE_STUB(ibv_inc_comp_cntr)
+SR_PRIVATE_STUB(ibv_inc_err_comp_cntr)
+SR_PRIVATE_STUB(ibv_qp_attach_comp_cntr)
+SR_PRIVATE_STUB(ibv_read_comp_cntr)
+SR_PRIVATE_STUB(ibv_read_err_comp_cntr)
+SR_PRIVATE_STUB(ibv_set_comp_cntr)
+SR_PRIVATE_STUB(ibv_set_err_comp_cntr)

@@ -119,6 +119,20 @@ func TestSymbols(t *testing.T) {
 			}
 		}
 	}
+	// The newest upstream nodes too (rdma-core 60's IBVERBS_1.15 to 1.18
+	// and RDMACM_1.4, 1.5), so that newer programs load.
+	nodes := map[string]bool{}
+	for s := range ours {
+		nodes[s.version] = true
+	}
+	for _, n := range []string{"IBVERBS_1.0", "IBVERBS_1.1", "IBVERBS_1.5", "IBVERBS_1.6", "IBVERBS_1.7", "IBVERBS_1.8",
+		"IBVERBS_1.9", "IBVERBS_1.10", "IBVERBS_1.11", "IBVERBS_1.12", "IBVERBS_1.13", "IBVERBS_1.14", "IBVERBS_1.15",
+		"IBVERBS_1.16", "IBVERBS_1.17", "IBVERBS_1.18", "IBVERBS_PRIVATE_34", "RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2",
+		"RDMACM_1.3", "RDMACM_1.4", "RDMACM_1.5"} {
+		if !nodes[n] {
+			lack = append(lack, "no symbol at version node "+n)
+		}
+	}
 	sort.Strings(lack)
 	if len(lack) > 0 {
 		t.Errorf("%d of %d (symbol, version) pairs are not exported:\n%s", len(lack), checked, strings.Join(lack, "\n"))
