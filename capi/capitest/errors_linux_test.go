@@ -23,6 +23,13 @@ func TestCErrorPaths(t *testing.T) {
 	runC(t, "errors.c", 11)
 }
 
+// TestExtra runs testdata/extra.c: memory windows of both types (bind,
+// WRITE through them, outside them), ibv_create_cq_ex's polling ops, and
+// the SRQ limit event on the async fd.
+func TestExtra(t *testing.T) {
+	runC(t, "extra.c", 3)
+}
+
 // TestGuest runs testdata/guest.c: the program's own signal handlers
 // without SA_ONSTACK, signals arriving during verbs calls, and fork+exec
 // while the device is open.
