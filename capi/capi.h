@@ -84,6 +84,17 @@ struct sr_qp {
 	pthread_mutex_t batch_mu;
 };
 
+/* sr_wait_acked waits, as rdma-core's destroy calls do, until the program
+ * has acknowledged every event of an object handed to it (*done, counted
+ * under mu, reaching want). */
+static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *done, uint32_t want)
+{
+	pthread_mutex_lock(mu);
+	while (*done != want)
+		pthread_cond_wait(cond, mu);
+	pthread_mutex_unlock(mu);
+}
+
 /* What Go writes into (inline helpers the Go side calls). */
 static inline uintptr_t sr_mw_h(struct ibv_mw *mw) { return mw ? ((struct sr_mw *)mw)->h : 0; }
 static inline uintptr_t sr_mr_h(struct ibv_mr *mr) { return mr ? ((struct sr_mr *)mr)->h : 0; }

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -33,13 +32,10 @@ import (
 // built in C memory that stay valid until rdma_ack_cm_event frees them.
 
 type cmChanRec struct {
-	ch   *cm.EventChannel
-	fd   int
-	stop chan struct{}
-	done chan struct{}
-
-	mu    sync.Mutex
-	queue []*C.struct_sr_cm_event
+	ch     *cm.EventChannel
+	stop   chan struct{}
+	done   chan struct{}
+	events eventQueue[*C.struct_sr_cm_event]
 }
 
 type cmIDRec struct {
@@ -177,7 +173,8 @@ func closeAgent(d *verbs.Device) {
 
 //export srgo_cm_create_channel
 func srgo_cm_create_channel(fd C.int, errp *C.int) C.uintptr_t {
-	r := &cmChanRec{ch: cm.NewEventChannel(), fd: int(fd), stop: make(chan struct{}), done: make(chan struct{})}
+	r := &cmChanRec{ch: cm.NewEventChannel(), stop: make(chan struct{}), done: make(chan struct{})}
+	r.events.fd = int(fd)
 	hh := addOrFail(r, errp, func() { r.ch.Close() })
 	if hh != 0 {
 		go r.forward()
@@ -195,12 +192,9 @@ func srgo_cm_destroy_channel(h C.uintptr_t) C.int {
 	r.ch.Close()
 	close(r.stop)
 	<-r.done
-	r.mu.Lock()
-	for _, e := range r.queue {
+	for e, ok := r.events.take(); ok; e, ok = r.events.take() {
 		C.sr_cm_free_event(e)
 	}
-	r.queue = nil
-	r.mu.Unlock()
 	return 0
 }
 
@@ -214,14 +208,9 @@ func (r *cmChanRec) forward() {
 		if err != nil {
 			return
 		}
-		ce := r.build(ev)
-		if ce == nil {
-			continue
+		if ce := r.build(ev); ce != nil {
+			r.events.push(ce)
 		}
-		r.mu.Lock()
-		r.queue = append(r.queue, ce)
-		r.mu.Unlock()
-		signalFd(r.fd)
 	}
 }
 
@@ -329,13 +318,11 @@ func srgo_cm_take_event(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.queue) == 0 {
+	e, ok := r.events.take()
+	if !ok {
 		return 1
 	}
-	*out = &r.queue[0].ev
-	r.queue = r.queue[1:]
+	*out = &e.ev
 	return 0
 }
 

@@ -161,10 +161,8 @@ type devCtx struct {
 	od      *openDev
 	idx     int
 	cptr    unsafe.Pointer // struct ibv_context *
-	asyncFd int
 
-	mu     sync.Mutex
-	events []asyncItem
+	events eventQueue[asyncItem]
 }
 
 // asyncItem is an async event waiting for ibv_get_async_event; reported
@@ -176,21 +174,9 @@ type asyncItem struct {
 	reported *atomic.Uint32
 }
 
-// dropEvents forgets the pending events of a destroyed object, as the
-// kernel's event queue does, taking their counts back from the fd.
+// dropEvents forgets the pending events of a destroyed object.
 func (c *devCtx) dropEvents(owner any) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	q := c.events[:0]
-	for _, it := range c.events {
-		if it.owner == owner {
-			var b [8]byte
-			syscall.Read(c.asyncFd, b[:])
-			continue
-		}
-		q = append(q, it)
-	}
-	c.events = q
+	c.events.drop(func(it asyncItem) bool { return it.owner == owner })
 }
 
 //export srgo_open
@@ -224,7 +210,8 @@ func srgo_open(idx C.int, cctx *C.struct_ibv_context, asyncFd C.int, errp *C.int
 		devsOpen[int(idx)] = od
 		go od.routeAsync()
 	}
-	c := &devCtx{od: od, idx: int(idx), cptr: unsafe.Pointer(cctx), asyncFd: int(asyncFd)}
+	c := &devCtx{od: od, idx: int(idx), cptr: unsafe.Pointer(cctx)}
+	c.events.fd = int(asyncFd)
 	h := handles.add(c)
 	if h == 0 {
 		*errp = C.int(syscall.ENOMEM)
@@ -440,24 +427,11 @@ func (od *openDev) route(ev verbs.AsyncEvent) {
 	defer devMu.Unlock()
 	for c := range od.ctxs {
 		if to == nil || to == c {
-			c.mu.Lock()
-			c.events = append(c.events, asyncItem{ev: ce, owner: owner, reported: reported})
-			c.mu.Unlock()
-			signalFd(c.asyncFd)
+			c.events.push(asyncItem{ev: ce, owner: owner, reported: reported})
 		}
 	}
 }
 
-// signalFd adds one to an eventfd (EFD_SEMAPHORE): one read per event.
-func signalFd(fd int) {
-	one := [8]byte{1}
-	for {
-		_, err := syscall.Write(fd, one[:])
-		if err != syscall.EINTR {
-			return
-		}
-	}
-}
 
 //export srgo_take_async_event
 func srgo_take_async_event(h C.uintptr_t, ev *C.struct_ibv_async_event) C.int {
@@ -465,13 +439,10 @@ func srgo_take_async_event(h C.uintptr_t, ev *C.struct_ibv_async_event) C.int {
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.events) == 0 {
+	it, ok := c.events.take()
+	if !ok {
 		return 1
 	}
-	it := c.events[0]
-	c.events = c.events[1:]
 	if it.reported != nil {
 		it.reported.Add(1)
 	}

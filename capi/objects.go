@@ -39,15 +39,14 @@ type ahRec struct {
 }
 
 type chanRec struct {
-	ctx  *devCtx
-	ch   *verbs.CompChannel
-	fd   int
-	stop chan struct{}
-	done chan struct{}
+	ctx    *devCtx
+	ch     *verbs.CompChannel
+	stop   chan struct{}
+	done   chan struct{}
+	events eventQueue[*cqRec] // completion events not yet taken
 
-	mu    sync.Mutex
-	queue []*cqRec // completion events not yet taken
-	cqs   int      // CQs using the channel
+	mu  sync.Mutex
+	cqs int // CQs using the channel
 }
 
 type cqRec struct {
@@ -328,7 +327,8 @@ func srgo_create_comp_channel(h C.uintptr_t, fd C.int, errp *C.int) C.uintptr_t 
 		*errp = bad(syscall.EINVAL)
 		return 0
 	}
-	r := &chanRec{ctx: c, ch: d.CreateCompChannel(), fd: int(fd), stop: make(chan struct{}), done: make(chan struct{})}
+	r := &chanRec{ctx: c, ch: d.CreateCompChannel(), stop: make(chan struct{}), done: make(chan struct{})}
+	r.events.fd = int(fd)
 	hh := addOrFail(r, errp, func() {})
 	if hh != 0 {
 		go r.forward()
@@ -344,14 +344,9 @@ func (r *chanRec) forward() {
 		case <-r.stop:
 			return
 		case cq := <-r.ch.C():
-			rec, ok := cq.Context().(*cqRec)
-			if !ok {
-				continue
+			if rec, ok := cq.Context().(*cqRec); ok {
+				r.events.push(rec)
 			}
-			r.mu.Lock()
-			r.queue = append(r.queue, rec)
-			r.mu.Unlock()
-			signalFd(r.fd)
 		}
 	}
 }
@@ -380,13 +375,10 @@ func srgo_take_cq_event(h C.uintptr_t, out **C.struct_ibv_cq) C.int {
 	if !ok {
 		return bad(syscall.EINVAL)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.queue) == 0 {
+	cq, ok := r.events.take()
+	if !ok {
 		return 1
 	}
-	cq := r.queue[0]
-	r.queue = r.queue[1:]
 	cq.compReported.Add(1)
 	*out = (*C.struct_ibv_cq)(cq.cptr)
 	return 0
@@ -451,17 +443,8 @@ func srgo_destroy_cq(h C.uintptr_t, comp, async *C.uint32_t) C.int {
 	r.ctx.dropEvents(r)
 	if ch := r.ch; ch != nil {
 		// Events of this CQ not yet taken go with it, as the kernel's.
+		ch.events.drop(func(e *cqRec) bool { return e == r })
 		ch.mu.Lock()
-		q := ch.queue[:0]
-		for _, e := range ch.queue {
-			if e != r {
-				q = append(q, e)
-			} else {
-				var b [8]byte
-				syscall.Read(ch.fd, b[:]) // the fd is a semaphore: take one count back
-			}
-		}
-		ch.queue = q
 		ch.cqs--
 		ch.mu.Unlock()
 	}

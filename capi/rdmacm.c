@@ -509,10 +509,7 @@ SR_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 		return;
 	q = (struct sr_qp *)id->qp;
 	if (srgo_cm_destroy_qp(sr_id_h(id), q->h, &async) == 0) {
-		pthread_mutex_lock(&id->qp->mutex);
-		while (id->qp->events_completed != async)
-			pthread_cond_wait(&id->qp->cond, &id->qp->mutex);
-		pthread_mutex_unlock(&id->qp->mutex);
+		sr_wait_acked(&id->qp->mutex, &id->qp->cond, &id->qp->events_completed, async);
 		free(q->batch);
 		free(q);
 	}

@@ -694,10 +694,8 @@ SR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	if (cq->channel)
 		__atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_SEQ_CST);
 	/* As rdma-core: wait until every event reported has been acknowledged. */
-	pthread_mutex_lock(&cq->mutex);
-	while (cq->comp_events_completed != comp || cq->async_events_completed != async)
-		pthread_cond_wait(&cq->cond, &cq->mutex);
-	pthread_mutex_unlock(&cq->mutex);
+	sr_wait_acked(&cq->mutex, &cq->cond, &cq->comp_events_completed, comp);
+	sr_wait_acked(&cq->mutex, &cq->cond, &cq->async_events_completed, async);
 	free(c);
 	return 0;
 }
@@ -917,10 +915,7 @@ SR_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 	err = srgo_destroy_srq(((struct sr_srq *)srq)->h, &async);
 	if (err)
 		return err;
-	pthread_mutex_lock(&srq->mutex);
-	while (srq->events_completed != async)
-		pthread_cond_wait(&srq->cond, &srq->mutex);
-	pthread_mutex_unlock(&srq->mutex);
+	sr_wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, async);
 	free(srq);
 	return 0;
 }
@@ -1072,10 +1067,7 @@ SR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	err = srgo_destroy_qp(q->h, &async);
 	if (err)
 		return err;
-	pthread_mutex_lock(&qp->mutex);
-	while (qp->events_completed != async)
-		pthread_cond_wait(&qp->cond, &qp->mutex);
-	pthread_mutex_unlock(&qp->mutex);
+	sr_wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, async);
 	free(q->batch);
 	free(q);
 	return 0;

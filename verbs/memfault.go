@@ -22,33 +22,27 @@ func isFault(r any) bool {
 
 // memCopy copies src to dst; false if either faulted.
 func memCopy(dst, src []byte) (ok bool) {
-	prev := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(prev)
-		if r := recover(); r != nil {
-			if !isFault(r) {
-				panic(r)
-			}
-			ok = false
-		}
-	}()
+	defer faultToFalse(debug.SetPanicOnFault(true), &ok)
 	copy(dst, src)
 	return true
+}
+
+// faultToFalse, deferred, restores the goroutine's panic-on-fault setting
+// prev and turns a memory fault into *ok = false; any other panic goes on.
+func faultToFalse(prev bool, ok *bool) {
+	debug.SetPanicOnFault(prev)
+	if r := recover(); r != nil {
+		if !isFault(r) {
+			panic(r)
+		}
+		*ok = false
+	}
 }
 
 // memAtomic runs an 8-byte compare-and-swap (cas) or fetch-and-add on b and
 // returns the original value; ok is false if b faulted.
 func memAtomic(b []byte, cas bool, compare, swapAdd uint64) (orig uint64, ok bool) {
-	prev := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(prev)
-		if r := recover(); r != nil {
-			if !isFault(r) {
-				panic(r)
-			}
-			ok = false
-		}
-	}()
+	defer faultToFalse(debug.SetPanicOnFault(true), &ok)
 	orig = binary.NativeEndian.Uint64(b)
 	if cas {
 		if orig == compare {

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "qpconn.h"
 
 static int failures;
 
@@ -36,32 +37,12 @@ struct conn {
 
 static int to_init(struct ibv_qp *qp)
 {
-	struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-				  .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ };
-	return ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	return qp_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
 static int to_rts(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr at = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dest,
-				  .rq_psn = 1, .max_dest_rd_atomic = 1, .min_rnr_timer = 12 };
-	at.ah_attr.is_global = 1;
-	at.ah_attr.grh.dgid = gid;
-	at.ah_attr.grh.sgid_index = 1;
-	at.ah_attr.grh.hop_limit = 1;
-	at.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTS;
-	at.timeout = 14;
-	at.retry_cnt = 7;
-	at.rnr_retry = 7;
-	at.sq_psn = 1;
-	at.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	return qp_rtr_rts(qp, dest, &gid);
 }
 
 static struct ibv_qp *new_qp(struct ibv_pd *pd, struct ibv_cq *cq, int wr)
@@ -109,22 +90,6 @@ static int post_write(struct conn *c, struct ibv_qp *qp, uint64_t id, size_t off
 	wr.wr.rdma.remote_addr = (uintptr_t)c->buf + c->len / 2;
 	wr.wr.rdma.rkey = c->mr->rkey;
 	return ibv_post_send(qp, &wr, &bad);
-}
-
-/* wait_wc polls cq for one completion, up to 5 s. */
-static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n)
-			return n;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 5)
-			return 0;
-		usleep(100);
-	}
 }
 
 static void test_bad_transition(void)

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "qpconn.h"
 
 static int failures;
 static struct ibv_context *ctx;
@@ -23,45 +24,9 @@ static union ibv_gid gid;
 
 static int to_rts(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				  .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND };
-	if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+	if (qp_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND))
 		return -1;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTR;
-	at.path_mtu = IBV_MTU_1024;
-	at.dest_qp_num = dest;
-	at.rq_psn = 1;
-	at.max_dest_rd_atomic = 1;
-	at.min_rnr_timer = 1;
-	at.ah_attr.is_global = 1;
-	at.ah_attr.grh.dgid = gid;
-	at.ah_attr.grh.sgid_index = 1;
-	at.ah_attr.grh.hop_limit = 1;
-	at.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTS;
-	at.timeout = 14;
-	at.retry_cnt = 7;
-	at.rnr_retry = 7;
-	at.sq_psn = 1;
-	at.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (int i = 0; i < 50000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n)
-			return n;
-		usleep(100);
-	}
-	return 0;
+	return qp_rtr_rts(qp, dest, &gid);
 }
 
 static struct ibv_pd *pd;
