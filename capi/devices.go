@@ -158,9 +158,9 @@ func srgo_num_comp_vectors() C.int { return 1 } // as rxe
 
 // devCtx is one ibv_context: its device and its async event queue.
 type devCtx struct {
-	od      *openDev
-	idx     int
-	cptr    unsafe.Pointer // struct ibv_context *
+	od   *openDev
+	idx  int
+	cptr unsafe.Pointer // struct ibv_context *
 
 	events eventQueue[asyncItem]
 }
@@ -431,7 +431,6 @@ func (od *openDev) route(ev verbs.AsyncEvent) {
 		}
 	}
 }
-
 
 //export srgo_take_async_event
 func srgo_take_async_event(h C.uintptr_t, ev *C.struct_ibv_async_event) C.int {
