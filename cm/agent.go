@@ -132,6 +132,10 @@ type Stats struct {
 	DropUnexpected atomic.Uint64 // valid MAD that matches no ID or not its state
 	DropBacklog    atomic.Uint64 // REQ dropped because the listener's backlog was full
 	DropRecvError  atomic.Uint64 // GSI receive completions in error
+	// Half-open connections (REP sent, no RTU yet) of listening IDs
+	// (ID.SetHalfOpen): spoofed REQs make them and never answer.
+	HalfOpenEvicted   atomic.Uint64 // dropped (REJ, UNREACHABLE) to make room for a newer one: the listener's half-open bound was reached
+	HalfOpenShortREPs atomic.Uint64 // REPs sent under pressure (the listener's half-open bound at least half taken): resent once at most
 }
 
 // Agent runs the CM protocol on one device (its GSI QP). Attach creates it
@@ -172,6 +176,9 @@ type Agent struct {
 	byRemote map[remoteKey]*ID   // (peer, remote comm ID / request ID) -> ID
 	ahs      map[ahKey]*verbs.AH // GSI address handles by peer and traffic class
 	nextComm uint32
+	// halfOpen holds, per listening ID, its passive IDs on this agent whose
+	// REP went out, oldest first (some may have left REP_SENT since).
+	halfOpen map[*ID][]*ID
 
 	ctx    context.Context // ends at Close (the loop; ResolveAddr's lookups)
 	cancel context.CancelFunc
@@ -208,7 +215,7 @@ func start(dev *verbs.Device, cfg *Config, listed bool) (*Agent, error) {
 		return nil, newErr("attach", "nil device", syscall.EINVAL)
 	}
 	a := &Agent{dev: dev, listed: listed, clock: dev.Clock(), byLocal: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
-		ahs: map[ahKey]*verbs.AH{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
+		ahs: map[ahKey]*verbs.AH{}, halfOpen: map[*ID][]*ID{}, nextComm: rand.Uint32(), done: make(chan struct{}), mtu: dev.ActiveMTU()}
 	a.respExp = cmResponseTimeout
 	a.defaultTiming = cfg == nil || cfg.Timeout <= 0
 	if cfg != nil {

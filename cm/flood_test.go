@@ -2,13 +2,16 @@ package cm
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 	"github.com/softroce/softroce/wire"
@@ -133,4 +136,87 @@ func TestSpoofedREQFlood(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestHalfOpenEvictsOldest: a listening ID keeps at most SetHalfOpen
+// connections waiting for their RTU. Accepting one more drops the oldest at
+// once, however young: its peer gets a REJ (Timeout), the application
+// UNREACHABLE (-ETIMEDOUT) as when a REP's resends run out, and the agent
+// forgets it (no time-wait). From half the bound on, a REP is resent once
+// instead of as often as the REQ asks (5 times here), and Stats count both.
+func TestHalfOpenEvictsOldest(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeout = 400 * time.Millisecond // no resend while the three are accepted
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+	// The requests come from A's address, whose CM knows none of them
+	// (it drops the REPs): the pipe carries nothing to other addresses.
+	var rejs atomic.Value // the REJs B sends, by the comm ID of the request
+	rejs.Store(map[uint32]mad.REJ{})
+	p.pb.SetFilter(func(lp *link.Packet) pipe.Verdict {
+		var w wire.Packet
+		if w.Parse(lp.Bytes()) == nil && w.BTH.DestQP == 1 {
+			var r mad.REJ
+			if h, err := mad.ParseHeader(w.Payload); err == nil && h.AttrID == mad.AttrREJ && r.Parse(w.Payload) == nil {
+				m := maps.Clone(rejs.Load().(map[uint32]mad.REJ))
+				m[r.RemoteCommID] = r
+				rejs.Store(m)
+			}
+		}
+		return pipe.Pass
+	})
+	sch := NewEventChannel()
+	defer sch.Close()
+	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
+	if err := lid.BindAddr(netip.AddrPortFrom(p.addrB(), 7320)); err != nil {
+		t.Fatal(err)
+	}
+	lid.SetHalfOpen(2)
+	if err := lid.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+	defer lid.Destroy()
+	st := p.ab.Stats()
+	var ids []*ID
+	for i := range 3 {
+		p.ab.input(p.addrA(), spoofREQ(p.addrA(), p.addrB(), 7320, uint32(0x30000+i)))
+		id := expect(t, sch, EventConnectRequest).ID
+		defer id.Destroy()
+		if err := id.Accept(&ConnParam{QPNum: uint32(0x200 + i)}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	ev := expect(t, sch, EventUnreachable)
+	if ev.ID != ids[0] || ev.Status != -int(syscall.ETIMEDOUT) || ids[0].State() != "IDLE" {
+		t.Errorf("UNREACHABLE for request %p status %d, want the oldest (%p, state %s) and %d",
+			ev.ID, ev.Status, ids[0], ids[0].State(), -int(syscall.ETIMEDOUT))
+	}
+	var r mad.REJ
+	waitFor(t, 5*time.Second, "the REJ", func() bool {
+		var ok bool
+		r, ok = rejs.Load().(map[uint32]mad.REJ)[0x30000]
+		return ok
+	})
+	if r.Reason != mad.RejTimeout || r.LocalCommID != ids[0].localComm {
+		t.Errorf("REJ to the dropped request's peer: %+v, want reason Timeout", r)
+	}
+	if got := st.HalfOpenEvicted.Load(); got != 1 {
+		t.Errorf("HalfOpenEvicted %d, want 1", got)
+	}
+	if got := p.ab.IDs(); got != 2 {
+		t.Errorf("the agent knows %d IDs, want the 2 half-open ones (the dropped one forgotten)", got)
+	}
+	// Under pressure from the second on: one resend each, then UNREACHABLE.
+	if got := st.HalfOpenShortREPs.Load(); got != 2 || ids[0].shortREP || !ids[1].shortREP || !ids[2].shortREP {
+		t.Errorf("HalfOpenShortREPs %d, want 2 (the second and third REP)", got)
+	}
+	for range 2 {
+		if ev := expect(t, sch, EventUnreachable); ev.ID != ids[1] && ev.ID != ids[2] {
+			t.Errorf("UNREACHABLE for %p", ev.ID)
+		}
+	}
+	if got := st.Retransmits.Load(); got != 2 {
+		t.Errorf("%d REPs resent, want 2 (one each for the two under pressure)", got)
+	}
+	waitFor(t, 5*time.Second, "the agent to forget the requests", func() bool { return p.ab.IDs() == 0 })
 }

@@ -73,6 +73,7 @@ type ID struct {
 	bound    bool
 	backlog  int
 	pending  atomic.Int32 // listener: requests not yet accepted or rejected
+	halfOpen atomic.Int32 // listener: bound of its half-open connections (SetHalfOpen; 0: DefaultHalfOpen)
 	listener *ID          // passive ID: the listener it came from
 	counted  bool         // passive ID counted in listener.pending
 	minRNR   uint8
@@ -82,9 +83,11 @@ type ID struct {
 	// Both guarded by agent.mu.
 	resolving   bool
 	stopResolve context.CancelFunc
-	// Passive IDs: the REP's resend interval and count from the REQ.
+	// Passive IDs: the REP's resend interval and count from the REQ;
+	// shortREP: the REP went out under pressure and is resent once at most.
 	peerRTO     time.Duration
 	peerRetries int
+	shortREP    bool
 
 	// Protocol state, guarded by agent.mu once agent is set.
 	ch         *EventChannel
@@ -339,10 +342,41 @@ func findListener(a *Agent, ps mad.PortSpace, port uint16, dst netip.Addr) *ID {
 	return wild
 }
 
+// DefaultHalfOpen is a listening ID's default bound of half-open
+// connections (ID.SetHalfOpen).
+const DefaultHalfOpen = 128
+
+// SetHalfOpen bounds the listening ID's half-open connections, those
+// accepted (REP sent) whose RTU has not arrived, on each device: when
+// Accept sends one REP more, the oldest half-open connection is dropped (a
+// REJ with reason Timeout to its peer, UNREACHABLE with -ETIMEDOUT to the
+// application, as when the REP's resends run out), as a TCP SYN cache
+// drops its oldest entry: REQs from spoofed addresses, whose RTU never
+// comes, cannot keep real peers out, whose RTU arrives at once. While at
+// least half of the bound is taken, a new REP is resent once at most
+// (Stats.HalfOpenShortREPs) instead of as often as the REQ asks. n <= 0
+// means DefaultHalfOpen (128). softroce's own: rdma_cm has no such bound.
+func (id *ID) SetHalfOpen(n int) error {
+	if n <= 0 {
+		n = DefaultHalfOpen
+	}
+	id.halfOpen.Store(int32(min(n, 1<<30)))
+	return nil
+}
+
+// halfOpenMax is the listening ID's bound (SetHalfOpen).
+func (id *ID) halfOpenMax() int {
+	if n := id.halfOpen.Load(); n > 0 {
+		return int(n)
+	}
+	return DefaultHalfOpen
+}
+
 // Listen makes the ID listen for connection requests (rdma_listen); an
 // unbound ID is bound to the wildcard address and a free port first.
 // backlog bounds the requests delivered but not yet accepted or rejected
 // (further REQs are dropped, and the peer retransmits); <= 0 means 1024.
+// Accepted requests waiting for their RTU are bounded apart (SetHalfOpen).
 func (id *ID) Listen(backlog int) error {
 	if !id.bound {
 		if err := id.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)); err != nil {
@@ -803,6 +837,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	id.st = stRepSent
 	id.answer = b
 	id.startExchange(b)
+	a.addHalfOpen(id)
 	return nil
 }
 

@@ -70,12 +70,93 @@ func (id *ID) timeout() time.Duration {
 }
 
 // maxRetries is Config.MaxRetries, and no more than the peer's REQ asked
-// for on a passive ID (ib_cm resends its REP max_cm_retries times).
+// for on a passive ID (ib_cm resends its REP max_cm_retries times), or
+// than shortREPRetries for a REP sent under pressure.
 func (id *ID) maxRetries() int {
 	if id.peerRetries > 0 { // the REQ's max CM retries + 1
-		return min(id.agent.cfg.MaxRetries, id.peerRetries-1)
+		n := min(id.agent.cfg.MaxRetries, id.peerRetries-1)
+		if id.shortREP && id.st == stRepSent {
+			n = min(n, shortREPRetries)
+		}
+		return n
 	}
 	return id.agent.cfg.MaxRetries
+}
+
+// shortREPRetries is how many times a REP sent under pressure is resent
+// (ID.SetHalfOpen): once, so that a real peer whose REP or RTU was lost
+// still connects, while a spoofed request costs two REPs instead of up to
+// sixteen.
+const shortREPRetries = 1
+
+// addHalfOpen enters id, whose REP just went out, in its listener's
+// half-open connections on this agent. Over the listener's bound, the
+// oldest are dropped (evictHalfOpen); from half of it on, id's REP is
+// resent once at most.
+func (a *Agent) addHalfOpen(id *ID) {
+	l := id.listener
+	if l == nil || id.qpType != verbs.QPTypeRC {
+		return
+	}
+	q := a.halfOpen[l]
+	delete(a.halfOpen, l) // evictHalfOpen's forget must not see q
+	live := q[:0]
+	for _, x := range q {
+		if x.st == stRepSent && x != id {
+			live = append(live, x)
+		}
+	}
+	clear(q[len(live):]) // no stale pointers in the array's tail
+	bound := l.halfOpenMax()
+	if len(live) > 0 && 2*len(live) >= bound {
+		id.shortREP = true
+		a.stats.HalfOpenShortREPs.Add(1)
+	}
+	live = append(live, id)
+	var evict []*ID
+	if n := len(live) - bound; n > 0 {
+		evict = append(evict, live[:n]...)
+		live = append(live[:0], live[n:]...)
+		clear(live[len(live):cap(live)][:n])
+	}
+	a.halfOpen[l] = live
+	for _, x := range evict {
+		a.evictHalfOpen(x)
+	}
+}
+
+// evictHalfOpen drops a half-open connection to make room for a newer one,
+// as if its REP's resends had run out: REJ (Timeout), QP to ERR, the ID
+// forgotten at once (no time-wait: a late RTU or REQ retransmission is
+// then unexpected, or a new request), UNREACHABLE for the application.
+func (a *Agent) evictHalfOpen(id *ID) {
+	a.stats.HalfOpenEvicted.Add(1)
+	id.sendREJ(mad.MsgOther, mad.RejTimeout, nil)
+	id.qpErr()
+	id.forget()
+	id.st = stIdle
+	id.post(&Event{Type: EventUnreachable, Status: -int(syscall.ETIMEDOUT)})
+}
+
+// dropHalfOpen removes id from its listener's half-open connections.
+func (a *Agent) dropHalfOpen(id *ID) {
+	l := id.listener
+	if l == nil {
+		return
+	}
+	q := a.halfOpen[l]
+	for i, x := range q {
+		if x == id {
+			q = append(q[:i], q[i+1:]...)
+			q[len(q):cap(q)][0] = nil
+			if len(q) == 0 {
+				delete(a.halfOpen, l)
+			} else {
+				a.halfOpen[l] = q
+			}
+			return
+		}
+	}
 }
 
 // ibCMms is ib_cm's cm_convert_to_ms: 4.096 µs × 2^t, approximated as
@@ -97,6 +178,7 @@ func (id *ID) forget() {
 			delete(a.byRemote, k)
 		}
 	}
+	a.dropHalfOpen(id)
 	id.resend, id.answer = nil, nil
 }
 
