@@ -53,14 +53,18 @@ type Options struct {
 	// Prepare); a non-nil error rejects it, with the private data of a
 	// *RejectedError. It may set c.AcceptParam.
 	Decide func(c *Conn) error
-	// Backlog bounds a Listener's connections established or being
-	// established but not yet accepted (default 128); further requests wait
-	// (the CM sends MRAs) until Accept makes room.
+	// Backlog bounds a Listener's established connections not yet
+	// accepted, and its connection requests not yet answered (default
+	// 128): while Backlog connections wait for Accept, further requests
+	// wait too (the CM sends MRAs) until Accept makes room, and REQs beyond
+	// Backlog waiting requests are dropped (Stats.DropBacklog; the peer
+	// resends).
 	Backlog int
 	// HalfOpen bounds a Listener's half-open connections, whose REP is sent
-	// and whose RTU has not arrived (default and at most Backlog): a request
-	// that finds them all taken drops the oldest (REJ, resources released),
-	// as a SYN cache does, so that spoofed REQs cannot block real peers.
+	// and whose RTU has not arrived (default Backlog; ID.SetHalfOpen): one
+	// more drops the oldest (REJ, resources released), as a SYN cache does,
+	// so that spoofed REQs cannot block real peers, whose RTU comes at once;
+	// from half of it on, a REP is resent once at most.
 	HalfOpen int
 	// HalfOpenTimeout bounds how long a connection may wait for its RTU
 	// before the Listener drops it (default 4 × the CM's Timeout: the REP
@@ -103,7 +107,6 @@ type Conn struct {
 	ownPD    bool
 	release  func(c *Conn) // Options.Release, until called
 	halfOpen clock.Timer   // Listener: drops the connection if the RTU is late
-	since    time.Time     // Listener: when the REP was sent (agent's clock)
 	disc     chan struct{}
 	discOnce sync.Once
 	done     chan struct{}
@@ -420,19 +423,17 @@ type Listener struct {
 	ready   []*Conn
 	pending map[*ID]*Conn // half-open: REP sent, no RTU yet
 	closed  bool
-	// admitTimer, if armed, calls admit when the oldest half-open
-	// connection may be dropped (the agent's clock; stopped by Close).
-	admitTimer clock.Timer
-	done       chan struct{}
+	done    chan struct{}
 	// requests counts admit's calls of request in progress: admit runs on
-	// the listener's goroutine, Accept's and admitTimer's, and Close waits
-	// for them before it disposes of the half-open connections (a request
-	// that finished after would leave its connection, QP and ID behind).
+	// the listener's goroutine and Accept's, and Close waits for them
+	// before it disposes of the half-open connections (a request that
+	// finished after would leave its connection, QP and ID behind).
 	requests sync.WaitGroup
 
 	// HalfOpenDrops counts half-open connections dropped because a newer
-	// request needed the room (Options.HalfOpen) or their RTU was late
-	// (Options.HalfOpenTimeout).
+	// request needed the room (Options.HalfOpen; the agent's
+	// Stats.HalfOpenEvicted counts them too), their REP's resends ran out,
+	// or their RTU was late (Options.HalfOpenTimeout).
 	HalfOpenDrops atomic.Uint64
 }
 
@@ -482,13 +483,14 @@ func listen(a *Agent, ap netip.AddrPort, opts *Options) (*Listener, error) {
 	if l.opts.Backlog <= 0 {
 		l.opts.Backlog = 128
 	}
-	if l.opts.HalfOpen <= 0 || l.opts.HalfOpen > l.opts.Backlog {
+	if l.opts.HalfOpen <= 0 {
 		l.opts.HalfOpen = l.opts.Backlog
 	}
 	var err error
 	if l.id, err = l.ch.CreateID(l, l.opts.ps()); err != nil {
 		return nil, err
 	}
+	l.id.SetHalfOpen(l.opts.HalfOpen)
 	if a != nil {
 		l.id.agent = a
 		err = l.id.bindPort(netip.AddrPortFrom(a.addr, ap.Port()))
@@ -537,8 +539,12 @@ func (l *Listener) run() {
 		case EventEstablished:
 			l.established(c, ev)
 		default:
-			// The request failed before establishment.
-			l.drop(c)
+			// The request failed before establishment: UNREACHABLE when
+			// its REP's resends ran out or the agent dropped it for a
+			// newer one (Options.HalfOpen).
+			if l.drop(c) && ev.Type == EventUnreachable {
+				l.HalfOpenDrops.Add(1)
+			}
 			l.admit()
 		}
 	}
@@ -567,32 +573,14 @@ func (l *Listener) drop(c *Conn) bool {
 	return true
 }
 
-// oldestHalfOpen returns the half-open connection whose REP went out
-// first (under l.mu).
-func (l *Listener) oldestHalfOpen() *Conn {
-	var old *Conn
-	for _, c := range l.pending {
-		if c.ID.State() == stEstablished.String() {
-			continue // the RTU arrived: not half-open any more
-		}
-		if old == nil || c.since.Before(old.since) {
-			old = c
-		}
-	}
-	return old
-}
-
 // admit handles waiting connection requests while fewer than
-// Options.Backlog connections are established or being established but not
-// yet accepted; the others wait (the CM asks their peers to wait with MRAs)
-// until Accept makes room.
+// Options.Backlog established connections wait for Accept; the requests
+// wait (the CM asks their peers to wait with MRAs) until Accept makes room.
 //
-// Half-open connections are bounded apart (Options.HalfOpen): a waiting
-// request that finds them all taken drops the oldest, whose peer has had
-// the longest to send its RTU, so that peers that never answer (spoofed
-// REQs) cannot hold the listener; a connection younger than the CM's
-// Timeout is not dropped (a real peer's RTU may be on its way): the
-// request waits until the oldest is that old.
+// Half-open connections are not counted: the agent bounds them
+// (Options.HalfOpen, ID.SetHalfOpen), dropping the oldest for a newer one,
+// whose UNREACHABLE event then releases it here (run), so that peers that
+// never answer (spoofed REQs) cannot hold the listener.
 func (l *Listener) admit() {
 	for {
 		l.mu.Lock()
@@ -600,32 +588,7 @@ func (l *Listener) admit() {
 			l.mu.Unlock()
 			return
 		}
-		if len(l.pending) >= l.opts.HalfOpen {
-			old := l.oldestHalfOpen()
-			if old == nil { // all established, their events on the way
-				l.mu.Unlock()
-				return
-			}
-			a := old.ID.agent
-			if wait := a.cfg.Timeout - a.clock.Now().Sub(old.since); wait > 0 {
-				if l.admitTimer == nil {
-					l.admitTimer = a.clock.AfterFunc(wait, func() {
-						l.mu.Lock()
-						l.admitTimer = nil
-						l.mu.Unlock()
-						l.admit()
-					})
-				}
-				l.mu.Unlock()
-				return
-			}
-			l.mu.Unlock()
-			if l.drop(old) {
-				l.HalfOpenDrops.Add(1)
-			}
-			continue
-		}
-		if len(l.ready)+len(l.pending) >= l.opts.Backlog {
+		if len(l.ready) >= l.opts.Backlog {
 			l.mu.Unlock()
 			return
 		}
@@ -682,7 +645,6 @@ func (l *Listener) request(ev *Event) {
 	}
 	if id.qpType == verbs.QPTypeRC {
 		l.mu.Lock()
-		c.since = id.agent.clock.Now()
 		l.pending[id] = c
 		l.mu.Unlock()
 	}
@@ -781,10 +743,6 @@ func (l *Listener) Close() error {
 		return nil
 	}
 	l.closed = true
-	if l.admitTimer != nil {
-		l.admitTimer.Stop()
-		l.admitTimer = nil
-	}
 	ready := l.ready
 	l.ready = nil
 	l.mu.Unlock()

@@ -2,8 +2,13 @@ package cm
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
+	"runtime"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/cm/mad"
+	"github.com/softroce/softroce/internal/spooftest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
@@ -219,4 +225,107 @@ func TestHalfOpenEvictsOldest(t *testing.T) {
 		t.Errorf("%d REPs resent, want 2 (one each for the two under pressure)", got)
 	}
 	waitFor(t, 5*time.Second, "the agent to forget the requests", func() bool { return p.ab.IDs() == 0 })
+}
+
+// TestSpoofedREQFloodRealDial: under a sustained flood of spoofed REQs
+// (valid MADs over loopback UDP, valid ICRC, from addresses that never
+// answer the REP), 100 and 1,000 a second, a real Dial connects within 2 s
+// every time, with Linux's CM timing (a REQ dropped or kept waiting would be
+// resent only after 6.1 s); the listener's goroutines and the agent's IDs
+// stay bounded, and Stats say what was dropped.
+func TestSpoofedREQFloodRealDial(t *testing.T) {
+	for _, rate := range []int{100, 1000} {
+		t.Run(strconv.Itoa(rate), func(t *testing.T) {
+			n := rand.IntN(200) + 20
+			net := fmt.Sprintf("127.%d.%d.", n, rand.IntN(250)+1)
+			srv, cli := netip.MustParseAddr(net+"1"), netip.MustParseAddr(net+"2")
+			ds, err := verbs.OpenUDP(srv.String()+":4791", &verbs.Config{Name: "srv"})
+			if err != nil {
+				t.Skipf("cannot open a UDP device on %s: %v", srv, err)
+			}
+			defer ds.Close()
+			dc, err := verbs.OpenUDP(cli.String()+":4791", &verbs.Config{Name: "cli"})
+			if err != nil {
+				t.Skipf("cannot open a UDP device on %s: %v", cli, err)
+			}
+			defer dc.Close()
+			as, err := NewAgent(ds, nil) // Linux's timing
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer as.Close()
+			ac, err := NewAgent(dc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ac.Close()
+			l, err := as.Listen(srv.String()+":7330", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					c, err := l.Accept(ctx)
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			var peers []netip.Addr
+			for i := range 32 {
+				peers = append(peers, netip.MustParseAddr(net+strconv.Itoa(10+i)))
+			}
+			f, err := spooftest.New(srv, peers)
+			if err != nil {
+				t.Skipf("cannot send from spoofed loopback addresses: %v", err)
+			}
+			defer f.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f.Run(ctx, rate, func(peer netip.Addr, i int) []byte { return spoofREQ(peer, srv, 7330, uint32(0x40000+i)) })
+			}()
+			g0 := runtime.NumGoroutine()
+			// Past the half-open bound (Options.HalfOpen, default 128), and
+			// a second of flood at least.
+			waitFor(t, 10*time.Second, "the flood to fill the listener", func() bool { return f.Sent() >= max(DefaultHalfOpen+20, rate) })
+			st := as.Stats()
+			for i := range 3 {
+				t0 := time.Now()
+				dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+				c, err := ac.Dial(dctx, srv.String()+":7330", nil)
+				dcancel()
+				if err != nil {
+					t.Fatalf("dial %d under %d spoofed REQ/s (%d sent): %v after %v; backlog drops %d, half-open evicted %d",
+						i, rate, f.Sent(), err, time.Since(t0), st.DropBacklog.Load(), st.HalfOpenEvicted.Load())
+				}
+				t.Logf("dial %d: %v (%d spoofed REQs sent, %d IDs)", i, time.Since(t0).Round(time.Millisecond), f.Sent(), as.IDs())
+				c.Close()
+				// Half-open connections (128), waiting requests (the
+				// backlog, 128) and a few closing real ones.
+				if ids := as.IDs(); ids > 2*DefaultHalfOpen+8 {
+					t.Errorf("the listener's agent holds %d IDs", ids)
+				}
+				if g := runtime.NumGoroutine(); g > g0+4 {
+					t.Errorf("%d goroutines, %d when the flood began", g, g0)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if st.HalfOpenEvicted.Load() == 0 || st.HalfOpenShortREPs.Load() == 0 {
+				t.Errorf("no half-open connection dropped (%d) or REP sent under pressure (%d)",
+					st.HalfOpenEvicted.Load(), st.HalfOpenShortREPs.Load())
+			}
+			t.Logf("%d spoofed REQs: %d half-open dropped for newer ones, %d REPs under pressure, %d dropped (backlog), %d REJs",
+				f.Sent(), st.HalfOpenEvicted.Load(), st.HalfOpenShortREPs.Load(), st.DropBacklog.Load(), st.RejectsSent.Load())
+		})
+	}
 }

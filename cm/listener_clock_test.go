@@ -13,11 +13,12 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-// TestListenerTimersOnAgentClock: the listener's half-open timers (drop a
-// connection whose RTU is late; admit a waiting request once the oldest
-// half-open one may be dropped) run on the agent's clock, so a fake clock
-// drives them, and Close stops them. The spoofed REQs ask for REP resends
-// every ~137 s (response timeout 25), beyond the times advanced here.
+// TestListenerTimersOnAgentClock: the listener's half-open timer (drop a
+// connection whose RTU is late) runs on the agent's clock, so a fake clock
+// drives it; a request beyond Options.HalfOpen drops the oldest half-open
+// connection at once, however young, with no timer; Close stops the
+// timers. The spoofed REQs ask for REP resends every ~137 s (response
+// timeout 25), beyond the times advanced here.
 func TestListenerTimersOnAgentClock(t *testing.T) {
 	fc := clocktest.NewFake(time.Unix(1e9, 0))
 	n := netSeq.Add(1)
@@ -46,33 +47,36 @@ func TestListenerTimersOnAgentClock(t *testing.T) {
 		p.ab.input(peer, m)
 	}
 	halfOpen := func() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.pending) }
-	armed := func() clock.Timer { l.mu.Lock(); defer l.mu.Unlock(); return l.admitTimer }
+	timer := func() clock.Timer {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, c := range l.pending {
+			return c.halfOpen
+		}
+		return nil
+	}
 
 	// Expire: the RTU is late by the fake clock's minute.
 	spoof(1)
-	waitFor(t, 10*time.Second, "the first half-open connection", func() bool { return halfOpen() == 1 })
+	waitFor(t, 10*time.Second, "the first half-open connection", func() bool { return halfOpen() == 1 && timer() != nil })
 	fc.Advance(time.Minute + time.Second)
 	waitFor(t, 10*time.Second, "the late connection to be dropped", func() bool {
 		return l.HalfOpenDrops.Load() == 1 && halfOpen() == 0
 	})
 
-	// Admit: a second request waits behind a half-open connection younger
-	// than the agent's Timeout; the fake clock's 30 s make room for it.
+	// Evict: a second request drops the half-open connection in its way
+	// at once, though the fake clock stands still.
 	spoof(2)
 	waitFor(t, 10*time.Second, "the second half-open connection", func() bool { return halfOpen() == 1 })
 	spoof(3)
-	waitFor(t, 10*time.Second, "the admit timer", func() bool { return armed() != nil })
-	fc.Advance(31 * time.Second)
 	waitFor(t, 10*time.Second, "the oldest connection to make room", func() bool {
-		return l.HalfOpenDrops.Load() == 2 && halfOpen() == 1
+		return l.HalfOpenDrops.Load() == 2 && p.ab.Stats().HalfOpenEvicted.Load() == 1 && halfOpen() == 1
 	})
 
-	// Close stops an armed admit timer.
-	spoof(4)
-	waitFor(t, 10*time.Second, "the admit timer again", func() bool { return armed() != nil })
-	tm := armed()
+	// Close stops the half-open timer.
+	tm := timer()
 	l.Close()
-	if tm.Stop() {
-		t.Error("the admit timer is still armed after Close")
+	if tm == nil || tm.Stop() {
+		t.Error("the half-open timer is still armed after Close")
 	}
 }
