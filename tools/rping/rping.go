@@ -107,7 +107,8 @@ type rcb struct {
 	// krping duplex: the peer finished and disconnected during the test
 	peerDone bool
 	testing  bool // the test runs: keepalives on (rping_live.go)
-	// halfOpen (-P) counts the server's connections not established yet.
+	// halfOpen (-P) counts the server's connections not established yet
+	// (and not torn down yet).
 	halfOpen *atomic.Int32
 	probing  bool // a keepalive WRITE is outstanding
 	sem      chan struct{}
@@ -890,7 +891,20 @@ func (cb *rcb) bindServer() int {
 	}
 	cb.debugf("rdma_bind_addr successful\n")
 	cb.debugf("rdma_listen\n")
-	if err := cb.id.Listen(3); err != nil {
+	backlog := 3 // rping's
+	if cb.o.persistent {
+		// -P: the CM keeps rpingMaxHalfOpen connections waiting for their
+		// RTU and drops the oldest for a newer one (UNREACHABLE), so that
+		// spoofed REQs, which never answer the REP, cannot lock real
+		// clients out. The kernel's backlog counts the requests whose
+		// CONNECT_REQUEST rping has not read yet, which its CM thread
+		// reads at once; softroce's counts them until they are accepted,
+		// which a -P server does after setting each connection up in its
+		// own goroutine: 3 would drop requests that come in a burst.
+		cb.id.SetHalfOpen(rpingMaxHalfOpen)
+		backlog = rpingMaxHalfOpen
+	}
+	if err := cb.id.Listen(backlog); err != nil {
 		cb.errf("rdma_listen: %v\n", err)
 		return -1
 	}
@@ -901,15 +915,17 @@ func (cb *rcb) bindServer() int {
 // rping_run_server after the CONNECT_REQUEST).
 func (cb *rcb) serveConn(test func() int) int {
 	var once sync.Once
-	established := func() { // no longer half-open (-P)
+	done := func() { // established, or torn down (-P)
 		if cb.halfOpen != nil {
 			once.Do(func() { cb.halfOpen.Add(-1) })
 		}
 	}
-	defer established()
+	defer done()
 	accept := func() int {
 		ret := cb.acceptConn()
-		established()
+		if ret == 0 {
+			done()
+		}
 		return ret
 	}
 	destroy := func() { cb.child.Destroy() }
@@ -994,9 +1010,11 @@ func (cb *rcb) runPersistentServer() int {
 			cb.halfOpen = new(atomic.Int32)
 		}
 		c.halfOpen = cb.halfOpen
-		if c.halfOpen.Add(1) > rpingMaxHalfOpen {
-			// Too many connections not established yet: refuse this one
-			// (a full SYN backlog) rather than grow without bound.
+		if c.halfOpen.Add(1) > rpingMaxPending {
+			// Too many connections neither established nor torn down
+			// yet (the CM drops the oldest half-open ones for newer
+			// ones, and their teardown lags): refuse this one rather
+			// than grow without bound.
 			c.halfOpen.Add(-1)
 			c.child.Reject(nil)
 			c.child.Destroy()
@@ -1008,9 +1026,16 @@ func (cb *rcb) runPersistentServer() int {
 	}
 }
 
-// rpingMaxHalfOpen bounds a -P server's connections between
-// CONNECT_REQUEST and ESTABLISHED.
-const rpingMaxHalfOpen = 64
+// rpingMaxHalfOpen bounds a -P server's half-open connections (REP sent, no
+// RTU): the CM drops the oldest for a newer one (cm.ID.SetHalfOpen); and its
+// requests being set up, not accepted yet (the listen backlog).
+// rpingMaxPending bounds its connections from CONNECT_REQUEST until
+// ESTABLISHED or torn down: those half-open, being set up, and being torn
+// down after the CM dropped them; a request beyond is rejected.
+const (
+	rpingMaxHalfOpen = 64
+	rpingMaxPending  = 3 * rpingMaxHalfOpen
+)
 
 // testServer is rping_test_server.
 func (cb *rcb) testServer() int {
