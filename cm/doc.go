@@ -10,8 +10,10 @@
 // receives CM MADs, keeps transaction and communication IDs, retransmits
 // lost MADs (Config.Timeout, Config.MaxRetries), answers duplicates
 // idempotently (the same REP, RTU, DREP or REJ again), sends an MRA when the
-// application is slow to accept, keeps closed connections in time-wait, and
-// drops malformed or unexpected MADs, counting them in Stats. Attach starts
+// application is slow to accept, keeps closed connections in time-wait,
+// bounds each listener's half-open connections as a SYN cache does, so that
+// spoofed REQs cannot keep real peers out (ID.SetHalfOpen), and drops
+// malformed or unexpected MADs, counting them in Stats. Attach starts
 // one per device and registers it, so that addresses resolve to devices as
 // rdma_cm resolves them through the GID table. NewAgent starts one outside
 // that registry, with ports of its own: only its own methods reach it.
