@@ -10,7 +10,9 @@ package spooftest
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +25,10 @@ import (
 type Flood struct {
 	dst   netip.AddrPort
 	peers []netip.Addr
-	eps   []*udp.Endpoint
 	sent  atomic.Int64
+
+	mu  sync.Mutex
+	eps []*udp.Endpoint // nil once closed
 }
 
 // New opens a socket on each of peers (loopback addresses, where Linux lets
@@ -47,10 +51,16 @@ func New(srv netip.Addr, peers []netip.Addr) (*Flood, error) {
 func (f *Flood) Peers() []netip.Addr { return f.peers }
 
 // Send sends MAD m from the i-th spoofed address (modulo their number).
+// After Close it fails with net.ErrClosed.
 func (f *Flood) Send(i int, m []byte) error {
 	p := wire.Packet{BTH: wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: 1},
 		DETH: wire.DETH{QKey: wire.GSIQKey, SrcQP: 1}, Payload: m}
 	b := p.Append(nil)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.eps == nil {
+		return net.ErrClosed
+	}
 	_, err := f.eps[i%len(f.eps)].WriteBatch([]link.Packet{{Buf: b, N: len(b), Dst: f.dst}})
 	if err == nil {
 		f.sent.Add(1)
@@ -59,15 +69,17 @@ func (f *Flood) Send(i int, m []byte) error {
 }
 
 // Run sends mad(peer, i) for i = 0, 1, ... from peer, the i-th spoofed
-// address (modulo their number), rate a second, until ctx ends. Packets
-// leave in small bursts every 2 ms.
+// address (modulo their number), rate a second, until ctx ends or the
+// flood is closed. Packets leave in small bursts every 2 ms.
 func (f *Flood) Run(ctx context.Context, rate int, mad func(peer netip.Addr, i int) []byte) {
 	start := time.Now()
 	tk := time.NewTicker(2 * time.Millisecond)
 	defer tk.Stop()
 	for i := 0; ; {
 		for due := int(time.Since(start).Seconds() * float64(rate)); i < due; i++ {
-			f.Send(i, mad(f.peers[i%len(f.peers)], i))
+			if f.Send(i, mad(f.peers[i%len(f.peers)], i)) == net.ErrClosed {
+				return
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -82,6 +94,8 @@ func (f *Flood) Sent() int { return int(f.sent.Load()) }
 
 // Close closes the sockets.
 func (f *Flood) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, ep := range f.eps {
 		ep.Close()
 	}
