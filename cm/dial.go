@@ -53,18 +53,22 @@ type Options struct {
 	// Prepare); a non-nil error rejects it, with the private data of a
 	// *RejectedError. It may set c.AcceptParam.
 	Decide func(c *Conn) error
-	// Backlog bounds a Listener's established connections not yet
-	// accepted, and its connection requests not yet answered (default
-	// 128): while Backlog connections wait for Accept, further requests
-	// wait too (the CM sends MRAs) until Accept makes room, and REQs beyond
-	// Backlog waiting requests are dropped (Stats.DropBacklog; the peer
-	// resends).
+	// Backlog bounds a Listener's connections established or being
+	// established but not yet accepted (default 128); further requests wait
+	// (the CM sends MRAs) until Accept makes room. A connection being
+	// established counts only for the first 20 ms after its REP, as long as
+	// a real peer's RTU takes on a LAN (rtuGrace): one still half-open then
+	// is presumed spoofed and bounded by HalfOpen alone. Requests not yet
+	// answered, which hold no QP, are bounded at 8 × Backlog, so that a
+	// burst of them is not lost: REQs beyond are dropped (Stats.DropBacklog;
+	// the peer resends).
 	Backlog int
 	// HalfOpen bounds a Listener's half-open connections, whose REP is sent
-	// and whose RTU has not arrived (default Backlog; ID.SetHalfOpen): one
-	// more drops the oldest (REJ, resources released), as a SYN cache does,
-	// so that spoofed REQs cannot block real peers, whose RTU comes at once;
-	// from half of it on, a REP is resent once at most.
+	// and whose RTU has not arrived (default the larger of Backlog and
+	// DefaultHalfOpen; ID.SetHalfOpen): one more drops the oldest (REJ,
+	// resources released), as a SYN cache does, so that spoofed REQs cannot
+	// block real peers, whose RTU comes at once; from half of it on, a REP
+	// is resent once at most.
 	HalfOpen int
 	// HalfOpenTimeout bounds how long a connection may wait for its RTU
 	// before the Listener drops it (default 4 × the CM's Timeout: the REP
@@ -107,6 +111,7 @@ type Conn struct {
 	ownPD    bool
 	release  func(c *Conn) // Options.Release, until called
 	halfOpen clock.Timer   // Listener: drops the connection if the RTU is late
+	since    time.Time     // Listener: when the REP was sent (agent's clock)
 	disc     chan struct{}
 	discOnce sync.Once
 	done     chan struct{}
@@ -423,11 +428,15 @@ type Listener struct {
 	ready   []*Conn
 	pending map[*ID]*Conn // half-open: REP sent, no RTU yet
 	closed  bool
-	done    chan struct{}
+	// admitTimer, if armed, calls admit when the oldest half-open
+	// connection stops counting against Backlog (rtuGrace; the agent's
+	// clock; stopped by Close).
+	admitTimer clock.Timer
+	done       chan struct{}
 	// requests counts admit's calls of request in progress: admit runs on
-	// the listener's goroutine and Accept's, and Close waits for them
-	// before it disposes of the half-open connections (a request that
-	// finished after would leave its connection, QP and ID behind).
+	// the listener's goroutine, Accept's and admitTimer's, and Close waits
+	// for them before it disposes of the half-open connections (a request
+	// that finished after would leave its connection, QP and ID behind).
 	requests sync.WaitGroup
 
 	// HalfOpenDrops counts half-open connections dropped because a newer
@@ -484,7 +493,7 @@ func listen(a *Agent, ap netip.AddrPort, opts *Options) (*Listener, error) {
 		l.opts.Backlog = 128
 	}
 	if l.opts.HalfOpen <= 0 {
-		l.opts.HalfOpen = l.opts.Backlog
+		l.opts.HalfOpen = max(l.opts.Backlog, DefaultHalfOpen)
 	}
 	var err error
 	if l.id, err = l.ch.CreateID(l, l.opts.ps()); err != nil {
@@ -501,7 +510,7 @@ func listen(a *Agent, ap netip.AddrPort, opts *Options) (*Listener, error) {
 		l.id.Destroy()
 		return nil, err
 	}
-	if err := l.id.Listen(l.opts.Backlog); err != nil {
+	if err := l.id.Listen(requestsPerBacklog * l.opts.Backlog); err != nil {
 		l.id.Destroy()
 		return nil, err
 	}
@@ -573,14 +582,50 @@ func (l *Listener) drop(c *Conn) bool {
 	return true
 }
 
+// requestsPerBacklog × Options.Backlog bounds a Listener's requests not
+// yet answered (its ID's listen backlog): they hold no QP, and a flood's
+// burst of them must not push a real peer's REQ out, whose resend is 6 s
+// away.
+const requestsPerBacklog = 8
+
+// rtuGrace is how long a half-open connection counts against a Listener's
+// Backlog: a real peer's RTU comes within a round trip, a spoofed one
+// never. Under a flood the bound is HalfOpen, the agent's, and Backlog
+// still admits Backlog / rtuGrace requests a second (6,400 with 128).
+const rtuGrace = 20 * time.Millisecond
+
+// young returns the number of half-open connections whose REP went out
+// less than rtuGrace ago, and when the oldest of them stops counting, by
+// its agent's clock (under l.mu).
+func (l *Listener) young() (n int, next time.Duration, clk clock.Clock) {
+	for _, c := range l.pending {
+		if c.since.IsZero() {
+			n++ // its REP is on its way
+			continue
+		}
+		if c.ID.State() == stEstablished.String() {
+			continue // the RTU arrived: ready soon
+		}
+		if left := rtuGrace - c.ID.agent.clock.Now().Sub(c.since); left > 0 {
+			n++
+			if next == 0 || left < next {
+				next, clk = left, c.ID.agent.clock
+			}
+		}
+	}
+	return n, next, clk
+}
+
 // admit handles waiting connection requests while fewer than
-// Options.Backlog established connections wait for Accept; the requests
-// wait (the CM asks their peers to wait with MRAs) until Accept makes room.
+// Options.Backlog connections are established or being established but not
+// yet accepted; the others wait (the CM asks their peers to wait with MRAs)
+// until Accept makes room.
 //
-// Half-open connections are not counted: the agent bounds them
-// (Options.HalfOpen, ID.SetHalfOpen), dropping the oldest for a newer one,
-// whose UNREACHABLE event then releases it here (run), so that peers that
-// never answer (spoofed REQs) cannot hold the listener.
+// A half-open connection counts only for rtuGrace: after that it is
+// presumed spoofed, and the agent bounds those (Options.HalfOpen,
+// ID.SetHalfOpen), dropping the oldest for a newer one, which request
+// then releases, so that peers that never answer cannot hold the
+// listener.
 func (l *Listener) admit() {
 	for {
 		l.mu.Lock()
@@ -588,7 +633,15 @@ func (l *Listener) admit() {
 			l.mu.Unlock()
 			return
 		}
-		if len(l.ready) >= l.opts.Backlog {
+		if n, next, clk := l.young(); len(l.ready)+n >= l.opts.Backlog {
+			if next > 0 && l.admitTimer == nil {
+				l.admitTimer = clk.AfterFunc(next, func() {
+					l.mu.Lock()
+					l.admitTimer = nil
+					l.mu.Unlock()
+					l.admit()
+				})
+			}
 			l.mu.Unlock()
 			return
 		}
@@ -645,10 +698,22 @@ func (l *Listener) request(ev *Event) {
 	}
 	if id.qpType == verbs.QPTypeRC {
 		l.mu.Lock()
-		l.pending[id] = c
+		l.pending[id] = c // since zero: counted as young
 		l.mu.Unlock()
 	}
-	if err := id.Accept(&p); err != nil {
+	evicted, err := id.accept(&p)
+	// Release at once what the agent dropped to make room (their
+	// UNREACHABLE events, queued behind other requests, find them gone):
+	// a burst of requests would otherwise hold that many QPs.
+	for _, x := range evicted {
+		l.mu.Lock()
+		old := l.pending[x]
+		l.mu.Unlock()
+		if old != nil && l.drop(old) {
+			l.HalfOpenDrops.Add(1)
+		}
+	}
+	if err != nil {
 		l.mu.Lock()
 		delete(l.pending, id)
 		l.mu.Unlock()
@@ -664,6 +729,7 @@ func (l *Listener) request(ev *Event) {
 		}
 		l.mu.Lock()
 		if l.pending[id] == c { // not established or failed already
+			c.since = id.agent.clock.Now()
 			c.halfOpen = id.agent.clock.AfterFunc(to, func() { l.expire(c) })
 		}
 		l.mu.Unlock()
@@ -743,6 +809,10 @@ func (l *Listener) Close() error {
 		return nil
 	}
 	l.closed = true
+	if l.admitTimer != nil {
+		l.admitTimer.Stop()
+		l.admitTimer = nil
+	}
 	ready := l.ready
 	l.ready = nil
 	l.mu.Unlock()

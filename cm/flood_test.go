@@ -265,9 +265,8 @@ func TestSpoofedREQFloodRealDial(t *testing.T) {
 			}
 			defer l.Close()
 			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
 			var wg sync.WaitGroup
-			defer wg.Wait()
+			defer wg.Wait() // after cancel (deferred later, run first)
 			defer cancel()
 			wg.Add(1)
 			go func() {
@@ -288,12 +287,14 @@ func TestSpoofedREQFloodRealDial(t *testing.T) {
 			if err != nil {
 				t.Skipf("cannot send from spoofed loopback addresses: %v", err)
 			}
-			defer f.Close()
-			wg.Add(1)
+			defer f.Close() // after the flood stops
+			fctx, stop := context.WithCancel(ctx)
+			flooding := make(chan struct{})
 			go func() {
-				defer wg.Done()
-				f.Run(ctx, rate, func(peer netip.Addr, i int) []byte { return spoofREQ(peer, srv, 7330, uint32(0x40000+i)) })
+				defer close(flooding)
+				f.Run(fctx, rate, func(peer netip.Addr, i int) []byte { return spoofREQ(peer, srv, 7330, uint32(0x40000+i)) })
 			}()
+			defer func() { stop(); <-flooding }()
 			g0 := runtime.NumGoroutine()
 			// Past the half-open bound (Options.HalfOpen, default 128), and
 			// a second of flood at least.
@@ -305,14 +306,29 @@ func TestSpoofedREQFloodRealDial(t *testing.T) {
 				c, err := ac.Dial(dctx, srv.String()+":7330", nil)
 				dcancel()
 				if err != nil {
-					t.Fatalf("dial %d under %d spoofed REQ/s (%d sent): %v after %v; backlog drops %d, half-open evicted %d",
-						i, rate, f.Sent(), err, time.Since(t0), st.DropBacklog.Load(), st.HalfOpenEvicted.Load())
+					l.mu.Lock()
+					waiting, half, ready := len(l.waiting), len(l.pending), len(l.ready)
+					l.mu.Unlock()
+					t.Fatalf("dial %d under %d spoofed REQ/s (%d sent): %v after %v; backlog drops %d, half-open evicted %d; "+
+						"the listener: %d requests waiting, %d half-open, %d ready; %d IDs, %d MADs received, %d send errors, device drops %d (no receive WQE), %d send errors; "+
+						"client: %d MADs sent, %d received, %d dropped unexpected, %d send errors, device drops %d (no receive WQE)",
+						i, rate, f.Sent(), err, time.Since(t0), st.DropBacklog.Load(), st.HalfOpenEvicted.Load(),
+						waiting, half, ready, as.IDs(), st.MADsReceived.Load(), st.SendErrors.Load(), ds.Stats().DropNoRecv.Load(), ds.Stats().TxErrors.Load(),
+						ac.Stats().MADsSent.Load(), ac.Stats().MADsReceived.Load(), ac.Stats().DropUnexpected.Load(),
+						ac.Stats().SendErrors.Load(), dc.Stats().DropNoRecv.Load())
 				}
 				t.Logf("dial %d: %v (%d spoofed REQs sent, %d IDs)", i, time.Since(t0).Round(time.Millisecond), f.Sent(), as.IDs())
 				c.Close()
-				// Half-open connections (128), waiting requests (the
-				// backlog, 128) and a few closing real ones.
-				if ids := as.IDs(); ids > 2*DefaultHalfOpen+8 {
+				// The connections with a QP, half-open ones (Options.HalfOpen,
+				// 128) and a few being dropped; the IDs, those and the
+				// requests waiting (8 × Backlog) and a few closing.
+				l.mu.Lock()
+				qps := len(l.pending)
+				l.mu.Unlock()
+				if qps > DefaultHalfOpen+8 {
+					t.Errorf("the listener holds %d half-open connections", qps)
+				}
+				if ids := as.IDs(); ids > DefaultHalfOpen+requestsPerBacklog*128+8 {
 					t.Errorf("the listener's agent holds %d IDs", ids)
 				}
 				if g := runtime.NumGoroutine(); g > g0+4 {
@@ -324,8 +340,9 @@ func TestSpoofedREQFloodRealDial(t *testing.T) {
 				t.Errorf("no half-open connection dropped (%d) or REP sent under pressure (%d)",
 					st.HalfOpenEvicted.Load(), st.HalfOpenShortREPs.Load())
 			}
-			t.Logf("%d spoofed REQs: %d half-open dropped for newer ones, %d REPs under pressure, %d dropped (backlog), %d REJs",
-				f.Sent(), st.HalfOpenEvicted.Load(), st.HalfOpenShortREPs.Load(), st.DropBacklog.Load(), st.RejectsSent.Load())
+			t.Logf("%d spoofed REQs: %d half-open dropped for newer ones, %d REPs under pressure, %d dropped (backlog), %d REJs; device: %d send errors, %d drops (no receive WQE)",
+				f.Sent(), st.HalfOpenEvicted.Load(), st.HalfOpenShortREPs.Load(), st.DropBacklog.Load(), st.RejectsSent.Load(),
+				ds.Stats().TxErrors.Load(), ds.Stats().DropNoRecv.Load())
 		})
 	}
 }

@@ -774,14 +774,21 @@ func flowLabel(sport, dport uint16) uint32 {
 // with the RTU. For UD a SIDR_REP announces the QP. p may be nil (echo the
 // peer's values, RNR retry 7).
 func (id *ID) Accept(p *ConnParam) error {
+	_, err := id.accept(p)
+	return err
+}
+
+// accept is Accept; it also returns the half-open connections of the
+// listener that the new REP made the agent drop (addHalfOpen).
+func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 	a := id.agent
 	if a == nil {
-		return ErrState
+		return nil, ErrState
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	var cp ConnParam
 	if p != nil {
@@ -796,10 +803,10 @@ func (id *ID) Accept(p *ConnParam) error {
 	switch id.st {
 	case stSIDRReqRcvd:
 		if len(cp.PrivateData) > mad.MaxSIDRREPUserData {
-			return ErrPrivateData
+			return nil, ErrPrivateData
 		}
 		if qpn == 0 {
-			return newErr("accept", "the ID has no QP: call CreateQP or give ConnParam.QPNum", syscall.EINVAL)
+			return nil, newErr("accept", "the ID has no QP: call CreateQP or give ConnParam.QPNum", syscall.EINVAL)
 		}
 		m := mad.SIDRREP{Header: mad.NewHeader(id.tid), RequestID: id.remoteComm, Status: mad.SIDRSuccess,
 			QPN: qpn, ServiceID: id.serviceID, QKey: mad.UDPQKey, PrivateData: cp.PrivateData}
@@ -807,23 +814,23 @@ func (id *ID) Accept(p *ConnParam) error {
 		id.uncount()
 		a.sendTC(id.peer, id.tos, b)
 		id.enterTimeWait(b)
-		return nil
+		return nil, nil
 	case stReqRcvd, stMRAReqSent:
 	default:
-		return newErr("accept", "no connection request pending on this ID (state "+id.st.String()+")", syscall.EINVAL)
+		return nil, newErr("accept", "no connection request pending on this ID (state "+id.st.String()+")", syscall.EINVAL)
 	}
 	if len(cp.PrivateData) > mad.MaxREPUserData {
-		return ErrPrivateData
+		return nil, ErrPrivateData
 	}
 	if qpn == 0 {
-		return newErr("accept", "the ID has no QP: call CreateQP or give ConnParam.QPNum", syscall.EINVAL)
+		return nil, newErr("accept", "the ID has no QP: call CreateQP or give ConnParam.QPNum", syscall.EINVAL)
 	}
 	id.respRes, id.initDep = clampRd(cp.ResponderResources), clampRd(cp.InitiatorDepth)
 	if err := id.qpRTR(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := id.qpRTS(); err != nil {
-		return err
+		return nil, err
 	}
 	m := mad.REP{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
 		LocalQPN: qpn, StartingPSN: id.myPSN, ResponderResources: id.respRes, InitiatorDepth: id.initDep,
@@ -831,14 +838,13 @@ func (id *ID) Accept(p *ConnParam) error {
 		SRQ: cp.SRQ, LocalCAGUID: a.guid, PrivateData: cp.PrivateData}
 	b, err := m.Append(nil)
 	if err != nil {
-		return ErrPrivateData
+		return nil, ErrPrivateData
 	}
 	id.uncount()
 	id.st = stRepSent
 	id.answer = b
 	id.startExchange(b)
-	a.addHalfOpen(id)
-	return nil
+	return a.addHalfOpen(id), nil
 }
 
 // Reject rejects a connection request (rdma_reject) with reason 28

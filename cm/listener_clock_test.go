@@ -13,12 +13,16 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-// TestListenerTimersOnAgentClock: the listener's half-open timer (drop a
-// connection whose RTU is late) runs on the agent's clock, so a fake clock
-// drives it; a request beyond Options.HalfOpen drops the oldest half-open
-// connection at once, however young, with no timer; Close stops the
-// timers. The spoofed REQs ask for REP resends every ~137 s (response
-// timeout 25), beyond the times advanced here.
+// TestListenerTimersOnAgentClock: the listener's timers run on the agent's
+// clock, so a fake clock drives them, and Close stops them:
+//   - expire: a connection whose RTU is late is dropped;
+//   - evict: a request beyond Options.HalfOpen drops the oldest half-open
+//     connection at once, however young;
+//   - grace: a half-open connection counts against Backlog for rtuGrace
+//     only: a request waits behind it until then, and is admitted after.
+//
+// The spoofed REQs ask for REP resends every ~137 s (response timeout 25),
+// beyond the times advanced here.
 func TestListenerTimersOnAgentClock(t *testing.T) {
 	fc := clocktest.NewFake(time.Unix(1e9, 0))
 	n := netSeq.Add(1)
@@ -30,24 +34,27 @@ func TestListenerTimersOnAgentClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Listen(p.addrB().String()+":7310", &Options{PD: pd, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4},
-		HalfOpen: 1, Backlog: 4, HalfOpenTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
+	listen := func(port int, o Options) *Listener {
+		o.PD, o.Cap, o.HalfOpenTimeout = pd, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}, time.Minute
+		l, err := Listen(fmt.Sprintf("%v:%d", p.addrB(), port), &o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
 	}
-	defer l.Close()
-	spoof := func(i int) {
+	spoof := func(port, i int) {
 		peer := netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})
 		var req mad.REQ
-		if err := req.Parse(spoofREQ(peer, p.addrB(), 7310, uint32(0x20000+i))); err != nil {
+		if err := req.Parse(spoofREQ(peer, p.addrB(), uint16(port), uint32(0x20000+i))); err != nil {
 			t.Fatal(err)
 		}
 		req.LocalCMResponseTimeout = 25
 		m, _ := req.Append(nil)
 		p.ab.input(peer, m)
 	}
-	halfOpen := func() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.pending) }
-	timer := func() clock.Timer {
+	halfOpen := func(l *Listener) int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.pending) }
+	timer := func(l *Listener) clock.Timer {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, c := range l.pending {
@@ -55,28 +62,48 @@ func TestListenerTimersOnAgentClock(t *testing.T) {
 		}
 		return nil
 	}
+	armed := func(l *Listener) clock.Timer { l.mu.Lock(); defer l.mu.Unlock(); return l.admitTimer }
 
 	// Expire: the RTU is late by the fake clock's minute.
-	spoof(1)
-	waitFor(t, 10*time.Second, "the first half-open connection", func() bool { return halfOpen() == 1 && timer() != nil })
+	l := listen(7310, Options{HalfOpen: 1, Backlog: 4})
+	spoof(7310, 1)
+	waitFor(t, 10*time.Second, "the first half-open connection", func() bool { return halfOpen(l) == 1 && timer(l) != nil })
 	fc.Advance(time.Minute + time.Second)
 	waitFor(t, 10*time.Second, "the late connection to be dropped", func() bool {
-		return l.HalfOpenDrops.Load() == 1 && halfOpen() == 0
+		return l.HalfOpenDrops.Load() == 1 && halfOpen(l) == 0
 	})
 
 	// Evict: a second request drops the half-open connection in its way
 	// at once, though the fake clock stands still.
-	spoof(2)
-	waitFor(t, 10*time.Second, "the second half-open connection", func() bool { return halfOpen() == 1 })
-	spoof(3)
+	spoof(7310, 2)
+	waitFor(t, 10*time.Second, "the second half-open connection", func() bool { return halfOpen(l) == 1 })
+	spoof(7310, 3)
 	waitFor(t, 10*time.Second, "the oldest connection to make room", func() bool {
-		return l.HalfOpenDrops.Load() == 2 && p.ab.Stats().HalfOpenEvicted.Load() == 1 && halfOpen() == 1
+		return l.HalfOpenDrops.Load() == 2 && p.ab.Stats().HalfOpenEvicted.Load() == 1 && halfOpen(l) == 1
 	})
 
-	// Close stops the half-open timer.
-	tm := timer()
+	// Grace: with Backlog 1, a request waits while the half-open
+	// connection is younger than rtuGrace, then joins it.
+	g := listen(7311, Options{HalfOpen: 4, Backlog: 1})
+	spoof(7311, 4)
+	waitFor(t, 10*time.Second, "a half-open connection", func() bool { return halfOpen(g) == 1 && timer(g) != nil })
+	spoof(7311, 5)
+	waitFor(t, 10*time.Second, "the admit timer", func() bool { return armed(g) != nil })
+	if halfOpen(g) != 1 {
+		t.Fatalf("%d half-open connections before rtuGrace, want 1", halfOpen(g))
+	}
+	fc.Advance(rtuGrace)
+	waitFor(t, 10*time.Second, "the waiting request to be admitted", func() bool { return halfOpen(g) == 2 && armed(g) == nil })
+
+	// Close stops the timers.
+	spoof(7311, 6)
+	waitFor(t, 10*time.Second, "the admit timer again", func() bool { return armed(g) != nil })
+	tms := []clock.Timer{timer(l), timer(g), armed(g)}
 	l.Close()
-	if tm == nil || tm.Stop() {
-		t.Error("the half-open timer is still armed after Close")
+	g.Close()
+	for i, tm := range tms {
+		if tm == nil || tm.Stop() {
+			t.Errorf("timer %d is still armed after Close", i)
+		}
 	}
 }

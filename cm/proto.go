@@ -91,12 +91,12 @@ const shortREPRetries = 1
 
 // addHalfOpen enters id, whose REP just went out, in its listener's
 // half-open connections on this agent. Over the listener's bound, the
-// oldest are dropped (evictHalfOpen); from half of it on, id's REP is
-// resent once at most.
-func (a *Agent) addHalfOpen(id *ID) {
+// oldest are dropped (evictHalfOpen), and returned; from half of it on,
+// id's REP is resent once at most.
+func (a *Agent) addHalfOpen(id *ID) []*ID {
 	l := id.listener
 	if l == nil || id.qpType != verbs.QPTypeRC {
-		return
+		return nil
 	}
 	q := a.halfOpen[l]
 	delete(a.halfOpen, l) // evictHalfOpen's forget must not see q
@@ -123,6 +123,7 @@ func (a *Agent) addHalfOpen(id *ID) {
 	for _, x := range evict {
 		a.evictHalfOpen(x)
 	}
+	return evict
 }
 
 // evictHalfOpen drops a half-open connection to make room for a newer one,
