@@ -58,6 +58,7 @@ struct sr_cq {
 	struct ibv_cq_ex cqx; /* every CQ is an ibv_cq_ex */
 	uintptr_t h;
 	struct ibv_wc cur;     /* the completion the extended poll API is on */
+	int32_t pending;       /* completions waiting, kept by Go (verbs.CQ.MirrorLen) */
 };
 
 struct sr_srq {

@@ -407,6 +407,8 @@ func srgo_create_cq(h C.uintptr_t, cqe C.int, chh C.uintptr_t, ccq *C.struct_ibv
 		return 0
 	}
 	rec.cq = cq
+	// The C poll reads the count without calling Go (C memory: no Go pointer kept).
+	cq.MirrorLen((*atomic.Int32)(unsafe.Pointer(&(*C.struct_sr_cq)(unsafe.Pointer(ccq)).pending)))
 	*actual = C.int(cq.CQE())
 	hh := addOrFail(rec, errp, func() { cq.Destroy() })
 	if hh != 0 && rec.ch != nil {

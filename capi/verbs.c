@@ -709,10 +709,13 @@ static __thread unsigned int sr_empty_polls;
 
 static int sr_poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	int got;
+	struct sr_cq *c = (struct sr_cq *)cq;
+	int got = 0;
 	if (n <= 0)
 		return 0;
-	got = srgo_poll_cq(((struct sr_cq *)cq)->h, n, wc);
+	/* An empty CQ answers without a call into Go. */
+	if (__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0)
+		got = srgo_poll_cq(c->h, n, wc);
 	if (got == 0) {
 		if (++sr_empty_polls >= SR_EMPTY_POLLS_YIELD) {
 			sr_empty_polls = 0;

@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -53,6 +54,7 @@ type CQ struct {
 	users      int
 	destroyed  bool
 	overflowed bool
+	mirror     *atomic.Int32 // MirrorLen
 }
 
 const (
@@ -94,8 +96,24 @@ func (cq *CQ) Poll(wc []WC) int {
 		cq.n--
 		k++
 	}
+	if k > 0 && cq.mirror != nil {
+		cq.mirror.Add(-int32(k))
+	}
 	cq.mu.Unlock()
 	return k
+}
+
+// MirrorLen makes the CQ keep *n equal to the number of completions
+// waiting (Len), updated atomically under the CQ's lock, from now on (nil
+// stops it). A C binding reads it to answer an empty poll without a call
+// into Go; *n may live in C memory.
+func (cq *CQ) MirrorLen(n *atomic.Int32) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	cq.mirror = n
+	if n != nil {
+		n.Store(int32(cq.n))
+	}
 }
 
 // Len returns the number of completions waiting.
@@ -183,6 +201,9 @@ func (cq *CQ) push(wc *WC, solicited bool) bool {
 	}
 	cq.ring[i] = *wc
 	cq.n++
+	if cq.mirror != nil {
+		cq.mirror.Add(1)
+	}
 	notify := cq.armed == armNext || (cq.armed == armSolicited && (solicited || wc.Status != WCSuccess))
 	if notify {
 		cq.armed = 0
