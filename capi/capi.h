@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <string.h>
 #include <infiniband/verbs.h>
 
 #define SR_MAX_DEVICES 64
@@ -94,6 +95,19 @@ static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint
 	while (*done != want)
 		pthread_cond_wait(cond, mu);
 	pthread_mutex_unlock(mu);
+}
+
+/* sr_qp_attr_from_ex: the plain creation attributes inside extended ones. */
+static inline void sr_qp_attr_from_ex(struct ibv_qp_init_attr *a, const struct ibv_qp_init_attr_ex *ax)
+{
+	memset(a, 0, sizeof(*a));
+	a->qp_context = ax->qp_context;
+	a->send_cq = ax->send_cq;
+	a->recv_cq = ax->recv_cq;
+	a->srq = ax->srq;
+	a->cap = ax->cap;
+	a->qp_type = ax->qp_type;
+	a->sq_sig_all = ax->sq_sig_all;
 }
 
 /* What Go writes into (inline helpers the Go side calls). */

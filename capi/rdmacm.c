@@ -488,13 +488,7 @@ SR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 		return sr_err(EINVAL);
 	if (ax->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)
 		return sr_err(ENOSYS);
-	memset(&a, 0, sizeof(a));
-	a.qp_context = ax->qp_context;
-	a.send_cq = ax->send_cq;
-	a.recv_cq = ax->recv_cq;
-	a.srq = ax->srq;
-	a.cap = ax->cap;
-	a.sq_sig_all = ax->sq_sig_all;
+	sr_qp_attr_from_ex(&a, ax);
 	r = rdma_create_qp(id, (ax->comp_mask & IBV_QP_INIT_ATTR_PD) ? ax->pd : NULL, &a);
 	if (!r)
 		ax->cap = a.cap;

@@ -1007,14 +1007,7 @@ static struct ibv_qp *sr_create_qp_ex_op(struct ibv_context *ctx, struct ibv_qp_
 		if (ops & ~(uint64_t)SR_SEND_OPS)
 			return sr_ret_null(EOPNOTSUPP);
 	}
-	memset(&a, 0, sizeof(a));
-	a.qp_context = ax->qp_context;
-	a.send_cq = ax->send_cq;
-	a.recv_cq = ax->recv_cq;
-	a.srq = ax->srq;
-	a.cap = ax->cap;
-	a.qp_type = ax->qp_type;
-	a.sq_sig_all = ax->sq_sig_all;
+	sr_qp_attr_from_ex(&a, ax);
 	{
 		struct ibv_qp *qp = sr_new_qp(ax->pd, &a, ops);
 		if (qp)
