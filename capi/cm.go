@@ -163,14 +163,6 @@ func srgo_cm_attach(h C.uintptr_t) C.int {
 	return 0
 }
 
-// closeAgent stops the CM of a device about to close (devMu held).
-func closeAgent(d *verbs.Device) {
-	if a := agents[d]; a != nil {
-		a.Close()
-		delete(agents, d)
-	}
-}
-
 //export srgo_cm_create_channel
 func srgo_cm_create_channel(fd C.int, errp *C.int) C.uintptr_t {
 	r := &cmChanRec{ch: cm.NewEventChannel(), stop: make(chan struct{}), done: make(chan struct{})}

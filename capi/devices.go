@@ -22,6 +22,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
@@ -230,20 +231,31 @@ func srgo_close(h C.uintptr_t) C.int {
 	}
 	handles.remove(uintptr(h))
 	devMu.Lock()
-	defer devMu.Unlock()
 	od := c.od
 	delete(od.ctxs, c)
 	od.refs--
-	if od.refs == 0 {
-		if os.Getenv(envDebug) != "" {
-			logStats(od.dev)
-		}
-		close(od.stop)
-		closeAgent(od.dev)
-		od.dev.Close()
-		<-od.done
+	last := od.refs == 0
+	var ag *cm.Agent
+	if last {
 		delete(devsOpen, c.idx)
+		ag = agents[od.dev]
+		delete(agents, od.dev)
 	}
+	devMu.Unlock()
+	if !last {
+		return 0
+	}
+	// Outside devMu: the event router takes it to deliver an event the
+	// closing device raises, and the close waits for the router.
+	if os.Getenv(envDebug) != "" {
+		logStats(od.dev)
+	}
+	close(od.stop)
+	if ag != nil {
+		ag.Close()
+	}
+	od.dev.Close()
+	<-od.done
 	return 0
 }
 
