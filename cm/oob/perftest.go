@@ -321,24 +321,33 @@ func (c *PerftestConn) HandShake(ctx context.Context, local *PerftestDest) (Perf
 	return d, nil
 }
 
-// ExchangeBWReport runs xchg_bw_reports: five values, each exchanged on its
-// own, big-endian; the iteration count is 4 bytes with peers older than 5.33.
+// ExchangeBWReport runs xchg_bw_reports on the TCP side channel
+// (XchgBWReport).
 func (c *PerftestConn) ExchangeBWReport(ctx context.Context, local BWReport) (BWReport, error) {
-	var rem BWReport
+	return XchgBWReport(ctx, c.remVer, c.xchg, local)
+}
+
+// XchgBWReport is xchg_bw_reports over any exchange of equal-sized messages
+// (xchg sends out and reads as many bytes into in; the TCP side channel's,
+// or perftest -R's on the rdma_cm connection): five values, each on its
+// own, big-endian; the iteration count is 4 bytes with a peer (version
+// remVer) older than 5.33.
+func XchgBWReport(ctx context.Context, remVer float64, xchg func(ctx context.Context, out, in []byte) error,
+	local BWReport) (BWReport, error) {
 	var out, in [8]byte
 	vals := [5]uint64{local.Size, local.Iters, math.Float64bits(local.BWPeak), math.Float64bits(local.BWAvg),
 		math.Float64bits(local.MsgRateAvg)}
 	var got [5]uint64
 	for i, v := range vals {
 		n := 8
-		if i == 1 && c.remVer < 5.33 {
+		if i == 1 && remVer < 5.33 {
 			n = 4
 			binary.BigEndian.PutUint32(out[:], uint32(v))
 		} else {
 			binary.BigEndian.PutUint64(out[:], v)
 		}
-		if err := c.xchg(ctx, out[:n], in[:n]); err != nil {
-			return rem, err
+		if err := xchg(ctx, out[:n], in[:n]); err != nil {
+			return BWReport{}, err
 		}
 		if n == 4 {
 			got[i] = uint64(binary.BigEndian.Uint32(in[:]))
@@ -346,9 +355,8 @@ func (c *PerftestConn) ExchangeBWReport(ctx context.Context, local BWReport) (BW
 			got[i] = binary.BigEndian.Uint64(in[:])
 		}
 	}
-	rem = BWReport{Size: got[0], Iters: got[1], BWPeak: math.Float64frombits(got[2]),
-		BWAvg: math.Float64frombits(got[3]), MsgRateAvg: math.Float64frombits(got[4])}
-	return rem, nil
+	return BWReport{Size: got[0], Iters: got[1], BWPeak: math.Float64frombits(got[2]),
+		BWAvg: math.Float64frombits(got[3]), MsgRateAvg: math.Float64frombits(got[4])}, nil
 }
 
 // Close runs ctx_close_connection: one handshake, then "done" and its NUL

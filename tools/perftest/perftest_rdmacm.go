@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -242,32 +241,9 @@ func (s *ptCMSide) Connect(ctx context.Context, local []oob.PerftestDest, connec
 	return remote, nil
 }
 
-// ExchangeBWReport is xchg_bw_reports: five big-endian values, one
-// message each.
+// ExchangeBWReport is xchg_bw_reports on the rdma_cm connection.
 func (s *ptCMSide) ExchangeBWReport(ctx context.Context, local oob.BWReport) (oob.BWReport, error) {
-	vals := [5]uint64{local.Size, local.Iters, math.Float64bits(local.BWPeak), math.Float64bits(local.BWAvg),
-		math.Float64bits(local.MsgRateAvg)}
-	var got [5]uint64
-	for i, v := range vals {
-		var o, in [8]byte
-		n := 8
-		if i == 1 && s.remVer < 5.33 {
-			n = 4
-			binary.BigEndian.PutUint32(o[:], uint32(v))
-		} else {
-			binary.BigEndian.PutUint64(o[:], v)
-		}
-		if err := s.xchg(ctx, o[:n], in[:n]); err != nil {
-			return oob.BWReport{}, err
-		}
-		if n == 4 {
-			got[i] = uint64(binary.BigEndian.Uint32(in[:]))
-		} else {
-			got[i] = binary.BigEndian.Uint64(in[:])
-		}
-	}
-	return oob.BWReport{Size: got[0], Iters: got[1], BWPeak: math.Float64frombits(got[2]),
-		BWAvg: math.Float64frombits(got[3]), MsgRateAvg: math.Float64frombits(got[4])}, nil
+	return oob.XchgBWReport(ctx, s.remVer, s.xchg, local)
 }
 
 // Close is ctx_close_connection with rdma_cm: one handshake, no "done".
