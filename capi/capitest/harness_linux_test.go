@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/internal/capibuild"
+	"github.com/softroce/softroce/internal/tooltest"
 )
 
 var (
@@ -99,16 +99,9 @@ func addrPair() (string, string) {
 	return fmt.Sprintf("127.60.%d.%d", n/100, n%100*2+1), fmt.Sprintf("127.60.%d.%d", n/100, n%100*2+2)
 }
 
-// freePort returns a TCP port free now on loopback.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a TCP port free now, outside the ephemeral range
+// (tooltest.FreeTCPPort).
+func freePort(t testing.TB) int { return tooltest.FreeTCPPort(t) }
 
 // env returns the environment of a program run on the library at addr.
 func env(addr string, extra ...string) []string {

@@ -66,15 +66,39 @@ func Binary(t *testing.T) string {
 	return binPath
 }
 
-// FreeTCPPort returns a TCP port that was free a moment ago.
-func FreeTCPPort(t *testing.T) int {
+// FreeTCPPort returns a TCP port, below the ephemeral range, that was free
+// on every address a moment ago and that no other test of this process got.
+func FreeTCPPort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	if freePorts.used == nil {
+		freePorts.used = map[int]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	// Below Linux's ephemeral range (32768 and up): a port the kernel hands
+	// out for :0 is free only until the next outgoing connection takes it,
+	// and the tools' servers bind it a moment later on every address.
+	for try := 0; try < 1000; try++ {
+		p := 10000 + rand.IntN(20000)
+		if freePorts.used[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		freePorts.used[p] = true
+		return p
+	}
+	t.Fatal("no free TCP port in 10000-29999")
+	return 0
+}
+
+// freePorts are the ports FreeTCPPort handed out in this process.
+var freePorts struct {
+	sync.Mutex
+	used map[int]bool
 }
 
 // loopPairs is the pairs LoopPair handed out in this process.
