@@ -110,11 +110,9 @@ static inline void sr_qp_attr_from_ex(struct ibv_qp_init_attr *a, const struct i
 	a->sq_sig_all = ax->sq_sig_all;
 }
 
-/* What Go writes into (inline helpers the Go side calls). */
+/* The handles of the objects a work request names (the Go side reads them). */
 static inline uintptr_t sr_mw_h(struct ibv_mw *mw) { return mw ? ((struct sr_mw *)mw)->h : 0; }
 static inline uintptr_t sr_mr_h(struct ibv_mr *mr) { return mr ? ((struct sr_mr *)mr)->h : 0; }
 static inline uintptr_t sr_ah_h(struct ibv_ah *ah) { return ah ? ((struct sr_ah *)ah)->h : 0; }
-static inline uint32_t sr_send_wr_imm(struct ibv_send_wr *wr) { return wr->imm_data; }
-static inline uint32_t sr_send_wr_inv(struct ibv_send_wr *wr) { return wr->invalidate_rkey; }
 
 #endif

@@ -13,18 +13,19 @@
 
 #define SR_EXPORT __attribute__((visibility("default")))
 
-static void sr_cm_unsupported(const char *name)
+/* Each stub says so once, on its first call, naming itself: a program that
+ * meets several hears of each. */
+static void sr_cm_unsupported(const char *name, int *said)
 {
-	static int said;
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_SEQ_CST))
+	if (!__atomic_exchange_n(said, 1, __ATOMIC_SEQ_CST))
 		fprintf(stderr, "softroce: %s: not implemented by softroce's librdmacm yet\n", name);
 	errno = ENOSYS;
 }
 
 #define SR_CM_STUB(name) \
-	SR_EXPORT int name(void) { sr_cm_unsupported(#name); return -1; }
+	SR_EXPORT int name(void) { static int said; sr_cm_unsupported(#name, &said); return -1; }
 #define SR_CM_STUB_PTR(name) \
-	SR_EXPORT void *name(void) { sr_cm_unsupported(#name); return NULL; }
+	SR_EXPORT void *name(void) { static int said; sr_cm_unsupported(#name, &said); return NULL; }
 #define SR_CM_STUB_VOID(name) \
 	SR_EXPORT void name(void) { }
 

@@ -10,6 +10,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"reflect"
@@ -136,23 +137,11 @@ func srgo_device_info(i C.int, name *C.char, n C.int, guid *C.uint64_t) C.int {
 	if od != nil {
 		*guid = C.uint64_t(od.dev.QueryDevice().NodeGUID)
 	} else {
-		*guid = C.uint64_t(guidOf(s.info.Addr.Addr()))
+		*guid = C.uint64_t(verbs.NodeGUIDFor(s.info.Addr.Addr(), toolkit.DeviceMAC(s.info.Netdev)))
 	}
 	return 0
 }
 
-// guidOf is the node GUID a device bound to a gets (verbs derives it from
-// the link-local GID of the address's locally administered MAC).
-func guidOf(a netip.Addr) uint64 {
-	b := a.Unmap().AsSlice()
-	if len(b) < 4 {
-		return 0
-	}
-	mac := [6]byte{0x02, 0x00}
-	copy(mac[2:], b[len(b)-4:])
-	return uint64(mac[0]^0x02)<<56 | uint64(mac[1])<<48 | uint64(mac[2])<<40 | 0xff<<32 | 0xfe<<24 |
-		uint64(mac[3])<<16 | uint64(mac[4])<<8 | uint64(mac[5])
-}
 
 //export srgo_num_comp_vectors
 func srgo_num_comp_vectors() C.int { return 1 } // as rxe
@@ -496,8 +485,8 @@ func srgo_query_device(h C.uintptr_t, a *C.struct_ibv_device_attr) C.int {
 	*a = C.struct_ibv_device_attr{}
 	fw := unsafe.Slice((*byte)(unsafe.Pointer(&a.fw_ver[0])), len(a.fw_ver))
 	copy(fw[:len(fw)-1], v.FWVer)
-	a.node_guid = C.__be64(bswap64(v.NodeGUID))
-	a.sys_image_guid = C.__be64(bswap64(v.SysImageGUID))
+	a.node_guid = C.__be64(bits.ReverseBytes64(v.NodeGUID))
+	a.sys_image_guid = C.__be64(bits.ReverseBytes64(v.SysImageGUID))
 	a.max_mr_size = C.uint64_t(v.MaxMRSize)
 	a.page_size_cap = C.uint64_t(v.PageSizeCap)
 	a.vendor_id = C.uint32_t(v.VendorID)
@@ -531,14 +520,6 @@ func srgo_query_device(h C.uintptr_t, a *C.struct_ibv_device_attr) C.int {
 	return 0
 }
 
-func bswap64(v uint64) uint64 {
-	var r uint64
-	for i := 0; i < 8; i++ {
-		r = r<<8 | v&0xff
-		v >>= 8
-	}
-	return r
-}
 
 //export srgo_query_port
 func srgo_query_port(h C.uintptr_t, port C.uint8_t, a *C.struct_ibv_port_attr) C.int {

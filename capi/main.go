@@ -22,6 +22,9 @@ import (
 	"runtime"
 	"strings"
 	"unsafe"
+
+	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/verbs"
 )
 
 func main() {}
@@ -86,8 +89,7 @@ func srgo_read_sysfs(dir, file *C.char, buf *C.char, size C.int) C.int {
 	case "hca_type", "hw_rev", "board_id":
 		return -1
 	case "node_guid", "sys_image_guid":
-		g := guidOf(s.info.Addr.Addr())
-		v = guidString(g)
+		v = guidString(verbs.NodeGUIDFor(s.info.Addr.Addr(), toolkit.DeviceMAC(s.info.Netdev)))
 	case "ports/1/state":
 		v = "4: ACTIVE"
 	case "ports/1/phys_state":

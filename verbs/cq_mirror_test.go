@@ -35,3 +35,15 @@ func TestCQMirrorLen(t *testing.T) {
 		t.Fatalf("mirror %d after MirrorLen(nil), want it left at 1", n.Load())
 	}
 }
+
+// TestNodeGUIDFor: the GUID a device is listed with before it opens is the
+// one QueryDevice reports once it has.
+func TestNodeGUIDFor(t *testing.T) {
+	a, _ := newPair(t, pairOpts{})
+	if got, want := NodeGUIDFor(a.dev.LocalAddr().Addr(), [6]byte{}), a.dev.QueryDevice().NodeGUID; got != want {
+		t.Fatalf("NodeGUIDFor %#x, QueryDevice %#x", got, want)
+	}
+	if NodeGUIDFor(a.dev.LocalAddr().Addr(), [6]byte{2, 0, 1, 2, 3, 4}) == a.dev.QueryDevice().NodeGUID {
+		t.Fatal("a MAC given does not change the GUID")
+	}
+}

@@ -260,6 +260,11 @@ func (d *Device) QueryDevice() DeviceAttr {
 	}
 }
 
+// NodeGUIDFor returns the node GUID a device bound to address a, with
+// hardware address mac (zero: derived from a), reports in QueryDevice:
+// for listing a device before it is opened (ibv_get_device_guid).
+func NodeGUIDFor(a netip.Addr, mac [6]byte) uint64 { return nodeGUID(makeGIDs(a, mac)[0]) }
+
 func nodeGUID(ll GID) uint64 {
 	var g uint64
 	for _, b := range ll[8:] {

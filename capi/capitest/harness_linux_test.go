@@ -148,24 +148,29 @@ func (p *proc) String() string {
 	return fmt.Sprintf("%s: %v\n--- stdout\n%s--- stderr\n%s", strings.Join(p.cmd.Args, " "), p.err, p.stdout.String(), p.stderr.String())
 }
 
-// waitListen waits until something accepts TCP connections on port.
+// waitListen waits until server listens on TCP port.
 func waitListen(t testing.TB, port int, server *proc) {
 	t.Helper()
+	// A bare connect would be taken as the client by some servers: look
+	// for the listening socket instead.
+	waitReady(t, server, fmt.Sprintf("listen on %d", port), func() bool { return tcpListening(port) })
+}
+
+// waitReady waits up to 10 s for ready, failing if server exits first.
+func waitReady(t testing.TB, server *proc, what string, ready func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	for !ready() {
 		select {
 		case <-server.done:
-			t.Fatalf("server exited before listening:\n%s", server)
+			t.Fatalf("server exited before it would %s:\n%s", what, server)
 		default:
 		}
-		// A bare connect would be taken as the client by some servers:
-		// look for the listening socket instead.
-		if tcpListening(port) {
-			return
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not %s:\n%s", what, server)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("server did not listen on %d:\n%s", port, server)
 }
 
 // tcpListening reports whether some socket listens on TCP port.

@@ -68,18 +68,7 @@ func runCMPairOnce(t *testing.T, sa string, server, client side, limit time.Dura
 // for its listen.
 func waitUDP(t *testing.T, sa string, s *proc) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !udpBound(sa) {
-		select {
-		case <-s.done:
-			t.Fatalf("server exited before listening:\n%s", s)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not bind %s:4791:\n%s", sa, s)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitReady(t, s, "bind "+sa+":4791", func() bool { return udpBound(sa) })
 	time.Sleep(300 * time.Millisecond) // bind, then listen
 }
 

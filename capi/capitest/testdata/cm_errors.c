@@ -4,7 +4,7 @@
  * status 28, the server's private data), an accepted connection with
  * private data both ways and a disconnect (DISCONNECTED on both sides),
  * a destroyed ID with its events outstanding, O_NONBLOCK on the channel fd
- * (EAGAIN), and synchronous IDs. Prints "ok NAME" or "FAIL NAME: why";
+ * (EAGAIN), and a call not served yet (rsocket: ENOSYS). Prints "ok NAME" or "FAIL NAME: why";
  * exits with the number of failures. Argument: the device's address. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
 
 static int failures;
 static struct sockaddr_in addr;
@@ -222,6 +223,14 @@ int main(int argc, char **argv)
 		else
 			OK(name);
 	}
+	/* What is not served yet fails with ENOSYS (and says so on stderr). */
+	name = "unsupported";
+	errno = 0;
+	if (rsocket(AF_INET, SOCK_STREAM, 0) != -1 || errno != ENOSYS)
+		FAIL(name, "rsocket: errno %d, want -1 and ENOSYS", errno);
+	else
+		OK(name);
+
 	/* Events of destroyed IDs may still be queued: take and ack them. */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	while (rdma_get_cm_event(ch, &ev) == 0)
