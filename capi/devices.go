@@ -142,7 +142,6 @@ func srgo_device_info(i C.int, name *C.char, n C.int, guid *C.uint64_t) C.int {
 	return 0
 }
 
-
 //export srgo_num_comp_vectors
 func srgo_num_comp_vectors() C.int { return 1 } // as rxe
 
@@ -519,7 +518,6 @@ func srgo_query_device(h C.uintptr_t, a *C.struct_ibv_device_attr) C.int {
 	a.phys_port_cnt = C.uint8_t(v.PhysPortCnt)
 	return 0
 }
-
 
 //export srgo_query_port
 func srgo_query_port(h C.uintptr_t, port C.uint8_t, a *C.struct_ibv_port_attr) C.int {
