@@ -60,6 +60,7 @@ struct sr_cq {
 	uintptr_t h;
 	struct ibv_wc cur;     /* the completion the extended poll API is on */
 	int32_t pending;       /* completions waiting, kept by Go (verbs.CQ.MirrorLen) */
+	int32_t rxpoll;        /* a QP uses it: an empty poll polls the device's link (Go sets it) */
 };
 
 struct sr_srq {

@@ -477,6 +477,21 @@ func srgo_poll_cq(h C.uintptr_t, n C.int, wc *C.struct_ibv_wc) C.int {
 	return C.int(total)
 }
 
+// srgo_poll_link is ibv_poll_cq's call when a CQ a QP uses is empty: the
+// polling thread receives what the device's link holds and handles it
+// itself (verbs.Device.PollLink), as a NIC would have, instead of waiting
+// for the device's receive goroutine to be woken. It returns the number of
+// datagrams handled.
+//
+//export srgo_poll_link
+func srgo_poll_link(h C.uintptr_t) C.int {
+	r, ok := lookup[*cqRec](uintptr(h))
+	if !ok {
+		return 0
+	}
+	return C.int(r.ctx.od.dev.PollLink())
+}
+
 func convertWC(o *cWC, w *verbs.WC) {
 	*o = cWC{WRID: w.WRID, Status: uint32(w.Status), Opcode: uint32(w.Opcode), VendorErr: w.VendorErr,
 		ByteLen: w.ByteLen, QPNum: w.QPNum, SrcQP: w.SrcQP, WCFlags: uint32(w.Flags), PKeyIndex: w.PKeyIndex,
@@ -636,7 +651,8 @@ func createQP(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.ui
 		Cap: verbs.QPCap{MaxSendWR: uint32(a.cap.max_send_wr), MaxRecvWR: uint32(a.cap.max_recv_wr),
 			MaxSendSGE: uint32(a.cap.max_send_sge), MaxRecvSGE: uint32(a.cap.max_recv_sge),
 			MaxInlineData: uint32(a.cap.max_inline_data)}}
-	for _, c := range []struct {
+	var cqs [2]*cqRec
+	for i, c := range []struct {
 		h   C.uintptr_t
 		set func(*cqRec)
 	}{{scq, func(r *cqRec) { ia.SendCQ = r.cq }}, {rcq, func(r *cqRec) { ia.RecvCQ = r.cq }}} {
@@ -647,6 +663,7 @@ func createQP(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.ui
 				return 0
 			}
 			c.set(r)
+			cqs[i] = r
 		}
 	}
 	if srqh != 0 {
@@ -663,6 +680,11 @@ func createQP(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.ui
 		return 0
 	}
 	rec.qp = qp
+	for _, r := range cqs {
+		if r != nil { // from now on an empty poll of it polls the link (srgo_poll_link)
+			atomic.StoreInt32((*int32)(unsafe.Pointer(&(*C.struct_sr_cq)(r.cptr).rxpoll)), 1)
+		}
+	}
 	_, got := qp.Query()
 	a.cap.max_send_wr = C.uint32_t(got.Cap.MaxSendWR)
 	a.cap.max_recv_wr = C.uint32_t(got.Cap.MaxRecvWR)

@@ -700,10 +700,13 @@ SR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
-/* Programs poll an empty CQ in a tight loop (perftest, UCX). On a host
- * with few cores that spinning thread starves the device's own receive
- * loop, which does the work a NIC (or the kernel's rxe, in softirq) would:
- * after a run of empty polls the polling thread yields the processor. */
+/* Programs poll an empty CQ in a tight loop (perftest, UCX). When a QP
+ * uses the CQ, an empty poll has the polling thread receive what the
+ * device's link holds and handle it itself (srgo_poll_link), as a NIC would
+ * have while the program spun: a reply reaches the CQ without a wake-up of
+ * the device's receive goroutine. On a host with few cores the spinning
+ * thread would still starve that goroutine and the timers: after a run of
+ * empty polls it yields the processor. */
 #define SR_EMPTY_POLLS_YIELD 16
 static __thread unsigned int sr_empty_polls;
 
@@ -714,7 +717,10 @@ static int sr_poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	if (n <= 0)
 		return 0;
 	/* An empty CQ answers without a call into Go. */
+	int rxpoll = __atomic_load_n(&c->rxpoll, __ATOMIC_RELAXED);
 	if (__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0)
+		got = srgo_poll_cq(c->h, n, wc);
+	else if (rxpoll && srgo_poll_link(c->h) > 0 && __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0)
 		got = srgo_poll_cq(c->h, n, wc);
 	if (got == 0) {
 		if (++sr_empty_polls >= SR_EMPTY_POLLS_YIELD) {
@@ -778,6 +784,8 @@ static int sr_cqx_fill(struct ibv_cq_ex *cq)
 {
 	struct sr_cq *c = sr_cqx(cq);
 	int n = srgo_poll_cq(c->h, 1, &c->cur);
+	if (n == 0 && __atomic_load_n(&c->rxpoll, __ATOMIC_RELAXED) && srgo_poll_link(c->h) > 0)
+		n = srgo_poll_cq(c->h, 1, &c->cur);
 	if (n < 0)
 		return EINVAL;
 	if (n == 0)

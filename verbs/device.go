@@ -86,6 +86,7 @@ type testHooks struct {
 // Stats are a device's counters, updated atomically.
 type Stats struct {
 	RxPackets, RxBytes atomic.Uint64
+	RxPolled           atomic.Uint64 // datagrams received by PollLink (on a polling caller's thread), part of RxPackets
 	TxPackets, TxBytes atomic.Uint64
 	TxErrors           atomic.Uint64 // packets the link failed to send
 	Retransmits        atomic.Uint64 // retry sequences started (timeout, NAK, lost response)
@@ -151,6 +152,7 @@ type Device struct {
 	zc      bool       // payloads of one MR are sent in place (zc.go)
 	atomMu  sync.Mutex // serialises remote atomics on this device
 	rx      rxState    // the receive loop's (recv.go)
+	rxp     rxPoller   // PollLink's (recv.go)
 	events  chan AsyncEvent
 	keys    keyTables // the MR and MW tables (mr.go, mw.go)
 	memOnce sync.Once
@@ -189,6 +191,7 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 	}
 	d.log = d.cfg.Logger
 	d.zc = link.CapabilitiesOf(ep).GatherWrite && !d.cfg.NoZeroCopySend
+	d.rxp.lp, _ = ep.(linkPoller)
 	d.local = ep.LocalAddr()
 	m := ep.MTU()
 	if m <= 0 {

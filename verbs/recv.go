@@ -43,22 +43,7 @@ func (d *Device) rxLoop() {
 		pkts[i].Buf = make([]byte, maxDatagram)
 	}
 	var p wire.Packet
-	handle := func(batch []link.Packet) {
-		d.rx.mu.Lock()
-		if d.closed.Load() {
-			d.rx.mu.Unlock()
-			return // closing: the link is about to close (Close)
-		}
-		for i := range batch {
-			d.dispatch(&batch[i], &p, true)
-			if d.rx.kick {
-				d.rx.kick = false
-				d.kick()
-			}
-		}
-		d.endBatch()
-		d.rx.mu.Unlock()
-	}
+	handle := func(batch []link.Packet) { d.handleBatch(batch, &p, true) }
 	read := d.ep.ReadBatch
 	if vr, ok := d.ep.(viewReader); ok {
 		read = vr.ReadBatchView
@@ -88,6 +73,78 @@ func (d *Device) rxLoop() {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// handleBatch dispatches a batch of received datagrams (p is the caller's
+// scratch packet), then ends the batch: the deferred ACKs and the replies
+// go out (tx.go). yield lets a consumer the batch woke run first (the
+// receive loop); PollLink's caller is the consumer.
+func (d *Device) handleBatch(batch []link.Packet, p *wire.Packet, yield bool) {
+	d.rx.mu.Lock()
+	if d.closed.Load() {
+		d.rx.mu.Unlock()
+		return // closing: the link is about to close (Close)
+	}
+	for i := range batch {
+		d.dispatch(&batch[i], p, true)
+		if d.rx.kick {
+			d.rx.kick = false
+			d.kick()
+		}
+	}
+	d.endBatch(yield)
+	d.rx.mu.Unlock()
+}
+
+// linkPoller is a link that a second reader may poll beside its receive
+// loop without waiting (link/udp's Poll): reads and the handling of what
+// they got are serialized with ServeView's, in the socket's order.
+type linkPoller interface {
+	Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (int, error)
+}
+
+// rxPoller is PollLink's state: its own packets and scratch packet.
+type rxPoller struct {
+	mu     sync.Mutex
+	lp     linkPoller // nil: the link cannot be polled
+	pkts   []link.Packet
+	p      wire.Packet
+	handle func(batch []link.Packet)
+}
+
+// PollLink receives the datagrams the link holds now and handles them on
+// the calling goroutine, without waiting; it returns how many it handled
+// (0 when none were waiting, another PollLink or the receive loop was
+// reading, or the link cannot be polled: only link/udp can). It is for a
+// program that busy-polls its CQs on a thread of its own, as RDMA programs
+// do (the C library's ibv_poll_cq calls it when a CQ is empty): a reply
+// then reaches the CQ without a wake-up of the device's receive goroutine,
+// as a NIC's would. The receive loop goes on beside it; datagrams are
+// handled in the order they arrived. It does not allocate after its first
+// call.
+func (d *Device) PollLink() int {
+	r := &d.rxp
+	if r.lp == nil || d.closed.Load() || !r.mu.TryLock() {
+		return 0
+	}
+	defer r.mu.Unlock()
+	if d.tx.n.Load() > 0 {
+		d.kick()
+	}
+	if r.pkts == nil {
+		bs := min(max(d.ep.BatchSize(), 1), 64)
+		r.pkts = make([]link.Packet, bs)
+		for i := range r.pkts {
+			r.pkts[i].Buf = make([]byte, maxDatagram)
+		}
+		r.handle = func(batch []link.Packet) { d.handleBatch(batch, &r.p, false) }
+	}
+	n, err := r.lp.Poll(r.pkts, r.handle)
+	if err != nil && d.log != nil && !d.closed.Load() {
+		d.log.Debug("poll link", "err", err)
+	}
+	d.stats.RxPolled.Add(uint64(n))
+	return n
 }
 
 // viewServer is a link that runs the receive loop itself (link/udp): it

@@ -4,7 +4,9 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/wire"
 )
@@ -44,6 +46,10 @@ type txPath struct {
 	// ahead of it (enqueue), ackAhead of them so far.
 	tailAck  *QP
 	ackAhead int
+	// flushSoon's timer (created on first use, under rx.mu) and whether
+	// it is armed.
+	flushTimer clock.Timer
+	flushArmed atomic.Bool
 }
 
 const (
@@ -189,9 +195,15 @@ func (d *Device) write(pkts []link.Packet) {
 
 // endBatch ends a received batch: the deferred ACKs are handed to the
 // queue, a consumer woken by the batch's completions gets the processor
-// first (a reply it posts leaves with the ACKs, in one system call), and
-// everything queued is sent.
-func (d *Device) endBatch() {
+// first if yield (a reply it posts leaves with the ACKs, in one system
+// call), and everything queued is sent. A caller polling on a program's
+// thread (PollLink) does not yield: it is the consumer, and a Gosched on a
+// thread locked to its goroutine hands the processor to another thread and
+// back (two thread wake-ups). Instead, when the batch completed work, what
+// it queued (its ACKs) waits for that consumer's next post or poll, so that
+// a reply leaves with the ACK in one system call (flushSoon bounds the
+// wait).
+func (d *Device) endBatch(yield bool) {
 	for i, qp := range d.rx.ackq {
 		qp.mu.Lock()
 		qp.resp.ackQueued = false
@@ -209,10 +221,44 @@ func (d *Device) endBatch() {
 	d.rx.ackq = d.rx.ackq[:0]
 	if d.rx.woke.Load() {
 		d.rx.woke.Store(false)
-		runtime.Gosched()
+		if yield {
+			runtime.Gosched()
+		} else {
+			d.serveBudget()
+			d.flushSoon()
+			return
+		}
 	}
 	d.serveBudget()
 	d.kick()
+}
+
+// pollFlushDelay bounds how long packets a polled batch queued (its ACKs)
+// wait for the polling consumer's next post or poll (endBatch): a program
+// that stops calling the library still sends them within it.
+const pollFlushDelay = 200 * time.Microsecond
+
+// flushSoon makes sure what is queued is sent within pollFlushDelay, if
+// no post, poll or receive batch sends it first. The timer is armed at most
+// once per delay, not per batch: a ping-pong defers an ACK every message.
+func (d *Device) flushSoon() {
+	t := &d.tx
+	if t.n.Load() == 0 || t.flushArmed.Swap(true) {
+		return
+	}
+	if t.flushTimer == nil {
+		t.flushTimer = d.clock.AfterFunc(pollFlushDelay, d.flushTimerFired)
+		return
+	}
+	t.flushTimer.Reset(pollFlushDelay)
+}
+
+// flushTimerFired is flushSoon's timer: it sends what is still queued.
+func (d *Device) flushTimerFired() {
+	d.tx.flushArmed.Store(false)
+	if !d.closed.Load() {
+		d.kick()
+	}
 }
 
 // stage hands the QP's staged packets to the device queue (the QP then

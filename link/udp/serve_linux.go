@@ -63,14 +63,20 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 				ferr = errClosed
 				return true
 			}
-			want := e.armRecv(pkts)
+			// A read and the handling of what it got are one step under
+			// rd, so that a Poll beside this loop cannot handle later
+			// datagrams before earlier ones.
+			e.rd.Lock()
+			want := e.armRecv(&rx.rxQueue, pkts)
 			k, errno := recvmmsg(fd, rx.hdrs[:want])
 			e.ctr.syscalls.Add(1)
 			switch errno {
 			case 0:
 			case unix.EINTR:
+				e.rd.Unlock()
 				continue
 			case unix.EAGAIN:
+				e.rd.Unlock()
 				e.ctr.emptyReads.Add(1)
 				if busyPoll > 0 && time.Since(last) < busyPoll {
 					runtime.Gosched() // what the last batch woke runs between reads
@@ -79,22 +85,13 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 				e.ctr.waits.Add(1)
 				return false // wait for the socket
 			default:
+				e.rd.Unlock()
 				e.ctr.readErrors.Add(1)
 				ferr = os.NewSyscallError("recvmmsg", errno)
 				return true
 			}
-			e.decodeAll(k)
-			if e.gro {
-				rx.pendMsg, rx.pendOff, rx.pendCount = 0, 0, k
-				for rx.pendMsg < rx.pendCount {
-					m, _ := e.readGRO(pkts, true) // hands out what is pending, no read
-					handle(pkts[:m])
-				}
-			} else {
-				clearIovs(rx.iovs[:want])
-				e.fillPlain(pkts, k)
-				handle(pkts[:k])
-			}
+			e.handleRead(&rx.rxQueue, pkts, want, k, handle)
+			e.rd.Unlock()
 			if busyPoll > 0 {
 				last = time.Now()
 			} else if k < want {
@@ -113,11 +110,105 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 	return ferr
 }
 
-// armRecv points the receive iovecs at the GRO buffers (or, without GRO, at
+// handleRead decodes the k messages a recvmmsg of want messages got into
+// q and hands them to handle in batches of at most len(pkts); it returns
+// how many datagrams it handed over.
+func (e *Endpoint) handleRead(q *rxQueue, pkts []link.Packet, want, k int, handle func(pkts []link.Packet)) int {
+	e.decodeAll(q, k)
+	if e.gro {
+		q.pendMsg, q.pendOff, q.pendCount = 0, 0, k
+		total := 0
+		for q.pendMsg < q.pendCount {
+			m := e.handOutGRO(q, pkts, true)
+			handle(pkts[:m])
+			total += m
+		}
+		return total
+	}
+	clearIovs(q.iovs[:want])
+	e.fillPlain(q, pkts, k)
+	handle(pkts[:k])
+	return k
+}
+
+// pollQueue is Poll's own receive state: it reads beside ServeView, which
+// owns rx.
+type pollQueue struct {
+	rxQueue
+	fn    func(fd uintptr) // the recvmmsg, for RawConn.Control
+	want  int
+	got   int
+	errno unix.Errno
+}
+
+// Poll receives the datagrams waiting on the socket now, without waiting,
+// and hands them to handle on the calling goroutine, as ServeView does (the
+// same views, valid until handle returns); it returns how many it handled.
+// It is a second reader beside ServeView, with receive arrays of its own,
+// for a caller that busy-polls on its own thread (the C library's
+// ibv_poll_cq): what arrives then needs no wake-up of ServeView's
+// goroutine. A read and the handling of what it got are serialized with
+// ServeView's, so handle sees datagrams in the order the socket gave them;
+// when another read is in progress Poll returns 0 at once (that reader
+// hands over what is waiting). One recvmmsg per call; no allocation after
+// the first call.
+func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (int, error) {
+	if e.closed.Load() {
+		return 0, errClosed
+	}
+	n := min(len(pkts), e.batch)
+	if n == 0 {
+		return 0, nil
+	}
+	if !e.gro {
+		for i := range pkts[:n] {
+			if cap(pkts[i].Buf) == 0 {
+				return 0, fmt.Errorf("udp: Poll: packet %d has a buffer of capacity 0: give each packet a buffer of at least MTU bytes", i)
+			}
+		}
+	}
+	if !e.rd.TryLock() {
+		return 0, nil
+	}
+	defer e.rd.Unlock()
+	q := e.prx
+	if q == nil {
+		q = &pollQueue{}
+		q.alloc(e.batch, e.gro)
+		q.fn = func(fd uintptr) {
+			for {
+				q.got, q.errno = recvmmsg(fd, q.hdrs[:q.want])
+				if q.errno != unix.EINTR {
+					return
+				}
+			}
+		}
+		e.prx = q
+	}
+	q.want = e.armRecv(&q.rxQueue, pkts[:n])
+	if err := e.rc.Control(q.fn); err != nil {
+		clearIovs(q.iovs[:q.want])
+		return 0, errClosed
+	}
+	e.ctr.syscalls.Add(1)
+	switch q.errno {
+	case 0:
+	case unix.EAGAIN:
+		clearIovs(q.iovs[:q.want])
+		e.ctr.emptyReads.Add(1)
+		return 0, nil
+	default:
+		clearIovs(q.iovs[:q.want])
+		e.ctr.readErrors.Add(1)
+		return 0, os.NewSyscallError("recvmmsg", q.errno)
+	}
+	return e.handleRead(&q.rxQueue, pkts[:n], q.want, q.got, handle), nil
+}
+
+// armRecv points q's receive iovecs at its GRO buffers (or, without GRO, at
 // pkts' buffers), resets the message headers and returns how many messages
 // to ask for. Every recvmmsg of the endpoint is armed here.
-func (e *Endpoint) armRecv(pkts []link.Packet) int {
-	rx := &e.rx
+func (e *Endpoint) armRecv(rx *rxQueue, pkts []link.Packet) int {
 	n := len(pkts)
 	if e.gro {
 		n = min(groMsgs, e.batch)

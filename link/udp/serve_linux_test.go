@@ -90,3 +90,100 @@ func TestServeView(t *testing.T) {
 		})
 	}
 }
+
+// TestPollBesideServe: Poll, called in a loop beside ServeView (as a
+// program's polling thread beside the device's receive loop), receives part
+// of a stream, and the two hand every datagram over once and in the order
+// sent, with and without GRO; an empty Poll allocates nothing, and Poll
+// after Close returns net.ErrClosed.
+func TestPollBesideServe(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"gro", nil}, {"plain", []Option{WithoutGSO(), WithoutGRO()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			a, b := listen(t, "127.0.0.1:0", mode.opts...), listen(t, "127.0.0.1:0", mode.opts...)
+			const total = 3000
+			var seq []uint32 // PSNs in the order handled (handles are serialized)
+			polled := 0
+			record := func(pkts []link.Packet) {
+				for _, p := range pkts {
+					var h wire.BTH
+					h.Decode(p.Buf[:p.N])
+					seq = append(seq, h.PSN)
+				}
+			}
+			done := make(chan error, 1)
+			go func() { done <- a.ServeView(linktest.Batch(16, 8192), 0, record) }()
+			stop := make(chan struct{})
+			pollDone := make(chan struct{})
+			go func() {
+				defer close(pollDone)
+				pkts := linktest.Batch(16, 8192)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					n, err := a.Poll(pkts, func(p []link.Packet) { record(p) })
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					polled += n
+				}
+			}()
+			for first := 0; first < total; first += 10 {
+				pkts := make([]link.Packet, 10)
+				for i := range pkts {
+					w := linktest.Packet(nil, 0x0A, uint32(first+i), linktest.Payload(first+i, 200))
+					wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+					pkts[i] = link.Packet{Buf: w, N: len(w), Dst: a.LocalAddr()}
+				}
+				if _, err := b.WriteBatch(pkts); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Microsecond) // within the socket's buffer
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				a.rd.Lock()
+				n := len(seq)
+				a.rd.Unlock()
+				if n >= total || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			close(stop)
+			<-pollDone
+			a.rd.Lock()
+			got := append([]uint32(nil), seq...)
+			a.rd.Unlock()
+			t.Logf("%d datagrams, %d by Poll", len(got), polled)
+			if len(got) != total {
+				t.Fatalf("handled %d datagrams, want %d", len(got), total)
+			}
+			for i, psn := range got {
+				if psn != uint32(i) {
+					t.Fatalf("datagram %d handled has PSN %d: out of order", i, psn)
+				}
+			}
+			if polled == 0 {
+				t.Error("Poll received none of the stream")
+			}
+			pkts := linktest.Batch(16, 8192)
+			if n := testing.AllocsPerRun(100, func() { a.Poll(pkts, record) }); n != 0 && !raceEnabled {
+				t.Errorf("%.1f allocations per empty Poll, want 0", n)
+			}
+			a.Close()
+			if err := <-done; !errors.Is(err, net.ErrClosed) {
+				t.Errorf("ServeView after Close: %v", err)
+			}
+			if _, err := a.Poll(pkts, record); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Poll after Close: %v, want net.ErrClosed", err)
+			}
+		})
+	}
+}

@@ -41,21 +41,22 @@ type Endpoint struct {
 	ctr      counters
 
 	rx struct {
-		mu        sync.Mutex
-		hdrs      []mmsghdr
-		iovs      []unix.Iovec
-		names     []sockaddr
-		oob       []byte
-		fn        func(fd uintptr) bool
-		nowait    bool // PollBatch: EAGAIN returns no datagram instead of waiting
-		want      int
-		got       int
-		errno     unix.Errno
-		meta      []rxMeta
-		zoneNames map[uint32]string // IPv6 scope ID -> interface name
-		// GRO: received buffers not yet handed out.
-		groBuf                      []byte
-		pendMsg, pendOff, pendCount int
+		mu sync.Mutex
+		rxQueue
+		fn     func(fd uintptr) bool
+		nowait bool // PollBatch: EAGAIN returns no datagram instead of waiting
+		want   int
+		got    int
+		errno  unix.Errno
+	}
+	// rd serializes ServeView's reads and Poll's, each with the handling of
+	// what it read: datagrams are handled in the order the socket gave them.
+	rd  sync.Mutex
+	prx *pollQueue // Poll's receive arrays (allocated on its first call)
+	// zones caches IPv6 scope IDs' interface names (link-local senders).
+	zones struct {
+		mu sync.Mutex
+		m  map[uint32]string
 	}
 	tx struct {
 		mu       sync.Mutex
@@ -271,12 +272,7 @@ func bindSocket(cfg Config) (*Endpoint, error) {
 // messages (and the GRO buffers if GRO is on).
 func (e *Endpoint) allocBatches() {
 	n := e.batch
-	e.rx.hdrs, e.rx.iovs, e.rx.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
-	e.rx.oob = make([]byte, n*oobLen)
-	e.rx.meta = make([]rxMeta, n)
-	if e.gro {
-		e.rx.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
-	}
+	e.rx.alloc(n, e.gro)
 	// A send carries up to BatchSize messages and txPkts packets: with GSO
 	// a message holds several, so that a window an ACK opens (rxe's
 	// requester asks every 65 packets) leaves in one system call. Up to
@@ -286,11 +282,6 @@ func (e *Endpoint) allocBatches() {
 	e.tx.oob = make([]byte, n*oobLen)
 	e.tx.msgPkts = make([]int, n)
 	for i := 0; i < n; i++ {
-		h := &e.rx.hdrs[i].hdr
-		h.Name = (*byte)(unsafe.Pointer(&e.rx.names[i]))
-		h.Iov = &e.rx.iovs[i]
-		h.SetIovlen(1)
-		h.Control = &e.rx.oob[i*oobLen]
 		e.tx.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&e.tx.names[i]))
 	}
 	e.rx.fn = e.doRead
@@ -393,6 +384,37 @@ func (e *Endpoint) GSO() bool { return e.gso.Load() }
 // Stats returns a snapshot of the endpoint's counters.
 func (e *Endpoint) Stats() Stats { return e.ctr.snapshot() }
 
+// rxQueue is one reader's receive arrays: the message headers, iovecs,
+// addresses and control buffers of a recvmmsg, what was decoded of each
+// message, and the GRO buffers (with what of them is not yet handed out).
+type rxQueue struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	names []sockaddr
+	oob   []byte
+	meta  []rxMeta
+	// GRO: received buffers not yet handed out.
+	groBuf                      []byte
+	pendMsg, pendOff, pendCount int
+}
+
+// alloc allocates the arrays for n messages (and GRO buffers if gro).
+func (q *rxQueue) alloc(n int, gro bool) {
+	q.hdrs, q.iovs, q.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
+	q.oob = make([]byte, n*oobLen)
+	q.meta = make([]rxMeta, n)
+	if gro {
+		q.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
+	}
+	for i := 0; i < n; i++ {
+		h := &q.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&q.names[i]))
+		h.Iov = &q.iovs[i]
+		h.SetIovlen(1)
+		h.Control = &q.oob[i*oobLen]
+	}
+}
+
 // Close closes the socket; blocked and later calls return an error wrapping
 // net.ErrClosed.
 func (e *Endpoint) Close() error {
@@ -493,22 +515,22 @@ func (e *Endpoint) readBatch(pkts []link.Packet, view, nowait bool) (int, error)
 	if e.gro {
 		return e.readGRO(pkts[:n], false)
 	}
-	e.armRecv(pkts[:n])
+	e.armRecv(&rx.rxQueue, pkts[:n])
 	k, err := e.recv(n)
 	clearIovs(rx.iovs[:n])
 	if err != nil {
 		return 0, err
 	}
-	e.fillPlain(pkts, k)
+	e.fillPlain(&rx.rxQueue, pkts, k)
 	return k, nil
 }
 
 // fillPlain completes the first k packets of a read without GRO, received
 // into their own buffers, from what recv decoded.
-func (e *Endpoint) fillPlain(pkts []link.Packet, k int) {
+func (e *Endpoint) fillPlain(q *rxQueue, pkts []link.Packet, k int) {
 	var bytes uint64
 	for i := 0; i < k; i++ {
-		p, m := &pkts[i], &e.rx.meta[i]
+		p, m := &pkts[i], &q.meta[i]
 		p.N = m.n
 		if m.trunc {
 			p.N = 0
@@ -547,24 +569,23 @@ func (e *Endpoint) recv(n int) (int, error) {
 		e.ctr.readErrors.Add(1)
 		return 0, os.NewSyscallError("recvmmsg", rx.errno)
 	}
-	e.decodeAll(rx.got)
+	e.decodeAll(&rx.rxQueue, rx.got)
 	return rx.got, nil
 }
 
 // decodeAll decodes the k messages one recvmmsg returned.
-func (e *Endpoint) decodeAll(k int) {
+func (e *Endpoint) decodeAll(q *rxQueue, k int) {
 	for i := 0; i < k; i++ {
-		e.decodeMsg(i)
+		e.decodeMsg(q, i)
 	}
 	e.ctr.readCalls.Add(1)
 }
 
 // decodeMsg decodes received message i (its length, address and control
-// messages) into rx.meta[i].
-func (e *Endpoint) decodeMsg(i int) {
-	rx := &e.rx
-	m, h := &rx.meta[i], &rx.hdrs[i]
-	sa := &rx.names[i]
+// messages) into q.meta[i].
+func (e *Endpoint) decodeMsg(q *rxQueue, i int) {
+	m, h := &q.meta[i], &q.hdrs[i]
+	sa := &q.names[i]
 	*m = rxMeta{src: addrPortOf(sa), dst: e.local, n: int(h.n), trunc: h.hdr.Flags&unix.MSG_TRUNC != 0}
 	zone := ""
 	if sa.Family == unix.AF_INET6 && sa.Scope_id != 0 && m.src.Addr().IsLinkLocalUnicast() {
@@ -573,7 +594,7 @@ func (e *Endpoint) decodeMsg(i int) {
 		m.src = netip.AddrPortFrom(m.src.Addr().WithZone(zone), m.src.Port())
 	}
 	if cl := int(h.hdr.Controllen); cl > 0 {
-		dst, tos, seg := parseCmsgs(rx.oob[i*oobLen : i*oobLen+min(cl, oobLen)])
+		dst, tos, seg := parseCmsgs(q.oob[i*oobLen : i*oobLen+min(cl, oobLen)])
 		m.tos, m.seg = tos, seg
 		if e.wildcard && dst.IsValid() {
 			if dst.IsLinkLocalUnicast() {
@@ -596,36 +617,42 @@ const (
 func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	rx := &e.rx
 	if rx.pendMsg >= rx.pendCount {
-		k, err := e.recv(e.armRecv(pkts))
+		k, err := e.recv(e.armRecv(&rx.rxQueue, pkts))
 		if err != nil {
 			return 0, err
 		}
 		rx.pendMsg, rx.pendOff, rx.pendCount = 0, 0, k
 	}
+	return e.handOutGRO(&rx.rxQueue, pkts, view), nil
+}
+
+// handOutGRO fills pkts with q's pending GRO datagrams, one per packet, and
+// returns how many it filled.
+func (e *Endpoint) handOutGRO(q *rxQueue, pkts []link.Packet, view bool) int {
 	var bytes uint64
 	i := 0
-	for i < len(pkts) && rx.pendMsg < rx.pendCount {
-		j := rx.pendMsg
-		m := &rx.meta[j]
-		data := rx.groBuf[j*groBufSize : j*groBufSize+m.n]
+	for i < len(pkts) && q.pendMsg < q.pendCount {
+		j := q.pendMsg
+		m := &q.meta[j]
+		data := q.groBuf[j*groBufSize : j*groBufSize+m.n]
 		seg := m.n
 		if m.seg > 0 {
 			seg = m.seg
 			if m.n > seg {
 				e.ctr.groSegments.Add(1)
-				if rx.pendOff == 0 {
+				if q.pendOff == 0 {
 					e.ctr.groMessages.Add(1)
 				}
 			}
 		}
-		take := min(seg, m.n-rx.pendOff)
+		take := min(seg, m.n-q.pendOff)
 		p := &pkts[i]
 		if view {
-			end := rx.pendOff + take
-			p.Buf = data[rx.pendOff:end:end]
+			end := q.pendOff + take
+			p.Buf = data[q.pendOff:end:end]
 			p.N = take
 		} else {
-			p.N = copy(p.Buf[:cap(p.Buf)], data[rx.pendOff:rx.pendOff+take])
+			p.N = copy(p.Buf[:cap(p.Buf)], data[q.pendOff:q.pendOff+take])
 		}
 		if p.N < take || m.trunc {
 			p.N = 0
@@ -634,16 +661,16 @@ func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 		bytes += uint64(p.N)
 		p.Src, p.Dst, p.TOS = m.src, m.dst, m.tos
 		p.IPHdrLen, p.TTL = 0, 0
-		rx.pendOff += take
-		if rx.pendOff >= m.n {
-			rx.pendMsg++
-			rx.pendOff = 0
+		q.pendOff += take
+		if q.pendOff >= m.n {
+			q.pendMsg++
+			q.pendOff = 0
 		}
 		i++
 	}
 	e.ctr.packetsIn.Add(uint64(i))
 	e.ctr.bytesIn.Add(bytes)
-	return i, nil
+	return i
 }
 
 // setIov points v at b (not empty).
@@ -1066,17 +1093,19 @@ func (e *Endpoint) zoneOf(z string) (uint32, error) {
 // zoneName returns (and caches) the interface name for an IPv6 scope ID.
 // Called with rx.mu held.
 func (e *Endpoint) zoneName(idx uint32) string {
-	if z, ok := e.rx.zoneNames[idx]; ok {
+	e.zones.mu.Lock()
+	defer e.zones.mu.Unlock()
+	if z, ok := e.zones.m[idx]; ok {
 		return z
 	}
 	z := strconv.FormatUint(uint64(idx), 10)
 	if ifi, err := net.InterfaceByIndex(int(idx)); err == nil {
 		z = ifi.Name
 	}
-	if e.rx.zoneNames == nil {
-		e.rx.zoneNames = make(map[uint32]string)
+	if e.zones.m == nil {
+		e.zones.m = make(map[uint32]string)
 	}
-	e.rx.zoneNames[idx] = z
+	e.zones.m[idx] = z
 	return z
 }
 
