@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"runtime"
 
 	"strconv"
 	"strings"
@@ -603,5 +604,9 @@ func logStats(d *verbs.Device) {
 			fmt.Fprintf(&b, " %s=%d", v.Type().Field(i).Name, c.Load())
 		}
 	}
-	warn("device %s counters:%s", d.Name(), b.String())
+	// The Go heap's allocation count so far, for the hot-path allocation
+	// test (capi/capitest TestHotPathAllocs).
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	warn("device %s counters:%s go_mallocs=%d", d.Name(), b.String(), ms.Mallocs)
 }
