@@ -259,6 +259,14 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 		cp.rnr_retry_count = C.uint8_t(ev.Param.RNRRetryCount)
 		cp.srq = cbool(ev.Param.SRQ)
 		cp.qp_num = C.uint32_t(ev.Param.QPNum)
+		switch ev.Type {
+		case cm.EventConnectRequest, cm.EventConnectResponse, cm.EventEstablished:
+			// The peer's ECE, for rdma_get_remote_ece.
+			if ev.Type == cm.EventConnectRequest || ev.Param.ECE.VendorID != 0 {
+				rec.cptr.remote_ece.vendor_id = C.uint32_t(ev.Param.ECE.VendorID)
+				rec.cptr.remote_ece.options = C.uint32_t(ev.Param.ECE.Options)
+			}
+		}
 	}
 	// The ID's addresses as the event leaves them.
 	putSockaddr(addrSlot(&rec.cptr.id.route.addr.anon0), rec.id.LocalAddr())
@@ -435,25 +443,41 @@ func connParam(p *C.struct_rdma_conn_param) *cm.ConnParam {
 }
 
 //export srgo_cm_connect
-func srgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
+func srgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param, vendor, options C.uint32_t) C.int {
 	r, ok := cmID(h)
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	return cerr(r.id.Connect(connParam(p)))
+	return cerr(r.id.Connect(withECE(connParam(p), vendor, options)))
+}
+
+// withECE adds ECE to a connection's parameters (nil: rdma_cm's defaults).
+func withECE(cp *cm.ConnParam, vendor, options C.uint32_t) *cm.ConnParam {
+	if vendor == 0 && options == 0 {
+		return cp
+	}
+	if cp == nil {
+		cp = &cm.ConnParam{RetryCount: 7, RNRRetryCount: 7}
+	}
+	cp.ECE = cm.ECE{VendorID: uint32(vendor), Options: uint32(options)}
+	return cp
 }
 
 //export srgo_cm_accept
-func srgo_cm_accept(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
+func srgo_cm_accept(h C.uintptr_t, p *C.struct_rdma_conn_param, vendor, options C.uint32_t) C.int {
 	r, ok := cmID(h)
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	return cerr(r.id.Accept(connParam(p)))
+	cp := connParam(p)
+	if cp == nil && (vendor != 0 || options != 0) {
+		cp = r.id.DefaultAcceptParam()
+	}
+	return cerr(r.id.Accept(withECE(cp, vendor, options)))
 }
 
 //export srgo_cm_reject
-func srgo_cm_reject(h C.uintptr_t, pdata unsafe.Pointer, n C.uint8_t) C.int {
+func srgo_cm_reject(h C.uintptr_t, pdata unsafe.Pointer, n C.uint8_t, reason C.int) C.int {
 	r, ok := cmID(h)
 	if !ok {
 		return C.int(syscall.EINVAL)
@@ -462,7 +486,7 @@ func srgo_cm_reject(h C.uintptr_t, pdata unsafe.Pointer, n C.uint8_t) C.int {
 	if pdata != nil && n > 0 {
 		b = C.GoBytes(pdata, C.int(n))
 	}
-	return cerr(r.id.Reject(b))
+	return cerr(r.id.RejectReason(b, mad.RejectReason(reason)))
 }
 
 //export srgo_cm_disconnect

@@ -24,6 +24,10 @@ struct sr_cm_id {
 	int has_ep_attr;
 	struct ibv_qp_init_attr ep_attr;
 	struct ibv_pd *ep_pd;
+	/* Enhanced Connection Establishment, as librdmacm keeps it: this
+	 * side's (rdma_set_local_ece; sent in the REQ, its options in the REP)
+	 * and the peer's (from its REQ or REP; rdma_get_remote_ece). */
+	struct ibv_ece local_ece, remote_ece;
 };
 
 /* An event and its private data, valid until rdma_ack_cm_event. */

@@ -1,7 +1,7 @@
 //go:build linux && cgo && softroce_capi
 
 // cmstubs.c: librdmacm's names softroce does not serve yet (rsockets,
-// multicast, endpoints, SRQs on IDs, synchronous requests, ECE): each fails
+// multicast, SRQs on IDs): each fails
 // with ENOSYS and says so once on stderr, so that programs that import them
 // load and run everything else. It includes no rdma_cma.h: the stubs take
 // no arguments.
@@ -35,9 +35,6 @@ SR_CM_STUB_VOID(rdma_destroy_srq)
 SR_CM_STUB(rdma_join_multicast)
 SR_CM_STUB(rdma_leave_multicast)
 SR_CM_STUB(rdma_join_multicast_ex)
-SR_CM_STUB(rdma_get_remote_ece)
-SR_CM_STUB(rdma_reject_ece)
-SR_CM_STUB(rdma_set_local_ece)
 
 SR_CM_STUB(raccept)
 SR_CM_STUB(rbind)

@@ -271,25 +271,57 @@ SR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	return sr_err(srgo_cm_listen(sr_id_h(id), backlog));
 }
 
+/* The REQ carries this side's ECE; the REP answers with the peer's vendor
+ * ID and this side's options (librdmacm's ucma_copy_ece_param_to_kern_*). */
 SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
+	struct sr_cm_id *s = (struct sr_cm_id *)id;
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_sync(id, sr_err(srgo_cm_connect(sr_id_h(id), p)));
+	return sr_sync(id, sr_err(srgo_cm_connect(sr_id_h(id), p, s->local_ece.vendor_id, s->local_ece.options)));
 }
 
 SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
+	struct sr_cm_id *s = (struct sr_cm_id *)id;
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_sync(id, sr_err(srgo_cm_accept(sr_id_h(id), p)));
+	return sr_sync(id, sr_err(srgo_cm_accept(sr_id_h(id), p, s->remote_ece.vendor_id, s->local_ece.options)));
 }
 
 SR_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *pdata, uint8_t len)
 {
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_err(srgo_cm_reject(sr_id_h(id), (void *)pdata, len));
+	return sr_err(srgo_cm_reject(sr_id_h(id), (void *)pdata, len, 28));
+}
+
+/* rdma_reject_ece: the REJ's reason is 35, VENDOR_OPTION_NOT_SUPPORTED. */
+SR_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *pdata, uint8_t len)
+{
+	if (!id)
+		return sr_err(EINVAL);
+	return sr_err(srgo_cm_reject(sr_id_h(id), (void *)pdata, len, 35));
+}
+
+/* ECE is set and read before the ID has a QP, as librdmacm requires. */
+SR_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
+		return sr_err(EINVAL);
+	((struct sr_cm_id *)id)->local_ece.vendor_id = ece->vendor_id;
+	((struct sr_cm_id *)id)->local_ece.options = ece->options;
+	return 0;
+}
+
+SR_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	if (!id || id->qp || !ece)
+		return sr_err(EINVAL);
+	ece->vendor_id = ((struct sr_cm_id *)id)->remote_ece.vendor_id;
+	ece->options = ((struct sr_cm_id *)id)->remote_ece.options;
+	ece->comp_mask = 0;
+	return 0;
 }
 
 SR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
@@ -473,6 +505,10 @@ SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	pthread_cond_init(&q->qpx.qp_base.cond, NULL);
 	pthread_mutex_init(&q->batch_mu, NULL);
 	id->qp = &q->qpx.qp_base;
+	/* As librdmacm: the QP's ECE (ibv_query_ece: EOPNOTSUPP here, as on
+	 * rxe, so none) replaces what rdma_set_local_ece set. */
+	s->local_ece.vendor_id = 0;
+	s->local_ece.options = 0;
 	return 0;
 fail_cq:
 	err = errno;

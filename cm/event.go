@@ -72,6 +72,18 @@ type ConnParam struct {
 	// QPNum is the QP number to announce when the ID has no QP of its own
 	// (the application manages the QP); in events, the peer's QPN.
 	QPNum uint32
+	// ECE is sent in the REQ (Connect) or REP (Accept); in CONNECT_REQUEST,
+	// CONNECT_RESPONSE and ESTABLISHED events it is the peer's.
+	ECE ECE
+}
+
+// ECE is Enhanced Connection Establishment data (struct ibv_ece): a vendor
+// ID (24 bits; 0: none) and vendor-defined options, carried in the REQ's and
+// REP's vendor ID fields and MAD attribute modifier, as the kernel's IB CM
+// does.
+type ECE struct {
+	VendorID uint32
+	Options  uint32
 }
 
 // UDParam is what an ESTABLISHED event on a UD (port space UDP) ID carries:

@@ -749,10 +749,11 @@ func (id *ID) Connect(p *ConnParam) error {
 		InitiatorDepth: clampRd(cp.InitiatorDepth), RemoteCMResponseTimeout: exp, TransportType: mad.TransportRC,
 		EndToEndFlowControl: cp.FlowControl, StartingPSN: id.myPSN, LocalCMResponseTimeout: exp,
 		RetryCount: id.retry, PKey: wire.DefaultPKey, PathMTU: id.mtu, RNRRetryCount: id.rnr,
-		MaxCMRetries: uint8(min(a.cfg.MaxRetries, 15)), SRQ: cp.SRQ,
+		MaxCMRetries: uint8(min(a.cfg.MaxRetries, 15)), SRQ: cp.SRQ, VendorID: cp.ECE.VendorID & 0xFFFFFF,
 		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: verbs.GIDFromAddr(id.local.Addr()),
 			RemoteGID: id.peerGID, FlowLabel: id.flowLabel, TrafficClass: id.tos, HopLimit: defaultHopLimit, LocalACKTimeout: id.ackTO},
 		PrivateData: pd}
+	m.AttrMod = cp.ECE.Options
 	b, err := m.Append(nil)
 	if err != nil {
 		return ErrPrivateData
@@ -776,6 +777,18 @@ func flowLabel(sport, dport uint16) uint32 {
 func (id *ID) Accept(p *ConnParam) error {
 	_, err := id.accept(p)
 	return err
+}
+
+// DefaultAcceptParam returns the parameters Accept(nil) uses: the peer's
+// initiator depth and responder resources echoed, RNR retry 7. A caller
+// that adds to the defaults (ECE, say) starts from it.
+func (id *ID) DefaultAcceptParam() *ConnParam {
+	if id.agent == nil {
+		return &ConnParam{RNRRetryCount: 7}
+	}
+	id.agent.mu.Lock()
+	defer id.agent.mu.Unlock()
+	return &ConnParam{ResponderResources: id.respRes, InitiatorDepth: id.initDep, RNRRetryCount: 7}
 }
 
 // accept is Accept; it also returns the half-open connections of the
@@ -835,7 +848,8 @@ func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 	m := mad.REP{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
 		LocalQPN: qpn, StartingPSN: id.myPSN, ResponderResources: id.respRes, InitiatorDepth: id.initDep,
 		TargetACKDelay: 15, EndToEndFlowControl: cp.FlowControl, RNRRetryCount: min(cp.RNRRetryCount, 7),
-		SRQ: cp.SRQ, LocalCAGUID: a.guid, PrivateData: cp.PrivateData}
+		SRQ: cp.SRQ, LocalCAGUID: a.guid, PrivateData: cp.PrivateData, VendorID: cp.ECE.VendorID & 0xFFFFFF}
+	m.AttrMod = cp.ECE.Options
 	b, err := m.Append(nil)
 	if err != nil {
 		return nil, ErrPrivateData
@@ -850,7 +864,12 @@ func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 // Reject rejects a connection request (rdma_reject) with reason 28
 // (consumer defined) and up to 148 bytes of private data (136 for UD, in a
 // SIDR_REP with status REJECT).
-func (id *ID) Reject(pdata []byte) error {
+func (id *ID) Reject(pdata []byte) error { return id.RejectReason(pdata, mad.RejConsumerDefined) }
+
+// RejectReason is Reject with another reason in the REJ: rdma_reject_ece
+// sends mad.RejVendorOptionNotSupported (35). A UD request's SIDR_REP has
+// no reason, only status REJECT.
+func (id *ID) RejectReason(pdata []byte, reason mad.RejectReason) error {
 	a := id.agent
 	if a == nil {
 		return ErrState
@@ -874,14 +893,14 @@ func (id *ID) Reject(pdata []byte) error {
 			return ErrPrivateData
 		}
 		id.uncount()
-		b := id.sendREJ(mad.MsgREQ, mad.RejConsumerDefined, pdata)
+		b := id.sendREJ(mad.MsgREQ, reason, pdata)
 		id.enterTimeWait(b)
 		return nil
 	case stRepRcvd:
 		if len(pdata) > mad.MaxREJUserData {
 			return ErrPrivateData
 		}
-		b := id.sendREJ(mad.MsgREP, mad.RejConsumerDefined, pdata)
+		b := id.sendREJ(mad.MsgREP, reason, pdata)
 		id.enterTimeWait(b)
 		return nil
 	}

@@ -422,7 +422,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 	id.post(&Event{Type: EventConnectRequest, Listen: l, Param: ConnParam{
 		PrivateData: append([]byte(nil), user...), ResponderResources: id.respRes, InitiatorDepth: id.initDep,
 		FlowControl: m.EndToEndFlowControl, RetryCount: m.RetryCount, RNRRetryCount: m.RNRRetryCount,
-		SRQ: m.SRQ, QPNum: m.LocalQPN}})
+		SRQ: m.SRQ, QPNum: m.LocalQPN, ECE: ECE{VendorID: m.VendorID, Options: m.AttrMod}}})
 	id.arm(a.cfg.MRADelay)
 }
 
@@ -515,7 +515,7 @@ func (a *Agent) onREP(peer netip.Addr, m *mad.REP) {
 	id.rnr = m.RNRRetryCount
 	param := ConnParam{PrivateData: append([]byte(nil), m.PrivateData...), ResponderResources: id.respRes,
 		InitiatorDepth: id.initDep, FlowControl: m.EndToEndFlowControl, RNRRetryCount: m.RNRRetryCount,
-		SRQ: m.SRQ, QPNum: m.LocalQPN}
+		SRQ: m.SRQ, QPNum: m.LocalQPN, ECE: ECE{VendorID: m.VendorID, Options: m.AttrMod}}
 	if id.qp == nil {
 		id.st = stRepRcvd
 		id.answer = nil

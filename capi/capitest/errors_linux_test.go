@@ -62,10 +62,11 @@ func TestInterrupt(t *testing.T) {
 // (REJECTED, status 8), a rejected request (status 28 and the private
 // data), private data both ways through accept, DISCONNECTED on both sides,
 // destroying IDs with events outstanding and a listener with a request
-// pending, EAGAIN from an empty non-blocking channel, and ENOSYS from a
-// call not served yet (rsocket).
+// pending, EAGAIN from an empty non-blocking channel, ECE both ways and
+// rdma_reject_ece (REJECTED, status 35), and ENOSYS from a call not served
+// yet (rsocket).
 func TestCMErrorPaths(t *testing.T) {
-	runC(t, "cm_errors.c", 7)
+	runC(t, "cm_errors.c", 9)
 }
 
 // runC builds testdata/file against the installed headers and the

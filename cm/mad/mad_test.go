@@ -14,13 +14,15 @@ import (
 
 // reserved lists, per message, the reserved bits as (offset after the MAD
 // header, mask of the reserved bits), written from IBTA vol. 1 tables
-// 106-120 independently of the codec. Every other bit is a defined field.
+// 106-120 independently of the codec (the vendor ID bytes of the REQ and REP,
+// reserved there, carry ECE since IBTA 1.4's annex: defined). Every other
+// bit is a defined field.
 var reserved = map[AttrID][][2]int{
-	AttrREQ: {{4, 0xFF}, {5, 0xFF}, {6, 0xFF}, {7, 0xFF}, {24, 0xFF}, {25, 0xFF}, {26, 0xFF}, {27, 0xFF},
+	AttrREQ: {{4, 0xFF}, {24, 0xFF}, {25, 0xFF}, {26, 0xFF}, {27, 0xFF},
 		{90, 0x0F}, {91, 0xC0}, {94, 0x07}, {95, 0x07}, {134, 0x0F}, {135, 0xC0}, {138, 0x07}, {139, 0x03}},
 	AttrMRA:     {{8, 0x3F}, {9, 0x07}},
 	AttrREJ:     {{8, 0x3F}, {9, 0x01}},
-	AttrREP:     {{15, 0xFF}, {19, 0xFF}, {23, 0xFF}, {27, 0x0F}},
+	AttrREP:     {{27, 0x0F}},
 	AttrRTU:     {},
 	AttrDREQ:    {{11, 0xFF}},
 	AttrDREP:    {},
@@ -461,5 +463,44 @@ func BenchmarkAppendREQ(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf, _ = m.Append(buf[:0])
+	}
+}
+
+// TestECEFields: the ECE vendor ID sits in the REQ's bytes 5-7 of the
+// message and in the REP's bytes 15, 19 and 23 (the kernel's ibta_vol1_c12.h:
+// CM_REQ_VENDOR_ID, CM_REP_VENDOR_ID_H/M/L), the options in the MAD
+// header's attribute modifier, and both survive a round trip without
+// touching the fields around them.
+func TestECEFields(t *testing.T) {
+	req := REQ{Header: NewHeader(1), LocalCommID: 0x01020304, VendorID: 0xA1B2C3, ServiceID: 0x0106000000001234}
+	req.AttrMod = 0xDEADBEEF
+	b, err := req.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := b[HeaderLen:]
+	if got := [3]byte{d[5], d[6], d[7]}; got != [3]byte{0xA1, 0xB2, 0xC3} || d[4] != 0 {
+		t.Errorf("REQ bytes 4-7 %x, want 00a1b2c3", d[4:8])
+	}
+	if got := binary.BigEndian.Uint32(b[20:]); got != 0xDEADBEEF {
+		t.Errorf("REQ attribute modifier %#x", got)
+	}
+	var r2 REQ
+	if err := r2.Parse(b); err != nil || r2.VendorID != 0xA1B2C3 || r2.AttrMod != 0xDEADBEEF || r2.LocalCommID != 0x01020304 || r2.ServiceID != req.ServiceID {
+		t.Errorf("REQ round trip: %+v, %v", r2, err)
+	}
+	rep := REP{Header: NewHeader(2), LocalQPN: 0x111111, LocalEECN: 0x222222, StartingPSN: 0x333333, VendorID: 0xA1B2C3}
+	rep.AttrMod = 5
+	b, err = rep.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = b[HeaderLen:]
+	if d[15] != 0xA1 || d[19] != 0xB2 || d[23] != 0xC3 || get24(d[12:]) != 0x111111 || get24(d[16:]) != 0x222222 || get24(d[20:]) != 0x333333 {
+		t.Errorf("REP bytes 12-23 %x", d[12:24])
+	}
+	var p2 REP
+	if err := p2.Parse(b); err != nil || p2.VendorID != 0xA1B2C3 || p2.AttrMod != 5 || p2.LocalQPN != 0x111111 || p2.StartingPSN != 0x333333 {
+		t.Errorf("REP round trip: %+v, %v", p2, err)
 	}
 }

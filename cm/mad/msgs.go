@@ -101,8 +101,9 @@ func (p *Path) encode(b []byte) {
 
 // REQ is the connection request (attribute 0x0010).
 type REQ struct {
-	Header
+	Header                  // its AttrMod carries the ECE options (Enhanced Connection Establishment)
 	LocalCommID             uint32
+	VendorID                uint32 // 24 bits: the ECE vendor ID (0: no ECE)
 	ServiceID               uint64
 	LocalCAGUID             uint64
 	LocalQKey               uint32
@@ -140,6 +141,7 @@ func (m *REQ) Parse(b []byte) error {
 	}
 	d := b[HeaderLen:]
 	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
+	m.VendorID = get24(d[5:])
 	m.ServiceID = binary.BigEndian.Uint64(d[8:])
 	m.LocalCAGUID = binary.BigEndian.Uint64(d[16:])
 	m.LocalQKey = binary.BigEndian.Uint32(d[28:])
@@ -175,6 +177,7 @@ func (m *REQ) Append(b []byte) ([]byte, error) {
 	}
 	out, d := m.Header.appendAs(b, AttrREQ)
 	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
+	put24(d[5:], m.VendorID)
 	binary.BigEndian.PutUint64(d[8:], m.ServiceID)
 	binary.BigEndian.PutUint64(d[16:], m.LocalCAGUID)
 	binary.BigEndian.PutUint32(d[28:], m.LocalQKey)
@@ -292,9 +295,10 @@ func (m *REJ) Append(b []byte) ([]byte, error) {
 
 // REP is the connection reply (attribute 0x0013).
 type REP struct {
-	Header
+	Header       // its AttrMod carries the ECE options
 	LocalCommID  uint32
 	RemoteCommID uint32 // the REQ's LocalCommID
+	VendorID     uint32 // 24 bits: the ECE vendor ID (0: no ECE), in three bytes of the message
 	LocalQKey    uint32
 	LocalQPN     uint32 // 24 bits
 	LocalEECN    uint32 // 24 bits
@@ -324,6 +328,7 @@ func (m *REP) Parse(b []byte) error {
 	m.LocalQPN = get24(d[12:])
 	m.LocalEECN = get24(d[16:])
 	m.StartingPSN = get24(d[20:])
+	m.VendorID = uint32(d[15])<<16 | uint32(d[19])<<8 | uint32(d[23])
 	m.ResponderResources = d[24]
 	m.InitiatorDepth = d[25]
 	m.TargetACKDelay = d[26] >> 3
@@ -348,6 +353,7 @@ func (m *REP) Append(b []byte) ([]byte, error) {
 	put24(d[12:], m.LocalQPN)
 	put24(d[16:], m.LocalEECN)
 	put24(d[20:], m.StartingPSN)
+	d[15], d[19], d[23] = byte(m.VendorID>>16), byte(m.VendorID>>8), byte(m.VendorID)
 	d[24] = m.ResponderResources
 	d[25] = m.InitiatorDepth
 	d[26] = m.TargetACKDelay<<3 | m.FailoverAccepted&3<<1 | b2u(m.EndToEndFlowControl, 1)

@@ -4,7 +4,8 @@
  * status 28, the server's private data), an accepted connection with
  * private data both ways and a disconnect (DISCONNECTED on both sides),
  * a destroyed ID with its events outstanding, O_NONBLOCK on the channel fd
- * (EAGAIN), and a call not served yet (rsocket: ENOSYS). Prints "ok NAME" or "FAIL NAME: why";
+ * (EAGAIN), ECE both ways and rdma_reject_ece (status 35), and a call not
+ * served yet (rsocket: ENOSYS). Prints "ok NAME" or "FAIL NAME: why";
  * exits with the number of failures. Argument: the device's address. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -207,6 +208,83 @@ int main(int argc, char **argv)
 		}
 		rdma_destroy_qp(c);
 		rdma_destroy_id(c);
+	}
+
+	/* ECE: the client's rdma_set_local_ece reaches the server's
+	 * rdma_get_remote_ece through the REQ; the server's options come back
+	 * in the REP with the client's vendor ID. The QPs are the programs'
+	 * own (ibv_create_qp, as perftest does): rdma_create_qp would replace
+	 * the ECE with the QP's (none, as on rxe). Then rdma_reject_ece. */
+	for (int rej = 0; rej < 2; rej++) {
+		struct ibv_ece e = { .vendor_id = 0x02c9, .options = 0x80000003 }, got;
+		struct ibv_pd *pd = ibv_alloc_pd(listen_id->verbs);
+		struct ibv_cq *cq = ibv_create_cq(listen_id->verbs, 4, NULL, NULL, 0);
+		struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+					       .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+		struct ibv_qp *cq_qp = ibv_create_qp(pd, &qa), *sq_qp = ibv_create_qp(pd, &qa);
+		struct sockaddr_in dst = addr;
+		name = rej ? "reject_ece" : "ece";
+		c = NULL;
+		dst.sin_port = htons(port);
+		if (!cq_qp || !sq_qp || rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) ||
+		    rdma_resolve_addr(c, NULL, (struct sockaddr *)&dst, 2000) || !(ev = expect(name, RDMA_CM_EVENT_ADDR_RESOLVED))) {
+			FAIL(name, "set-up: %s", strerror(errno));
+			break;
+		}
+		rdma_ack_cm_event(ev);
+		if (rdma_resolve_route(c, 2000) || !(ev = expect(name, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+			break;
+		rdma_ack_cm_event(ev);
+		struct ibv_ece zero = { .vendor_id = 0 };
+		if (rdma_set_local_ece(c, &zero) != -1 || errno != EINVAL)
+			FAIL(name, "set_local_ece with vendor 0: errno %d, want EINVAL", errno);
+		if (rdma_set_local_ece(c, &e))
+			FAIL(name, "set_local_ece: %s", strerror(errno));
+		memset(&cp, 0, sizeof(cp));
+		cp.qp_num = cq_qp->qp_num;
+		cp.retry_count = 7;
+		rdma_connect(c, &cp);
+		if (!(ev = expect(name, RDMA_CM_EVENT_CONNECT_REQUEST)))
+			break;
+		srv = ev->id;
+		rdma_ack_cm_event(ev);
+		if (rdma_get_remote_ece(srv, &got) || got.vendor_id != e.vendor_id || got.options != e.options)
+			FAIL(name, "server's remote ECE %#x/%#x, want %#x/%#x", got.vendor_id, got.options, e.vendor_id, e.options);
+		if (rej) {
+			rdma_reject_ece(srv, NULL, 0);
+			if ((ev = expect(name, RDMA_CM_EVENT_REJECTED))) {
+				if (ev->status != 35)
+					FAIL(name, "status %d, want 35 (vendor option not supported)", ev->status);
+				else
+					OK(name);
+				rdma_ack_cm_event(ev);
+			}
+		} else {
+			struct ibv_ece se = { .vendor_id = 0x02c9, .options = 5 };
+			rdma_set_local_ece(srv, &se);
+			cp.qp_num = sq_qp->qp_num;
+			if (rdma_accept(srv, &cp))
+				FAIL(name, "accept: %s", strerror(errno));
+			if ((ev = expect(name, RDMA_CM_EVENT_CONNECT_RESPONSE))) {
+				rdma_ack_cm_event(ev);
+				if (rdma_get_remote_ece(c, &got) || got.vendor_id != e.vendor_id || got.options != 5)
+					FAIL(name, "client's remote ECE %#x/%#x, want %#x/5", got.vendor_id, got.options, e.vendor_id);
+				else
+					OK(name);
+			}
+		}
+		rdma_destroy_id(srv);
+		rdma_destroy_id(c);
+		ibv_destroy_qp(cq_qp);
+		ibv_destroy_qp(sq_qp);
+		ibv_destroy_cq(cq);
+		ibv_dealloc_pd(pd);
+		/* What the teardown queued (DISCONNECTED, TIMEWAIT_EXIT). */
+		fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+		usleep(100000);
+		while (rdma_get_cm_event(ch, &ev) == 0)
+			rdma_ack_cm_event(ev);
+		fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK);
 	}
 
 	/* Destroy an ID whose connect request is still unread by the server,
