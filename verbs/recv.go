@@ -147,6 +147,10 @@ func (d *Device) PollLink() int {
 	return n
 }
 
+// CanPollLink reports whether PollLink can receive from the device's link
+// (link/udp can; the in-memory pipe cannot, and PollLink then returns 0).
+func (d *Device) CanPollLink() bool { return d.rxp.lp != nil }
+
 // viewServer is a link that runs the receive loop itself (link/udp): it
 // hands each batch to handle in place, as viewReader, and keeps one wait on
 // its socket across batches, so that a drained socket is not read again
