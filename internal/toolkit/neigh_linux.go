@@ -63,18 +63,28 @@ func OnLink(dst netip.Addr) bool {
 	if err != nil {
 		return false
 	}
+	return onLink(dst, addrs)
+}
+
+// onLink is OnLink over the given interface addresses: a local address is
+// not on-link however the subnets are listed (the kernel resolves it
+// through the loopback device, without ARP).
+func onLink(dst netip.Addr, addrs []net.Addr) bool {
+	var prefixes []netip.Prefix
 	for _, a := range addrs {
 		n, ok := a.(*net.IPNet)
 		if !ok {
 			continue
 		}
 		ip, _ := netip.AddrFromSlice(n.IP)
-		ones, _ := n.Mask.Size()
-		p := netip.PrefixFrom(ip.Unmap(), ones)
 		if ip.Unmap() == dst {
 			return false // local
 		}
-		if p.Masked().Contains(dst) {
+		ones, _ := n.Mask.Size()
+		prefixes = append(prefixes, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+	}
+	for _, p := range prefixes {
+		if p.Contains(dst) {
 			return true
 		}
 	}
