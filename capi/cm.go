@@ -195,13 +195,29 @@ func (r *cmChanRec) forward() {
 	defer close(r.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-r.stop; cancel() }()
+	var batch []*C.struct_sr_cm_event
 	for {
 		ev, err := r.ch.Get(ctx)
 		if err != nil {
 			return
 		}
-		if ce := r.build(ev); ce != nil {
-			r.events.push(ce)
+		// What queued meanwhile goes with it, counted in one write.
+		for {
+			if ce := r.build(ev); ce != nil {
+				batch = append(batch, ce)
+			}
+			if r.ch.Len() == 0 {
+				break
+			}
+			if ev, err = r.ch.Get(ctx); err != nil {
+				break
+			}
+		}
+		r.events.pushAll(batch)
+		clear(batch)
+		batch = batch[:0]
+		if err != nil {
+			return
 		}
 	}
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"sync"
 	"syscall"
 )
@@ -26,6 +27,19 @@ func (q *eventQueue[T]) push(v T) {
 	q.items = append(q.items, v)
 	q.mu.Unlock()
 	signalFd(q.fd)
+}
+
+// pushAll queues vs and counts them on the fd in one write: a reader
+// then takes a burst (a hundred connections' events) without a wake-up
+// per event.
+func (q *eventQueue[T]) pushAll(vs []T) {
+	if len(vs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.items = append(q.items, vs...)
+	q.mu.Unlock()
+	addFd(q.fd, uint64(len(vs)))
 }
 
 // take returns the oldest event, if any.
@@ -61,10 +75,14 @@ func (q *eventQueue[T]) drop(gone func(T) bool) {
 }
 
 // signalFd adds one to an eventfd (EFD_SEMAPHORE): one read per event.
-func signalFd(fd int) {
-	one := [8]byte{1}
+func signalFd(fd int) { addFd(fd, 1) }
+
+// addFd adds n to an eventfd.
+func addFd(fd int, n uint64) {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], n)
 	for {
-		_, err := syscall.Write(fd, one[:])
+		_, err := syscall.Write(fd, b[:])
 		if err != syscall.EINTR {
 			return
 		}

@@ -186,6 +186,38 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
+// TestCrossedCmtime: stock cmtime against softroce's Go cmtime, both
+// roles: 100 connections set up and torn down, the client's table printed.
+func TestCrossedCmtime(t *testing.T) {
+	needLib(t, "cmtime")
+	for _, stockServes := range []bool{true, false} {
+		t.Run(fmt.Sprint("stock serves ", stockServes), func(t *testing.T) {
+			sa, ca := addrPair()
+			port := itoa(freePort(t))
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			server := []string{goTool, "cmtime", "-b", sa, "-p", port}
+			client := []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
+			senv, cenv := env(""), env(ca)
+			if stockServes {
+				server = []string{"cmtime", "-b", sa, "-p", port}
+				client = []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}
+				senv, cenv = env(sa), env("")
+			}
+			sp := start(t, ctx, senv, server...)
+			waitUDP(t, sa, sp)
+			cp := start(t, ctx, cenv, client...)
+			err := cp.wait()
+			sp.cmd.Process.Kill()
+			sp.wait()
+			if err != nil || !regexp.MustCompile(`(?m)^connect +: +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$`).MatchString(cp.stdout.String()) ||
+				strings.Contains(cp.stdout.String(), "error") {
+				t.Fatalf("client %s\nserver %s", cp, sp)
+			}
+		})
+	}
+}
+
 // TestPerftestRDMACM: perftest -R (connection through rdma_cm).
 func TestPerftestRDMACM(t *testing.T) {
 	needLib(t, "ib_send_bw", "ib_write_lat", "ib_read_bw", "ib_send_lat", "ib_write_bw", "ib_read_lat")

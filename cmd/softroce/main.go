@@ -12,6 +12,7 @@ import (
 
 	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/internal/toolkit"
+	"github.com/softroce/softroce/internal/tools/cmtime"
 	"github.com/softroce/softroce/tools/dadatool"
 	"github.com/softroce/softroce/tools/demo"
 	"github.com/softroce/softroce/tools/devinfo"
@@ -29,6 +30,7 @@ func init() {
 	commands.Add(perftest.Commands()...)
 	commands.Add(dump.Commands()...)
 	commands.Add(rping.Commands()...)
+	commands.Add(cmtime.Commands()...)
 	commands.Add(dadatool.Commands()...)
 	commands.Add(devinfo.Commands()...)
 	commands.Add(demo.Commands()...)
