@@ -51,3 +51,24 @@ func TestBuildGRHSynthesized(t *testing.T) {
 		}
 	})
 }
+
+// TestRoCEPktType checks the SL of a UD receive: the L3 header type in the
+// GRH area, as mlx5 reports it (UCX reads it to find the destination
+// address in the GRH area).
+func TestRoCEPktType(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lp   link.Packet
+		want uint8
+	}{
+		{"ipv4 synthesized", link.Packet{Src: netip.MustParseAddrPort("10.0.0.1:49152")}, WCSLRoCEv2IPv4},
+		{"ipv4-mapped", link.Packet{Src: netip.MustParseAddrPort("[::ffff:10.0.0.1]:49152")}, WCSLRoCEv2IPv4},
+		{"ipv4 header", link.Packet{IPHdrLen: 20, Src: netip.MustParseAddrPort("[fd00::1]:1")}, WCSLRoCEv2IPv4},
+		{"ipv6 synthesized", link.Packet{Src: netip.MustParseAddrPort("[fd00::1]:49152")}, WCSLRoCEv2IPv6},
+		{"ipv6 header", link.Packet{IPHdrLen: 40, Src: netip.MustParseAddrPort("10.0.0.1:1")}, WCSLRoCEv2IPv6},
+	} {
+		if got := rocePktType(&tc.lp); got != tc.want {
+			t.Errorf("%s: SL %#x, want %#x", tc.name, got, tc.want)
+		}
+	}
+}

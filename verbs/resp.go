@@ -735,7 +735,7 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 		fl |= WCWithImm
 	}
 	wc := WC{WRID: w.wrid, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(need), ImmData: p.Imm,
-		QPNum: qp.qpn, SrcQP: p.DETH.SrcQP, Flags: fl}
+		QPNum: qp.qpn, SrcQP: p.DETH.SrcQP, Flags: fl, SL: rocePktType(lp)}
 	if !qp.recvCQ.push(&wc, p.BTH.SE) {
 		qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
 		qp.toError()
@@ -743,6 +743,29 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 }
 
 const grhLen = 40
+
+// RoCE packet types a UD receive completion reports in its SL, as mlx5
+// reports them (its CQE's roce_pkt_type): bit 3 says the frame had a UDP
+// header (RoCEv2), bits 0-2 the L3 header that fills the GRH area.
+const (
+	// WCSLRoCEv2IPv6 is the SL of a UD receive that came over IPv6.
+	WCSLRoCEv2IPv6 = 0x8 | 0x1
+	// WCSLRoCEv2IPv4 is the SL of a UD receive that came over IPv4: the
+	// IPv4 header is in the last 20 bytes of the GRH area.
+	WCSLRoCEv2IPv4 = 0x8 | 0x2
+)
+
+// rocePktType is the SL of a UD receive completion. SL has no other
+// meaning on Ethernet (rxe reports 0), and UCX (before 1.18) takes its low
+// three bits for the L3 type when it checks the GRH's destination: with 0
+// it read an IPv4 packet's GRH area as an IPv6 header and dropped every
+// datagram.
+func rocePktType(lp *link.Packet) uint8 {
+	if lp.IPHdrLen == 40 || lp.IPHdrLen != 20 && !lp.Src.Addr().Unmap().Is4() {
+		return WCSLRoCEv2IPv6
+	}
+	return WCSLRoCEv2IPv4
+}
 
 // buildGRH fills the 40-byte GRH area of a UD receive (docs/protocol.md §6.1): the IPv6 header,
 // or 20 zero bytes and the IPv4 header.

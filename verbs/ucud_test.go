@@ -88,7 +88,7 @@ func TestUD(t *testing.T) {
 			AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111})
 		wc := waitWC(t, b.rcq, 1, 5*time.Second)
 		if wc[0].Status != WCSuccess || wc[0].ByteLen != 1040 || wc[0].SrcQP != a.qp.QPN() ||
-			wc[0].Flags != WCWithGRH|WCWithImm || wc[0].ImmData != 77 {
+			wc[0].Flags != WCWithGRH|WCWithImm || wc[0].ImmData != 77 || wc[0].SL != WCSLRoCEv2IPv4 {
 			t.Fatalf("%+v", wc[0])
 		}
 		mustEqual(t, b.buf[40:1040], a.buf[:1000])
