@@ -81,30 +81,17 @@ var (
 
 func loadDevices() {
 	devOnce.Do(func() {
-		if name := os.Getenv(envDevice); name != "" {
-			d, err := toolkit.ResolveDevice(name)
-			if err != nil {
-				devErr = err
-				warn("%s=%s: %v", envDevice, name, err)
-				return
-			}
-			devList = []devSpec{{info: d}}
+		devs, skipped, err := toolkit.LibraryDevices(os.Getenv(envDevice))
+		if err != nil {
+			devErr = err
+			warn("%s=%s: %v", envDevice, os.Getenv(envDevice), err)
 			return
 		}
-		st, err := toolkit.LoadState()
-		if err != nil || len(st.Links) == 0 {
-			d, _ := toolkit.ResolveIn("", nil, nil)
-			d.Name = "lo"
-			devList = []devSpec{{info: d, auto: true}}
-			return
+		for _, e := range skipped {
+			warn("%v", e)
 		}
-		for i := range st.Links {
-			d, err := toolkit.ResolveDevice(st.Links[i].Name)
-			if err != nil {
-				warn("link %s: %v", st.Links[i].Name, err)
-				continue
-			}
-			devList = append(devList, devSpec{info: d, index: len(devList)})
+		for _, d := range devs {
+			devList = append(devList, devSpec{info: d.Device, auto: d.Auto, index: len(devList)})
 		}
 	})
 }

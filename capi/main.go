@@ -24,7 +24,6 @@ import (
 	"unsafe"
 
 	"github.com/softroce/softroce/internal/toolkit"
-	"github.com/softroce/softroce/verbs"
 )
 
 func main() {}
@@ -80,32 +79,17 @@ func srgo_read_sysfs(dir, file *C.char, buf *C.char, size C.int) C.int {
 		return -2
 	}
 	s := devList[idx]
-	var v string
-	switch sub {
-	case "node_type":
-		v = "1: CA"
-	case "fw_ver":
-		v = "0.0.0"
-	case "hca_type", "hw_rev", "board_id":
-		return -1
-	case "node_guid", "sys_image_guid":
-		v = guidString(verbs.NodeGUIDFor(s.info.Addr.Addr(), toolkit.DeviceMAC(s.info.Netdev)))
-	case "ports/1/state":
-		v = "4: ACTIVE"
-	case "ports/1/phys_state":
-		v = "5: LinkUp"
-	case "ports/1/link_layer":
-		v = "Ethernet"
-	case "device/numa_node":
+	v, ok := toolkit.IBSysfsFiles(toolkit.LibraryDevice{Device: s.info, Auto: s.auto})[sub]
+	switch {
+	case ok:
+	case sub == "device/numa_node":
 		v = "-1"
+	case strings.HasPrefix(sub, "ports/1/gid_attrs/types/"):
+		v = "RoCE v2" // every GID of the table is RoCE v2
+	case strings.HasPrefix(sub, "ports/1/gid_attrs/ndevs/") && s.info.Netdev != "":
+		v = s.info.Netdev
 	default:
-		if strings.HasPrefix(sub, "ports/1/gid_attrs/types/") {
-			v = "RoCE v2"
-		} else if strings.HasPrefix(sub, "ports/1/gid_attrs/ndevs/") && s.info.Netdev != "" {
-			v = s.info.Netdev
-		} else {
-			return -1
-		}
+		return -1
 	}
 	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(size))
 	n := copy(b, v)
@@ -113,17 +97,4 @@ func srgo_read_sysfs(dir, file *C.char, buf *C.char, size C.int) C.int {
 		b[n] = 0
 	}
 	return C.int(n)
-}
-
-func guidString(g uint64) string {
-	const hex = "0123456789abcdef"
-	out := make([]byte, 0, 19)
-	for i := 0; i < 4; i++ {
-		if i > 0 {
-			out = append(out, ':')
-		}
-		w := uint16(g >> (48 - 16*i))
-		out = append(out, hex[w>>12], hex[w>>8&15], hex[w>>4&15], hex[w&15])
-	}
-	return string(out)
 }

@@ -24,14 +24,18 @@ func init() {
 
 // runExec is "softroce exec [-d DEV] [-a ADDR] [--] PROGRAM [ARGS]": it runs
 // PROGRAM with the installed C library first on its library path, so that
-// its libibverbs.so.1 and librdmacm.so.1 are softroce's.
+// its libibverbs.so.1 and librdmacm.so.1 are softroce's. On Linux the
+// program runs in a private mount namespace where the devices also appear
+// as /dev/infiniband/uverbsN and /sys/class/infiniband/DEV (exec_linux.go).
 func runExec(args []string, stdout, stderr io.Writer) int {
 	var dev, addr, lib string
+	var noView bool
 	g := cli.Getopt{Prog: "softroce exec", InOrder: true,
-		Synopsis: "[-d DEV] [-a ADDR] [-L DIR] [--] PROGRAM [ARGS...]"}
+		Synopsis: "[-d DEV] [-a ADDR] [-L DIR] [--no-view] [--] PROGRAM [ARGS...]"}
 	g.Str('d', "device", &dev).Describe("DEV", "the device the program sees: a link, netdev or address (default: every link, or loopback)")
 	g.Str('a', "addr", &addr).Describe("ADDR", "the IP address (or IP:port) the device binds (default: the link's, or the first free 127.0.0.x)")
 	g.Str('L', "libdir", &lib).Describe("DIR", "where the library is installed (default $"+capibuild.EnvDir+" or ~/.local/lib/softroce)")
+	g.Flag(0, "no-view", &noView).Describe("", "run without the private /dev/infiniband and /sys/class/infiniband view of the devices (Linux; UCX needs it)")
 	ops, code, ok := g.ParseArgs(args, stdout, stderr, nil)
 	if !ok {
 		return code
@@ -79,7 +83,7 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 	if addr != "" {
 		env = setEnv(env, execEnvAddr, addr)
 	}
-	err = execProgram(path, ops, env)
+	err = execProgram(path, ops, env, !noView, os.Stderr)
 	fmt.Fprintf(stderr, "softroce exec: %s: %v\n", ops[0], err)
 	return 126
 }

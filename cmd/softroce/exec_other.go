@@ -2,8 +2,11 @@
 
 package main
 
-import "errors"
+import (
+	"errors"
+	"os"
+)
 
-func execProgram(path string, argv, env []string) error {
+func execProgram(path string, argv, env []string, view bool, stderr *os.File) error {
 	return errors.New("softroce exec needs a Unix system")
 }
