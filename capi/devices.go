@@ -55,6 +55,9 @@ type devSpec struct {
 	// auto: a loopback device with no fixed address; each process binds
 	// the first 127.0.0.x whose UDP port 4791 is free.
 	auto bool
+	// spare are addresses of the device's netdev to bind, in order, when
+	// another process holds UDP 4791 on info.Addr (toolkit.LibraryDevice).
+	spare []netip.Addr
 	// index is the device's place in the list.
 	index int
 }
@@ -91,7 +94,7 @@ func loadDevices() {
 			warn("%v", e)
 		}
 		for _, d := range devs {
-			devList = append(devList, devSpec{info: d.Device, auto: d.Auto, index: len(devList)})
+			devList = append(devList, devSpec{info: d.Device, auto: d.Auto, spare: d.Spare, index: len(devList)})
 		}
 	})
 }
@@ -241,13 +244,13 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 	if a, ok := wantAddr[s.index]; ok {
 		// rdma_bind_addr named the address before any context opened it.
 		delete(wantAddr, s.index)
-		info.Addr, s.auto = netip.AddrPortFrom(a, info.Addr.Port()), false
+		info.Addr, s.auto, s.spare = netip.AddrPortFrom(a, info.Addr.Port()), false, nil
 	} else if a := os.Getenv(envAddr); a != "" {
 		ap, err := toolkit.ParseDeviceAddr(a)
 		if err != nil {
 			return nil, fmt.Errorf("%s=%s: %v", envAddr, a, err)
 		}
-		info.Addr, s.auto = ap, false
+		info.Addr, s.auto, s.spare = ap, false, nil
 	}
 	var ep *udp.Endpoint
 	var err error
@@ -278,9 +281,23 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 		}
 	} else {
 		ep, err = udp.Listen(info.Addr, toolkit.UDPOptions(info)...)
+		for _, a := range s.spare {
+			if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+				break
+			}
+			// Another process has the device on its first address: take
+			// the netdev's next one.
+			ap := netip.AddrPortFrom(a, info.Addr.Port())
+			if ep, err = udp.Listen(ap, toolkit.UDPOptions(info)...); err == nil {
+				info.Addr = ap
+			}
+		}
 		if err != nil {
 			if errors.Is(err, syscall.EADDRINUSE) {
 				who := udpHolder(info.Addr)
+				if len(s.spare) > 0 {
+					return nil, fmt.Errorf("device %s: UDP port %d is in use on every address of netdev %s: add an address to it, or set %s to a free one", info.Name, info.Addr.Port(), info.Netdev, envAddr)
+				}
 				return nil, fmt.Errorf("device %s: UDP %v is in use%s: another process has this device; give this one its own address (%s=IP, or softroce exec -d with another link)", info.Name, info.Addr, who, envAddr)
 			}
 			return nil, fmt.Errorf("device %s: %v: %w", info.Name, info.Addr, err)

@@ -2,6 +2,7 @@ package toolkit
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/softroce/softroce/verbs"
@@ -15,6 +16,12 @@ type LibraryDevice struct {
 	// process binds the first 127.0.0.x whose UDP port 4791 is free, so
 	// Addr is only the first candidate.
 	Auto bool
+	// Spare are the netdev's other addresses, for a device named by its
+	// netdev: a process that finds UDP port 4791 taken on Addr (another
+	// process has the device) binds the first free one of these instead,
+	// so that several processes on one host each open the device with
+	// nothing to configure per process.
+	Spare []netip.Addr
 }
 
 // LibraryDevices lists the devices the C library offers: the one device
@@ -27,7 +34,16 @@ func LibraryDevices(envDevice string) (devs []LibraryDevice, skipped []error, er
 		if err != nil {
 			return nil, nil, err
 		}
-		return []LibraryDevice{{Device: d}}, nil, nil
+		ld := LibraryDevice{Device: d}
+		if d.Name == envDevice && d.Netdev == envDevice {
+			// A netdev no link is on: its other addresses are spares.
+			if host, err := HostInterfaces(); err == nil {
+				if ifc := IfaceByName(host, d.Netdev); ifc != nil {
+					ld.Spare = spareAddrs(ifc, d.Addr.Addr())
+				}
+			}
+		}
+		return []LibraryDevice{ld}, nil, nil
 	}
 	st, err := LoadState()
 	if err != nil || len(st.Links) == 0 {
@@ -44,6 +60,18 @@ func LibraryDevices(envDevice string) (devs []LibraryDevice, skipped []error, er
 		devs = append(devs, LibraryDevice{Device: d})
 	}
 	return devs, skipped, nil
+}
+
+// spareAddrs are ifc's addresses of first's family other than first
+// (IPv6 link-local ones left out), in the interface's order.
+func spareAddrs(ifc *HostIface, first netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range ifc.Addrs {
+		if a != first && a.Is4() == first.Is4() && !a.IsLinkLocalUnicast() {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // IBSysfsGIDs is how many GID entries the sysfs view describes: a softroce
@@ -80,7 +108,7 @@ func IBSysfsFiles(d LibraryDevice) map[string]string {
 			f[fmt.Sprintf("ports/1/gid_attrs/ndevs/%d", i)] = netdev
 		}
 	}
-	if !d.Auto && d.Addr.Addr().IsValid() {
+	if !d.Auto && len(d.Spare) == 0 && d.Addr.Addr().IsValid() {
 		f["ports/1/gids/1"] = gidString(verbs.GIDFromAddr(d.Addr.Addr()))
 	}
 	return f

@@ -48,3 +48,38 @@ func TestGUIDString(t *testing.T) {
 		t.Errorf("GUIDString = %q", got)
 	}
 }
+
+// TestLibraryDevicesSpare: a device named by its netdev carries the
+// netdev's other addresses of the same family as spares (several
+// processes each open it, nothing configured per process); one named by
+// an address has none.
+func TestLibraryDevicesSpare(t *testing.T) {
+	t.Setenv(StateEnv, t.TempDir()+"/none.json")
+	old := HostInterfaces
+	t.Cleanup(func() { HostInterfaces = old })
+	HostInterfaces = func() ([]HostIface, error) {
+		return []HostIface{{Name: "veth9", Up: true, Running: true, Addrs: []netip.Addr{
+			netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fe80::1"),
+			netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("10.0.0.5"),
+		}}}, nil
+	}
+	devs, _, err := LibraryDevices("veth9")
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("LibraryDevices(veth9) = %v, %v", devs, err)
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.5")}
+	if devs[0].Addr.Addr() != netip.MustParseAddr("10.0.0.1") || !cmp.Equal(devs[0].Spare, want, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })) {
+		t.Errorf("device %v spare %v, want 10.0.0.1 and %v", devs[0].Addr, devs[0].Spare, want)
+	}
+	if _, ok := IBSysfsFiles(devs[0])["ports/1/gids/1"]; ok {
+		t.Errorf("a device with spares has a fixed address GID in sysfs")
+	}
+	devs, _, err = LibraryDevices("10.0.0.3")
+	if err != nil || len(devs) != 1 || len(devs[0].Spare) != 0 {
+		t.Errorf("LibraryDevices(10.0.0.3) = %+v, %v; want one device, no spares", devs, err)
+	}
+	devs, _, err = LibraryDevices("")
+	if err != nil || len(devs) != 1 || !devs[0].Auto || devs[0].Name != "lo" {
+		t.Errorf("LibraryDevices() with no links = %+v, %v; want the automatic lo", devs, err)
+	}
+}
