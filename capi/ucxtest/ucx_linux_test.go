@@ -137,10 +137,16 @@ func TestPerftest(t *testing.T) {
 // client's output; both must exit 0 within limit.
 func perftestPair(t *testing.T, c perfCase, limit time.Duration) string {
 	t.Helper()
+	return perftestPairDev(t, c, "lo:1", limit)
+}
+
+// perftestPairDev is perftestPair with UCX_NET_DEVICES=dev.
+func perftestPairDev(t *testing.T, c perfCase, dev string, limit time.Duration) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	port := tooltest.FreeTCPPort(t)
-	e := env(autoNet(), "UCX_NET_DEVICES=lo:1")
+	e := env(autoNet(), "UCX_NET_DEVICES="+dev)
 	if c.tls != "" {
 		e = append(e, "UCX_TLS="+c.tls)
 	}
