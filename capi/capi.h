@@ -90,6 +90,12 @@ struct sr_qp {
 /* sr_wait_acked waits, as rdma-core's destroy calls do, until the program
  * has acknowledged every event of an object handed to it (*done, counted
  * under mu, reaching want). */
+/* sr_forked_child reports (once, on stderr) and refuses a call made by a
+ * process forked without exec from one that loaded the library: the
+ * library's engine (Go's threads) did not survive the fork. It sets errno
+ * to EOPNOTSUPP and returns 1 in such a child, 0 elsewhere (misc.c). */
+int sr_forked_child(const char *fn);
+
 static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *done, uint32_t want)
 {
 	pthread_mutex_lock(mu);

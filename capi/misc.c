@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <stdbool.h>
+#include <pthread.h>
 
 #include "capi.h"
 #include "_cgo_export.h"
@@ -184,6 +185,40 @@ SR_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
 		if (sr_rates[i].mbps == mbps)
 			return sr_rates[i].r;
 	return IBV_RATE_MAX;
+}
+
+/* ---- fork without exec ----
+ * The library is a Go program's runtime: its device engine runs on
+ * threads a fork does not copy. A child that goes on using the library
+ * (rather than exec a program) would find a device whose receive loop and
+ * timers are gone and a runtime whose locks another thread may have held
+ * at the fork, and hang; so the calls that start using a device (listing,
+ * opening, allocating a PD, CQ or QP, registering memory) refuse, with one
+ * line. fork then exec, and a child that never touches RDMA, are fine. */
+
+static pid_t sr_loader_pid;
+static volatile int sr_forked;
+
+static void sr_atfork_child(void) { sr_forked = 1; }
+
+__attribute__((constructor)) static void sr_watch_fork(void)
+{
+	sr_loader_pid = getpid();
+	pthread_atfork(NULL, NULL, sr_atfork_child);
+}
+
+int sr_forked_child(const char *fn)
+{
+	static volatile int said;
+
+	if (!sr_forked)
+		return 0;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_SEQ_CST))
+		fprintf(stderr, "softroce: %s in process %d, forked without exec from %d: the library cannot run in a "
+				"forked child (its engine's threads stay in the parent); exec a program that opens the device\n",
+			fn, (int)getpid(), (int)sr_loader_pid);
+	errno = EOPNOTSUPP;
+	return 1;
 }
 
 /* ---- sysfs ---- */

@@ -76,6 +76,11 @@ SR_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 	struct ibv_device **list;
 	int n, i, k = 0;
 
+	if (sr_forked_child("ibv_get_device_list")) {
+		if (num_devices)
+			*num_devices = 0;
+		return NULL;
+	}
 	pthread_mutex_lock(&sr_dev_mu);
 	n = srgo_num_devices();
 	if (n < 0) {
@@ -153,6 +158,8 @@ SR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 	if (!device)
 		return sr_ret_null(EINVAL);
+	if (sr_forked_child("ibv_open_device"))
+		return NULL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return sr_ret_null(ENOMEM);
@@ -392,6 +399,8 @@ SR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 	int err = 0;
 	if (!ctx)
 		return sr_ret_null(EINVAL);
+	if (sr_forked_child("ibv_alloc_pd"))
+		return NULL;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return sr_ret_null(ENOMEM);
@@ -434,6 +443,8 @@ static struct ibv_mr *sr_reg(struct ibv_pd *pd, void *addr, size_t length, uint6
 	int err = 0;
 	uint32_t lkey = 0, rkey = 0;
 
+	if (sr_forked_child("ibv_reg_mr"))
+		return NULL;
 	if (!pd)
 		return sr_ret_null(EINVAL);
 	m = calloc(1, sizeof(*m));
@@ -639,6 +650,8 @@ static struct sr_cq *sr_new_cq(struct ibv_context *ctx, int cqe, void *cq_contex
 
 	if (!ctx)
 		return sr_ret_null(EINVAL);
+	if (sr_forked_child("ibv_create_cq"))
+		return NULL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return sr_ret_null(ENOMEM);
@@ -955,6 +968,8 @@ static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	int err = 0;
 	uint32_t qpn = 0;
 
+	if (sr_forked_child("ibv_create_qp"))
+		return NULL;
 	if (!pd || !attr)
 		return sr_ret_null(EINVAL);
 	q = calloc(1, sizeof(*q));
