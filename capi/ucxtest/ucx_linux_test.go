@@ -175,7 +175,11 @@ func perftestPairDev(t *testing.T, c perfCase, dev string, limit time.Duration) 
 }
 
 // tcpListening reports whether some socket listens on TCP port.
-func tcpListening(port int) bool {
+func tcpListening(port int) bool { return tcpState(port, "0A") }
+
+// tcpState reports whether some socket on local TCP port is in state st
+// (/proc/net/tcp's hex: 0A listening, 01 established).
+func tcpState(port int, st string) bool {
 	want := fmt.Sprintf(":%04X", port)
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, err := os.ReadFile(f)
@@ -184,10 +188,41 @@ func tcpListening(port int) bool {
 		}
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			fs := strings.Fields(line)
-			if len(fs) > 3 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+			if len(fs) > 3 && strings.HasSuffix(fs[1], want) && fs[3] == st {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// TestPerftestPeerKilled: the server of a ucx_perftest bandwidth run over
+// rc_verbs is killed mid-run; the client's RC QP exhausts its retries
+// (UCX's timeout shortened to 100 ms, 3 retries) and UCX ends it with
+// "transport retry counter exceeded", in bounded time.
+func TestPerftestPeerKilled(t *testing.T) {
+	needLib(t, "ucx_perftest")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	port := tooltest.FreeTCPPort(t)
+	e := env(autoNet(), "UCX_NET_DEVICES=lo:1", "UCX_TLS=rc_verbs,ud_verbs:aux", "UCX_RC_TIMEOUT=100ms", "UCX_RC_RETRY_COUNT=3")
+	args := []string{"ucx_perftest", "-p", fmt.Sprint(port), "-t", "tag_bw", "-s", "65536", "-n", "100000000"}
+	s := start(t, ctx, e, onLib(args...)...)
+	waitFor(t, s, fmt.Sprintf("a listening socket on TCP %d", port), 15*time.Second, func() bool { return tcpListening(port) })
+	cl := start(t, ctx, e, onLib(append(args, "127.0.0.1")...)...)
+	// The client connected (its output is buffered: it cannot say so).
+	waitFor(t, s, "a connection", 30*time.Second, func() bool { return tcpState(port, "01") })
+	time.Sleep(2 * time.Second) // the transfer runs
+	killed := time.Now()
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	const limit = 30 * time.Second
+	select {
+	case <-cl.done:
+	case <-time.After(limit):
+		t.Fatalf("the client did not end within %v of the kill:\n%s", limit, cl)
+	}
+	t.Logf("the client ended %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if cl.err == nil || !strings.Contains(cl.stdout.String()+cl.stderr.String(), "transport retry counter exceeded") {
+		t.Fatalf("want an exit with UCX's retry error:\n%s", cl)
+	}
 }
