@@ -70,6 +70,30 @@ func TestMPI(t *testing.T) {
 	}
 }
 
+// TestMPIUnprivileged runs the 4 ranks as an ordinary user (nobody, when
+// the test runs as root): softroce exec's view comes from a user
+// namespace, which mpirun and its ranks inherit.
+func TestMPIUnprivileged(t *testing.T) {
+	bin := mpicheck(t)
+	if os.Geteuid() != 0 {
+		t.Skip("TestMPI already runs unprivileged")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	argv := onLib(mpiArgs(4, "rc_verbs,ud_verbs:aux", "-x", "UCX_NET_DEVICES=lo:1", bin)...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env(autoNet(), "HOME=/tmp")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "mpicheck: OK 4 ranks") {
+		if strings.Contains(string(out), "user namespace: ") {
+			t.Skipf("no unprivileged user namespaces here:\n%s", tail(string(out)))
+		}
+		t.Fatalf("as nobody: %v\n%s", err, tail(string(out)))
+	}
+}
+
 // TestMPINamespaces runs 2 + 2 ranks on two "hosts", network namespaces
 // joined by a veth pair: mpirun starts in the first, its remote agent
 // (a script given as plm_rsh_agent) starts Open MPI's daemon in each
