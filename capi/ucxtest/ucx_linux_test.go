@@ -248,3 +248,49 @@ func TestPerftestPeerKilled(t *testing.T) {
 		t.Fatalf("want an exit with UCX's retry error:\n%s", cl)
 	}
 }
+
+// TestExecUnprivilegedSignals: without root softroce exec waits for the
+// program it started in the user namespace: a SIGTERM sent to it reaches
+// the program, and it ends as the program does (killed by that signal);
+// its exit status is the program's.
+func TestExecUnprivilegedSignals(t *testing.T) {
+	needLib(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the programs as nobody")
+	}
+	nobody := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd := exec.Command(goTool, "exec", "-L", libDir, "--", "sh", "-c", "exit 7")
+	cmd.Env, cmd.Dir, cmd.SysProcAttr = env(""), "/", nobody
+	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 7 {
+		t.Fatalf("exit status: %v, want 7", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd = exec.CommandContext(ctx, goTool, "exec", "-L", libDir, "--", "sleep", "1000")
+	cmd.Env, cmd.Dir, cmd.SysProcAttr = env(""), "/", nobody
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var kids []int
+	deadline := time.Now().Add(10 * time.Second)
+	for len(kids) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		kids = procsNamed("sleep", cmd.Process.Pid)
+	}
+	if len(kids) != 1 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no sleep below softroce exec (%v)", kids)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("softroce exec ended with %v, want killed by SIGTERM", cmd.ProcessState)
+	}
+	if syscall.Kill(kids[0], 0) == nil {
+		syscall.Kill(kids[0], syscall.SIGKILL)
+		t.Errorf("the program outlived the signal")
+	}
+}

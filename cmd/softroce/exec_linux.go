@@ -137,8 +137,13 @@ func runInUserNS(path string, argv, env []string) error {
 		AmbientCaps: []uintptr{capSysAdmin},
 		Pdeathsig:   syscall.SIGKILL,
 	}
+	// Signals sent to this process go on to the program. Those a terminal
+	// sends reach the whole foreground process group, the program too:
+	// Ctrl-C and Ctrl-\ are not relayed a second time (this process ignores
+	// them and waits for the program's exit), and Ctrl-Z stops both.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM)
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
 	if err := cmd.Start(); err != nil {
 		signal.Reset()
 		runtime.UnlockOSThread()
@@ -149,11 +154,7 @@ func runInUserNS(path string, argv, env []string) error {
 		for {
 			select {
 			case s := <-sigs:
-				switch s {
-				case syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPIPE, syscall.SIGWINCH:
-				default:
-					cmd.Process.Signal(s)
-				}
+				cmd.Process.Signal(s)
 			case <-done:
 				return
 			}
