@@ -1,8 +1,7 @@
 //go:build linux && cgo && softroce_capi
 
-// cmstubs.c: librdmacm's names softroce does not serve yet (rsockets,
-// multicast, SRQs on IDs): each fails
-// with ENOSYS and says so once on stderr, so that programs that import them
+// cmstubs.c: librdmacm's names softroce does not serve yet (multicast, SRQs
+// on IDs): each fails with ENOSYS and says so once on stderr, so that programs that import them
 // load and run everything else. It includes no rdma_cma.h: the stubs take
 // no arguments.
 
@@ -36,31 +35,6 @@ SR_CM_STUB(rdma_join_multicast)
 SR_CM_STUB(rdma_leave_multicast)
 SR_CM_STUB(rdma_join_multicast_ex)
 
-SR_CM_STUB(raccept)
-SR_CM_STUB(rbind)
-SR_CM_STUB(rclose)
-SR_CM_STUB(rconnect)
-SR_CM_STUB(rfcntl)
-SR_CM_STUB(rgetpeername)
-SR_CM_STUB(rgetsockname)
-SR_CM_STUB(rgetsockopt)
-SR_CM_STUB(riomap)
-SR_CM_STUB(riounmap)
-SR_CM_STUB(riowrite)
-SR_CM_STUB(rlisten)
-SR_CM_STUB(rread)
-SR_CM_STUB(rreadv)
-SR_CM_STUB(rrecv)
-SR_CM_STUB(rrecvfrom)
-SR_CM_STUB(rrecvmsg)
-SR_CM_STUB(rsend)
-SR_CM_STUB(rsendmsg)
-SR_CM_STUB(rsendto)
-SR_CM_STUB(rsetsockopt)
-SR_CM_STUB(rshutdown)
-SR_CM_STUB(rsocket)
-SR_CM_STUB(rwrite)
-SR_CM_STUB(rwritev)
 
 
 /* Newer upstream nodes (RDMACM_1.4, 1.5). */

@@ -3,10 +3,9 @@
 // rdmacm.c: librdmacm's C API over package cm (capi/cm.go): event channels
 // on eventfds, IDs, address and route resolution, connect/listen/accept,
 // the QP an ID owns (with CQs of its own when the program gives none, as
-// rdma_verbs.h expects), rdma_getaddrinfo. What is not served yet (rsockets,
-// multicast, endpoints, SRQs on IDs, ECE) fails with ENOSYS and says so once
-// on stderr. rpoll and rselect on ordinary file descriptors behave as poll
-// and select.
+// rdma_verbs.h expects), rdma_getaddrinfo. What is not served yet (multicast,
+// endpoints, SRQs on IDs, ECE) fails with ENOSYS and says so once on stderr.
+// The rsocket calls, rpoll and rselect are in rsocket.c.
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,16 +24,6 @@
 #include "_cgo_export.h"
 
 #define SR_EXPORT __attribute__((visibility("default")))
-
-SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
-{
-	return poll(fds, nfds, timeout);
-}
-
-SR_EXPORT int rselect(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *t)
-{
-	return select(nfds, r, w, e, t);
-}
 
 SR_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 {

@@ -63,10 +63,11 @@ func TestInterrupt(t *testing.T) {
 // data), private data both ways through accept, DISCONNECTED on both sides,
 // destroying IDs with events outstanding and a listener with a request
 // pending, EAGAIN from an empty non-blocking channel, ECE both ways and
-// rdma_reject_ece (REJECTED, status 35), and ENOSYS from a call not served
-// yet (rsocket).
+// rdma_reject_ece (REJECTED, status 35), rsockets' errnos (ENOTSUP,
+// ENOTCONN, ECONNREFUSED, EBADF, EAGAIN) and a non-blocking rsocket
+// connection through rpoll.
 func TestCMErrorPaths(t *testing.T) {
-	runC(t, "cm_errors.c", 9)
+	runC(t, "cm_errors.c", 10)
 }
 
 // runC builds testdata/file against the installed headers and the

@@ -4,8 +4,8 @@
  * status 28, the server's private data), an accepted connection with
  * private data both ways and a disconnect (DISCONNECTED on both sides),
  * a destroyed ID with its events outstanding, O_NONBLOCK on the channel fd
- * (EAGAIN), ECE both ways and rdma_reject_ece (status 35), and a call not
- * served yet (rsocket: ENOSYS). Prints "ok NAME" or "FAIL NAME: why";
+ * (EAGAIN), ECE both ways and rdma_reject_ece (status 35), and rsockets'
+ * errors and a non-blocking rsocket connection. Prints "ok NAME" or "FAIL NAME: why";
  * exits with the number of failures. Argument: the device's address. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -301,13 +301,140 @@ int main(int argc, char **argv)
 		else
 			OK(name);
 	}
-	/* What is not served yet fails with ENOSYS (and says so on stderr). */
-	name = "unsupported";
-	errno = 0;
-	if (rsocket(AF_INET, SOCK_STREAM, 0) != -1 || errno != ENOSYS)
-		FAIL(name, "rsocket: errno %d, want -1 and ENOSYS", errno);
-	else
-		OK(name);
+	/* rsockets' errors, as librdmacm sets them. */
+	name = "rsocket errors";
+	{
+		struct sockaddr_in dst = addr;
+		int fd, err = 0;
+		char b[4];
+		dst.sin_port = htons(port + 2);
+		errno = 0;
+		if (rsocket(AF_UNIX, SOCK_STREAM, 0) != -1 || errno != ENOTSUP)
+			{
+				FAIL(name, "rsocket(AF_UNIX): errno %d, want ENOTSUP", errno);
+				err = 1;
+			}
+		fd = rsocket(AF_INET, SOCK_STREAM, 0);
+		errno = 0;
+		if (!err && (fd < 0 || rrecv(fd, b, sizeof b, 0) != -1 || errno != ENOTCONN))
+			{
+				FAIL(name, "rrecv before connecting: errno %d, want ENOTCONN", errno);
+				err = 1;
+			}
+		errno = 0;
+		if (!err && (rconnect(fd, (struct sockaddr *)&dst, sizeof dst) != -1 || errno != ECONNREFUSED))
+			{
+				FAIL(name, "rconnect to a port nobody listens on: errno %d, want ECONNREFUSED", errno);
+				err = 1;
+			}
+		errno = 0;
+		if (!err && (rsend(0, b, 1, 0) != -1 || errno != EBADF))
+			{
+				FAIL(name, "rsend on a descriptor that is no rsocket: errno %d, want EBADF", errno);
+				err = 1;
+			}
+		if (fd >= 0)
+			rclose(fd);
+		if (!err)
+			OK(name);
+	}
+
+	/* A connection within the process: non-blocking rconnect
+	 * (EINPROGRESS, rpoll POLLOUT, SO_ERROR 0), raccept, EAGAIN from an
+	 * empty non-blocking rrecv, rpoll mixing an rsocket with a pipe, and
+	 * 0 from rrecv once the peer closed. */
+	name = "rsocket nonblock";
+	{
+		struct sockaddr_in dst = addr;
+		int l, c, s = -1, err = 0, e = -1, pfd[2];
+		socklen_t len = sizeof e;
+		char b[8];
+		struct pollfd p[2];
+		dst.sin_port = htons(port + 3);
+		l = rsocket(AF_INET, SOCK_STREAM, 0);
+		c = rsocket(AF_INET, SOCK_STREAM, 0);
+		if (l < 0 || c < 0 || rbind(l, (struct sockaddr *)&dst, sizeof dst) || rlisten(l, 4))
+			{
+				FAIL(name, "listen: errno %d", errno);
+				err = 1;
+			}
+		if (!err && rfcntl(c, F_SETFL, O_NONBLOCK))
+			{
+				FAIL(name, "rfcntl: errno %d", errno);
+				err = 1;
+			}
+		errno = 0;
+		if (!err && (rconnect(c, (struct sockaddr *)&dst, sizeof dst) != -1 || errno != EINPROGRESS))
+			{
+				FAIL(name, "non-blocking rconnect: errno %d, want EINPROGRESS", errno);
+				err = 1;
+			}
+		p[0].fd = c;
+		p[0].events = POLLOUT;
+		if (!err && (rpoll(p, 1, 10000) != 1 || !(p[0].revents & POLLOUT)))
+			{
+				FAIL(name, "rpoll POLLOUT: revents %#x", p[0].revents);
+				err = 1;
+			}
+		if (!err && (rgetsockopt(c, SOL_SOCKET, SO_ERROR, &e, &len) || e))
+			{
+				FAIL(name, "SO_ERROR %d", e);
+				err = 1;
+			}
+		if (!err && (s = raccept(l, NULL, NULL)) < 0)
+			{
+				FAIL(name, "raccept: errno %d", errno);
+				err = 1;
+			}
+		errno = 0;
+		if (!err && (rrecv(c, b, sizeof b, 0) != -1 || errno != EAGAIN))
+			{
+				FAIL(name, "empty non-blocking rrecv: errno %d, want EAGAIN", errno);
+				err = 1;
+			}
+		if (!err && pipe(pfd))
+			err = 1;
+		if (!err && rsend(s, "hello", 5, 0) != 5)
+			{
+				FAIL(name, "rsend: errno %d", errno);
+				err = 1;
+			}
+		p[0].fd = pfd[0];
+		p[0].events = POLLIN;
+		p[1].fd = c;
+		p[1].events = POLLIN;
+		if (!err && (rpoll(p, 2, 10000) != 1 || p[0].revents || !(p[1].revents & POLLIN)))
+			{
+				FAIL(name, "rpoll POLLIN: revents %#x %#x", p[0].revents, p[1].revents);
+				err = 1;
+			}
+		if (!err && (rrecv(c, b, sizeof b, 0) != 5 || memcmp(b, "hello", 5)))
+			{
+				FAIL(name, "rrecv: errno %d", errno);
+				err = 1;
+			}
+		if (!err && (write(pfd[1], "x", 1) != 1 || rpoll(p, 2, 10000) != 1 || !(p[0].revents & POLLIN)))
+			{
+				FAIL(name, "rpoll on the pipe: revents %#x %#x", p[0].revents, p[1].revents);
+				err = 1;
+			}
+		if (s >= 0)
+			rclose(s);
+		rfcntl(c, F_SETFL, 0);
+		if (!err && rrecv(c, b, sizeof b, 0) != 0)
+			{
+				FAIL(name, "rrecv after the peer closed: errno %d, want 0", errno);
+				err = 1;
+			}
+		if (!err)
+			OK(name);
+		rclose(c);
+		rclose(l);
+		if (!err) {
+			close(pfd[0]);
+			close(pfd[1]);
+		}
+	}
 
 	/* Events of destroyed IDs may still be queued: take and ack them. */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);

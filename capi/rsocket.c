@@ -1,0 +1,397 @@
+//go:build linux && cgo && softroce_capi
+
+// rsocket.c: librdmacm's rsocket calls (rsocket.h) over package rsocket.
+// An rsocket is an eventfd, so that its number is a real descriptor no
+// other file takes; the Go side maps the number to its socket, writes the
+// eventfd when the socket may have changed, and rpoll/rselect wait on it
+// beside the program's ordinary descriptors. Every call is one call into
+// Go; errno is set as librdmacm sets it.
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stddef.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <rdma/rsocket.h>
+
+#include "capi.h"
+#include "cm.h"
+#include "_cgo_export.h"
+
+#define SR_EXPORT __attribute__((visibility("default")))
+
+/* sr_rs_device opens the device that owns address sa (NULL: the first)
+ * and starts the CM on it, as an rdma_cm ID's first call does. */
+int sr_rs_device(struct sockaddr *sa)
+{
+	int idx = 0, err;
+	struct ibv_context *c;
+	err = srgo_cm_device(sa, &idx);
+	if (err)
+		return err;
+	c = sr_cm_ctx(idx);
+	if (!c)
+		return errno ? errno : ENODEV;
+	return srgo_cm_attach(((struct sr_context *)((char *)c - offsetof(struct sr_context, vctx.context)))->h);
+}
+
+static inline int sr_rs_ret(int err)
+{
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+static inline ssize_t sr_rs_sret(ssize_t n)
+{
+	if (n < 0) {
+		errno = (int)-n;
+		return -1;
+	}
+	return n;
+}
+
+SR_EXPORT int rsocket(int domain, int type, int protocol)
+{
+	int fd = srgo_rs_socket(domain, type, protocol);
+	if (fd < 0) {
+		errno = -fd;
+		return -1;
+	}
+	return fd;
+}
+
+SR_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
+{
+	(void)addrlen;
+	return sr_rs_ret(srgo_rs_bind(socket, (struct sockaddr *)addr));
+}
+
+SR_EXPORT int rlisten(int socket, int backlog)
+{
+	return sr_rs_ret(srgo_rs_listen(socket, backlog));
+}
+
+SR_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
+{
+	int fd = srgo_rs_accept(socket);
+	if (fd < 0) {
+		errno = -fd;
+		return -1;
+	}
+	if (addr && addrlen)
+		srgo_rs_name(fd, 1, addr, addrlen);
+	return fd;
+}
+
+SR_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
+{
+	(void)addrlen;
+	return sr_rs_ret(srgo_rs_connect(socket, (struct sockaddr *)addr));
+}
+
+SR_EXPORT int rshutdown(int socket, int how)
+{
+	return sr_rs_ret(srgo_rs_shutdown(socket, how));
+}
+
+SR_EXPORT int rclose(int socket)
+{
+	int err = srgo_rs_close(socket);
+	if (err)
+		return err; /* librdmacm returns EBADF itself, errno untouched */
+	close(socket);
+	return 0;
+}
+
+SR_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
+{
+	return sr_rs_sret(srgo_rs_recv(socket, buf, len, flags));
+}
+
+SR_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags,
+			    struct sockaddr *src_addr, socklen_t *addrlen)
+{
+	ssize_t n = sr_rs_sret(srgo_rs_recv(socket, buf, len, flags));
+	if (n > 0 && src_addr && addrlen)
+		srgo_rs_name(socket, 1, src_addr, addrlen);
+	return n;
+}
+
+/* As librdmacm: only the first vector is filled. */
+SR_EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags)
+{
+	if (msg->msg_control && msg->msg_controllen) {
+		errno = ENOTSUP;
+		return -1;
+	}
+	if (!msg->msg_iovlen)
+		return 0;
+	return sr_rs_sret(srgo_rs_recv(socket, msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len, msg->msg_flags));
+}
+
+SR_EXPORT ssize_t rread(int socket, void *buf, size_t count)
+{
+	return sr_rs_sret(srgo_rs_recv(socket, buf, count, 0));
+}
+
+SR_EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt)
+{
+	if (iovcnt <= 0)
+		return 0;
+	return sr_rs_sret(srgo_rs_recv(socket, iov[0].iov_base, iov[0].iov_len, 0));
+}
+
+SR_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags)
+{
+	return sr_rs_sret(srgo_rs_send(socket, (void *)buf, len, flags));
+}
+
+SR_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags,
+			  const struct sockaddr *dest_addr, socklen_t addrlen)
+{
+	(void)dest_addr;
+	(void)addrlen;
+	return sr_rs_sret(srgo_rs_send(socket, (void *)buf, len, flags));
+}
+
+SR_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags)
+{
+	if (msg->msg_control && msg->msg_controllen) {
+		errno = ENOTSUP;
+		return -1;
+	}
+	return sr_rs_sret(srgo_rs_sendv(socket, msg->msg_iov, (int)msg->msg_iovlen, flags));
+}
+
+SR_EXPORT ssize_t rwrite(int socket, const void *buf, size_t count)
+{
+	return sr_rs_sret(srgo_rs_send(socket, (void *)buf, count, 0));
+}
+
+SR_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt)
+{
+	return sr_rs_sret(srgo_rs_sendv(socket, (struct iovec *)iov, iovcnt, 0));
+}
+
+SR_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen)
+{
+	return sr_rs_ret(srgo_rs_name(socket, 1, addr, addrlen));
+}
+
+SR_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen)
+{
+	return sr_rs_ret(srgo_rs_name(socket, 0, addr, addrlen));
+}
+
+SR_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval, socklen_t optlen)
+{
+	return sr_rs_ret(srgo_rs_setsockopt(socket, level, optname, (void *)optval, optlen));
+}
+
+SR_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen)
+{
+	return sr_rs_ret(srgo_rs_getsockopt(socket, level, optname, optval, optlen));
+}
+
+SR_EXPORT int rfcntl(int socket, int cmd, ... /* arg */)
+{
+	va_list args;
+	int arg = 0, ret;
+	va_start(args, cmd);
+	if (cmd == F_SETFL)
+		arg = va_arg(args, int);
+	va_end(args);
+	ret = srgo_rs_fcntl(socket, cmd, arg);
+	if (ret < 0) {
+		errno = -ret;
+		return -1;
+	}
+	return ret;
+}
+
+SR_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
+{
+	int err = 0;
+	int64_t r = srgo_rs_iomap(socket, buf, len, prot, flags, offset, &err);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return (off_t)r;
+}
+
+SR_EXPORT int riounmap(int socket, void *buf, size_t len)
+{
+	return sr_rs_ret(srgo_rs_iounmap(socket, buf, len));
+}
+
+SR_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)
+{
+	return (size_t)sr_rs_sret(srgo_rs_iowrite(socket, (void *)buf, count, offset, flags));
+}
+
+/* rpoll: rsockets ask Go what is ready; ordinary descriptors ask poll.
+ * When nothing is, the rsockets are armed (their next change writes their
+ * eventfd) and one poll waits on every descriptor, the rsockets' eventfds
+ * for POLLIN. Without rsockets it is poll. */
+
+static uint64_t sr_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int sr_rs_check(struct pollfd *fds, nfds_t nfds, const char *isrs, int arm)
+{
+	int cnt = 0;
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (isrs[i]) {
+			int r = srgo_rs_poll(fds[i].fd, fds[i].events, arm);
+			fds[i].revents = r < 0 ? POLLNVAL : (short)r;
+		} else {
+			fds[i].revents = 0;
+			if (fds[i].fd >= 0)
+				poll(&fds[i], 1, 0);
+		}
+		if (fds[i].revents)
+			cnt++;
+	}
+	return cnt;
+}
+
+SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+	char small[64], *isrs = small;
+	struct pollfd rsmall[64], *rfds = rsmall;
+	int nrs = 0, ret;
+	uint64_t start;
+
+	if (nfds > 64) {
+		isrs = malloc(nfds);
+		rfds = malloc(nfds * sizeof(*rfds));
+		if (!isrs || !rfds) {
+			free(isrs == small ? NULL : isrs);
+			free(rfds == rsmall ? NULL : rfds);
+			errno = ENOMEM;
+			return -1;
+		}
+	}
+	for (nfds_t i = 0; i < nfds; i++) {
+		isrs[i] = fds[i].fd >= 0 && srgo_rs_is(fds[i].fd);
+		nrs += isrs[i];
+	}
+	if (!nrs) {
+		ret = poll(fds, nfds, timeout);
+		goto out;
+	}
+	start = sr_now_us();
+	/* Spin a little first (librdmacm's polling_time, 10 us). */
+	do {
+		ret = sr_rs_check(fds, nfds, isrs, 0);
+		if (ret || !timeout)
+			goto out;
+	} while (sr_now_us() - start <= 10);
+
+	for (;;) {
+		int left = -1;
+		for (nfds_t i = 0; i < nfds; i++) {
+			if (isrs[i]) {
+				uint64_t v;
+				while (read(fds[i].fd, &v, sizeof v) == sizeof v)
+					;
+			}
+		}
+		ret = sr_rs_check(fds, nfds, isrs, 1);
+		if (ret)
+			break;
+		if (timeout >= 0) {
+			left = timeout - (int)((sr_now_us() - start) / 1000);
+			if (left <= 0) {
+				ret = 0;
+				break;
+			}
+		}
+		for (nfds_t i = 0; i < nfds; i++) {
+			rfds[i].fd = fds[i].fd;
+			rfds[i].events = isrs[i] ? POLLIN : fds[i].events;
+			rfds[i].revents = 0;
+		}
+		ret = poll(rfds, nfds, left);
+		if (ret < 0)
+			break;
+	}
+out:
+	if (isrs != small)
+		free(isrs);
+	if (rfds != rsmall)
+		free(rfds);
+	return ret;
+}
+
+SR_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds, struct timeval *timeout)
+{
+	struct pollfd *fds;
+	int n = 0, ret, to;
+
+	fds = calloc(nfds > 0 ? nfds : 1, sizeof(*fds));
+	if (!fds) {
+		errno = ENOMEM;
+		return -1;
+	}
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = 0;
+		if (readfds && FD_ISSET(fd, readfds))
+			ev |= POLLIN;
+		if (writefds && FD_ISSET(fd, writefds))
+			ev |= POLLOUT;
+		if (exceptfds && FD_ISSET(fd, exceptfds))
+			ev |= POLLPRI;
+		if (ev) {
+			fds[n].fd = fd;
+			fds[n].events = ev;
+			n++;
+		}
+	}
+	to = timeout ? (int)(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
+	ret = rpoll(fds, n, to);
+	if (readfds)
+		FD_ZERO(readfds);
+	if (writefds)
+		FD_ZERO(writefds);
+	if (exceptfds)
+		FD_ZERO(exceptfds);
+	if (ret > 0) {
+		ret = 0;
+		for (int i = 0; i < n; i++) {
+			if (!fds[i].revents)
+				continue;
+			if (readfds && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+				FD_SET(fds[i].fd, readfds);
+				ret++;
+			}
+			if (writefds && (fds[i].revents & POLLOUT)) {
+				FD_SET(fds[i].fd, writefds);
+				ret++;
+			}
+			if (exceptfds && (fds[i].revents & ~(POLLIN | POLLOUT))) {
+				FD_SET(fds[i].fd, exceptfds);
+				ret++;
+			}
+		}
+	}
+	free(fds);
+	return ret;
+}
