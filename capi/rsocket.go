@@ -504,7 +504,10 @@ func srgo_rs_setsockopt(fd C.int, level, name C.int, v unsafe.Pointer, n C.sockl
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	open := r.c == nil && r.l == nil && !r.dialing // buffers not allocated yet
+	open := r.c == nil && !r.dialing // buffers not allocated yet (a listener's: its next connections')
+	if r.l != nil {
+		defer func() { r.l.SetConfig(&r.cfg) }()
+	}
 	key := [2]int{int(level), int(name)}
 	switch level {
 	case C.SOL_SOCKET:

@@ -111,7 +111,10 @@ func listenB(a *cm.Agent, addr string, backlog int, cfg *Config) (*Listener, err
 	o := cmOptions(l.cfg)
 	o.Backlog = backlog
 	o.Prepare = func(cc *cm.Conn) error {
-		c := newConn(&l.cfg)
+		l.mu.Lock()
+		cfg := l.cfg
+		l.mu.Unlock()
+		c := newConn(&cfg)
 		if err := c.prepare(cc); err != nil {
 			c.release(cc)
 			return err
@@ -238,6 +241,17 @@ func (l *Listener) AcceptRS(ctx context.Context) (*Conn, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// SetConfig changes the configuration of the connections accepted from
+// now on (librdmacm's options set on a listening rsocket). The queue
+// sizes are fixed at Listen.
+func (l *Listener) SetConfig(cfg *Config) {
+	n := cfg.norm()
+	l.mu.Lock()
+	n.SQSize, n.RQSize = l.cfg.SQSize, l.cfg.RQSize
+	l.cfg = n
+	l.mu.Unlock()
 }
 
 // SetNonblock makes Accept fail with EAGAIN instead of waiting.

@@ -66,9 +66,9 @@ func (c *Conn) IOUnmap(buf []byte) error {
 
 // sendIOMaps writes the queued iomap entries into the peer's target list
 // (rs_send_iomaps), under c.mu.
-func (c *Conn) sendIOMaps(flags int) error {
+func (c *Conn) sendIOMaps(flags int, ws *waitState) error {
 	for len(c.iomapQ) > 0 {
-		if err := c.waitSend(flags); err != nil {
+		if err := c.waitSend(flags, ws); err != nil {
 			return err
 		}
 		m := c.iomapQ[0]
@@ -106,7 +106,8 @@ func (c *Conn) IOWrite(p []byte, offset int64, flags int) (int, error) {
 	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.sendIOMaps(flags); err != nil {
+	var ws waitState
+	if err := c.sendIOMaps(flags, &ws); err != nil {
 		return 0, err
 	}
 	olen := olapStart
@@ -122,7 +123,7 @@ func (c *Conn) IOWrite(p []byte, offset int64, flags int) (int, error) {
 				}
 			}
 		}
-		if err := c.waitSend(flags); err != nil {
+		if err := c.waitSend(flags, &ws); err != nil {
 			if off > 0 {
 				return off, nil
 			}
