@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -111,4 +112,67 @@ func TestSpeed(t *testing.T) {
 	med := func(v []float64) float64 { s := append([]float64(nil), v...); sort.Float64s(s); return s[len(s)/2] }
 	t.Logf("medians: write_bw 1 MiB stock/Go %.0f/%.0f = %.2fx (goal >= 0.9); send_lat 64 B typical stock/Go %.2f/%.2f = %.2fx (goal <= 1.2); empty ibv_poll_cq %.1f ns (goal <= 100); cmtime -c 100 connect rate stock/Go %.2fx (%.1f/%.1f us per connection; goal >= 0.9)",
 		med(bwS), med(bwG), med(bwS)/med(bwG), med(latS), med(latG), med(latS)/med(latG), med(poll), med(cmG)/med(cmS), med(cmS), med(cmG))
+}
+
+// TestSpeedRstream measures stock rstream over the library's rsockets
+// against the same rstream binary on kernel TCP (-T s) in one run
+// (SOFTROCE_MEASURE=1): bandwidth with 1 MiB transfers (goal ≥ 0.7×) and
+// 64-byte latency (goal ≤ 1.5×), in rstream's default non-blocking mode
+// and blocking (-T b), medians of SOFTROCE_MEASURE_ROUNDS rounds
+// (default 3), alternating.
+func TestSpeedRstream(t *testing.T) {
+	if os.Getenv("SOFTROCE_MEASURE") != "1" {
+		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
+	}
+	needLib(t, "rstream")
+	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
+	if rounds <= 0 {
+		rounds = 3
+	}
+	// name bytes xfers iters total time Gb/sec usec/xfer
+	measure := func(tcp bool, args string) (gbps, usec float64) {
+		sa, ca := addrPair()
+		port := freePort(t)
+		a := append(strings.Fields(args), "-p", itoa(port))
+		if tcp {
+			a = append(a, "-T", "s")
+		}
+		s := side{append([]string{"rstream", "-b", sa}, a...), env(sa)}
+		c := side{append([]string{"rstream", "-s", sa}, a...), env(ca)}
+		var cl *proc
+		if tcp {
+			_, cl = runPair(t, port, s, c, 180*time.Second)
+		} else {
+			_, cl = runCMPair(t, sa, s, c, 180*time.Second)
+		}
+		m := resultLine.FindString(cl.stdout.String())
+		f := strings.Fields(m)
+		if len(f) != 8 {
+			t.Fatalf("no result:\n%s", cl)
+		}
+		gbps, _ = strconv.ParseFloat(f[6], 64)
+		usec, _ = strconv.ParseFloat(f[7], 64)
+		return gbps, usec
+	}
+	med := func(v []float64) float64 { s := append([]float64(nil), v...); sort.Float64s(s); return s[len(s)/2] }
+	for _, mode := range []string{"", "-T b"} {
+		var bwR, bwT, latR, latT []float64
+		for r := 0; r < rounds; r++ {
+			first := r%2 == 0 // alternate which goes first
+			for _, tcp := range []bool{!first, first} {
+				g, _ := measure(tcp, mode+" -S 1048576 -C 1000")
+				_, u := measure(tcp, mode+" -S 64 -I 10000 -C 1")
+				if tcp {
+					bwT, latT = append(bwT, g), append(latT, u)
+				} else {
+					bwR, latR = append(bwR, g), append(latR, u)
+				}
+			}
+			load, _ := os.ReadFile("/proc/loadavg")
+			t.Logf("mode %q round %d (load %.4s): 1 MiB bandwidth rsocket %.2f TCP %.2f Gb/s; 64 B latency rsocket %.2f TCP %.2f us/xfer",
+				mode, r+1, load, bwR[r], bwT[r], latR[r], latT[r])
+		}
+		t.Logf("mode %q medians: bandwidth rsocket/TCP %.2f/%.2f Gb/s = %.2fx (goal >= 0.7); latency %.2f/%.2f us = %.2fx (goal <= 1.5)",
+			mode, med(bwR), med(bwT), med(bwR)/med(bwT), med(latR), med(latT), med(latR)/med(latT))
+	}
 }

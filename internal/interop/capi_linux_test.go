@@ -3,6 +3,7 @@ package interop
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,42 @@ func TestCLibraryCMTools(t *testing.T) {
 		})
 	}
 }
+
+// TestCLibraryRstream: stock rstream through the C library's rsockets
+// against the guest's stock rstream (librdmacm over the kernel's
+// rdma_cm and rxe), both roles: bandwidth, latency, and verified data.
+func TestCLibraryRstream(t *testing.T) {
+	for _, args := range []string{"-S 1048576 -C 20", "-S 64 -I 200 -C 1", "-T v -S 100000 -C 10"} {
+		t.Run(args, func(t *testing.T) {
+			bothRoles(t, func(t *testing.T, softroceServer bool) {
+				need(t, true)
+				if cfg.capiLib == "" {
+					t.Fatalf("the C library could not be built: %v", cfg.capiErr)
+				}
+				g := bootGuest(t, 0)
+				t.Setenv(toolkit.StateEnv, filepath.Join(t.TempDir(), "links.json"))
+				host := func(a string) endpoint {
+					return endpoint{cmd: fmt.Sprintf("exec -a %s -L %s -- rstream %s %s", hostIP, cfg.capiLib, a, args)}
+				}
+				var srv, cli endpoint
+				if softroceServer {
+					srv, cli = host("-b "+hostIP), endpoint{guest: g, cmd: "rstream -s " + hostIP + " " + args}
+				} else {
+					srv, cli = endpoint{guest: g, cmd: "rstream -b " + g.ip + " " + args}, host("-s "+g.ip)
+				}
+				run := runPair(t, srv, cli, listenCM, 120*time.Second)
+				for _, r := range []result{run.server, run.client} {
+					if r.code != 0 || !rstreamResult.MatchString(r.out) {
+						t.Errorf("exit %d, want 0 and a result line:\n%s", r.code, tail(r.out, 10))
+					}
+				}
+			})
+		})
+	}
+}
+
+// rstreamResult matches rstream's result line.
+var rstreamResult = regexp.MustCompile(`(?m)^\S+ +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+\s*$`)
 
 // buildCLibrary builds the C library for TestCLibrary into dir/lib.
 func buildCLibrary(dir string) {
