@@ -76,3 +76,61 @@ func stream(b *testing.B, c, s io.ReadWriter, spin bool) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkPingPong: 64-byte round trips (rstream's latency test),
+// blocking, against TCP loopback in the same run.
+func BenchmarkPingPong(b *testing.B) {
+	b.Run("rsocket", func(b *testing.B) {
+		p := newUDPPair(b)
+		c, s := connect(b, p, nil, nil)
+		pingPong(b, c, s)
+	})
+	b.Run("tcp", func(b *testing.B) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		ch := make(chan net.Conn, 1)
+		go func() { s, _ := l.Accept(); ch <- s }()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := <-ch
+		defer c.Close()
+		defer s.Close()
+		pingPong(b, c, s)
+	})
+}
+
+func pingPong(b *testing.B, c, s io.ReadWriter) {
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		for i := 0; i < b.N; i++ {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				done <- err
+				return
+			}
+			if _, err := s.Write(buf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	buf := make([]byte, 64)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}

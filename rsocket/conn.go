@@ -131,6 +131,10 @@ type Conn struct {
 	err     error
 	armed   bool
 	wake    chan struct{} // closed and replaced on every event
+	// pollArmed: Poll armed the CQs for the notify function; kick tells
+	// the pump so.
+	pollArmed bool
+	kick      chan struct{}
 	notify  func()
 	nonblk  bool
 	rdl     time.Time
@@ -210,7 +214,7 @@ type Addr struct{ netip.AddrPort }
 func (Addr) Network() string { return "rsocket" }
 
 func newConn(cfg *Config) *Conn {
-	c := &Conn{cfg: cfg.norm(), wake: make(chan struct{}), peerOrder: binary.LittleEndian,
+	c := &Conn{cfg: cfg.norm(), wake: make(chan struct{}), kick: make(chan struct{}), peerOrder: binary.LittleEndian,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	c.log = c.cfg.Logger
 	return c
@@ -328,18 +332,29 @@ func (c *Conn) start() {
 	}
 }
 
-// pump turns CQ events and the CM's disconnect into wake-ups.
+// pump turns the CM's disconnect, and CQ events while Poll armed the
+// connection for its notify function, into wake-ups. A Read or Write that
+// waits takes CQ events itself (one goroutine hop fewer).
 func (c *Conn) pump() {
 	defer close(c.done)
 	disc := c.cc.Disconnected()
-	ch := c.cc.CompChannel.C()
+	compCh := c.cc.CompChannel.C()
 	for {
+		c.mu.Lock()
+		var ch <-chan *verbs.CQ
+		if c.pollArmed {
+			ch = compCh
+		}
+		kick := c.kick
+		c.mu.Unlock()
 		select {
 		case cq := <-ch:
 			cq.AckEvents(1)
 			c.mu.Lock()
 			c.armed = false
 			c.signal()
+		case <-kick:
+			continue
 		case <-disc:
 			disc = nil
 			c.mu.Lock()
@@ -350,6 +365,7 @@ func (c *Conn) pump() {
 		case <-c.stop:
 			return
 		}
+		c.pollArmed = false
 		f := c.notify
 		c.mu.Unlock()
 		if f != nil {
@@ -615,6 +631,20 @@ func (c *Conn) wait(deadline time.Time, nonblock bool, ws *waitState) error {
 		tc = t.C
 	}
 	select {
+	case cq := <-c.cc.CompChannel.C():
+		cq.AckEvents(1)
+		c.mu.Lock()
+		c.armed = false
+		c.signal()
+		if c.pollArmed {
+			c.pollArmed = false
+			if f := c.notify; f != nil {
+				c.mu.Unlock()
+				f()
+				c.mu.Lock()
+			}
+		}
+		return nil
 	case <-w:
 	case <-tc:
 	}
@@ -1021,12 +1051,19 @@ func (c *Conn) Poll(events int, arm bool) int {
 	defer c.mu.Unlock()
 	c.progress()
 	rev := c.revents(events)
-	if rev == 0 && arm && !c.armed {
-		c.rcq.ReqNotify(false)
-		c.scq.ReqNotify(false)
-		c.armed = true
-		c.progress()
-		rev = c.revents(events)
+	if rev == 0 && arm {
+		if !c.pollArmed {
+			c.pollArmed = true
+			close(c.kick)
+			c.kick = make(chan struct{})
+		}
+		if !c.armed {
+			c.rcq.ReqNotify(false)
+			c.scq.ReqNotify(false)
+			c.armed = true
+			c.progress()
+			rev = c.revents(events)
+		}
 	}
 	return rev
 }
