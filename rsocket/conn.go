@@ -126,20 +126,20 @@ type Conn struct {
 
 	rmu, wmu sync.Mutex // serialize readers, writers
 
-	mu      sync.Mutex // everything below
-	state   int
-	err     error
-	armed   bool
-	wake    chan struct{} // closed and replaced on every event
+	mu    sync.Mutex // everything below
+	state int
+	err   error
+	armed bool
+	wake  chan struct{} // closed and replaced on every event
 	// pollArmed: Poll armed the CQs for the notify function; kick tells
 	// the pump so.
 	pollArmed bool
 	kick      chan struct{}
-	notify  func()
-	nonblk  bool
-	rdl     time.Time
-	wdl     time.Time
-	closing bool
+	notify    func()
+	nonblk    bool
+	rdl       time.Time
+	wdl       time.Time
+	closing   bool
 
 	qp   *verbs.QP
 	scq  *verbs.CQ
