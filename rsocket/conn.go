@@ -568,7 +568,6 @@ func (c *Conn) haveData() bool { return c.rmsgHead != c.rmsgTail }
 
 // --- waiting ---
 
-var errDeadline = &Error{Op: "rsocket", Reason: "deadline exceeded", Errno: syscall.EAGAIN}
 
 // waitState is one call's progress through wait.
 type waitState struct {

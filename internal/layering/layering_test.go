@@ -18,10 +18,12 @@ var forbidden = map[string][]string{
 	"mem":           {"link", "verbs", "cm", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	"dada":          {"wire", "link", "verbs", "cm", "mem", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	"internal/sysv": {"wire", "link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"verbs":         {"cm", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"cm":            {"dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"verbs":         {"cm", "rsocket", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"cm":            {"rsocket", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	"capture":       {"verbs", "cm", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"pipeline":      {"tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	// rsockets sit beside the pipeline, over cm and verbs.
+	"rsocket":  {"pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"pipeline": {"rsocket", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	// Spoofed MADs for the cm and tool tests: the link and the wire only.
 	"internal/spooftest": {"verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	// The tool families (tools/...) and their shared internals sit between the
