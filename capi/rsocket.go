@@ -278,9 +278,9 @@ func srgo_rs_connect(fd C.int, sa *C.struct_sockaddr) C.int {
 				c.SetKeepAlive(time.Duration(r.keepIdle) * time.Second)
 			}
 		}
-		close(done)
 		r.mu.Unlock()
-		r.wake()
+		r.wake() // before done: rclose waits for it, then closes the eventfd
+		close(done)
 	}()
 	if nb {
 		return C.int(syscall.EINPROGRESS)
@@ -402,10 +402,9 @@ func srgo_rs_close(fd C.int) C.int {
 	rsocks.Delete(int(fd))
 	r.mu.Lock()
 	done := r.dialDone
-	dialing := r.dialing
 	r.mu.Unlock()
-	if dialing {
-		<-done // bounded by the dial's own timeout
+	if done != nil {
+		<-done // bounded by the dial's own timeout; after its last wake
 	}
 	r.mu.Lock()
 	l, c := r.l, r.c

@@ -394,6 +394,9 @@ func (c *Conn) SetNotify(f func()) {
 // progress processes completions and sends credits (rs_process_cq's
 // body), under c.mu.
 func (c *Conn) progress() {
+	if c.closing {
+		return // the QP and CQs are being freed
+	}
 	c.updateCredits()
 	c.pollCQ()
 	c.updateCredits()
