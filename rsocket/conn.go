@@ -570,7 +570,6 @@ func (c *Conn) haveData() bool { return c.rmsgHead != c.rmsgTail }
 
 // --- waiting ---
 
-
 // waitState is one call's progress through wait.
 type waitState struct {
 	parked bool
