@@ -25,41 +25,41 @@ import (
 // flags that matter, the same TCP side channel (cm/oob.PerftestConn) and
 // the same banner and result table.
 
-type ptVerb int
+type verbKind int
 
 const (
-	ptSend ptVerb = iota
-	ptWrite
-	ptRead
-	ptAtomic
+	verbSend verbKind = iota
+	verbWrite
+	verbRead
+	verbAtomic
 )
 
-type ptTool struct {
+type toolSpec struct {
 	name string
 	test oob.PerftestTest
-	verb ptVerb
+	verb verbKind
 	lat  bool
 }
 
-var ptTools = []ptTool{
-	{"send_bw", oob.SendBW, ptSend, false},
-	{"write_bw", oob.WriteBW, ptWrite, false},
-	{"read_bw", oob.ReadBW, ptRead, false},
-	{"atomic_bw", oob.AtomicBW, ptAtomic, false},
-	{"send_lat", oob.SendLat, ptSend, true},
-	{"write_lat", oob.WriteLat, ptWrite, true},
-	{"read_lat", oob.ReadLat, ptRead, true},
-	{"atomic_lat", oob.AtomicLat, ptAtomic, true},
+var tools = []toolSpec{
+	{"send_bw", oob.SendBW, verbSend, false},
+	{"write_bw", oob.WriteBW, verbWrite, false},
+	{"read_bw", oob.ReadBW, verbRead, false},
+	{"atomic_bw", oob.AtomicBW, verbAtomic, false},
+	{"send_lat", oob.SendLat, verbSend, true},
+	{"write_lat", oob.WriteLat, verbWrite, true},
+	{"read_lat", oob.ReadLat, verbRead, true},
+	{"atomic_lat", oob.AtomicLat, verbAtomic, true},
 }
 
 func init() {
-	for _, t := range ptTools {
+	for _, t := range tools {
 		t := t
 		kind := "bandwidth"
 		if t.lat {
 			kind = "latency"
 		}
-		op := map[ptVerb]string{ptSend: "SEND", ptWrite: "RDMA WRITE", ptRead: "RDMA READ", ptAtomic: "atomic"}[t.verb]
+		op := map[verbKind]string{verbSend: "SEND", verbWrite: "RDMA WRITE", verbRead: "RDMA READ", verbAtomic: "atomic"}[t.verb]
 		registerCmd(&cli.Command{Name: t.name, Summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
 			Run: func(args []string, stdout, stderr io.Writer) int { return runPerftest(t, args, stdout, stderr) }})
 	}
@@ -67,33 +67,33 @@ func init() {
 
 // Perftest defaults and limits (perftest_parameters.h).
 const (
-	ptDefItersBW  = 5000 // write_bw
-	ptDefItersLat = 1000 // every other test
-	ptDefSizeBW   = 65536
-	ptDefSizeLat  = 2
-	ptAtomicSize  = 8
-	ptDefTxBW     = 128
-	ptDefRx       = 512
-	ptDefCQMod    = 100
-	// ptCQModSizeLimit is perftest's MSG_SIZE_CQ_MOD_LIMIT: larger messages
+	defItersBW  = 5000 // write_bw
+	defItersLat = 1000 // every other test
+	defSizeBW   = 65536
+	defSizeLat  = 2
+	atomicSize  = 8
+	defTxBW     = 128
+	defRx       = 512
+	defCQMod    = 100
+	// cqModSizeLimit is perftest's MSG_SIZE_CQ_MOD_LIMIT: larger messages
 	// are not moderated by default.
-	ptCQModSizeLimit = 8192
-	ptMaxSize        = 8388608
-	ptCycleBuffer    = 4096
-	ptCacheLine      = 64
-	ptQKey           = 0x11111111
-	ptDefQPTimeout   = 14
-	ptMinRNRTimer    = 12
-	ptResultLine     = "---------------------------------------------------------------------------------------\n"
-	ptMaxQPs         = 16384 // perftest's MAX_QP_NUM
-	ptDefHopLimit    = 64    // perftest's DEF_HOP_LIMIT
-	// ptCompVectors is the completion vectors of a softroce device (its
+	cqModSizeLimit = 8192
+	maxMsgSize     = 8388608
+	cycleBuffer    = 4096
+	cacheLine      = 64
+	qKey           = 0x11111111
+	defQPTimeout   = 14
+	minRNRTimer    = 12
+	resultLine     = "---------------------------------------------------------------------------------------\n"
+	maxQPs         = 16384 // perftest's MAX_QP_NUM
+	defHopLimit    = 64    // perftest's DEF_HOP_LIMIT
+	// compVectors is the completion vectors of a softroce device (its
 	// ibv_devinfo's num_comp_vectors): one, 0.
-	ptCompVectors = 1
+	compVectors = 1
 )
 
-type ptConfig struct {
-	tool        ptTool
+type config struct {
+	tool        toolSpec
 	dev         string
 	ibPort      int
 	tcpPort     int
@@ -114,7 +114,7 @@ type ptConfig struct {
 	txDepth     int
 	rxDepth     int
 	cqMod       int
-	cqModWarn   bool // -Q above 1 with messages above ptCQModSizeLimit: perftest's warning
+	cqModWarn   bool // -Q above 1 with messages above cqModSizeLimit: perftest's warning
 	inline      int
 	atomicType  string
 	outReads    int
@@ -164,7 +164,7 @@ type ptConfig struct {
 	reversed    bool   // --reversed: the traffic roles swapped (the server sends)
 }
 
-func (c *ptConfig) qpType() verbs.QPType {
+func (c *config) qpType() verbs.QPType {
 	switch c.conn {
 	case "UC":
 		return verbs.QPTypeUC
@@ -178,15 +178,15 @@ func (c *ptConfig) qpType() verbs.QPType {
 // test itself (the passive side of write_bw, the receiver of send_bw):
 // the side that waits for the connection, unless --reversed swaps the
 // roles, as perftest's parser does with its machine after connecting.
-func (c *ptConfig) isServer() bool { return c.listens() != c.reversed }
+func (c *config) isServer() bool { return c.listens() != c.reversed }
 
 // listens reports whether this side waits for the side channel's
 // connection (no server address given): perftest's servername, which
 // decides who listens and who speaks first on the side channel whatever
 // --reversed says.
-func (c *ptConfig) listens() bool { return c.server == "" }
+func (c *config) listens() bool { return c.server == "" }
 
-func ptUsage(t ptTool, w io.Writer) {
+func usage(t toolSpec, w io.Writer) {
 	fmt.Fprintf(w, `Usage:
   softroce %[1]s            start a server and wait for connection
   softroce %[1]s <host>     connect to server at <host>
@@ -281,31 +281,31 @@ Options (those of perftest 4.5 that softroce honours):
  --use_cuda_bus_id --use_rocm --dlid --use_ooo --report-per-port --recv_post_list --force-link
  --typical_pkt_size, the raw Ethernet options (-B -E -J -K -k -Y -Z -P -v -G --tcp --raw_ipv6 ...),
  AES-XTS (--aes_xts ...) and DC (--log_dci_streams ...)
-`, t.name, ptDefIters(t), ptDefaultSize(t))
+`, t.name, defIters(t), defaultSize(t))
 }
 
-// ptDefIters is perftest's default -n: 5000 for write_bw (DEF_ITERS_WB),
+// defIters is perftest's default -n: 5000 for write_bw (DEF_ITERS_WB),
 // 1000 for every other test (DEF_ITERS). Both sides must agree, so a
 // stock peer with the default counts the same messages.
-func ptDefIters(t ptTool) int {
-	if t.verb == ptWrite && !t.lat {
-		return ptDefItersBW
+func defIters(t toolSpec) int {
+	if t.verb == verbWrite && !t.lat {
+		return defItersBW
 	}
-	return ptDefItersLat
+	return defItersLat
 }
 
-func ptDefaultSize(t ptTool) int {
+func defaultSize(t toolSpec) int {
 	switch {
-	case t.verb == ptAtomic:
-		return ptAtomicSize
+	case t.verb == verbAtomic:
+		return atomicSize
 	case t.lat:
-		return ptDefSizeLat
+		return defSizeLat
 	}
-	return ptDefSizeBW
+	return defSizeBW
 }
 
-func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
-	c, code, ok := ptParse(t, args, stdout, stderr)
+func runPerftest(t toolSpec, args []string, stdout, stderr io.Writer) int {
+	c, code, ok := parseArgs(t, args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -328,7 +328,7 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
-	if err := ptRun(ctx, c, stdout, stderr); err != nil {
+	if err := runConfig(ctx, c, stdout, stderr); err != nil {
 		// One line for each failure (-w or -y, and --out_json's file).
 		errs := []error{err}
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -344,8 +344,8 @@ func runPerftest(t ptTool, args []string, stdout, stderr io.Writer) int {
 
 // checkHopLimit is perftest's check of -L in force_dependecies: a hop
 // limit other than its default is for raw Ethernet QPs (exit 1).
-func (c *ptConfig) checkHopLimit() error {
-	if c.hopLimit != ptDefHopLimit {
+func (c *config) checkHopLimit() error {
+	if c.hopLimit != defHopLimit {
 		return errors.New("Hop limit only valid for RawEth QP")
 	}
 	return nil
@@ -355,20 +355,20 @@ func (c *ptConfig) checkHopLimit() error {
 // exchange_versions: with --dont_xchg_versions the peer's version stays
 // empty, which every perftest 4.5 tool refuses as older than 5.70 (it
 // exits 1 once the side channel is up; softroce, before connecting).
-func (c *ptConfig) checkVersions() error {
+func (c *config) checkVersions() error {
 	if c.dontXchg {
 		return errors.New("Current implementation is not compatible with versions older than 5.70")
 	}
 	return nil
 }
 
-// ptParse parses a command line of tool t. ok is false when the command is
+// parseArgs parses a command line of tool t. ok is false when the command is
 // done: code is cli.ExitOK after -h and cli.ExitUsage after a usage error
 // (printed on stderr).
-func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, code int, ok bool) {
-	c = &ptConfig{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
-		atomicType: "FETCH_AND_ADD", qpTimeout: ptDefQPTimeout, margin: -1, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
-		connectTO: 10 * time.Second, jsonFile: ptJSONDefault, hopLimit: ptDefHopLimit}
+func parseArgs(t toolSpec, args []string, stdout, stderr io.Writer) (c *config, code int, ok bool) {
+	c = &config{tool: t, ibPort: 1, tcpPort: oob.DefaultPort, numQP: 1, gidx: 1, conn: "RC",
+		atomicType: "FETCH_AND_ADD", qpTimeout: defQPTimeout, margin: -1, txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1,
+		connectTO: 10 * time.Second, jsonFile: jsonDefault, hopLimit: defHopLimit}
 	g := cli.Getopt{Prog: "softroce " + t.name}
 	g.Flag('a', "all", &c.all)
 	g.Str('c', "connection", &c.conn)
@@ -379,10 +379,10 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag('F', "CPU-freq", &cpuFreq)
 	g.Num('i', "ib-port", &c.ibPort)
 	g.Num('m', "mtu", &c.mtu)
-	g.Num('n', "iters", &c.iters).Set = ptSetNum(&c.iters, &c.itersSet)
+	g.Num('n', "iters", &c.iters).Set = setNum(&c.iters, &c.itersSet)
 	g.NumIn('p', "port", &c.tcpPort, 0, 65535)
-	g.NumIn('q', "qp", &c.numQP, 1, ptMaxQPs)
-	g.Num('s', "size", &c.size).Set = ptSetNum(&c.size, &c.sizeSet)
+	g.NumIn('q', "qp", &c.numQP, 1, maxQPs)
+	g.Num('s', "size", &c.size).Set = setNum(&c.size, &c.sizeSet)
 	// -1 marks "not given" (perftest's defaults depend on the test): the
 	// user's values must be in range.
 	g.NumIn('t', "tx-depth", &c.txDepth, 1, 16384)
@@ -391,10 +391,10 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.NumIn('I', "inline_size", &c.inline, 0, verbs.MaxInline)
 	g.NumIn('o', "outs", &c.outReads, 1, 128)
 	g.Str('A', "atomic_type", &c.atomicType)
-	ptMarkSet(g.NumIn('x', "gid-index", &c.gidx, 0, 255), &c.gidxSet)
+	markSet(g.NumIn('x', "gid-index", &c.gidx, 0, 255), &c.gidxSet)
 	g.Num('S', "sl", &c.sl)
 	g.Num('u', "qp-timeout", &c.qpTimeout)
-	g.Num('T', "tos", &c.tos).Set = ptSetNum(&c.tos, &c.tosSet)
+	g.Num('T', "tos", &c.tos).Set = setNum(&c.tos, &c.tosSet)
 	g.Add(0, "tclass", true, func(s string) error { c.tclassArg, c.tclassSet = s, true; return nil }).Kind = cli.KindNum
 	g.Flag(0, "out_json", &c.outJSON)
 	g.Str(0, "out_json_file", &c.jsonFile)
@@ -414,7 +414,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Flag(0, "report-both", &reportBoth)
 	g.Flag(0, "mr_per_qp", &c.mrPerQP)
 	g.NumIn(0, "latency_gap", &c.latencyGap, 0, math.MaxInt32)
-	g.NumIn(0, "retry_count", &c.retry, 0, math.MaxInt32).Set = ptSetNum(&c.retry, &c.retrySet)
+	g.NumIn(0, "retry_count", &c.retry, 0, math.MaxInt32).Set = setNum(&c.retry, &c.retrySet)
 	g.Str('w', "limit_bw", &c.limitArgs[0])
 	g.Str('y', "limit_msgrate", &c.limitArgs[1])
 	g.Str(0, "rate_limit", &c.rateArg)
@@ -422,8 +422,8 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Str(0, "rate_limit_type", &c.rateType)
 	g.NumIn(0, "burst_size", &c.burstSize, 0, math.MaxInt32)
 	g.NumIn('L', "hop_limit", &c.hopLimit, 0, 255)
-	// -X: perftest's MIN_EQ_NUM..MAX_EQ_NUM; the device checks it (ptRunOn).
-	ptMarkSet(g.NumIn('X', "vector", &c.vector, 0, 2048), &c.vectorSet)
+	// -X: perftest's MIN_EQ_NUM..MAX_EQ_NUM; the device checks it (runOn).
+	markSet(g.NumIn('X', "vector", &c.vector, 0, 2048), &c.vectorSet)
 	// raw Ethernet's IPv6 flow label, and inline receive: checked, no effect.
 	var flowLabel, inlineRecv int
 	g.NumIn(0, "flow_label", &flowLabel, 0, math.MaxInt32)
@@ -491,7 +491,7 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	g.Refuse(0, "log_active_dci_streams", true, "DC (dynamically connected) transport is an mlx5 feature softroce does not have")
 	var version bool
 	g.Flag('V', "version", &version)
-	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ptUsage(t, w) })
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { usage(t, w) })
 	if !ok {
 		return nil, code, false
 	}
@@ -512,13 +512,13 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	}
 	if c.cpuUtil && c.duration == 0 {
 		if c.output == "" {
-			fmt.Fprint(stdout, ptResultLine)
+			fmt.Fprint(stdout, resultLine)
 		}
 		fmt.Fprintln(stderr, " CPU Utilization works only with Duration mode.") // perftest's warning; the run goes on
 		c.cpuUtil = false
 	}
 	if c.cqModWarn {
-		fmt.Fprint(stdout, ptResultLine+"Warning: Large message requested and CQ moderation enabled\n"+
+		fmt.Fprint(stdout, resultLine+"Warning: Large message requested and CQ moderation enabled\n"+
 			"Warning: It can lead to inaccurate results\n") // perftest's, on stdout
 	}
 	if c.rateType == "SW" && !burstGiven {
@@ -527,9 +527,9 @@ func ptParse(t ptTool, args []string, stdout, stderr io.Writer) (c *ptConfig, co
 	return c, cli.ExitOK, true
 }
 
-// ptMarkSet makes option o also record that it was given in *set, after
+// markSet makes option o also record that it was given in *set, after
 // its own parsing and range check succeed.
-func ptMarkSet(o *cli.Gopt, set *bool) {
+func markSet(o *cli.Gopt, set *bool) {
 	parse := o.Set
 	o.Set = func(s string) error {
 		if err := parse(s); err != nil {
@@ -540,7 +540,7 @@ func ptMarkSet(o *cli.Gopt, set *bool) {
 	}
 }
 
-func ptSetNum(p *int, set *bool) func(string) error {
+func setNum(p *int, set *bool) func(string) error {
 	return func(s string) error {
 		v, err := cli.ParseNum(s, strconv.IntSize)
 		if err != nil {
@@ -553,17 +553,17 @@ func ptSetNum(p *int, set *bool) func(string) error {
 
 // finish applies perftest's defaults and checks the parameters; it
 // returns a message for the user when they cannot run.
-func (c *ptConfig) finish() string {
+func (c *config) finish() string {
 	t := c.tool
 	c.conn = strings.ToUpper(c.conn)
 	switch c.conn {
 	case "RC":
 	case "UC":
-		if t.verb != ptSend && t.verb != ptWrite {
+		if t.verb != verbSend && t.verb != verbWrite {
 			return "UC connection is supported only by the send and write tests"
 		}
 	case "UD":
-		if t.verb != ptSend {
+		if t.verb != verbSend {
 			return "UD connection is supported only by the send tests"
 		}
 	case "XRC", "DC", "SRD", "RAW_PACKET":
@@ -572,16 +572,16 @@ func (c *ptConfig) finish() string {
 		return "connection type must be RC, UC or UD"
 	}
 	if !c.itersSet {
-		c.iters = ptDefIters(t)
+		c.iters = defIters(t)
 	}
 	if !c.sizeSet {
-		c.size = ptDefaultSize(t)
+		c.size = defaultSize(t)
 	}
-	if t.verb == ptAtomic {
-		if c.sizeSet && c.size != ptAtomicSize {
+	if t.verb == verbAtomic {
+		if c.sizeSet && c.size != atomicSize {
 			return "atomic tests use 8-byte messages (-s 8)"
 		}
-		c.size = ptAtomicSize
+		c.size = atomicSize
 		if c.all {
 			return "atomic tests have one size: -a does not apply"
 		}
@@ -592,12 +592,12 @@ func (c *ptConfig) finish() string {
 	default:
 		return "atomic type must be CMP_AND_SWAP or FETCH_AND_ADD"
 	}
-	c.margin = ptMargin(c.duration, c.margin)
+	c.margin = effectiveMargin(c.duration, c.margin)
 	switch {
 	case c.iters < 5 || c.iters > 100000000:
 		return "Iteration num should be between 5 and 100000000"
-	case c.size < 1 || c.size > ptMaxSize:
-		return fmt.Sprintf("Message Size should be between 1 and %d", ptMaxSize)
+	case c.size < 1 || c.size > maxMsgSize:
+		return fmt.Sprintf("Message Size should be between 1 and %d", maxMsgSize)
 	case c.duration < 0:
 		return "duration must be positive"
 	case c.duration > 0 && c.all:
@@ -608,11 +608,11 @@ func (c *ptConfig) finish() string {
 		return "Output verbosity level for BW can be: bandwidth, message_rate"
 	case c.output != "" && t.lat && c.output != "latency":
 		return "Output verbosity level for LAT can be: latency"
-	case !ptMarginFits(c.duration, c.margin):
+	case !marginFits(c.duration, c.margin):
 		return fmt.Sprintf("please check that DURATION > 2*MARGIN (-D %d, -f %d: no time would be left to measure; "+
-			"give a longer -D or a shorter -f)", ptDurationOrDefault(c.duration), c.margin)
-	case c.numQP < 1 || c.numQP > ptMaxQPs:
-		return fmt.Sprintf("number of QPs must be 1..%d", ptMaxQPs)
+			"give a longer -D or a shorter -f)", durationOrDefault(c.duration), c.margin)
+	case c.numQP < 1 || c.numQP > maxQPs:
+		return fmt.Sprintf("number of QPs must be 1..%d", maxQPs)
 	case t.lat && c.numQP != 1:
 		return "latency tests use one QP"
 	case c.ibPort != 1:
@@ -630,13 +630,13 @@ func (c *ptConfig) finish() string {
 	case c.tos < 0 || c.tos > 255:
 		return "TOS must be 0..255"
 	case c.outJSON && c.jsonFile == "":
-		return "--out_json_file needs a file name (default " + ptJSONDefault + ")"
+		return "--out_json_file needs a file name (default " + jsonDefault + ")"
 	case c.tcpPort < 0 || c.tcpPort > 65535:
 		return "port must be 0..65535"
 	}
 	// Queue depths as perftest sets them.
 	if c.txDepth < 0 {
-		c.txDepth = ptDefTxBW
+		c.txDepth = defTxBW
 		if t.lat {
 			c.txDepth = 1
 		}
@@ -645,14 +645,14 @@ func (c *ptConfig) finish() string {
 		}
 	}
 	if c.rxDepth < 0 {
-		c.rxDepth = ptDefRx
+		c.rxDepth = defRx
 		if c.duration == 0 && c.rxDepth > c.iters {
 			c.rxDepth = c.iters
 		}
 	}
 	cqModGiven := c.cqMod >= 0
 	if c.cqMod < 0 {
-		c.cqMod = ptDefCQMod
+		c.cqMod = defCQMod
 		if c.cqMod > c.txDepth {
 			c.cqMod = c.txDepth
 		}
@@ -660,7 +660,7 @@ func (c *ptConfig) finish() string {
 	// perftest turns CQ moderation off (every work request signalled) for
 	// messages above MSG_SIZE_CQ_MOD_LIMIT, but for UD, -a and events, and
 	// warns when -Q asks for it anyway.
-	if c.size > ptCQModSizeLimit && c.conn != "UD" && !c.all && !c.events {
+	if c.size > cqModSizeLimit && c.conn != "UD" && !c.all && !c.events {
 		if !cqModGiven {
 			c.cqMod = 1
 		} else if c.cqMod > 1 {
@@ -672,7 +672,7 @@ func (c *ptConfig) finish() string {
 	}
 	if c.outReads < 0 {
 		c.outReads = 1
-		if t.verb == ptRead || t.verb == ptAtomic {
+		if t.verb == verbRead || t.verb == verbAtomic {
 			c.outReads = 128 // the device's max_qp_rd_atom
 		}
 	}
@@ -696,15 +696,15 @@ func (c *ptConfig) finish() string {
 		}
 	}
 	switch {
-	case c.useSRQ && t.verb != ptSend:
+	case c.useSRQ && t.verb != verbSend:
 		return "Using SRQ only avavilible in SEND / SEND_IMM tests." // perftest's words
 	case c.useSRQ && c.rxDepth < c.numQP:
 		return fmt.Sprintf("with --use-srq, -r %d is the SRQ's size, shared by the %d QPs: give -r at least -q", c.rxDepth, c.numQP)
 	}
-	if c.mmapFile != "" && !ptMmapSupported {
+	if c.mmapFile != "" && !mmapSupported {
 		return "--mmap is implemented on Linux only: leave it out to use ordinary memory"
 	}
-	if (c.events || c.vectorSet) && t.verb == ptWrite {
+	if (c.events || c.vectorSet) && t.verb == verbWrite {
 		// perftest's parser, for -e and -X alike: its WRITE tests poll.
 		return "Events feature not available on WRITE verb"
 	}
@@ -743,7 +743,7 @@ func (c *ptConfig) finish() string {
 // syntax, perftest's message for what is not a number). perftest then
 // truncates the value to the GRH's 8 bits; softroce refuses what does not
 // fit instead.
-func (c *ptConfig) finishTClass() string {
+func (c *config) finishTClass() string {
 	if !c.tclassSet {
 		return ""
 	}
@@ -761,7 +761,7 @@ func (c *ptConfig) finishTClass() string {
 // trafficClass is the GRH's traffic class of the test QPs (connected
 // without rdma_cm): --tclass, perftest's option for it, else -T's value
 // (softroce's extension: perftest takes -T for rdma_cm runs only).
-func (c *ptConfig) trafficClass() uint8 {
+func (c *config) trafficClass() uint8 {
 	if c.tclassSet {
 		return uint8(c.tclass)
 	}
@@ -770,7 +770,7 @@ func (c *ptConfig) trafficClass() uint8 {
 
 // cmRetry is the rdma_cm connections' retry count: --retry_count, else
 // perftest's DEF_RETRY_COUNT, 7.
-func (c *ptConfig) cmRetry() uint8 {
+func (c *config) cmRetry() uint8 {
 	if c.retrySet {
 		return uint8(c.retry)
 	}
@@ -779,7 +779,7 @@ func (c *ptConfig) cmRetry() uint8 {
 
 // finishLimits parses -w and -y, perftest's result verifiers, with its
 // messages.
-func (c *ptConfig) finishLimits() string {
+func (c *config) finishLimits() string {
 	c.limitBW, c.limitRate = -1, -1
 	for i, dst := range []*float64{&c.limitBW, &c.limitRate} {
 		a := c.limitArgs[i]
@@ -798,17 +798,17 @@ func (c *ptConfig) finishLimits() string {
 	return ""
 }
 
-// ptLimits is the outcome of -w and -y over a run's sizes: as perftest's,
+// limitsMet is the outcome of -w and -y over a run's sizes: as perftest's,
 // a limit is met when one size's result meets it.
-type ptLimits struct{ bw, rate bool }
+type limitsMet struct{ bw, rate bool }
 
-func (l *ptLimits) add(c *ptConfig, r oob.BWReport) {
+func (l *limitsMet) add(c *config, r oob.BWReport) {
 	l.bw = l.bw || r.BWAvg >= c.limitBW
 	l.rate = l.rate || r.MsgRateAvg >= c.limitRate
 }
 
 // err is perftest's verdict, for the side that measured the results.
-func (l *ptLimits) err(c *ptConfig) error {
+func (l *limitsMet) err(c *config) error {
 	switch {
 	case c.limitBW >= 0 && !l.bw:
 		return errors.New("Error: BW result is below bw limit")
@@ -820,7 +820,7 @@ func (l *ptLimits) err(c *ptConfig) error {
 
 // finishRate checks the rate limiter's options as perftest does, with
 // perftest's messages, and applies its defaults.
-func (c *ptConfig) finishRate() string {
+func (c *config) finishRate() string {
 	if c.rateArg != "" {
 		v, err := strconv.ParseFloat(c.rateArg, 64)
 		if err != nil || !(v > 0) || math.IsInf(v, 0) {
@@ -850,7 +850,7 @@ func (c *ptConfig) finishRate() string {
 	switch {
 	case c.burstSize > 0 && c.rateType == "":
 		return "Can't enable burst mode when rate limiter is off"
-	case c.rateType == "SW" && (c.tool.lat || c.tool.verb == ptAtomic):
+	case c.rateType == "SW" && (c.tool.lat || c.tool.verb == verbAtomic):
 		return "SW Rate limiter cann't be executed on non-BW, ATOMIC or bidirectional SEND / SEND_IMM tests"
 	case c.rateType == "SW" && c.rateLimit == 0:
 		return "--rate_limit_type=SW needs a rate: --rate_limit=<rate>"
@@ -863,7 +863,7 @@ func (c *ptConfig) finishRate() string {
 
 // ratePPS is the SW rate limiter's rate for messages of size bytes, in
 // messages per second (0: no limit).
-func (c *ptConfig) ratePPS(size int) float64 {
+func (c *config) ratePPS(size int) float64 {
 	if c.rateType != "SW" {
 		return 0
 	}
@@ -876,10 +876,10 @@ func (c *ptConfig) ratePPS(size int) float64 {
 	return c.rateLimit * 1e9 / (float64(size) * 8)
 }
 
-// ptTitle is the test title of the banner.
-func (c *ptConfig) title() string {
+// titleOf is the test title of the banner.
+func (c *config) title() string {
 	s := c.testWord()
-	if c.tool.verb == ptAtomic {
+	if c.tool.verb == verbAtomic {
 		s += " " + c.atomicType
 	}
 	if c.tool.lat {
@@ -890,14 +890,14 @@ func (c *ptConfig) title() string {
 
 // exchangeMethod is perftest's "Data ex. method": how the addresses are
 // exchanged.
-func (c *ptConfig) exchangeMethod() string {
+func (c *config) exchangeMethod() string {
 	if c.cmComm {
 		return "rdma_cm"
 	}
 	return "Ethernet"
 }
 
-func ptOnOff(b bool) string {
+func onOff(b bool) string {
 	if b {
 		return "ON"
 	}
@@ -905,23 +905,23 @@ func ptOnOff(b bool) string {
 }
 
 // printBanner is ctx_print_test_info.
-func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
+func (c *config) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
 	t := c.tool
 	var b strings.Builder
-	b.WriteString(ptResultLine)
+	b.WriteString(resultLine)
 	fmt.Fprintf(&b, "                    %s\n", c.title())
 	if c.events {
 		fmt.Fprintf(&b, " Test with events. Using %s_comp0\n", devName) // perftest's EQ number, 0 without --eq_num
 	}
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", c.numQP)
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", c.conn, ptOnOff(c.useSRQ))
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", c.conn, onOff(c.useSRQ))
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", c.relaxOrder())
 	b.WriteString(" ibv_wr* API     : OFF\n")
 	if !c.isServer() {
 		fmt.Fprintf(&b, " TX depth        : %d\n", c.txDepth)
 	}
-	if t.verb == ptSend && c.isServer() {
+	if t.verb == verbSend && c.isServer() {
 		fmt.Fprintf(&b, " RX depth        : %d\n", c.rxDepth)
 	}
 	if !t.lat {
@@ -930,17 +930,17 @@ func (c *ptConfig) printBanner(w io.Writer, devName string, mtu verbs.MTU) {
 	fmt.Fprintf(&b, " Mtu             : %d[B]\n", mtu.Bytes())
 	b.WriteString(" Link type       : Ethernet\n")
 	fmt.Fprintf(&b, " GID index       : %d\n", c.gidx)
-	if t.verb == ptRead || t.verb == ptAtomic {
+	if t.verb == verbRead || t.verb == verbAtomic {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", c.outReads)
 	} else {
 		fmt.Fprintf(&b, " Max inline data : %d[B]\n", c.inline)
 	}
-	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", ptOnOff(c.rdmaCM))
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(c.rdmaCM))
 	fmt.Fprintf(&b, " Data ex. method : %s", c.exchangeMethod())
 	if c.rdmaCM && c.tosSet {
 		fmt.Fprintf(&b, " \tTOS    : %d", c.tos)
 	}
-	b.WriteString("\n" + ptResultLine)
+	b.WriteString("\n" + resultLine)
 	io.WriteString(w, b.String())
 }
 
@@ -954,16 +954,16 @@ func cHexAlt(v uint64, width int) string {
 }
 
 // printDest is ctx_print_pingpong_data.
-func (c *ptConfig) printDest(w io.Writer, side string, d *oob.PerftestDest) {
+func (c *config) printDest(w io.Writer, side string, d *oob.PerftestDest) {
 	var b strings.Builder
 	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, cHexAlt(uint64(d.LID), 4), cHexAlt(uint64(d.QPN), 6),
 		cHexAlt(uint64(d.PSN), 6))
 	// With -R or -z perftest prints with its side channel's verb, SEND: no
 	// OUT, RKey or VAddr.
-	if c.tool.verb == ptRead && !c.cmComm {
+	if c.tool.verb == verbRead && !c.cmComm {
 		fmt.Fprintf(&b, " OUT %s", cHexAlt(uint64(d.OutReads), 4))
 	}
-	if (c.tool.verb == ptRead || c.tool.verb == ptWrite) && !c.cmComm {
+	if (c.tool.verb == verbRead || c.tool.verb == verbWrite) && !c.cmComm {
 		fmt.Fprintf(&b, " RKey %s VAddr %s", cHexAlt(uint64(d.RKey), 8), cHexAlt(d.VAddr, 16))
 	}
 	b.WriteString("\n GID: ")
@@ -977,8 +977,8 @@ func (c *ptConfig) printDest(w io.Writer, side string, d *oob.PerftestDest) {
 	io.WriteString(w, b.String())
 }
 
-// ptRun runs one side of a test.
-func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err error) {
+// runConfig runs one side of a test.
+func runConfig(ctx context.Context, c *config, stdout, stderr io.Writer) (err error) {
 	td, err := toolkit.OpenDevice(c.dev, c.pcap)
 	if err != nil {
 		return err
@@ -988,11 +988,11 @@ func ptRun(ctx context.Context, c *ptConfig, stdout, stderr io.Writer) (err erro
 			err = cerr
 		}
 	}()
-	return ptRunOn(ctx, c, td, stdout, stderr)
+	return runOn(ctx, c, td, stdout, stderr)
 }
 
-// ptRunOn runs one side of a test on the open device td.
-func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, stderr io.Writer) error {
+// runOn runs one side of a test on the open device td.
+func runOn(ctx context.Context, c *config, td *toolkit.ToolDevice, stdout, stderr io.Writer) error {
 	// With --output, perftest prints the result's value alone: no banner,
 	// addresses, headers or separators.
 	verbose := stdout
@@ -1001,9 +1001,9 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	}
 	// perftest's verify_params_with_device_context and check_link, before
 	// connecting.
-	if c.events && c.vector >= ptCompVectors {
+	if c.events && c.vector >= compVectors {
 		return fmt.Errorf("Completion vector specified is invalid: Max completion vector = %d (-X %d; softroce devices have one, -X 0)",
-			ptCompVectors-1, c.vector)
+			compVectors-1, c.vector)
 	}
 	if c.pkeyIndex > 0 {
 		c.checkPKeyIndex(td, stdout, stderr)
@@ -1031,10 +1031,10 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 			c.size = udMax
 		}
 	}
-	var pc ptSide
-	var pcm *ptCM
-	var watch *ptPeerWatch // the TCP side channel's liveness (nil with -z/-R)
-	var r *ptRes
+	var pc sideChannel
+	var pcm *cmChannel
+	var watch *peerWatch // the TCP side channel's liveness (nil with -z/-R)
+	var r *resources
 	// Registered first, so it runs last: after the CM has destroyed its
 	// IDs' QPs (-R), the run's resources go, so that a library user's
 	// device (Run) is left as it was.
@@ -1055,7 +1055,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	} else {
 		var conn net.Conn
 		if c.listens() {
-			conn, err = ptAccept(ctx, c.tcpPort)
+			conn, err = accept(ctx, c.tcpPort)
 		} else {
 			conn, err = toolkit.Dial(ctx, c.server, c.tcpPort, c.connectTO)
 		}
@@ -1067,7 +1067,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		watch = newPtPeerWatch(conn, c.qpTimeout)
 	}
 	if r, err = newPtRes(c, td, gid); err != nil {
-		var me *ptMmapError
+		var me *mmapError
 		if errors.As(err, &me) && me.line != "" {
 			fmt.Fprintln(stdout, me.line) // perftest's, on stdout
 		}
@@ -1081,7 +1081,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 	if c.mtu != 0 {
 		localMTU = min(localMTU, toolkit.MTUEnum(c.mtu))
 	}
-	_, mtu, err := pc.Setup(ctx, oob.SysData{CycleBuffer: ptCycleBuffer, CacheLineSize: ptCacheLine}, int(localMTU))
+	_, mtu, err := pc.Setup(ctx, oob.SysData{CycleBuffer: cycleBuffer, CacheLineSize: cacheLine}, int(localMTU))
 	if err != nil {
 		return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
 	}
@@ -1112,7 +1112,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
 	}
 	r.remote = remote
-	fmt.Fprint(verbose, ptResultLine)
+	fmt.Fprint(verbose, resultLine)
 	plan := c.tool.test.Plan()
 	sizes := []int{c.size}
 	if c.all {
@@ -1125,23 +1125,23 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		}
 	}
 	prog := newPtProgress(c, stderr)
-	printsResults := !(c.tool.lat && c.isServer() && (c.tool.verb == ptRead || c.tool.verb == ptAtomic))
+	printsResults := !(c.tool.lat && c.isServer() && (c.tool.verb == verbRead || c.tool.verb == verbAtomic))
 	if printsResults {
 		c.printResultHeader(verbose)
 	}
 	// perftest 4.5 with -a: the send tests post receives and handshake before
 	// every size; the others handshake once, and the write/read/atomic BW
 	// client sends only its last report, which is all their server prints.
-	perSizeSync := c.tool.verb == ptSend
+	perSizeSync := c.tool.verb == verbSend
 	// The side that measured verifies -w and -y: a bandwidth client, and
 	// send_bw's server, which measures its own.
 	verifies := !c.tool.lat && !(c.isServer() && plan.Report)
-	var limits ptLimits
+	var limits limitsMet
 	// report prints a result line and, with --out_json, writes the report
 	// file as perftest does with each line it prints: rewritten for every
 	// size, it holds the last. After a failure it is not tried again.
 	var jsonErr error
-	report := func(res ptResult) {
+	report := func(res sizeResult) {
 		if c.outJSON && jsonErr == nil {
 			jsonErr = c.writeJSON(c.jsonReport(td.Info.Name, r.mtu, res))
 		}
@@ -1199,7 +1199,7 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 		}
 	}
 	if printsResults {
-		fmt.Fprint(verbose, ptResultLine)
+		fmt.Fprint(verbose, resultLine)
 	}
 	if plan.Close {
 		if err := pc.Close(ctx, &r.local[0]); err != nil {
@@ -1227,12 +1227,12 @@ func ptRunOn(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stdout, s
 // device's max_pkeys is its warning, and index 0. Below, the index is
 // accepted as kernel rxe accepts it, and the QPs keep the one P_Key
 // (0xFFFF) a softroce device, as rxe, sends with.
-func (c *ptConfig) checkPKeyIndex(td *toolkit.ToolDevice, stdout, stderr io.Writer) {
+func (c *config) checkPKeyIndex(td *toolkit.ToolDevice, stdout, stderr io.Writer) {
 	max := int(td.Dev.QueryDevice().MaxPKeys) - 1
 	if c.pkeyIndex <= max {
 		return
 	}
-	fmt.Fprint(stdout, ptResultLine)
+	fmt.Fprint(stdout, resultLine)
 	fmt.Fprintf(stderr, " Specified PKey Index, %d, greater than allowed max, %d\n Changing to 0\n", c.pkeyIndex, max)
 	c.pkeyIndex = 0
 }
@@ -1241,7 +1241,7 @@ func (c *ptConfig) checkPKeyIndex(td *toolkit.ToolDevice, stdout, stderr io.Writ
 // GID that is not IPv4-mapped. perftest takes the first, the link-local
 // GID 0; a softroce device sends from its own address only, so the GID
 // is that address's, which must be IPv6.
-func (c *ptConfig) ipv6GIDIndex(td *toolkit.ToolDevice) (int, error) {
+func (c *config) ipv6GIDIndex(td *toolkit.ToolDevice) (int, error) {
 	own := td.Info.Addr.Addr().Unmap().WithZone("")
 	for i, g := range td.Dev.GIDs() {
 		if a := g.Addr(); a.Is6() && a.WithZone("") == own {
@@ -1252,7 +1252,7 @@ func (c *ptConfig) ipv6GIDIndex(td *toolkit.ToolDevice) (int, error) {
 		td.Info.Name, own)
 }
 
-func ptAccept(ctx context.Context, port int) (net.Conn, error) {
+func accept(ctx context.Context, port int) (net.Conn, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(port)))
 	if err != nil {
@@ -1271,7 +1271,7 @@ func ptAccept(ctx context.Context, port int) (net.Conn, error) {
 	return conn, nil
 }
 
-func (c *ptConfig) printResultHeader(w io.Writer) {
+func (c *config) printResultHeader(w io.Writer) {
 	ext := "\n"
 	if c.cpuUtil {
 		ext = "    CPU_Util[%]\n"
@@ -1289,15 +1289,15 @@ func (c *ptConfig) printResultHeader(w io.Writer) {
 }
 
 // cpuExt ends a result line: perftest's CPU_Util[%] value with --cpu_util.
-func (c *ptConfig) cpuExt(line string, r ptResult) string {
+func (c *config) cpuExt(line string, r sizeResult) string {
 	if !c.cpuUtil {
 		return line
 	}
 	return strings.TrimSuffix(line, "\n") + fmt.Sprintf("\t    %-3.2f\n", r.cpu)
 }
 
-// ptResult is one size's outcome.
-type ptResult struct {
+// sizeResult is one size's outcome.
+type sizeResult struct {
 	bw        oob.BWReport
 	lat       []time.Duration // successive-post deltas (iters-1 samples)
 	latAvg    time.Duration   // -D: average per iteration
@@ -1308,7 +1308,7 @@ type ptResult struct {
 }
 
 // hasResult reports whether r holds measured iterations.
-func (c *ptConfig) hasResult(r ptResult) bool {
+func (c *config) hasResult(r sizeResult) bool {
 	switch {
 	case !c.tool.lat:
 		return r.bw.Iters > 0
@@ -1321,7 +1321,7 @@ func (c *ptConfig) hasResult(r ptResult) bool {
 // noResult is the error for a size no iteration of which completed (in a
 // -D run: in the measured period), with what to change when the QPs'
 // completion moderation explains it.
-func (c *ptConfig) noResult(size int) error {
+func (c *config) noResult(size int) error {
 	msg := fmt.Sprintf("no iteration of %d bytes completed: no result to report", size)
 	if c.duration > 0 && !c.tool.lat && c.cqMod > 1 {
 		first := float64(c.cqMod) * float64(c.numQP) * float64(size) / (1 << 20)
@@ -1331,7 +1331,7 @@ func (c *ptConfig) noResult(size int) error {
 	return errors.New(msg)
 }
 
-func (c *ptConfig) printResult(w io.Writer, r ptResult) {
+func (c *config) printResult(w io.Writer, r sizeResult) {
 	switch {
 	case c.output == "bandwidth":
 		fmt.Fprintf(w, "%f\n", r.bw.BWAvg) // in the report's units, as perftest's
@@ -1370,9 +1370,9 @@ func (c *ptConfig) printResult(w io.Writer, r ptResult) {
 // latUS is a latency test's time in perftest's microseconds: half a round
 // trip for the ping-pong tests (send, write), the round trip for read and
 // atomics.
-func (c *ptConfig) latUS(d time.Duration) float64 {
+func (c *config) latUS(d time.Duration) float64 {
 	rtt := 2.0
-	if c.tool.verb == ptRead || c.tool.verb == ptAtomic {
+	if c.tool.verb == verbRead || c.tool.verb == verbAtomic {
 		rtt = 1
 	}
 	return float64(d.Nanoseconds()) / 1e3 / rtt
@@ -1381,7 +1381,7 @@ func (c *ptConfig) latUS(d time.Duration) float64 {
 // latStats is a latency run's line: t_min, t_max, t_typical (the median),
 // t_avg, t_stdev and the 99% and 99.9% percentiles, in microseconds; ok is
 // false without samples.
-func (c *ptConfig) latStats(r ptResult) (v [7]float64, ok bool) {
+func (c *config) latStats(r sizeResult) (v [7]float64, ok bool) {
 	s := slices.Clone(r.lat)
 	slices.Sort(s)
 	// perftest's print_report_lat: the sorted samples less its
@@ -1389,7 +1389,7 @@ func (c *ptConfig) latStats(r ptResult) (v [7]float64, ok bool) {
 	// standard deviation (each sample's distance from the average truncated
 	// to whole units, as its int temp_var); t_max and the percentiles index
 	// the sorted samples at m, ceil(0.99 m) and ceil(0.999 m).
-	m := len(s) - ptLatTail
+	m := len(s) - latTail
 	if m < 1 {
 		return v, false
 	}
@@ -1416,14 +1416,14 @@ func (c *ptConfig) latStats(r ptResult) (v [7]float64, ok bool) {
 	return [7]float64{us(s[0]), us(s[m]), median, avg, stdev, us(s[i99]), us(s[i999])}, true
 }
 
-// ptLatTail is perftest's LAT_MEASURE_TAIL: the largest samples its
+// latTail is perftest's LAT_MEASURE_TAIL: the largest samples its
 // latency statistics leave out.
-const ptLatTail = 2
+const latTail = 2
 
 // latDuration is a -D latency run's t_avg in microseconds and its
 // transactions per second (perftest's tps average: the iterations over the
 // measured period).
-func (c *ptConfig) latDuration(r ptResult) (avg, tps float64) {
+func (c *config) latDuration(r sizeResult) (avg, tps float64) {
 	if r.latPeriod > 0 {
 		tps = float64(r.latIter) / r.latPeriod.Seconds()
 	}
@@ -1448,16 +1448,16 @@ func bwLineExt(r oob.BWReport) string {
 	return fmt.Sprintf(" %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRateAvg)
 }
 
-// ptProgress shows the progress of long runs on a terminal (stderr), never
+// progress shows the progress of long runs on a terminal (stderr), never
 // when the output is piped.
-type ptProgress struct {
-	c    *ptConfig
+type progress struct {
+	c    *config
 	w    io.Writer
 	on   bool
 	size int
 }
 
-func ptIsTerminal(w io.Writer) bool {
+func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
@@ -1466,17 +1466,17 @@ func ptIsTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func newPtProgress(c *ptConfig, w io.Writer) *ptProgress {
-	p := &ptProgress{c: c, w: w}
+func newPtProgress(c *config, w io.Writer) *progress {
+	p := &progress{c: c, w: w}
 	long := c.duration > 0 || c.all || c.iters >= 100000
-	p.on = long && ptIsTerminal(w)
+	p.on = long && isTerminal(w)
 	return p
 }
 
-func (p *ptProgress) setSize(n int) { p.size = n }
+func (p *progress) setSize(n int) { p.size = n }
 
 // run starts updating the line while the traffic of one size runs.
-func (p *ptProgress) run(count func() uint64) func() {
+func (p *progress) run(count func() uint64) func() {
 	if !p.on {
 		return func() {}
 	}
@@ -1509,7 +1509,7 @@ func (p *ptProgress) run(count func() uint64) func() {
 	return func() { close(done) }
 }
 
-func (p *ptProgress) clear() {
+func (p *progress) clear() {
 	if p.on {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
@@ -1519,6 +1519,6 @@ func (p *ptProgress) clear() {
 // with HAVE_RO, as the distributions' packages are): ON but for write_lat
 // and with --disable_pcie_relaxed. It has no effect on softroce, which
 // has no PCIe.
-func (c *ptConfig) relaxOrder() string {
-	return ptOnOff(!c.disablePCIR && !(c.tool.lat && c.tool.verb == ptWrite))
+func (c *config) relaxOrder() string {
+	return onOff(!c.disablePCIR && !(c.tool.lat && c.tool.verb == verbWrite))
 }

@@ -22,8 +22,8 @@ var ErrUsage = errors.New("perftest: bad arguments")
 // Tests returns the names of the tests Run knows ("send_bw", "write_bw",
 // "read_bw", "atomic_bw", "send_lat", "write_lat", "read_lat", "atomic_lat").
 func Tests() []string {
-	names := make([]string, len(ptTools))
-	for i, t := range ptTools {
+	names := make([]string, len(tools))
+	for i, t := range tools {
 		names[i] = t.name
 	}
 	return names
@@ -40,10 +40,10 @@ func Tests() []string {
 // and releases the PD, MRs, CQs and QPs it created on it before returning.
 // Errors from the arguments wrap ErrUsage; the rest are the run's failures.
 func Run(ctx context.Context, dev *verbs.Device, test string, args []string, stdout io.Writer) error {
-	var t *ptTool
-	for i := range ptTools {
-		if ptTools[i].name == test {
-			t = &ptTools[i]
+	var t *toolSpec
+	for i := range tools {
+		if tools[i].name == test {
+			t = &tools[i]
 		}
 	}
 	if t == nil {
@@ -53,7 +53,7 @@ func Run(ctx context.Context, dev *verbs.Device, test string, args []string, std
 		return fmt.Errorf("%w: no device", ErrUsage)
 	}
 	var msg strings.Builder
-	c, _, ok := ptParse(*t, args, io.Discard, &msg)
+	c, _, ok := parseArgs(*t, args, io.Discard, &msg)
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUsage, strings.TrimSpace(msg.String()))
 	}
@@ -77,5 +77,5 @@ func Run(ctx context.Context, dev *verbs.Device, test string, args []string, std
 		Info: toolkit.Device{Name: dev.Name(), Addr: netip.AddrPortFrom(gid.Addr().Unmap().WithZone(""), 4791)},
 		Dev:  dev,
 	}
-	return ptRunOn(ctx, c, td, stdout, io.Discard)
+	return runOn(ctx, c, td, stdout, io.Discard)
 }

@@ -15,11 +15,11 @@ import (
 )
 
 const (
-	ptBWLineRE  = `(?m)^ %-7d    %-10d       \d+\.\d\d\s+\d+\.\d\d\s*\t\t   \d+\.\d{6}$`
-	ptLatLineRE = `(?m)^ %-7d %d          \d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d\d\s+\t\s+\d+\.\d\d\s+\t\d+\.\d\d\s*\t\t\d+\.\d\d\s*\t\t\d+\.\d\d\s*$`
-	ptBWHeader  = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
-	ptLatHeader = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
-	ptWaiting   = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+	bwLineRE      = `(?m)^ %-7d    %-10d       \d+\.\d\d\s+\d+\.\d\d\s*\t\t   \d+\.\d{6}$`
+	latLineRE     = `(?m)^ %-7d %d          \d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d\d\s+\t\s+\d+\.\d\d\s+\t\d+\.\d\d\s*\t\t\d+\.\d\d\s*\t\t\d+\.\d\d\s*$`
+	bwHeader      = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+	latHeader     = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
+	waitingBanner = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
 )
 
 // TestPerftestBinary runs every benchmark as two processes on loopback
@@ -55,25 +55,25 @@ func TestPerftestBinary(t *testing.T) {
 			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
-			if !strings.HasPrefix(s.Stdout, ptWaiting+ptResultLine+"                    "+tc.title+"\n") {
+			if !strings.HasPrefix(s.Stdout, waitingBanner+resultLine+"                    "+tc.title+"\n") {
 				t.Errorf("server banner:\n%s", s.Stdout)
 			}
-			if !strings.HasPrefix(c.Stdout, ptResultLine+"                    "+tc.title+"\n") {
+			if !strings.HasPrefix(c.Stdout, resultLine+"                    "+tc.title+"\n") {
 				t.Errorf("client banner:\n%s", c.Stdout)
 			}
 			lat := strings.Contains(tc.tool, "lat")
 			line := func(iters int) string {
 				if lat {
-					return fmt.Sprintf(ptLatLineRE, tc.size, iters)
+					return fmt.Sprintf(latLineRE, tc.size, iters)
 				}
 				if iters < 0 {
 					return fmt.Sprintf(`(?m)^ %-7d    \d+\s+0\.00\s+\d+\.\d\d\s*\t\t   \d+\.\d{6}$`, tc.size)
 				}
-				return fmt.Sprintf(ptBWLineRE, tc.size, iters)
+				return fmt.Sprintf(bwLineRE, tc.size, iters)
 			}
-			header := ptBWHeader
+			header := bwHeader
 			if lat {
-				header = ptLatHeader
+				header = latHeader
 			}
 			if strings.Contains(strings.Join(tc.args, " "), "--report_gbits") {
 				header = strings.ReplaceAll(header, "MB/sec", "Gb/sec")
@@ -101,7 +101,7 @@ func TestPerftestBinary(t *testing.T) {
 						continue
 					}
 					tooltest.MustMatch(t, x.who, x.r, line(iters))
-					if !strings.HasSuffix(x.r.Stdout, ptResultLine) {
+					if !strings.HasSuffix(x.r.Stdout, resultLine) {
 						t.Errorf("%s: output does not end with the result line:\n%s", x.who, x.r.Stdout)
 					}
 				}
@@ -135,15 +135,15 @@ func TestPerftestAllSizes(t *testing.T) {
 		t.Fatalf("server: %v\nclient: %v", s, c)
 	}
 	for i := 1; i < 24; i++ {
-		tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptBWLineRE, 1<<i, 5))
+		tooltest.MustMatch(t, "client", c, fmt.Sprintf(bwLineRE, 1<<i, 5))
 	}
 	// As perftest's: the server prints the client's last report only.
-	tooltest.MustMatch(t, "server", s, fmt.Sprintf(ptBWLineRE, 1<<23, 5))
+	tooltest.MustMatch(t, "server", s, fmt.Sprintf(bwLineRE, 1<<23, 5))
 	if n := strings.Count(s.Stdout, "\n "); n == 0 || strings.Count(s.Stdout, "    5          ") != 1 {
 		t.Errorf("server should print one result line:\n%s", s.Stdout)
 	}
 	for _, r := range []tooltest.ProcResult{s, c} {
-		if n := strings.Count(r.Stdout, ptBWHeader); n != 1 {
+		if n := strings.Count(r.Stdout, bwHeader); n != 1 {
 			t.Errorf("%d result headers, want 1", n)
 		}
 	}
@@ -162,7 +162,7 @@ func TestPerftestAllSizesLatency(t *testing.T) {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
 			for i := 1; i < 24; i++ {
-				tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptLatLineRE, 1<<i, 5))
+				tooltest.MustMatch(t, "client", c, fmt.Sprintf(latLineRE, 1<<i, 5))
 			}
 		})
 	}
@@ -184,7 +184,7 @@ func TestPerftestUDClampsToMTU(t *testing.T) {
 		if !strings.Contains(r.Stdout, "Max msg size in UD is MTU 1024\n Changing to this MTU\n") {
 			t.Errorf("no MTU notice:\n%s", r.Stdout)
 		}
-		tooltest.MustMatch(t, "send_lat UD", r, fmt.Sprintf(ptLatLineRE, 1024, 10))
+		tooltest.MustMatch(t, "send_lat UD", r, fmt.Sprintf(latLineRE, 1024, 10))
 	}
 	port = strconv.Itoa(tooltest.FreeTCPPort(t))
 	s, c = tooltest.RunPair(t, 60*time.Second,
@@ -194,7 +194,7 @@ func TestPerftestUDClampsToMTU(t *testing.T) {
 		t.Fatalf("server: %v\nclient: %v", s, c)
 	}
 	for i := 1; i <= 10; i++ {
-		tooltest.MustMatch(t, "client", c, fmt.Sprintf(ptBWLineRE, 1<<i, 10))
+		tooltest.MustMatch(t, "client", c, fmt.Sprintf(bwLineRE, 1<<i, 10))
 	}
 	if strings.Contains(c.Stdout, "\n 2048 ") {
 		t.Errorf("-a went past the UD MTU:\n%s", c.Stdout)
@@ -231,10 +231,10 @@ func TestPerftestLatencyDuration(t *testing.T) {
 	tooltest.Concurrently(t, runs...)
 }
 
-// ptPair runs tool's server and client on two loopback devices with args
+// pair runs tool's server and client on two loopback devices with args
 // (and a free side-channel port; the client gets the host operand), within
 // timeout.
-func ptPair(t *testing.T, timeout time.Duration, tool string, args ...string) (s, c tooltest.ProcResult) {
+func pair(t *testing.T, timeout time.Duration, tool string, args ...string) (s, c tooltest.ProcResult) {
 	t.Helper()
 	bin := tooltest.Binary(t)
 	sa, ca := tooltest.LoopPair()
@@ -243,10 +243,10 @@ func ptPair(t *testing.T, timeout time.Duration, tool string, args ...string) (s
 		append([]string{bin, tool, "-d", ca}, append(args, "127.0.0.1")...))
 }
 
-// ptPairOK is ptPair for a run both sides must end with exit 0.
-func ptPairOK(t *testing.T, timeout time.Duration, tool string, args ...string) (s, c tooltest.ProcResult) {
+// pairOK is pair for a run both sides must end with exit 0.
+func pairOK(t *testing.T, timeout time.Duration, tool string, args ...string) (s, c tooltest.ProcResult) {
 	t.Helper()
-	s, c = ptPair(t, timeout, tool, args...)
+	s, c = pair(t, timeout, tool, args...)
 	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("server: %v\nclient: %v", s, c)
 	}
@@ -267,7 +267,7 @@ func TestPerftestDurationDeepQueue(t *testing.T) {
 				args = append(args, "-r", "4096")
 			}
 			began := time.Now()
-			s, c := ptPairOK(t, 90*time.Second, tool, args...)
+			s, c := pairOK(t, 90*time.Second, tool, args...)
 			t.Logf("both exited %v after the start", time.Since(began).Round(time.Millisecond))
 			for _, r := range []tooltest.ProcResult{s, c} {
 				tooltest.MustMatch(t, tool, r, `(?m)^ 1048576\s+[1-9]\d*\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d{6}$`)
@@ -285,7 +285,7 @@ func TestPerftestDurationDeepQueue(t *testing.T) {
 // It waits as long as completions come, past the -u 10 wait for a silent
 // peer (about 2 s; the race detector makes the drain longer than that).
 func TestPerftestDurationDrain(t *testing.T) {
-	_, c := ptPairOK(t, 120*time.Second, "write_bw", "-D", "1", "-q", "4", "-t", "2048", "-Q", "1", "-s", "1048576", "-u", "10")
+	_, c := pairOK(t, 120*time.Second, "write_bw", "-D", "1", "-q", "4", "-t", "2048", "-Q", "1", "-s", "1048576", "-u", "10")
 	m := regexp.MustCompile(`(?m)^ 1048576\s+(\d+)\s`).FindStringSubmatch(c.Stdout)
 	if m == nil {
 		t.Fatalf("no result line\n%s", c)
@@ -304,7 +304,7 @@ func TestPerftestRateLimit(t *testing.T) {
 	var runs []tooltest.Subtest // at once: each lasts its -D 2
 	for _, tool := range []string{"write_bw", "send_bw"} {
 		runs = append(runs, tooltest.Subtest{Name: tool, F: func(t *testing.T) {
-			s, c := ptPairOK(t, 60*time.Second, tool, "-D", "2", "-s", "65536", "--rate_limit=40", "--rate_units=M",
+			s, c := pairOK(t, 60*time.Second, tool, "-D", "2", "-s", "65536", "--rate_limit=40", "--rate_units=M",
 				"--rate_limit_type=SW", "--burst_size=8")
 			who := map[string]tooltest.ProcResult{"client": c}
 			if tool == "send_bw" {
@@ -341,7 +341,7 @@ func TestPerftestLimits(t *testing.T) {
 		t.Run(tc.tool+tc.limit, func(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"-n", "500", "-s", "4096"}, strings.Fields(tc.limit)...)
-			s, c := ptPair(t, 60*time.Second, tc.tool, args...)
+			s, c := pair(t, 60*time.Second, tc.tool, args...)
 			for _, side := range []struct {
 				name string
 				r    tooltest.ProcResult
@@ -374,7 +374,7 @@ func TestPerftestSRQ(t *testing.T) {
 		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"-n", "2000", "--use-srq"}, strings.Fields(tc.args)...)
-			s, c := ptPairOK(t, 60*time.Second, tc.tool, args...)
+			s, c := pairOK(t, 60*time.Second, tc.tool, args...)
 			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
 				tooltest.MustMatch(t, side, r, `(?m)^ Connection type : (RC|UD)\t\tUsing SRQ      : ON$`, tc.result)
 			}
@@ -398,7 +398,7 @@ func TestPerftestCPUUtil(t *testing.T) {
 	} {
 		runs = append(runs, tooltest.Subtest{Name: tc.tool + " " + tc.args, F: func(t *testing.T) {
 			args := append([]string{"--cpu_util"}, strings.Fields(tc.args)...)
-			s, c := ptPairOK(t, 60*time.Second, tc.tool, args...)
+			s, c := pairOK(t, 60*time.Second, tc.tool, args...)
 			if tc.line == "" {
 				for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
 					if strings.Contains(r.Stdout, "CPU_Util") || !strings.Contains(r.Stderr, " CPU Utilization works only with Duration mode.\n") {
@@ -526,7 +526,7 @@ func TestPerftestOutput(t *testing.T) {
 		t.Run(tc.tool+"/"+tc.output, func(t *testing.T) {
 			t.Parallel()
 			args := []string{"-n", "200", "--output=" + tc.output}
-			s, c := ptPairOK(t, 60*time.Second, tc.tool, args...)
+			s, c := pairOK(t, 60*time.Second, tc.tool, args...)
 			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
 				if !value.MatchString(r.Stdout) {
 					t.Errorf("%s: stdout %q, want the value alone", side, r.Stdout)
@@ -547,7 +547,7 @@ func TestPerftestOneProcessor(t *testing.T) {
 		tool string
 		busy bool
 	}{{"write_bw", false}, {"send_lat", true}} {
-		s, c := ptPairOK(t, 60*time.Second, tc.tool, "-n", "5", "-s", "64")
+		s, c := pairOK(t, 60*time.Second, tc.tool, "-n", "5", "-s", "64")
 		want := regexp.MustCompile(fmt.Sprintf(`running on one processor.* GOMAXPROCS=1 was=[0-9]+ busy_poll=%v\n`, tc.busy))
 		for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
 			if !want.MatchString(r.Stderr) {

@@ -27,11 +27,11 @@ func capturedLines(t *testing.T, name string) []string {
 
 // linesBetween returns the lines from the first one with prefix from up to
 // and including the next one equal to the result line after it.
-func ptBanner(lines []string) []string {
+func bannerLines(lines []string) []string {
 	for i, l := range lines {
 		if strings.HasPrefix(l, "                    ") {
 			for j := i + 1; j < len(lines); j++ {
-				if lines[j]+"\n" == ptResultLine {
+				if lines[j]+"\n" == resultLine {
 					return lines[i-1 : j+1]
 				}
 			}
@@ -40,7 +40,7 @@ func ptBanner(lines []string) []string {
 	return nil
 }
 
-func ptGID4(a string) [16]byte { return netip.MustParseAddr("::ffff:" + a).As16() }
+func gid4(a string) [16]byte { return netip.MustParseAddr("::ffff:" + a).As16() }
 
 // TestPerftestBannerMatchesCapture prints softroce's banner with the
 // parameters of each captured perftest run and compares it, line by line,
@@ -62,8 +62,8 @@ func TestPerftestBannerMatchesCapture(t *testing.T) {
 		{"atomic_lat", "client", 20, 0, "CMP_AND_SWAP"}, {"atomic_lat", "server", 20, 0, "CMP_AND_SWAP"},
 	} {
 		t.Run(tc.tool+"/"+tc.side, func(t *testing.T) {
-			tool := ptToolNamed(t, tc.tool)
-			c := &ptConfig{tool: tool, ibPort: 1, numQP: 1, gidx: 1, conn: "RC", iters: tc.iters, itersSet: true,
+			tool := toolNamed(t, tc.tool)
+			c := &config{tool: tool, ibPort: 1, numQP: 1, gidx: 1, conn: "RC", iters: tc.iters, itersSet: true,
 				atomicType: "FETCH_AND_ADD", txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1, qpTimeout: 14}
 			if tc.size != 0 {
 				c.size, c.sizeSet = tc.size, true
@@ -80,7 +80,7 @@ func TestPerftestBannerMatchesCapture(t *testing.T) {
 			var b strings.Builder
 			c.printBanner(&b, "rxe0", verbs.MTU1024)
 			got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-			want := ptBanner(capturedLines(t, "perftest_"+tc.tool+"_"+tc.side+".txt"))
+			want := bannerLines(capturedLines(t, "perftest_"+tc.tool+"_"+tc.side+".txt"))
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("banner differs from perftest's (-perftest +softroce):\n%s", d)
 			}
@@ -89,7 +89,7 @@ func TestPerftestBannerMatchesCapture(t *testing.T) {
 }
 
 func TestPerftestAddressLinesMatchCapture(t *testing.T) {
-	srv, cli := ptGID4("10.77.0.11"), ptGID4("10.77.0.12")
+	srv, cli := gid4("10.77.0.11"), gid4("10.77.0.12")
 	for _, tc := range []struct {
 		tool        string
 		local, peer oob.PerftestDest
@@ -102,7 +102,7 @@ func TestPerftestAddressLinesMatchCapture(t *testing.T) {
 		{"atomic_bw", oob.PerftestDest{QPN: 0x1f, PSN: 0x7d9e82, GID: cli}, oob.PerftestDest{QPN: 0x1f, PSN: 0x46a3ff, GID: srv}},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
-			c := ptConfig{tool: ptToolNamed(t, tc.tool)}
+			c := config{tool: toolNamed(t, tc.tool)}
 			var b strings.Builder
 			c.printDest(&b, "local", &tc.local)
 			c.printDest(&b, "remote", &tc.peer)
@@ -154,7 +154,7 @@ func TestPerftestResultLinesMatchCapture(t *testing.T) {
 			t.Errorf("%s:\n got %q\nwant %q", tc.file, got, want)
 		}
 		var b strings.Builder
-		c := ptConfig{tool: ptTool{lat: true}}
+		c := config{tool: toolSpec{lat: true}}
 		c.printResultHeader(&b)
 		if got, want := b.String(), lines[len(lines)-3]+"\n"; got != want {
 			t.Errorf("%s header:\n got %q\nwant %q", tc.file, got, want)
@@ -184,12 +184,12 @@ func TestPerftestLatencyStatistics(t *testing.T) {
 	// and average 9, stdev sqrt(408/17) from whole-µs distances; t_max and
 	// both percentiles index the sorted samples at 17 (18 µs), as perftest's
 	// output for 20 iterations repeats its t_max.
-	var r ptResult
+	var r sizeResult
 	r.size = 64
 	for i := 1; i <= 19; i++ {
-		r.lat = append(r.lat, ptMicros(2*i))
+		r.lat = append(r.lat, micros(2*i))
 	}
-	c := &ptConfig{tool: ptTool{lat: true, verb: ptSend}, iters: 20}
+	c := &config{tool: toolSpec{lat: true, verb: verbSend}, iters: 20}
 	var b strings.Builder
 	c.printResult(&b, r)
 	want := latLine(64, 20, [7]float64{1, 18, 9, 9, 4.898979485566356, 18, 18})
@@ -201,22 +201,22 @@ func TestPerftestLatencyStatistics(t *testing.T) {
 func TestPerftestFinishRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		tool string
-		mod  func(c *ptConfig)
+		mod  func(c *config)
 		want string
 	}{
-		{"read_bw", func(c *ptConfig) { c.conn = "UC" }, "UC connection is supported only"},
-		{"write_bw", func(c *ptConfig) { c.conn = "UD" }, "UD connection is supported only by the send tests"},
-		{"atomic_bw", func(c *ptConfig) { c.size, c.sizeSet = 64, true }, "8-byte"},
-		{"write_bw", func(c *ptConfig) { c.iters, c.itersSet = 3, true }, "between 5 and"},
-		{"send_lat", func(c *ptConfig) { c.numQP = 2 }, "one QP"},
-		{"write_lat", func(c *ptConfig) { c.duration, c.all = 2, true }, "-D and -a cannot be combined"},
-		{"write_bw", func(c *ptConfig) { c.gidx = -1 }, "GID index is required"},
-		{"write_bw", func(c *ptConfig) { c.mtu = 1500 }, "MTU must be"},
-		{"write_bw", func(c *ptConfig) { c.output = "latency" }, "Output verbosity level for BW can be: bandwidth, message_rate"},
-		{"send_lat", func(c *ptConfig) { c.output = "bandwidth" }, "Output verbosity level for LAT can be: latency"},
-		{"read_bw", func(c *ptConfig) { c.output = "bw" }, "Invalid verbosity level output flag. Please use bandwidth, latency, message_rate"},
+		{"read_bw", func(c *config) { c.conn = "UC" }, "UC connection is supported only"},
+		{"write_bw", func(c *config) { c.conn = "UD" }, "UD connection is supported only by the send tests"},
+		{"atomic_bw", func(c *config) { c.size, c.sizeSet = 64, true }, "8-byte"},
+		{"write_bw", func(c *config) { c.iters, c.itersSet = 3, true }, "between 5 and"},
+		{"send_lat", func(c *config) { c.numQP = 2 }, "one QP"},
+		{"write_lat", func(c *config) { c.duration, c.all = 2, true }, "-D and -a cannot be combined"},
+		{"write_bw", func(c *config) { c.gidx = -1 }, "GID index is required"},
+		{"write_bw", func(c *config) { c.mtu = 1500 }, "MTU must be"},
+		{"write_bw", func(c *config) { c.output = "latency" }, "Output verbosity level for BW can be: bandwidth, message_rate"},
+		{"send_lat", func(c *config) { c.output = "bandwidth" }, "Output verbosity level for LAT can be: latency"},
+		{"read_bw", func(c *config) { c.output = "bw" }, "Invalid verbosity level output flag. Please use bandwidth, latency, message_rate"},
 	} {
-		c := ptConfig{tool: ptToolNamed(t, tc.tool)}
+		c := config{tool: toolNamed(t, tc.tool)}
 		c.ibPort, c.numQP, c.gidx, c.conn, c.atomicType = 1, 1, 1, "RC", "FETCH_AND_ADD"
 		c.txDepth, c.rxDepth, c.cqMod, c.outReads = -1, -1, -1, -1
 		tc.mod(&c)
@@ -226,13 +226,13 @@ func TestPerftestFinishRefusals(t *testing.T) {
 	}
 }
 
-func ptMicros(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+func micros(n int) time.Duration { return time.Duration(n) * time.Microsecond }
 
 // TestPerftestMarginDefault: -f defaults to a quarter of -D, rounded down
 // (perftest's DEF_INIT_MARGIN rule); a given -f is kept; without -D it is
 // unused, but perftest still refuses one of half its default -D or more.
 func TestPerftestMarginDefault(t *testing.T) {
-	wb := ptToolNamed(t, "write_bw")
+	wb := toolNamed(t, "write_bw")
 	for _, tc := range []struct {
 		args   []string
 		margin int
@@ -249,7 +249,7 @@ func TestPerftestMarginDefault(t *testing.T) {
 		{[]string{"-n", "100", "-f", "3"}, 0, true},
 	} {
 		var out, errb strings.Builder
-		c, code, ok := ptParse(wb, tc.args, &out, &errb)
+		c, code, ok := parseArgs(wb, tc.args, &out, &errb)
 		switch {
 		case tc.refuse:
 			if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), "DURATION > 2*MARGIN") {
@@ -269,7 +269,7 @@ func TestPerftestMarginDefault(t *testing.T) {
 func TestPtSampler(t *testing.T) {
 	start := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	c := &ptConfig{duration: 4, margin: 1}
+	c := &config{duration: 4, margin: 1}
 	s := c.sampler(start)
 	for _, e := range []struct {
 		ms int
@@ -281,7 +281,7 @@ func TestPtSampler(t *testing.T) {
 	if n != 7 || secs != 2 {
 		t.Errorf("counted %d in %v s, want 7 in 2 s", n, secs)
 	}
-	for _, c := range []*ptConfig{{duration: 3, margin: 0}, {duration: 0, margin: -1}, {duration: 0, margin: 2}} {
+	for _, c := range []*config{{duration: 3, margin: 0}, {duration: 0, margin: -1}, {duration: 0, margin: 2}} {
 		if c.sampler(start) != nil {
 			t.Errorf("-D %d -f %d: a sampler, want none (the whole run is measured)", c.duration, c.margin)
 		}
@@ -293,13 +293,13 @@ func TestPtSampler(t *testing.T) {
 // zero iterations.
 func TestPtDurationLatEmpty(t *testing.T) {
 	start := time.Now().Add(-3 * time.Second)
-	smp := (&ptConfig{duration: 3, margin: 1}).sampler(start)
+	smp := (&config{duration: 3, margin: 1}).sampler(start)
 	smp.add(start.Add(100*time.Millisecond), 5) // in the first margin only
-	if _, err := ptDurationLat(smp, start, 5); err == nil || !strings.Contains(err.Error(), "longer -D or a shorter -f") {
+	if _, err := durationLat(smp, start, 5); err == nil || !strings.Contains(err.Error(), "longer -D or a shorter -f") {
 		t.Errorf("err %v, want the empty period refused with what to change", err)
 	}
 	smp.add(start.Add(1500*time.Millisecond), 4)
-	if lr, err := ptDurationLat(smp, start, 9); err != nil || lr.iters != 4 || lr.avg != 250*time.Millisecond {
+	if lr, err := durationLat(smp, start, 9); err != nil || lr.iters != 4 || lr.avg != 250*time.Millisecond {
 		t.Errorf("got %+v, %v; want 4 iterations at 250 ms each (the 1 s period)", lr, err)
 	}
 }
@@ -308,15 +308,15 @@ func TestPtDurationLatEmpty(t *testing.T) {
 // how much must be sent before any QP's first completion, and what to
 // change; other empty runs keep the plain message.
 func TestPtNoResult(t *testing.T) {
-	bw, lat := ptTool{name: "write_bw"}, ptTool{name: "write_lat", lat: true}
+	bw, lat := toolSpec{name: "write_bw"}, toolSpec{name: "write_lat", lat: true}
 	for _, tc := range []struct {
-		c    ptConfig
+		c    config
 		want string // "" : no hint
 	}{
-		{ptConfig{tool: bw, duration: 3, cqMod: 100, numQP: 256}, "-Q 100 messages: its first needs 25600 MiB sent over the 256 QPs"},
-		{ptConfig{tool: bw, duration: 3, cqMod: 1, numQP: 256}, ""},
-		{ptConfig{tool: bw, cqMod: 100, numQP: 256}, ""},
-		{ptConfig{tool: lat, duration: 3, cqMod: 100, numQP: 1}, ""},
+		{config{tool: bw, duration: 3, cqMod: 100, numQP: 256}, "-Q 100 messages: its first needs 25600 MiB sent over the 256 QPs"},
+		{config{tool: bw, duration: 3, cqMod: 1, numQP: 256}, ""},
+		{config{tool: bw, cqMod: 100, numQP: 256}, ""},
+		{config{tool: lat, duration: 3, cqMod: 100, numQP: 1}, ""},
 	} {
 		msg := tc.c.noResult(1 << 20).Error()
 		if !strings.HasPrefix(msg, "no iteration of 1048576 bytes completed: no result to report") ||
@@ -351,7 +351,7 @@ func TestPtRateOptions(t *testing.T) {
 		{"atomic_bw", []string{"--rate_limit=1", "--rate_limit_type=SW"}, "SW Rate limiter cann't be executed", 0, 0},
 		{"write_lat", []string{"--rate_limit=1", "--rate_limit_type=SW"}, "SW Rate limiter cann't be executed", 0, 0},
 	} {
-		c := ptParseWant(t, tc.tool, tc.args, tc.refuse)
+		c := parseWant(t, tc.tool, tc.args, tc.refuse)
 		if c == nil {
 			continue
 		}
@@ -388,7 +388,7 @@ func TestPtPacer(t *testing.T) {
 	if p.open(late) || p.wait(late) != 5*time.Millisecond {
 		t.Fatalf("after catching up: wait %v, want 5ms (the burst due at 50 ms)", p.wait(late))
 	}
-	var none *ptPacer
+	var none *pacer
 	if !none.open(start) || !none.sending() || none.wait(start) != 0 || newPtPacer(0, 10, start) != nil {
 		t.Fatal("no limit must let everything through")
 	}
@@ -411,7 +411,7 @@ func TestPtLimitOptions(t *testing.T) {
 		{"write_bw", []string{"-y", "x"}, "Invalid Minimum msgRate Limit", 0, 0},
 		{"send_lat", []string{"-w", "1"}, "check the result of a bandwidth test", 0, 0},
 	} {
-		c := ptParseWant(t, tc.tool, tc.args, tc.refuse)
+		c := parseWant(t, tc.tool, tc.args, tc.refuse)
 		switch {
 		case c == nil:
 		case c.limitBW != tc.bw || c.limitRate != tc.rate:
@@ -433,7 +433,7 @@ func TestPtSRQOptions(t *testing.T) {
 		{"write_bw", []string{"--use-srq"}, "Using SRQ only avavilible in SEND / SEND_IMM tests."},
 		{"send_bw", []string{"--use-srq", "-q", "8", "-r", "4"}, "give -r at least -q"},
 	} {
-		if c := ptParseWant(t, tc.tool, tc.args, tc.refuse); c != nil && !c.useSRQ {
+		if c := parseWant(t, tc.tool, tc.args, tc.refuse); c != nil && !c.useSRQ {
 			t.Errorf("%s %q: SRQ off", tc.tool, tc.args)
 		}
 	}
@@ -454,20 +454,20 @@ func TestPtCPU(t *testing.T) {
 		{"cpu 1 2 3\n", 0, 0, false},
 		{"", 0, 0, false},
 	} {
-		u, i, ok := ptParseProcStat(bufio.NewReader(strings.NewReader(tc.in)))
+		u, i, ok := parseProcStat(bufio.NewReader(strings.NewReader(tc.in)))
 		if u != tc.user || i != tc.idle || ok != tc.ok {
 			t.Errorf("%q: %d %d %v, want %d %d %v", tc.in, u, i, ok, tc.user, tc.idle, tc.ok)
 		}
 	}
-	p := &ptCPU{user: [2]uint64{100, 175}, idle: [2]uint64{50, 75}, have: [2]bool{true, true}}
+	p := &cpuUsage{user: [2]uint64{100, 175}, idle: [2]uint64{50, 75}, have: [2]bool{true, true}}
 	if got := p.util(); got != 75 {
 		t.Errorf("util %v, want 75 (75 user against 25 idle)", got)
 	}
-	if got := (&ptCPU{user: [2]uint64{100, 175}, have: [2]bool{false, true}}).util(); got != 0 {
+	if got := (&cpuUsage{user: [2]uint64{100, 175}, have: [2]bool{false, true}}).util(); got != 0 {
 		t.Errorf("util without the first sample %v, want 0", got)
 	}
-	var none *ptCPU
-	if none.util() != 0 || (&ptConfig{duration: 3}).cpuSampler(time.Now()) != nil || (&ptConfig{cpuUtil: true}).cpuSampler(time.Now()) != nil {
+	var none *cpuUsage
+	if none.util() != 0 || (&config{duration: 3}).cpuSampler(time.Now()) != nil || (&config{cpuUtil: true}).cpuSampler(time.Now()) != nil {
 		t.Error("no sampler without --cpu_util and -D")
 	}
 }
@@ -491,11 +491,11 @@ func TestPtRetryCount(t *testing.T) {
 		if tc.refuse {
 			refuse = "0..7"
 		}
-		c := ptParseWant(t, "write_bw", append([]string{"-R"}, tc.args...), refuse)
+		c := parseWant(t, "write_bw", append([]string{"-R"}, tc.args...), refuse)
 		if c == nil {
 			continue
 		}
-		p, comm := c.cmParam(), ptCMCommParam(c.cmRetry())
+		p, comm := c.cmParam(), cmCommParam(c.cmRetry())
 		if p.RetryCount != tc.want || p.RNRRetryCount != tc.want || comm.RetryCount != tc.want || comm.RNRRetryCount != 7 {
 			t.Errorf("%q: test QPs %d/%d, side channel %d/%d; want %d/%d and %d/7", tc.args,
 				p.RetryCount, p.RNRRetryCount, comm.RetryCount, comm.RNRRetryCount, tc.want, tc.want, tc.want)
@@ -508,20 +508,20 @@ func TestPtRetryCount(t *testing.T) {
 func TestPtVersion(t *testing.T) {
 	for _, args := range [][]string{{"-V"}, {"--version", "-s", "8"}} {
 		var out, errb strings.Builder
-		_, code, ok := ptParse(ptTools[0], args, &out, &errb)
+		_, code, ok := parseArgs(tools[0], args, &out, &errb)
 		if ok || code != cli.ExitOK || out.String() != "Version: 6.06\n" || errb.Len() != 0 {
 			t.Errorf("%q: ok %v code %d stdout %q stderr %q, want \"Version: 6.06\" and exit 0", args, ok, code, out.String(), errb.String())
 		}
 	}
 }
 
-// ptParseWant parses args of the named tool. With refuse set, the command
+// parseWant parses args of the named tool. With refuse set, the command
 // must be refused with a message holding it (nil is returned); without,
 // it must be accepted.
-func ptParseWant(t *testing.T, tool string, args []string, refuse string) *ptConfig {
+func parseWant(t *testing.T, tool string, args []string, refuse string) *config {
 	t.Helper()
 	var out, errb strings.Builder
-	c, code, ok := ptParse(ptToolNamed(t, tool), args, &out, &errb)
+	c, code, ok := parseArgs(toolNamed(t, tool), args, &out, &errb)
 	switch {
 	case refuse != "":
 		if ok || code != cli.ExitUsage || !strings.Contains(errb.String(), refuse) {

@@ -9,24 +9,24 @@ import (
 )
 
 // TestPerftestResultRequired: a run without measured iterations has no
-// result line to print (ptRun then fails instead of printing zeros).
+// result line to print (runConfig then fails instead of printing zeros).
 func TestPerftestResultRequired(t *testing.T) {
-	bw, lat := ptTools[1], ptTools[4] // write_bw, send_lat
+	bw, lat := tools[1], tools[4] // write_bw, send_lat
 	for _, tc := range []struct {
-		tool ptTool
+		tool toolSpec
 		dur  int
-		res  ptResult
+		res  sizeResult
 		want bool
 	}{
-		{bw, 0, ptResult{bw: oob.BWReport{Iters: 5000}}, true},
-		{bw, 0, ptResult{}, false},
-		{bw, 5, ptResult{}, false},
-		{lat, 0, ptResult{lat: []time.Duration{time.Microsecond}}, true},
-		{lat, 0, ptResult{}, false},
-		{lat, 5, ptResult{latIter: 10, latAvg: time.Microsecond}, true},
-		{lat, 5, ptResult{}, false},
+		{bw, 0, sizeResult{bw: oob.BWReport{Iters: 5000}}, true},
+		{bw, 0, sizeResult{}, false},
+		{bw, 5, sizeResult{}, false},
+		{lat, 0, sizeResult{lat: []time.Duration{time.Microsecond}}, true},
+		{lat, 0, sizeResult{}, false},
+		{lat, 5, sizeResult{latIter: 10, latAvg: time.Microsecond}, true},
+		{lat, 5, sizeResult{}, false},
 	} {
-		c := &ptConfig{tool: tc.tool, duration: tc.dur}
+		c := &config{tool: tc.tool, duration: tc.dur}
 		if got := c.hasResult(tc.res); got != tc.want {
 			t.Errorf("%s -D %d %+v: hasResult %v, want %v", tc.tool.name, tc.dur, tc.res, got, tc.want)
 		}
@@ -35,7 +35,7 @@ func TestPerftestResultRequired(t *testing.T) {
 
 func TestProgressOnlyOnTerminal(t *testing.T) {
 	var b strings.Builder
-	c := &ptConfig{duration: 10, iters: 5}
+	c := &config{duration: 10, iters: 5}
 	p := newPtProgress(c, &b)
 	if p.on {
 		t.Fatal("progress enabled on a pipe/buffer")

@@ -10,73 +10,73 @@ import (
 	"time"
 )
 
-// ptDefDuration is perftest's -D when none is given (DEF_DURATION): it
+// defDuration is perftest's -D when none is given (DEF_DURATION): it
 // still bounds -f in iterations mode, where perftest checks the two.
-const ptDefDuration = 5
+const defDuration = 5
 
-func ptDurationOrDefault(d int) int {
+func durationOrDefault(d int) int {
 	if d <= 0 {
-		return ptDefDuration
+		return defDuration
 	}
 	return d
 }
 
-// ptMargin returns the margin of a run of duration seconds given -f
+// effectiveMargin returns the margin of a run of duration seconds given -f
 // (negative: not given): perftest's default, a quarter of -D rounded down,
 // for a -D run without -f; else margin as given.
-func ptMargin(duration, margin int) int {
+func effectiveMargin(duration, margin int) int {
 	if duration > 0 && margin < 0 {
 		return duration / 4
 	}
 	return margin
 }
 
-// ptMarginFits reports whether margin (seconds; negative: not given) leaves
+// marginFits reports whether margin (seconds; negative: not given) leaves
 // time to measure in a run of duration seconds (0: iterations mode), by
 // perftest's rule: DURATION > 2*MARGIN, with -D's default of 5 seconds in
 // iterations mode.
-func ptMarginFits(duration, margin int) bool {
-	return margin < 0 || ptDurationOrDefault(duration) > 2*margin
+func marginFits(duration, margin int) bool {
+	return margin < 0 || durationOrDefault(duration) > 2*margin
 }
 
-// ptSampler counts the iterations of a -D run that complete inside
+// marginSampler counts the iterations of a -D run that complete inside
 // perftest's measured period: from -f seconds after the start to -f
 // seconds before the end of -D. The margins leave out the start (first
 // touches of the buffers, the first window, the peer still setting up)
 // and the end (QPs stopping one by one), as perftest does on both sides.
 // A run without a margin does not use one: it counts every completion, up
 // to the last.
-type ptSampler struct {
+type marginSampler struct {
 	from, to time.Time
 	iters    uint64
 }
 
 // sampler returns the sampler of a -D run that started at start, or nil
 // when the run has no margin.
-func (c *ptConfig) sampler(start time.Time) *ptSampler {
+func (c *config) sampler(start time.Time) *marginSampler {
 	if c.duration <= 0 || c.margin <= 0 {
 		return nil
 	}
 	m := time.Duration(c.margin) * time.Second
-	return &ptSampler{from: start.Add(m), to: start.Add(time.Duration(c.duration)*time.Second - m)}
+	return &marginSampler{from: start.Add(m), to: start.Add(time.Duration(c.duration)*time.Second - m)}
 }
 
 // add counts n iterations completed at t, if t lies in the period.
-func (s *ptSampler) add(t time.Time, n uint64) {
+func (s *marginSampler) add(t time.Time, n uint64) {
 	if !t.Before(s.from) && t.Before(s.to) {
 		s.iters += n
 	}
 }
 
 // result returns the iterations counted and the period's length in seconds.
-func (s *ptSampler) result() (uint64, float64) {
+func (s *marginSampler) result() (uint64, float64) {
 	return s.iters, s.to.Sub(s.from).Seconds()
 }
 
-// ptDurationLat is the outcome of a -D latency run that started at start
+// durationLat is the outcome of a -D latency run that started at start
 // and completed n iterations: the average over the measured period (smp;
 // nil: the whole run).
-func ptDurationLat(smp *ptSampler, start time.Time, n uint64) (ptLatRun, error) {
+func durationLat(smp *marginSampler, start time.Time, n uint64) (latRun, error) {
 	d := time.Since(start)
 	if smp != nil {
 		var secs float64
@@ -84,17 +84,17 @@ func ptDurationLat(smp *ptSampler, start time.Time, n uint64) (ptLatRun, error) 
 		d = time.Duration(secs * float64(time.Second))
 	}
 	if n == 0 {
-		return ptLatRun{}, errors.New("no iteration completed within the duration's measured period: " +
+		return latRun{}, errors.New("no iteration completed within the duration's measured period: " +
 			"give a longer -D or a shorter -f (the period is -D less -f at each end)")
 	}
-	return ptLatRun{avg: d / time.Duration(n), iters: n, period: d}, nil
+	return latRun{avg: d / time.Duration(n), iters: n, period: d}, nil
 }
 
-// ptCPU is perftest's --cpu_util: the share of all processors' time spent
+// cpuUsage is perftest's --cpu_util: the share of all processors' time spent
 // in user mode over a -D run's measured period, from the first line of
 // /proc/stat (user against user plus idle, as perftest computes it; 0
-// where /proc/stat cannot be read). A nil *ptCPU reports 0.
-type ptCPU struct {
+// where /proc/stat cannot be read). A nil *cpuUsage reports 0.
+type cpuUsage struct {
 	mu     sync.Mutex
 	user   [2]uint64
 	idle   [2]uint64
@@ -104,12 +104,12 @@ type ptCPU struct {
 
 // cpuSampler returns the CPU sampler of a -D run that started at start, or
 // nil without --cpu_util.
-func (c *ptConfig) cpuSampler(start time.Time) *ptCPU {
+func (c *config) cpuSampler(start time.Time) *cpuUsage {
 	if !c.cpuUtil || c.duration <= 0 {
 		return nil
 	}
 	m := time.Duration(max(c.margin, 0)) * time.Second
-	p := &ptCPU{}
+	p := &cpuUsage{}
 	ends := [2]time.Time{start.Add(m), start.Add(time.Duration(c.duration)*time.Second - m)}
 	for i, at := range ends {
 		p.timers[i] = time.AfterFunc(time.Until(at), func() { p.take(i) })
@@ -117,8 +117,8 @@ func (c *ptConfig) cpuSampler(start time.Time) *ptCPU {
 	return p
 }
 
-func (p *ptCPU) take(i int) {
-	user, idle, ok := ptProcStat()
+func (p *cpuUsage) take(i int) {
+	user, idle, ok := procStat()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ok && !p.have[i] {
@@ -129,7 +129,7 @@ func (p *ptCPU) take(i int) {
 // util stops the sampler and returns the period's utilisation in percent.
 // A run that ended before its period's end (-D up, the QPs flushed) is
 // sampled now.
-func (p *ptCPU) util() float64 {
+func (p *cpuUsage) util() float64 {
 	if p == nil {
 		return 0
 	}
@@ -156,17 +156,17 @@ func (p *ptCPU) util() float64 {
 	return du / (du + di) * 100
 }
 
-// ptProcStat reads the user and idle times of /proc/stat's "cpu" line.
-func ptProcStat() (user, idle uint64, ok bool) {
+// procStat reads the user and idle times of /proc/stat's "cpu" line.
+func procStat() (user, idle uint64, ok bool) {
 	f, err := os.Open("/proc/stat")
 	if err != nil {
 		return 0, 0, false
 	}
 	defer f.Close()
-	return ptParseProcStat(bufio.NewReader(f))
+	return parseProcStat(bufio.NewReader(f))
 }
 
-func ptParseProcStat(r *bufio.Reader) (user, idle uint64, ok bool) {
+func parseProcStat(r *bufio.Reader) (user, idle uint64, ok bool) {
 	line, _ := r.ReadString('\n')
 	f := strings.Fields(line)
 	if len(f) < 5 || f[0] != "cpu" {

@@ -33,13 +33,13 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	if lat {
 		name = "tcp_lat"
 	}
-	size, iters, dur, margin, port := ptDefSizeBW, ptDefItersBW, 0, -1, oob.DefaultPort+1
+	size, iters, dur, margin, port := defSizeBW, defItersBW, 0, -1, oob.DefaultPort+1
 	if lat {
-		size, iters = ptDefSizeLat, ptDefItersLat
+		size, iters = defSizeLat, defItersLat
 	}
 	var bind string
 	g := cli.Getopt{Prog: "softroce " + name}
-	g.NumIn('s', "size", &size, 1, ptMaxSize)
+	g.NumIn('s', "size", &size, 1, maxMsgSize)
 	g.NumIn('n', "iters", &iters, 1, math.MaxInt32)
 	g.NumIn('D', "duration", &dur, 0, math.MaxInt32)
 	g.NumIn('f', "margin", &margin, 0, math.MaxInt32)
@@ -58,9 +58,9 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		return cli.UsageErr(stderr, g.Prog, "tcp_lat has no -D")
 	case lat && margin >= 0:
 		return cli.UsageErr(stderr, g.Prog, "tcp_lat has no -D, so no -f")
-	case !ptMarginFits(dur, margin):
+	case !marginFits(dur, margin):
 		return cli.UsageErr(stderr, g.Prog, "-f %d leaves no time to measure in -D %d (5 when -D is not given, as perftest checks): give -f below half of -D",
-			margin, ptDurationOrDefault(dur))
+			margin, durationOrDefault(dur))
 	case bind != "" && net.ParseIP(bind) == nil:
 		return cli.UsageErr(stderr, g.Prog, "-d %q is not an IP address", bind)
 	}
@@ -72,7 +72,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	var conn net.Conn
 	if len(ops) == 0 {
-		conn, err = ptAccept(ctx, port)
+		conn, err = accept(ctx, port)
 	} else {
 		d := net.Dialer{}
 		if bind != "" {
@@ -88,7 +88,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	client := len(ops) == 1
-	margin = ptMargin(dur, margin) // as write_bw's (perftest's)
+	margin = effectiveMargin(dur, margin) // as write_bw's (perftest's)
 	// The client tells the server how to run: size, iterations, duration,
 	// margin.
 	var hdr [24]byte
@@ -102,7 +102,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		_, err = io.ReadFull(conn, hdr[:])
 		size, iters, dur = int(binary.BigEndian.Uint64(hdr[:])), int(binary.BigEndian.Uint64(hdr[8:])), int(binary.BigEndian.Uint32(hdr[16:]))
 		margin = int(binary.BigEndian.Uint32(hdr[20:]))
-		if size < 1 || size > ptMaxSize {
+		if size < 1 || size > maxMsgSize {
 			err = fmt.Errorf("peer asked for size %d", size)
 		}
 	}
@@ -110,12 +110,12 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s                    TCP %s Test (kernel TCP over %s)\n%s", ptResultLine,
-		map[bool]string{false: "BW", true: "Latency"}[lat], conn.LocalAddr(), ptResultLine)
-	c := &ptConfig{tool: ptTool{lat: lat, verb: ptSend}, iters: iters, duration: dur, margin: margin}
+	fmt.Fprintf(stdout, "%s                    TCP %s Test (kernel TCP over %s)\n%s", resultLine,
+		map[bool]string{false: "BW", true: "Latency"}[lat], conn.LocalAddr(), resultLine)
+	c := &config{tool: toolSpec{lat: lat, verb: verbSend}, iters: iters, duration: dur, margin: margin}
 	c.printResultHeader(stdout)
 	buf := make([]byte, size)
-	var res ptResult
+	var res sizeResult
 	res.size = size
 	if lat {
 		res.lat, err = tcpBaseLat(conn, buf, iters, client)
@@ -127,7 +127,7 @@ func runTCPBase(lat bool, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	c.printResult(stdout, res)
-	fmt.Fprint(stdout, ptResultLine)
+	fmt.Fprint(stdout, resultLine)
 	return 0
 }
 
@@ -150,7 +150,7 @@ func ppDialWith(ctx context.Context, d *net.Dialer, host string, port int, grace
 // one byte at the end so that the client's time covers delivery.
 // With -D and a margin (c), each side counts what it wrote or read in the
 // measured period, as write_bw does.
-func tcpBaseBW(conn net.Conn, buf []byte, c *ptConfig, client bool) (oob.BWReport, error) {
+func tcpBaseBW(conn net.Conn, buf []byte, c *config, client bool) (oob.BWReport, error) {
 	size := len(buf)
 	dur := time.Duration(c.duration) * time.Second
 	var one [1]byte
@@ -184,7 +184,7 @@ func tcpBaseBW(conn net.Conn, buf []byte, c *ptConfig, client bool) (oob.BWRepor
 	}
 	var total int64
 	var start time.Time
-	var smp *ptSampler
+	var smp *marginSampler
 	big := make([]byte, 1<<20)
 	for {
 		k, err := conn.Read(big)
@@ -235,5 +235,5 @@ func tcpBaseLat(conn net.Conn, buf []byte, iters int, client bool) ([]time.Durat
 			return nil, err
 		}
 	}
-	return ptDeltas(t), nil
+	return intervals(t), nil
 }

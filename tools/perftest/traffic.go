@@ -15,10 +15,10 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-// ptRes holds one side's verbs resources: per QP a send region and a
+// resources holds one side's verbs resources: per QP a send region and a
 // receive region (the one advertised to the peer as VAddr) in one MR.
-type ptRes struct {
-	c       *ptConfig
+type resources struct {
+	c       *config
 	td      *toolkit.ToolDevice
 	dev     *verbs.Device
 	pd      *verbs.PD
@@ -30,7 +30,7 @@ type ptRes struct {
 	scq     *verbs.CQ
 	rcq     *verbs.CQ
 	srq     *verbs.SRQ // --use-srq on a receiving side: every QP's receives
-	cpu     *ptCPU     // --cpu_util: the running size's sampler (nil: none)
+	cpu     *cpuUsage  // --cpu_util: the running size's sampler (nil: none)
 	sch     *verbs.CompChannel
 	rch     *verbs.CompChannel
 	qps     []*verbs.QP
@@ -41,21 +41,21 @@ type ptRes struct {
 	mtu     verbs.MTU
 	posted  bool              // receives posted
 	qpAttr  *verbs.QPInitAttr // -R: for rdma_cm's QPs
-	watch   *ptPeerWatch      // nil: no TCP side channel to watch
+	watch   *peerWatch        // nil: no TCP side channel to watch
 }
 
-func (r *ptRes) sendOff(q int) int { return 2 * q * r.region }
-func (r *ptRes) recvOff(q int) int { return (2*q + 1) * r.region }
+func (r *resources) sendOff(q int) int { return 2 * q * r.region }
+func (r *resources) recvOff(q int) int { return (2*q + 1) * r.region }
 
 // mr is the MR that holds QP q's regions.
-func (r *ptRes) mr(q int) *verbs.MR { return r.mrs[min(q, len(r.mrs)-1)] }
+func (r *resources) mr(q int) *verbs.MR { return r.mrs[min(q, len(r.mrs)-1)] }
 
 // addr is the address of byte off of the buffer (every MR is over it,
 // not zero-based).
-func (r *ptRes) addr(off int) uint64 { return r.mrs[0].Addr() + uint64(off) }
+func (r *resources) addr(off int) uint64 { return r.mrs[0].Addr() + uint64(off) }
 
-func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err error) {
-	r := &ptRes{c: c, td: td, dev: td.Dev, qpIndex: map[uint32]int{}}
+func newPtRes(c *config, td *toolkit.ToolDevice, gid verbs.GID) (_ *resources, err error) {
+	r := &resources{c: c, td: td, dev: td.Dev, qpIndex: map[uint32]int{}}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -65,19 +65,19 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err
 	if c.all {
 		maxSize = 1 << 23
 	}
-	r.region = max(maxSize, ptCycleBuffer)
+	r.region = max(maxSize, cycleBuffer)
 	if c.qpType() == verbs.QPTypeUD {
 		r.region += toolkit.GRHLen
 	}
-	r.region = (r.region + ptCycleBuffer - 1) &^ (ptCycleBuffer - 1)
+	r.region = (r.region + cycleBuffer - 1) &^ (cycleBuffer - 1)
 	if c.mmapFile != "" {
 		// perftest's pp_init_mmap, which wins over --use_hugepages; the
 		// buffer then filled as perftest's create_single_mr fills it.
-		if r.buf, err = ptMmap(c.mmapFile, c.mmapOffset, 2*c.numQP*r.region); err != nil {
+		if r.buf, err = mmap(c.mmapFile, c.mmapOffset, 2*c.numQP*r.region); err != nil {
 			return nil, err
 		}
 		r.mapped = true
-		ptFill(r.buf, c.tool.lat && c.tool.verb == ptWrite)
+		fill(r.buf, c.tool.lat && c.tool.verb == verbWrite)
 	} else if c.hugePages {
 		// perftest's shmget(SHM_HUGETLB): reserved huge pages or nothing.
 		n := 2 * c.numQP * r.region
@@ -122,7 +122,7 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err
 		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
 	}
 	rx := 1
-	if c.tool.verb == ptSend {
+	if c.tool.verb == verbSend {
 		rx = c.rxDepth
 	}
 	typ := c.qpType()
@@ -136,7 +136,7 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err
 		ia.SRQ = r.srq
 	}
 	if c.rdmaCM {
-		// The QPs come from rdma_cm (ptCM.connectTraffic).
+		// The QPs come from rdma_cm (cmChannel.connectTraffic).
 		r.qpAttr = ia
 		r.ahs = make([]*verbs.AH, c.numQP)
 		return r, nil
@@ -146,7 +146,7 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err
 		if err != nil {
 			return nil, fmt.Errorf("Couldn't create QP: %w", err)
 		}
-		a := &verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(c.ibPort), QKey: ptQKey}
+		a := &verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(c.ibPort), QKey: qKey}
 		m := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
 		switch typ {
 		case verbs.QPTypeUD:
@@ -171,10 +171,10 @@ func newPtRes(c *ptConfig, td *toolkit.ToolDevice, gid verbs.GID) (_ *ptRes, err
 }
 
 // close releases what the run created on the device, in verbs' order:
-// QPs (rdma_cm's belong to its IDs, ptCM.close), AHs, the SRQ, the CQs,
+// QPs (rdma_cm's belong to its IDs, cmChannel.close), AHs, the SRQ, the CQs,
 // the MRs (waiting for payloads still lent to the kernel), the PD; and the
 // huge page buffers or --mmap's mapping. Each step ignores what failed before it.
-func (r *ptRes) close() {
+func (r *resources) close() {
 	if !r.c.rdmaCM {
 		for _, qp := range r.qps {
 			qp.Destroy()
@@ -203,12 +203,12 @@ func (r *ptRes) close() {
 		r.huge.Free(r.buf)
 	}
 	if r.mapped {
-		ptMunmap(r.buf)
+		munmap(r.buf)
 	}
 }
 
 // connect is ctx_connect: every QP to RTR and RTS with perftest's attributes.
-func (r *ptRes) connect() error {
+func (r *resources) connect() error {
 	c := r.c
 	for i, qp := range r.qps {
 		d := &r.remote[i]
@@ -242,7 +242,7 @@ func (r *ptRes) connect() error {
 			continue
 		}
 		a := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: r.mtu, DestQPNum: d.QPN, RQPSN: d.PSN,
-			MaxDestRdAtomic: uint8(c.outReads), MinRNRTimer: ptMinRNRTimer, AHAttr: ah}
+			MaxDestRdAtomic: uint8(c.outReads), MinRNRTimer: minRNRTimer, AHAttr: ah}
 		if err := qp.Modify(a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 			return fmt.Errorf("Failed to modify QP %#06x to RTR: %w", qp.QPN(), err)
@@ -260,17 +260,17 @@ func (r *ptRes) connect() error {
 
 // receives reports whether this side posts receives (send tests: the
 // server of send_bw, both sides of send_lat).
-func (r *ptRes) receives() bool {
-	return r.c.tool.verb == ptSend && (r.c.tool.lat || r.c.isServer())
+func (r *resources) receives() bool {
+	return r.c.tool.verb == verbSend && (r.c.tool.lat || r.c.isServer())
 }
 
-func (r *ptRes) recvWR(q int) [1]verbs.RecvWR {
+func (r *resources) recvWR(q int) [1]verbs.RecvWR {
 	return [1]verbs.RecvWR{{WRID: uint64(q), SGList: []verbs.SGE{{Addr: r.addr(r.recvOff(q)),
 		Length: uint32(r.region), LKey: r.mr(q).LKey()}}}}
 }
 
 // ready posts the receive queues (once; they are refilled as they drain).
-func (r *ptRes) ready(int) error {
+func (r *resources) ready(int) error {
 	if !r.receives() || r.posted {
 		return nil
 	}
@@ -291,7 +291,7 @@ func (r *ptRes) ready(int) error {
 }
 
 // postRecv posts a receive for QP q's buffer: on the QP, or on the SRQ.
-func (r *ptRes) postRecv(q int, wr []verbs.RecvWR) error {
+func (r *resources) postRecv(q int, wr []verbs.RecvWR) error {
 	var err error
 	if r.srq != nil {
 		_, err = r.srq.PostRecv(wr)
@@ -305,38 +305,38 @@ func (r *ptRes) postRecv(q int, wr []verbs.RecvWR) error {
 }
 
 // sendWR builds QP q's work request of the test for size bytes.
-func (r *ptRes) sendWR(q, size int) verbs.SendWR {
+func (r *resources) sendWR(q, size int) verbs.SendWR {
 	c := r.c
 	wr := verbs.SendWR{WRID: uint64(q)}
 	local := r.addr(r.sendOff(q))
 	switch c.tool.verb {
-	case ptSend:
+	case verbSend:
 		wr.Opcode = verbs.WRSend
 		if c.qpType() == verbs.QPTypeUD {
-			wr.AH, wr.RemoteQPN, wr.RemoteQKey = r.ahs[q], r.remote[q].QPN, ptQKey
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = r.ahs[q], r.remote[q].QPN, qKey
 		}
-	case ptWrite:
+	case verbWrite:
 		wr.Opcode = verbs.WRRDMAWrite
-	case ptRead:
+	case verbRead:
 		wr.Opcode = verbs.WRRDMARead
-	case ptAtomic:
+	case verbAtomic:
 		if c.atomicType == "CMP_AND_SWAP" {
 			wr.Opcode = verbs.WRAtomicCmpAndSwp
 		} else {
 			wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, 1
 		}
 	}
-	if c.tool.verb != ptSend {
+	if c.tool.verb != verbSend {
 		wr.RemoteAddr, wr.RKey = r.remote[q].VAddr, r.remote[q].RKey
 	}
 	wr.SGList = []verbs.SGE{{Addr: local, Length: uint32(size), LKey: r.mr(q).LKey()}}
-	if size <= c.inline && (c.tool.verb == ptSend || c.tool.verb == ptWrite) {
+	if size <= c.inline && (c.tool.verb == verbSend || c.tool.verb == verbWrite) {
 		wr.Flags |= verbs.SendInline
 	}
 	return wr
 }
 
-func (r *ptRes) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) *toolkit.CQWaiter {
+func (r *resources) waiter(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) *toolkit.CQWaiter {
 	w := &toolkit.CQWaiter{Ctx: ctx, CQ: cq, Ch: ch}
 	if r.watch != nil {
 		w.Alive = r.watch.check
@@ -366,15 +366,15 @@ func wcError(side string, e *verbs.WC, a, b uint64) error {
 		side, e.Status, e.WRID, e.VendorErr, counts, errWCFailed)
 }
 
-// ptDrainGrace bounds, after a -D run's time is up, the wait for the last
+// drainWait bounds, after a -D run's time is up, the wait for the last
 // completions.
-func (r *ptRes) drainGrace() time.Duration {
-	return 2*ptRetryBudget(r.c.qpTimeout, 7) + 2*time.Second
+func (r *resources) drainGrace() time.Duration {
+	return 2*retryBudget(r.c.qpTimeout, 7) + 2*time.Second
 }
 
 // warmUp is perftest's --perform_warm_up: QP by QP, -t messages, each
 // signaled, and a wait for their completions, before the measured run.
-func (r *ptRes) warmUp(ctx context.Context, wrs [][1]verbs.SendWR, w *toolkit.CQWaiter) error {
+func (r *resources) warmUp(ctx context.Context, wrs [][1]verbs.SendWR, w *toolkit.CQWaiter) error {
 	var wc [16]verbs.WC
 	for q, qp := range r.qps {
 		wr := wrs[q]
@@ -407,27 +407,27 @@ func (r *ptRes) warmUp(ctx context.Context, wrs [][1]verbs.SendWR, w *toolkit.CQ
 	return nil
 }
 
-// ptPacer is perftest's SW rate limiter (--rate_limit_type=SW): the client
+// pacer is perftest's SW rate limiter (--rate_limit_type=SW): the client
 // posts bursts of burst messages, across its QPs in turn, one burst every
 // burst/pps seconds. The deadlines add up, so a client that fell behind
 // catches up with bursts back to back and the average holds. A nil
-// *ptPacer lets everything through.
-type ptPacer struct {
+// *pacer lets everything through.
+type pacer struct {
 	gap      time.Duration
 	next     time.Time // when the next burst may start
 	burst, n int       // messages per burst; left in the current one
 }
 
-func newPtPacer(pps float64, burst int, start time.Time) *ptPacer {
+func newPtPacer(pps float64, burst int, start time.Time) *pacer {
 	if pps <= 0 {
 		return nil
 	}
-	return &ptPacer{gap: time.Duration(float64(burst) / pps * float64(time.Second)), next: start, burst: burst}
+	return &pacer{gap: time.Duration(float64(burst) / pps * float64(time.Second)), next: start, burst: burst}
 }
 
 // open starts a burst if none is running and its time has come; it
 // reports whether messages may be posted.
-func (p *ptPacer) open(now time.Time) bool {
+func (p *pacer) open(now time.Time) bool {
 	if p == nil || p.n > 0 {
 		return true
 	}
@@ -439,16 +439,16 @@ func (p *ptPacer) open(now time.Time) bool {
 	return true
 }
 
-func (p *ptPacer) sending() bool { return p == nil || p.n > 0 }
+func (p *pacer) sending() bool { return p == nil || p.n > 0 }
 
-func (p *ptPacer) sent() {
+func (p *pacer) sent() {
 	if p != nil {
 		p.n--
 	}
 }
 
 // wait is how long until the next burst may start (0: now, or no limit).
-func (p *ptPacer) wait(now time.Time) time.Duration {
+func (p *pacer) wait(now time.Time) time.Duration {
 	if p == nil || p.n > 0 {
 		return 0
 	}
@@ -465,30 +465,30 @@ func later(a, b time.Time) time.Time {
 
 // flushQPs moves every QP to the error state: their traffic stops and
 // their outstanding work requests complete with WR_FLUSH_ERR, unread.
-func (r *ptRes) flushQPs() {
+func (r *resources) flushQPs() {
 	for _, qp := range r.qps {
 		_ = qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
 	}
 }
 
 // traffic runs one message size and returns what the tool reports.
-func (r *ptRes) traffic(ctx context.Context, size int, prog *ptProgress) (ptResult, error) {
+func (r *resources) traffic(ctx context.Context, size int, prog *progress) (sizeResult, error) {
 	c := r.c
-	res := ptResult{size: size}
+	res := sizeResult{size: size}
 	var err error
 	switch {
 	case !c.tool.lat && !c.isServer():
 		res.bw, err = r.bwClient(ctx, size, prog)
-	case !c.tool.lat && c.tool.verb == ptSend:
+	case !c.tool.lat && c.tool.verb == verbSend:
 		res.bw, err = r.bwServer(ctx, size, prog)
 	case !c.tool.lat:
 		// write/read/atomic BW server: passive, the client's report is shown.
-	case c.tool.verb == ptWrite || c.tool.verb == ptSend || !c.isServer():
-		var lr ptLatRun
+	case c.tool.verb == verbWrite || c.tool.verb == verbSend || !c.isServer():
+		var lr latRun
 		switch c.tool.verb {
-		case ptWrite:
+		case verbWrite:
 			lr, err = r.latWrite(ctx, size, prog)
-		case ptSend:
+		case verbSend:
 			lr, err = r.latSend(ctx, size, prog)
 		default:
 			lr, err = r.latOne(ctx, size, prog)
@@ -501,18 +501,18 @@ func (r *ptRes) traffic(ctx context.Context, size int, prog *ptProgress) (ptResu
 }
 
 // bwUnits converts bytes per second to the report's unit.
-func (c *ptConfig) bwUnits(bytesPerSec float64) float64 {
+func (c *config) bwUnits(bytesPerSec float64) float64 {
 	if c.reportGbits {
 		return bytesPerSec / 125e6
 	}
 	return bytesPerSec / 0x100000
 }
 
-// ptPeakLimit bounds the O(n²) peak computation (perftest computes it over
-// all iterations; softroce over the first ptPeakLimit).
-const ptPeakLimit = 20000
+// peakLimit bounds the O(n²) peak computation (perftest computes it over
+// all iterations; softroce over the first peakLimit).
+const peakLimit = 20000
 
-func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.BWReport, error) {
+func (r *resources) bwClient(ctx context.Context, size int, prog *progress) (oob.BWReport, error) {
 	c := r.c
 	n := len(r.qps)
 	dur := time.Duration(c.duration) * time.Second
@@ -520,7 +520,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	total := c.iters * n
 	var tposted, tcompleted []int64
 	if keep {
-		k := min(total, ptPeakLimit)
+		k := min(total, peakLimit)
 		tposted, tcompleted = make([]int64, 0, k), make([]int64, 0, k)
 	}
 	wrs := make([][1]verbs.SendWR, n)
@@ -533,7 +533,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 	defer stopProg()
 	w := r.waiter(ctx, r.scq, r.sch)
 	var wc [16]verbs.WC
-	if c.warmUp && c.tool.verb != ptSend {
+	if c.warmUp && c.tool.verb != verbSend {
 		if err := r.warmUp(ctx, wrs, w); err != nil {
 			return oob.BWReport{}, err
 		}
@@ -678,7 +678,7 @@ func (r *ptRes) bwClient(ctx context.Context, size int, prog *ptProgress) (oob.B
 
 // peak is perftest's peak bandwidth: the best rate over any run of
 // consecutive iterations, min over i<=j of (completed[j]-posted[i])/(j-i+1).
-func (r *ptRes) peak(size int, posted, completed []int64) float64 {
+func (r *resources) peak(size int, posted, completed []int64) float64 {
 	k := min(len(posted), len(completed))
 	best := int64(-1)
 	bestN := int64(1)
@@ -699,7 +699,7 @@ func (r *ptRes) peak(size int, posted, completed []int64) float64 {
 }
 
 // bwServer receives the messages of send_bw and measures its own rate.
-func (r *ptRes) bwServer(ctx context.Context, size int, prog *ptProgress) (oob.BWReport, error) {
+func (r *resources) bwServer(ctx context.Context, size int, prog *progress) (oob.BWReport, error) {
 	c := r.c
 	n := len(r.qps)
 	dur := time.Duration(c.duration) * time.Second
@@ -791,16 +791,16 @@ func loadByte(b []byte, i int) byte {
 	return x[i&3]
 }
 
-// ptSpinPolls is how many times ptSpinWait polls before sleeping between
+// spinPolls is how many times spinWait polls before sleeping between
 // polls (write_lat, on one processor: see toolkit.OneProc).
-const ptSpinPolls = toolkit.LatencySpin
+const spinPolls = toolkit.LatencySpin
 
 // errPtDeadline ends a wait when a -D run's time is up.
 var errPtDeadline = errors.New("duration over")
 
-// ptSpinWait spins (yielding) until cond holds, checking ctx and the
+// spinWait spins (yielding) until cond holds, checking ctx and the
 // deadline (zero: none) now and then.
-func ptSpinWait(ctx context.Context, deadline time.Time, watch *ptPeerWatch, cond func() bool) error {
+func spinWait(ctx context.Context, deadline time.Time, watch *peerWatch, cond func() bool) error {
 	for n := 1; !cond(); n++ {
 		if n&1023 == 0 {
 			if ctx.Err() != nil {
@@ -813,7 +813,7 @@ func ptSpinWait(ctx context.Context, deadline time.Time, watch *ptPeerWatch, con
 				return errPtDeadline
 			}
 		}
-		if n > ptSpinPolls {
+		if n > spinPolls {
 			// The peer's write arrives through this process's receive
 			// goroutine: sleeping lets it run instead of competing with a
 			// spinning poller for the processors.
@@ -825,8 +825,8 @@ func ptSpinWait(ctx context.Context, deadline time.Time, watch *ptPeerWatch, con
 	return nil
 }
 
-// ptWaitOne waits for one completion on cq (until the deadline, if set).
-func ptWaitOne(w *toolkit.CQWaiter, cq *verbs.CQ, side string, posted, done int, deadline time.Time) (verbs.WC, error) {
+// waitOne waits for one completion on cq (until the deadline, if set).
+func waitOne(w *toolkit.CQWaiter, cq *verbs.CQ, side string, posted, done int, deadline time.Time) (verbs.WC, error) {
 	var wc [1]verbs.WC
 	for cq.Poll(wc[:]) == 0 {
 		if !deadline.IsZero() && time.Now().After(deadline) {
@@ -846,30 +846,30 @@ func ptWaitOne(w *toolkit.CQWaiter, cq *verbs.CQ, side string, posted, done int,
 	return wc[0], nil
 }
 
-func (r *ptRes) side() string {
+func (r *resources) side() string {
 	if r.c.isServer() {
 		return "server"
 	}
 	return "client"
 }
 
-// ptLatRun is the outcome of a ping-pong latency run: the successive-post
+// latRun is the outcome of a ping-pong latency run: the successive-post
 // deltas (iterations mode) or the average per iteration (-D).
-type ptLatRun struct {
+type latRun struct {
 	deltas []time.Duration
 	avg    time.Duration
 	iters  uint64
 	period time.Duration // -D: the measured period the iterations took
 }
 
-// ptLatLoop drives the ping-pong of write_lat and send_lat, as perftest's
+// latLoop drives the ping-pong of write_lat and send_lat, as perftest's
 // run_iter_lat_write/run_iter_lat_send: wait for the peer's message, post
 // ours, wait for our send's completion. The side that sends first skips its
 // first wait: the server in write_lat, the client in send_lat (perftest's
 // send_lat server polls its receive queue first). With -D both sides stop
 // when their time is up.
-func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst bool, recv func(n int, deadline time.Time) error,
-	send func(n int) error) (ptLatRun, error) {
+func (r *resources) latLoop(ctx context.Context, prog *progress, serverFirst bool, recv func(n int, deadline time.Time) error,
+	send func(n int) error) (latRun, error) {
 	c := r.c
 	sendsFirst := c.isServer() == serverFirst
 	dur := time.Duration(c.duration) * time.Second
@@ -902,7 +902,7 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst boo
 				if errors.Is(err, errPtDeadline) {
 					break
 				}
-				return ptLatRun{}, err
+				return latRun{}, err
 			}
 		}
 		if scnt < limit {
@@ -916,15 +916,15 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst boo
 			}
 			scnt++
 			if err := send(scnt); err != nil {
-				return ptLatRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+				return latRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
 		}
 		if ccnt < limit {
-			if _, err := ptWaitOne(w, r.scq, r.side(), scnt, ccnt, deadline); err != nil {
+			if _, err := waitOne(w, r.scq, r.side(), scnt, ccnt, deadline); err != nil {
 				if errors.Is(err, errPtDeadline) {
 					break
 				}
-				return ptLatRun{}, err
+				return latRun{}, err
 			}
 			ccnt++
 			cnt.Store(uint64(ccnt))
@@ -934,21 +934,21 @@ func (r *ptRes) ptLatLoop(ctx context.Context, prog *ptProgress, serverFirst boo
 		}
 	}
 	if dur > 0 {
-		return ptDurationLat(smp, start, uint64(ccnt))
+		return durationLat(smp, start, uint64(ccnt))
 	}
-	return ptLatRun{deltas: ptDeltas(tposted), iters: uint64(ccnt)}, nil
+	return latRun{deltas: intervals(tposted), iters: uint64(ccnt)}, nil
 }
 
 // latWrite: each side writes the peer's buffer and polls its own for the
 // peer's write (the message's last byte carries the count).
-func (r *ptRes) latWrite(ctx context.Context, size int, prog *ptProgress) (ptLatRun, error) {
+func (r *resources) latWrite(ctx context.Context, size int, prog *progress) (latRun, error) {
 	wr := [1]verbs.SendWR{r.sendWR(0, size)}
 	wr[0].Flags |= verbs.SendSignaled
 	sendBuf := r.buf[r.sendOff(0):]
 	recvAt := r.recvOff(0) + size - 1
-	return r.ptLatLoop(ctx, prog, true, func(n int, deadline time.Time) error {
+	return r.latLoop(ctx, prog, true, func(n int, deadline time.Time) error {
 		want := byte(n)
-		return ptSpinWait(ctx, deadline, r.watch, func() bool { return loadByte(r.buf, recvAt) == want })
+		return spinWait(ctx, deadline, r.watch, func() bool { return loadByte(r.buf, recvAt) == want })
 	}, func(n int) error {
 		sendBuf[size-1] = byte(n)
 		_, err := r.qps[0].PostSend(wr[:])
@@ -957,13 +957,13 @@ func (r *ptRes) latWrite(ctx context.Context, size int, prog *ptProgress) (ptLat
 }
 
 // latSend: a SEND ping-pong; each receive is reposted as it completes.
-func (r *ptRes) latSend(ctx context.Context, size int, prog *ptProgress) (ptLatRun, error) {
+func (r *resources) latSend(ctx context.Context, size int, prog *progress) (latRun, error) {
 	wr := [1]verbs.SendWR{r.sendWR(0, size)}
 	wr[0].Flags |= verbs.SendSignaled
 	rwr := r.recvWR(0)
 	rw := r.waiter(ctx, r.rcq, r.rch)
-	return r.ptLatLoop(ctx, prog, false, func(n int, deadline time.Time) error {
-		if _, err := ptWaitOne(rw, r.rcq, r.side(), n, n-1, deadline); err != nil {
+	return r.latLoop(ctx, prog, false, func(n int, deadline time.Time) error {
+		if _, err := waitOne(rw, r.rcq, r.side(), n, n-1, deadline); err != nil {
 			return err
 		}
 		return r.postRecv(0, rwr[:])
@@ -974,7 +974,7 @@ func (r *ptRes) latSend(ctx context.Context, size int, prog *ptProgress) (ptLatR
 }
 
 // latOne is run_iter_lat for READ and atomics: post, wait, repeat.
-func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) (ptLatRun, error) {
+func (r *resources) latOne(ctx context.Context, size int, prog *progress) (latRun, error) {
 	c := r.c
 	wr := [1]verbs.SendWR{r.sendWR(0, size)}
 	wr[0].Flags |= verbs.SendSignaled
@@ -999,10 +999,10 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) (ptLatRu
 			tposted = append(tposted, time.Now())
 		}
 		if _, err := r.qps[0].PostSend(wr[:]); err != nil {
-			return ptLatRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", n, err)
+			return latRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", n, err)
 		}
-		if _, err := ptWaitOne(w, r.scq, "client", n+1, n, time.Time{}); err != nil {
-			return ptLatRun{}, err
+		if _, err := waitOne(w, r.scq, "client", n+1, n, time.Time{}); err != nil {
+			return latRun{}, err
 		}
 		n++
 		cnt.Store(uint64(n))
@@ -1011,12 +1011,12 @@ func (r *ptRes) latOne(ctx context.Context, size int, prog *ptProgress) (ptLatRu
 		}
 	}
 	if dur > 0 {
-		return ptDurationLat(smp, start, uint64(n))
+		return durationLat(smp, start, uint64(n))
 	}
-	return ptLatRun{deltas: ptDeltas(tposted), iters: uint64(n)}, nil
+	return latRun{deltas: intervals(tposted), iters: uint64(n)}, nil
 }
 
-func ptDeltas(t []time.Time) []time.Duration {
+func intervals(t []time.Time) []time.Duration {
 	if len(t) < 2 {
 		return nil
 	}

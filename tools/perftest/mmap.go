@@ -9,11 +9,11 @@ import (
 	"unicode/utf8"
 )
 
-// ptMmapError is a failure of --mmap: line is perftest's message, which
+// mmapError is a failure of --mmap: line is perftest's message, which
 // it prints on stdout (empty when perftest has none), why what to do.
-type ptMmapError struct{ line, why string }
+type mmapError struct{ line, why string }
 
-func (e *ptMmapError) Error() string {
+func (e *mmapError) Error() string {
 	msg := "Couldn't allocate work buf." // perftest's, on stderr
 	if e.why != "" {
 		msg += " (" + e.why + ")"
@@ -21,9 +21,9 @@ func (e *ptMmapError) Error() string {
 	return msg
 }
 
-// ptStrerror is err's errno as C's strerror words it ("No such file or
+// strerror is err's errno as C's strerror words it ("No such file or
 // directory").
-func ptStrerror(err error) string {
+func strerror(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		err = pe.Err
@@ -37,9 +37,9 @@ func ptStrerror(err error) string {
 	return string(unicode.ToUpper(r)) + s[n:]
 }
 
-// ptFill fills b as perftest's create_single_mr fills its buffers: random
+// fill fills b as perftest's create_single_mr fills its buffers: random
 // bytes, but zeros for write_lat (which polls for its last byte to change).
-func ptFill(b []byte, zero bool) {
+func fill(b []byte, zero bool) {
 	if zero {
 		clear(b)
 		return

@@ -61,12 +61,12 @@ func TestPtPeerWatch(t *testing.T) {
 	if n, err := conn.Read(b[:]); n != 1 || b[0] != 'x' {
 		t.Errorf("the peer's data was consumed: %d %v", n, err)
 	}
-	var nilWatch *ptPeerWatch
+	var nilWatch *peerWatch
 	if nilWatch.check() != nil {
 		t.Error("a nil watch (no side channel) must never fail")
 	}
 	// The engine's bound: 10 waits of at most 2 x 67.1 ms + 25% jitter.
-	if got, want := ptRetryBudget(14, 7), 10*2*(4096*time.Nanosecond<<14)*5/4; got != want {
+	if got, want := retryBudget(14, 7), 10*2*(4096*time.Nanosecond<<14)*5/4; got != want {
 		t.Errorf("retry budget for timeout 14, retry 7: %v, want %v (verbs.RetryBudget)", got, want)
 	}
 }

@@ -13,29 +13,29 @@ import (
 // exited or was killed) while this side waited for traffic.
 var errPeerClosed = errors.New("the peer closed the side channel during the test (killed?): no more traffic will come")
 
-// ptPeerWatch notices, while a test waits, that the peer's end of the
+// peerWatch notices, while a test waits, that the peer's end of the
 // side channel is gone (perftest itself waits forever). It peeks, never
 // consuming the peer's next message. After the close it allows the
 // transport's retry budget for the error completion that names the
 // failure, then gives up with errPeerClosed.
-type ptPeerWatch struct {
+type peerWatch struct {
 	rc       syscall.RawConn
 	next     time.Time
 	closedAt time.Time
 	grace    time.Duration
 }
 
-// ptPeerCheckEvery is how often a waiting side looks at the side channel.
-const ptPeerCheckEvery = 50 * time.Millisecond
+// peerCheckEvery is how often a waiting side looks at the side channel.
+const peerCheckEvery = 50 * time.Millisecond
 
-// ptRetryBudget is how long an RC requester retries an unanswered request
+// retryBudget is how long an RC requester retries an unanswered request
 // before the error completion, at most (verbs.RetryBudget: the engine's
 // bound, backoff and jitter included); 0 for timeout 0 (infinite).
-func ptRetryBudget(timeout, retry int) time.Duration {
+func retryBudget(timeout, retry int) time.Duration {
 	return verbs.RetryBudget(uint8(timeout), uint8(retry))
 }
 
-func newPtPeerWatch(conn net.Conn, qpTimeout int) *ptPeerWatch {
+func newPtPeerWatch(conn net.Conn, qpTimeout int) *peerWatch {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return nil
@@ -48,11 +48,11 @@ func newPtPeerWatch(conn net.Conn, qpTimeout int) *ptPeerWatch {
 	// 1.68 s; a peer that never answers again is given up on after 1.0 to
 	// 1.26 s), four times, plus 5 s for a loaded machine: the error
 	// completion, when one is due, names the failure better.
-	return &ptPeerWatch{rc: rc, grace: 4*ptRetryBudget(qpTimeout, 7) + 5*time.Second}
+	return &peerWatch{rc: rc, grace: 4*retryBudget(qpTimeout, 7) + 5*time.Second}
 }
 
 // check returns errPeerClosed once the peer is gone and the grace is over.
-func (p *ptPeerWatch) check() error {
+func (p *peerWatch) check() error {
 	if p == nil {
 		return nil
 	}
@@ -60,7 +60,7 @@ func (p *ptPeerWatch) check() error {
 	if now.Before(p.next) {
 		return nil
 	}
-	p.next = now.Add(ptPeerCheckEvery)
+	p.next = now.Add(peerCheckEvery)
 	if p.closedAt.IsZero() {
 		if !peerClosed(p.rc) {
 			return nil

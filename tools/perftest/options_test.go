@@ -19,10 +19,10 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-// ptPerftestOptions is perftest 4.5's option table (the long_options of
+// perftestOptions is perftest 4.5's option table (the long_options of
 // its parser, every conditional entry included, and its short letters):
 // long name, short letter (0: none), whether it takes an argument.
-var ptPerftestOptions = []struct {
+var perftestOptions = []struct {
 	long   string
 	short  byte
 	hasArg bool
@@ -66,10 +66,10 @@ var ptPerftestOptions = []struct {
 // option table is softroce's too, with an argument where perftest's takes
 // one: it works, or it is refused with a reason, never "unrecognized".
 func TestPtEveryPerftestOption(t *testing.T) {
-	tool := ptToolNamed(t, "send_bw")
+	tool := toolNamed(t, "send_bw")
 	try := func(args ...string) {
 		var out, errb strings.Builder
-		_, code, ok := ptParse(tool, args, &out, &errb)
+		_, code, ok := parseArgs(tool, args, &out, &errb)
 		e := errb.String()
 		for _, bad := range []string{"unrecognized option", "invalid option", "requires an argument", "doesn't allow an argument"} {
 			if strings.Contains(e, bad) {
@@ -80,7 +80,7 @@ func TestPtEveryPerftestOption(t *testing.T) {
 			t.Errorf("%q: exit %d with %q, want one line", args, code, e)
 		}
 	}
-	for _, o := range ptPerftestOptions {
+	for _, o := range perftestOptions {
 		if o.hasArg {
 			try("--"+o.long+"=1", "10.0.0.1")
 			if o.short != 0 {
@@ -110,7 +110,7 @@ func TestPtRefusalLines(t *testing.T) {
 		{[]string{"--aes_xts"}, "AES-XTS"},
 	} {
 		var out, errb strings.Builder
-		_, code, ok := ptParse(ptToolNamed(t, "write_bw"), tc.args, &out, &errb)
+		_, code, ok := parseArgs(toolNamed(t, "write_bw"), tc.args, &out, &errb)
 		if ok || code != cli.ExitUsage || strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%q: ok %v exit %d stderr %q; want one line with %q", tc.args, ok, code, errb.String(), tc.want)
 		}
@@ -121,14 +121,14 @@ func TestPtRefusalLines(t *testing.T) {
 // value other than its default 64 is perftest's line on stdout and exit 1.
 func TestPtHopLimit(t *testing.T) {
 	var out, errb strings.Builder
-	if code := runPerftest(ptToolNamed(t, "write_bw"), []string{"-L", "5", "10.0.0.1"}, &out, &errb); code != cli.ExitFailure ||
+	if code := runPerftest(toolNamed(t, "write_bw"), []string{"-L", "5", "10.0.0.1"}, &out, &errb); code != cli.ExitFailure ||
 		out.String() != " Hop limit only valid for RawEth QP \n" || errb.String() != "" {
 		t.Errorf("-L 5: exit %d stdout %q stderr %q; want exit 1 and perftest's line on stdout", code, out.String(), errb.String())
 	}
-	if c := ptParseWant(t, "send_lat", []string{"--hop_limit=64"}, ""); c == nil || c.checkHopLimit() != nil {
+	if c := parseWant(t, "send_lat", []string{"--hop_limit=64"}, ""); c == nil || c.checkHopLimit() != nil {
 		t.Errorf("-L 64, perftest's default, refused")
 	}
-	ptParseWant(t, "send_lat", []string{"-L", "256"}, "-L/--hop_limit: 256 is out of range (0..255)")
+	parseWant(t, "send_lat", []string{"-L", "256"}, "-L/--hop_limit: 256 is out of range (0..255)")
 }
 
 // TestPtRelaxOrderOption: --disable_pcie_relaxed turns the banner's and the
@@ -141,13 +141,13 @@ func TestPtRelaxOrderOption(t *testing.T) {
 		{"write_lat 10.0.0.1", "OFF"},
 		{"read_bw --use_old_post_send 10.0.0.1", "ON"},
 	} {
-		c := ptJSONCase(t, tc.cmdline)
+		c := jsonCase(t, tc.cmdline)
 		var b strings.Builder
 		c.printBanner(&b, "rxe0", verbs.MTU1024)
 		if !strings.Contains(b.String(), "\n PCIe relax order: "+tc.ro+"\n ibv_wr* API     : OFF\n") {
 			t.Errorf("%s: banner\n%s\nwant PCIe relax order %s", tc.cmdline, b.String(), tc.ro)
 		}
-		if j := c.jsonReport("rxe0", verbs.MTU1024, ptResult{}); !strings.Contains(j, "\nPCIe_relax_order: "+tc.ro+",\nibv_wr_API: OFF,\n") {
+		if j := c.jsonReport("rxe0", verbs.MTU1024, sizeResult{}); !strings.Contains(j, "\nPCIe_relax_order: "+tc.ro+",\nibv_wr_API: OFF,\n") {
 			t.Errorf("%s: report file\n%s\nwant PCIe_relax_order %s", tc.cmdline, j, tc.ro)
 		}
 	}
@@ -156,46 +156,46 @@ func TestPtRelaxOrderOption(t *testing.T) {
 // TestPtParseNewOptions: the checks perftest makes of the new options
 // when it parses them.
 func TestPtParseNewOptions(t *testing.T) {
-	ptParseWant(t, "send_bw", []string{"-X", "0"}, " Events must be enabled to select a completion vector\n")
+	parseWant(t, "send_bw", []string{"-X", "0"}, " Events must be enabled to select a completion vector\n")
 	// perftest's WRITE tests poll: -e and -X are refused there (its parser's words).
-	ptParseWant(t, "write_bw", []string{"-e"}, " Events feature not available on WRITE verb\n")
-	ptParseWant(t, "write_lat", []string{"-X", "0"}, " Events feature not available on WRITE verb\n")
-	ptParseWant(t, "send_bw", []string{"--vector=2049", "-e"}, "out of range")
-	if c := ptParseWant(t, "send_bw", []string{"-e", "-X", "0"}, ""); c == nil || !c.vectorSet {
+	parseWant(t, "write_bw", []string{"-e"}, " Events feature not available on WRITE verb\n")
+	parseWant(t, "write_lat", []string{"-X", "0"}, " Events feature not available on WRITE verb\n")
+	parseWant(t, "send_bw", []string{"--vector=2049", "-e"}, "out of range")
+	if c := parseWant(t, "send_bw", []string{"-e", "-X", "0"}, ""); c == nil || !c.vectorSet {
 		t.Errorf("-e -X 0 refused")
 	}
-	ptParseWant(t, "write_bw", []string{"--source_ip=foo"}, " Invalid client IP address\n")
-	ptParseWant(t, "write_bw", []string{"-j", "::1"}, " Invalid client IP address\n")
-	ptParseWant(t, "write_bw", []string{"--source_ip", "10.0.0.2", "--flow_label=7", "--inline_recv=64", "--use_old_post_send"}, "")
-	ptParseWant(t, "write_bw", []string{"--flow_label=-1"}, "out of range")
-	ptParseWant(t, "write_lat", []string{"--reversed"}, "latency tests do not take it")
-	ptParseWant(t, "write_bw", []string{"--reversed", "-R"}, "--reversed with -R/-z")
-	ptParseWant(t, "write_bw", []string{"--pkey_index=-1"}, "out of range")
-	ptParseWant(t, "write_bw", []string{"--mmap-offset=-4096", "--mmap=x"}, "out of range")
-	if c := ptParseWant(t, "read_bw", []string{"--comm_rdma_cm"}, ""); c == nil || !c.cmComm {
+	parseWant(t, "write_bw", []string{"--source_ip=foo"}, " Invalid client IP address\n")
+	parseWant(t, "write_bw", []string{"-j", "::1"}, " Invalid client IP address\n")
+	parseWant(t, "write_bw", []string{"--source_ip", "10.0.0.2", "--flow_label=7", "--inline_recv=64", "--use_old_post_send"}, "")
+	parseWant(t, "write_bw", []string{"--flow_label=-1"}, "out of range")
+	parseWant(t, "write_lat", []string{"--reversed"}, "latency tests do not take it")
+	parseWant(t, "write_bw", []string{"--reversed", "-R"}, "--reversed with -R/-z")
+	parseWant(t, "write_bw", []string{"--pkey_index=-1"}, "out of range")
+	parseWant(t, "write_bw", []string{"--mmap-offset=-4096", "--mmap=x"}, "out of range")
+	if c := parseWant(t, "read_bw", []string{"--comm_rdma_cm"}, ""); c == nil || !c.cmComm {
 		t.Errorf("--comm_rdma_cm is not -z")
 	}
 }
 
-// ptLoopTD opens a device on a loopback address as Run does.
-func ptLoopTD(t *testing.T, name, addr string) *toolkit.ToolDevice {
+// loopTD opens a device on a loopback address as Run does.
+func loopTD(t *testing.T, name, addr string) *toolkit.ToolDevice {
 	t.Helper()
 	dev := openLoopDevice(t, name, addr)
 	return &toolkit.ToolDevice{Info: toolkit.Device{Name: name, Addr: netip.AddrPortFrom(netip.MustParseAddr(addr), 4791)}, Dev: dev}
 }
 
-// ptRunCancelled runs a server side of tool with args until it waits for
+// runCancelled runs a server side of tool with args until it waits for
 // its client, which it then stops waiting for.
-func ptRunCancelled(t *testing.T, td *toolkit.ToolDevice, tool string, args ...string) (stdout, stderr string, err error) {
+func runCancelled(t *testing.T, td *toolkit.ToolDevice, tool string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	c := ptParseWant(t, tool, append(args, "-p", strconv.Itoa(tooltest.FreeTCPPort(t))), "")
+	c := parseWant(t, tool, append(args, "-p", strconv.Itoa(tooltest.FreeTCPPort(t))), "")
 	if c == nil {
 		t.FailNow()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var o, e strings.Builder
-	err = ptRunOn(ctx, c, td, &o, &e)
+	err = runOn(ctx, c, td, &o, &e)
 	return o.String(), e.String(), err
 }
 
@@ -204,28 +204,28 @@ func ptRunCancelled(t *testing.T, td *toolkit.ToolDevice, tool string, args ...s
 // beyond, its warning, and index 0), before connecting.
 func TestPtDeviceChecks(t *testing.T) {
 	sa, _ := tooltest.LoopPair()
-	td := ptLoopTD(t, "chk0", sa)
-	if _, _, err := ptRunCancelled(t, td, "send_bw", "-e", "-X", "1"); err == nil ||
+	td := loopTD(t, "chk0", sa)
+	if _, _, err := runCancelled(t, td, "send_bw", "-e", "-X", "1"); err == nil ||
 		!strings.Contains(err.Error(), "Completion vector specified is invalid: Max completion vector = 0") {
 		t.Errorf("-e -X 1: %v; want perftest's invalid completion vector", err)
 	}
-	if _, _, err := ptRunCancelled(t, td, "send_bw", "-e", "-X", "0"); err == nil || !strings.Contains(err.Error(), "interrupted while waiting") {
+	if _, _, err := runCancelled(t, td, "send_bw", "-e", "-X", "0"); err == nil || !strings.Contains(err.Error(), "interrupted while waiting") {
 		t.Errorf("-e -X 0: %v; want the server waiting for its client", err)
 	}
-	out, errOut, _ := ptRunCancelled(t, td, "write_bw", "--pkey_index=64")
-	if !strings.HasPrefix(out, ptResultLine) || errOut != " Specified PKey Index, 64, greater than allowed max, 63\n Changing to 0\n" {
+	out, errOut, _ := runCancelled(t, td, "write_bw", "--pkey_index=64")
+	if !strings.HasPrefix(out, resultLine) || errOut != " Specified PKey Index, 64, greater than allowed max, 63\n Changing to 0\n" {
 		t.Errorf("--pkey_index=64: stdout %q stderr %q; want perftest's warning", out, errOut)
 	}
 	for _, i := range []string{"0", "1", "63"} { // kernel ib_write_bw --pkey_index=1 on rxe: no warning either
-		out, errOut, _ = ptRunCancelled(t, td, "write_bw", "--pkey_index="+i)
+		out, errOut, _ = runCancelled(t, td, "write_bw", "--pkey_index="+i)
 		if strings.Contains(out+errOut, "PKey") {
 			t.Errorf("--pkey_index=%s: stdout %q stderr %q; want no warning", i, out, errOut)
 		}
 	}
-	if _, _, err := ptRunCancelled(t, td, "write_bw", "--ipv6"); err == nil || !strings.Contains(err.Error(), "--ipv6: chk0 has no IPv6 GID it can send from (its address is "+sa+")") {
+	if _, _, err := runCancelled(t, td, "write_bw", "--ipv6"); err == nil || !strings.Contains(err.Error(), "--ipv6: chk0 has no IPv6 GID it can send from (its address is "+sa+")") {
 		t.Errorf("--ipv6 on an IPv4 device: %v", err)
 	}
-	if _, _, err := ptRunCancelled(t, td, "write_bw", "--ipv6", "-x", "1"); err == nil || strings.Contains(err.Error(), "ipv6") {
+	if _, _, err := runCancelled(t, td, "write_bw", "--ipv6", "-x", "1"); err == nil || strings.Contains(err.Error(), "ipv6") {
 		t.Errorf("--ipv6 -x 1: %v; want -x to win, as perftest", err)
 	}
 }
@@ -236,17 +236,17 @@ func TestPtIPv6GID(t *testing.T) {
 	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
 		t.Skip("no IPv6")
 	}
-	td := ptLoopTD(t, "v6dev", "::1")
-	c := ptParseWant(t, "write_bw", []string{"--ipv6"}, "")
+	td := loopTD(t, "v6dev", "::1")
+	c := parseWant(t, "write_bw", []string{"--ipv6"}, "")
 	i, err := c.ipv6GIDIndex(td)
 	if g, _ := td.Dev.QueryGID(1, i); err != nil || g.Addr() != netip.MustParseAddr("::1") {
 		t.Errorf("--ipv6: GID %d (%v), want that of ::1", i, err)
 	}
 }
 
-// ptRunPair runs tool between two loopback devices, each side with its
+// runPair runs tool between two loopback devices, each side with its
 // arguments, and returns both outputs.
-func ptRunPair(t *testing.T, tool string, srvArgs, cliArgs []string) (srv, cli *verbs.Device, so, co string) {
+func runPair(t *testing.T, tool string, srvArgs, cliArgs []string) (srv, cli *verbs.Device, so, co string) {
 	t.Helper()
 	sa, ca := tooltest.LoopPair()
 	srv, cli = openLoopDevice(t, "srv0", sa), openLoopDevice(t, "cli0", ca)
@@ -277,7 +277,7 @@ func TestPtMmap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, _, so, co := ptRunPair(t, "write_bw", []string{"-n", "20", "-s", "4096", "--mmap=" + sf, "--mmap-offset=4096"},
+	_, _, so, co := runPair(t, "write_bw", []string{"-n", "20", "-s", "4096", "--mmap=" + sf, "--mmap-offset=4096"},
 		[]string{"-n", "20", "-s", "4096", "--mmap", cf})
 	re := regexp.MustCompile(`(?m)^allocated mmap buffer of size 8192 at 0x[0-9a-f]+$`)
 	if !re.MatchString(so) || !re.MatchString(co) {
@@ -301,12 +301,12 @@ func TestPtMmap(t *testing.T) {
 // stdout; one too small for the buffers, one line saying how large it
 // must be.
 func TestPtMmapErrors(t *testing.T) {
-	if !ptMmapSupported {
-		ptParseWant(t, "write_bw", []string{"--mmap=x"}, "--mmap is implemented on Linux only")
+	if !mmapSupported {
+		parseWant(t, "write_bw", []string{"--mmap=x"}, "--mmap is implemented on Linux only")
 		return
 	}
 	sa, _ := tooltest.LoopPair()
-	td := ptLoopTD(t, "mm0", sa)
+	td := loopTD(t, "mm0", sa)
 	small := filepath.Join(t.TempDir(), "small")
 	os.WriteFile(small, make([]byte, 8191), 0o600)
 	missing := filepath.Join(t.TempDir(), "missing")
@@ -318,10 +318,10 @@ func TestPtMmapErrors(t *testing.T) {
 		{[]string{"--mmap", small, "-s", "4096"}, "", "--mmap file " + small + " has 8191 bytes, and the test's buffers need 8192 from offset 0: make it at least 8192 bytes"},
 		{[]string{"--mmap", small, "--mmap-offset=100", "-s", "16"}, "", "from offset 100"},
 	} {
-		c := ptParseWant(t, "write_bw", tc.args, "")
+		c := parseWant(t, "write_bw", tc.args, "")
 		var o strings.Builder
 		_, err := newPtRes(c, td, verbs.GID{})
-		var me *ptMmapError
+		var me *mmapError
 		if err == nil || !strings.Contains(err.Error(), tc.stderr) {
 			t.Errorf("%q: %v; want %q", tc.args, err, tc.stderr)
 		} else if errorsAs(err, &me) {
@@ -340,11 +340,11 @@ func TestPtMmapErrors(t *testing.T) {
 // before the resources go.
 func TestPtWaitDestroy(t *testing.T) {
 	start := time.Now()
-	_, _, so, co := ptRunPair(t, "write_bw", []string{"-n", "5", "-s", "64"}, []string{"-n", "5", "-s", "64", "--wait_destroy=1"})
+	_, _, so, co := runPair(t, "write_bw", []string{"-n", "5", "-s", "64"}, []string{"-n", "5", "-s", "64", "--wait_destroy=1"})
 	if el := time.Since(start); el < time.Second {
 		t.Errorf("the run took %v, less than the 1 s wait", el)
 	}
-	if !strings.HasSuffix(co, ptResultLine+" Waiting 1 seconds before releasing resources...\n") || strings.Contains(so, "Waiting 1") {
+	if !strings.HasSuffix(co, resultLine+" Waiting 1 seconds before releasing resources...\n") || strings.Contains(so, "Waiting 1") {
 		t.Errorf("want the client's wait line last, and no server line:\nclient:\n%s\nserver:\n%s", co, so)
 	}
 }
@@ -356,7 +356,7 @@ func TestPtReversed(t *testing.T) {
 	for _, tool := range []string{"write_bw", "send_bw"} {
 		t.Run(tool, func(t *testing.T) {
 			args := []string{"-n", "20", "-s", "4096", "--reversed"}
-			srv, cli, so, co := ptRunPair(t, tool, args, args)
+			srv, cli, so, co := runPair(t, tool, args, args)
 			if !strings.Contains(so, " TX depth        : 20\n") || strings.Contains(co, " TX depth") {
 				t.Errorf("want the TX depth in the listening side's banner alone:\nlistening:\n%s\nconnecting:\n%s", so, co)
 			}
@@ -373,4 +373,4 @@ func TestPtReversed(t *testing.T) {
 	}
 }
 
-func errorsAs(err error, target **ptMmapError) bool { return errors.As(err, target) }
+func errorsAs(err error, target **mmapError) bool { return errors.As(err, target) }

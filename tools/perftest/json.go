@@ -17,19 +17,19 @@ import (
 // (write_test_info_to_file, the banner's lines), the result
 // (REPORT_FMT_JSON and its kin in perftest_parameters.h), "}".
 
-// ptJSONDefault is perftest's DEFAULT_JSON_FILE_NAME, in the working
+// jsonDefault is perftest's DEFAULT_JSON_FILE_NAME, in the working
 // directory.
-const ptJSONDefault = "perftest_out.json"
+const jsonDefault = "perftest_out.json"
 
 // testWord is perftest's testsStr: the test's verb as its banner and
 // report name it.
-func (c *ptConfig) testWord() string {
-	return [...]string{ptSend: "Send", ptWrite: "RDMA_Write", ptRead: "RDMA_Read", ptAtomic: "Atomic"}[c.tool.verb]
+func (c *config) testWord() string {
+	return [...]string{verbSend: "Send", verbWrite: "RDMA_Write", verbRead: "RDMA_Read", verbAtomic: "Atomic"}[c.tool.verb]
 }
 
 // jsonReport is the --out_json file's text for the result r, on a device
 // named dev with the path MTU mtu (the banner's values).
-func (c *ptConfig) jsonReport(dev string, mtu verbs.MTU, r ptResult) string {
+func (c *config) jsonReport(dev string, mtu verbs.MTU, r sizeResult) string {
 	var b strings.Builder
 	b.WriteString("{\n")
 	c.jsonTestInfo(&b, dev, mtu)
@@ -40,11 +40,11 @@ func (c *ptConfig) jsonReport(dev string, mtu verbs.MTU, r ptResult) string {
 
 // jsonTestInfo is write_test_info_to_file: the banner's lines, under the
 // same conditions (printBanner).
-func (c *ptConfig) jsonTestInfo(b *strings.Builder, dev string, mtu verbs.MTU) {
+func (c *config) jsonTestInfo(b *strings.Builder, dev string, mtu verbs.MTU) {
 	t := c.tool
 	b.WriteString("test_info: {\n")
 	fmt.Fprintf(b, "test: %s_", c.testWord())
-	if t.verb == ptAtomic {
+	if t.verb == verbAtomic {
 		fmt.Fprintf(b, "%s_", c.atomicType)
 	}
 	if t.lat {
@@ -58,7 +58,7 @@ func (c *ptConfig) jsonTestInfo(b *strings.Builder, dev string, mtu verbs.MTU) {
 	}
 	fmt.Fprintf(b, "Dual_port: OFF,\nDevice: \"%s\",\n", dev)
 	fmt.Fprintf(b, "Number_of_qps: %d,\nTransport_type: IB,\n", c.numQP)
-	fmt.Fprintf(b, "Connection_type: %s,\nUsing_SRQ: %s,\n", c.conn, ptOnOff(c.useSRQ))
+	fmt.Fprintf(b, "Connection_type: %s,\nUsing_SRQ: %s,\n", c.conn, onOff(c.useSRQ))
 	// As the banner: kernel perftest 4.5+0.17 (Debian's, built with HAVE_RO)
 	// writes "PCIe_relax_order: OFF," for write_lat.
 	fmt.Fprintf(b, "PCIe_relax_order: %s,\n", c.relaxOrder())
@@ -66,7 +66,7 @@ func (c *ptConfig) jsonTestInfo(b *strings.Builder, dev string, mtu verbs.MTU) {
 	if !c.isServer() {
 		fmt.Fprintf(b, "TX_depth : %d,\n", c.txDepth)
 	}
-	if t.verb == ptSend && c.isServer() {
+	if t.verb == verbSend && c.isServer() {
 		fmt.Fprintf(b, "RX_depth: %d,\n", c.rxDepth)
 	}
 	if !t.lat {
@@ -75,12 +75,12 @@ func (c *ptConfig) jsonTestInfo(b *strings.Builder, dev string, mtu verbs.MTU) {
 	fmt.Fprintf(b, "Mtu: %d,\n", mtu.Bytes())
 	b.WriteString("Link_type: Ethernet,\n")
 	fmt.Fprintf(b, "GID_index: %d,\n", c.gidx)
-	if t.verb == ptRead || t.verb == ptAtomic {
+	if t.verb == verbRead || t.verb == verbAtomic {
 		fmt.Fprintf(b, "Outstand_reads: %d,\n", c.outReads)
 	} else {
 		fmt.Fprintf(b, "Max_inline_data: %d,\n", c.inline)
 	}
-	fmt.Fprintf(b, "rdma_cm_QPs: %s,\n", ptOnOff(c.rdmaCM))
+	fmt.Fprintf(b, "rdma_cm_QPs: %s,\n", onOff(c.rdmaCM))
 	fmt.Fprintf(b, "Data_ex_method: %s,\n", c.exchangeMethod())
 	if c.rdmaCM && c.tosSet {
 		fmt.Fprintf(b, "TOS: %d,\n", c.tos)
@@ -91,7 +91,7 @@ func (c *ptConfig) jsonTestInfo(b *strings.Builder, dev string, mtu verbs.MTU) {
 // jsonResults is the results block: write_bw_report_to_file,
 // write_report_lat_to_file and write_report_lat_duration_to_file, with the
 // values printResult prints.
-func (c *ptConfig) jsonResults(b *strings.Builder, r ptResult) {
+func (c *config) jsonResults(b *strings.Builder, r sizeResult) {
 	b.WriteString("results: {\n")
 	cpu := true // REPORT_EXT_CPU_UTIL_JSON, with --cpu_util in a -D run
 	switch {
@@ -139,7 +139,7 @@ func (c *ptConfig) jsonResults(b *strings.Builder, r ptResult) {
 // perftest's mode 0600). Where perftest says "failed to open" and exits 0,
 // the error says which file could not be written and why, and the command
 // exits 1 after the run.
-func (c *ptConfig) writeJSON(text string) error {
+func (c *config) writeJSON(text string) error {
 	f, err := os.OpenFile(c.jsonFile, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err == nil {
 		_, err = f.WriteString(text)

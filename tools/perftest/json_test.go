@@ -20,7 +20,7 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-const ptVersionsLine = "Current implementation is not compatible with versions older than 5.70\n" // perftest's check_version_compatibility
+const versionsLine = "Current implementation is not compatible with versions older than 5.70\n" // perftest's check_version_compatibility
 
 // TestPtNewOptions: --out_json, --out_json_file, --tclass and
 // --dont_xchg_versions parse as perftest's, with its message for a traffic
@@ -55,7 +55,7 @@ func TestPtNewOptions(t *testing.T) {
 		{"atomic_lat", []string{"--dont_xchg_versions"}, "", false, "perftest_out.json", 0, true},
 		{"write_bw", []string{"--dont_xchg_versions=1"}, "doesn't allow an argument", false, "", 0, false},
 	} {
-		c := ptParseWant(t, tc.tool, tc.args, tc.refuse)
+		c := parseWant(t, tc.tool, tc.args, tc.refuse)
 		if c == nil {
 			continue
 		}
@@ -64,28 +64,28 @@ func TestPtNewOptions(t *testing.T) {
 				c.outJSON, c.jsonFile, c.trafficClass(), c.dontXchg, tc.json, tc.file, tc.tc, tc.noXchg)
 		}
 		err := c.checkVersions()
-		if tc.noXchg != (err != nil) || err != nil && err.Error()+"\n" != ptVersionsLine {
+		if tc.noXchg != (err != nil) || err != nil && err.Error()+"\n" != versionsLine {
 			t.Errorf("%s %q: version check %v", tc.tool, tc.args, err)
 		}
 	}
 }
 
-// ptJSONCase parses a command line for the JSON tests (the client's when
+// jsonCase parses a command line for the JSON tests (the client's when
 // it ends with a host).
-func ptJSONCase(t *testing.T, cmdline string) *ptConfig {
+func jsonCase(t *testing.T, cmdline string) *config {
 	t.Helper()
 	f := strings.Fields(cmdline)
-	c := ptParseWant(t, f[0], f[1:], "")
+	c := parseWant(t, f[0], f[1:], "")
 	if c == nil {
 		t.Fatalf("%q refused", cmdline)
 	}
 	return c
 }
 
-// ptJSONInfo is a test_info block as perftest's write_test_info_to_file
+// jsonInfo is a test_info block as perftest's write_test_info_to_file
 // writes it for a client of write_bw (the lines between test and Mtu, and
 // after it, are the arguments).
-func ptJSONInfo(test, upper, mtu, lower string) string {
+func jsonInfo(test, upper, mtu, lower string) string {
 	ro := "ON"
 	if test == "RDMA_Write_Latency_Test" {
 		ro = "OFF"
@@ -112,79 +112,79 @@ func TestPtJSONReport(t *testing.T) {
 		name, cmdline string
 		dev           string
 		mtu           verbs.MTU
-		res           ptResult
+		res           sizeResult
 		want          string
 	}{
-		{"bw client", "write_bw -s 65536 -n 5000 10.0.0.1", "rxe0", verbs.MTU1024, ptResult{bw: bw},
-			"{\n" + ptJSONInfo("RDMA_Write_BW_Test",
+		{"bw client", "write_bw -s 65536 -n 5000 10.0.0.1", "rxe0", verbs.MTU1024, sizeResult{bw: bw},
+			"{\n" + jsonInfo("RDMA_Write_BW_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 128,\nCQ_Moderation: 1,\nMtu: 1024,\n",
 				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\nMsgSize: 65536,\nn_iterations: 5000,\nBW_peak: 1234.57,\nBW_average: 1100.13,\nMsgRate: 0.017603,\n},\n}\n"},
 		{"bw server, send, SRQ, UD", "send_bw -c UD -q 2 --use-srq -r 600 -s 1024 -n 1000 -I 64 -x 0", "10.1.2.3", verbs.MTU4096,
-			ptResult{bw: oob.BWReport{Size: 1024, Iters: 1998, BWPeak: 0, BWAvg: 97.5, MsgRateAvg: 0.099840}},
-			"{\n" + ptJSONInfo("Send_BW_Test",
+			sizeResult{bw: oob.BWReport{Size: 1024, Iters: 1998, BWPeak: 0, BWAvg: 97.5, MsgRateAvg: 0.099840}},
+			"{\n" + jsonInfo("Send_BW_Test",
 				"Dual_port: OFF,\nDevice: \"10.1.2.3\",\nNumber_of_qps: 2,\nTransport_type: IB,\nConnection_type: UD,\nUsing_SRQ: ON,\n",
 				"RX_depth: 600,\nCQ_Moderation: 100,\nMtu: 4096,\n",
 				"GID_index: 0,\nMax_inline_data: 64,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\nMsgSize: 1024,\nn_iterations: 1998,\nBW_peak: 0.00,\nBW_average: 97.50,\nMsgRate: 0.099840,\n},\n}\n"},
 		{"bw Gb/s below 0.1, rdma_cm, TOS, atomic", "atomic_bw -R -T 5 --report_gbits -n 100 10.0.0.1", "rxe0", verbs.MTU1024,
-			ptResult{bw: oob.BWReport{Size: 8, Iters: 100, BWPeak: 0.0625, BWAvg: 0.05, MsgRateAvg: 0.78125}},
-			"{\n" + ptJSONInfo("Atomic_FETCH_AND_ADD_BW_Test",
+			sizeResult{bw: oob.BWReport{Size: 8, Iters: 100, BWPeak: 0.0625, BWAvg: 0.05, MsgRateAvg: 0.78125}},
+			"{\n" + jsonInfo("Atomic_FETCH_AND_ADD_BW_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 100,\nCQ_Moderation: 100,\nMtu: 1024,\n",
 				"GID_index: 1,\nOutstand_reads: 128,\nrdma_cm_QPs: ON,\nData_ex_method: rdma_cm,\nTOS: 5,\n") +
 				"results: {\nMsgSize: 8,\nn_iterations: 100,\nBW_peak: 0.062500,\nBW_average: 0.050000,\nMsgRate: 0.781250,\n},\n}\n"},
 		{"bw --output=bandwidth --cpu_util", "write_bw -D 2 --cpu_util --output=bandwidth -z 10.0.0.1", "rxe0", verbs.MTU1024,
-			ptResult{bw: bw, cpu: 37.25},
-			"{\n" + ptJSONInfo("RDMA_Write_BW_Test",
+			sizeResult{bw: bw, cpu: 37.25},
+			"{\n" + jsonInfo("RDMA_Write_BW_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 128,\nCQ_Moderation: 1,\nMtu: 1024,\n",
 				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: rdma_cm,\n") +
 				"results: {\nbw_avg: 1100.126000,\nCPU_util: 37.25,\n},\n}\n"},
-		{"bw --output=message_rate", "send_bw --output=message_rate 10.0.0.1", "rxe0", verbs.MTU1024, ptResult{bw: bw},
-			"{\n" + ptJSONInfo("Send_BW_Test",
+		{"bw --output=message_rate", "send_bw --output=message_rate 10.0.0.1", "rxe0", verbs.MTU1024, sizeResult{bw: bw},
+			"{\n" + jsonInfo("Send_BW_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 128,\nCQ_Moderation: 1,\nMtu: 1024,\n",
 				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\nmsgRate_avg: 0.017603,\n},\n}\n"},
-		{"lat client, read", "read_lat -s 64 -n 1000 10.0.0.1", "rxe0", verbs.MTU1024, ptResult{size: 64, lat: us(100, 10, 12, 20, 70, 40)},
-			"{\n" + ptJSONInfo("RDMA_Read_Latency_Test",
+		{"lat client, read", "read_lat -s 64 -n 1000 10.0.0.1", "rxe0", verbs.MTU1024, sizeResult{size: 64, lat: us(100, 10, 12, 20, 70, 40)},
+			"{\n" + jsonInfo("RDMA_Read_Latency_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 1,\nMtu: 1024,\n",
 				"GID_index: 1,\nOutstand_reads: 128,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\nMsgSize: 64,\nn_iterations: 1000,\nt_min: 10.00,\nt_max: 70.00,\nt_typical: 16.00,\nt_avg: 20.50,\n" +
 				"t_stdev: 11.46,\npercentile_99: 70.00,\npercentile_99.9: 70.00,\n},\n}\n"},
-		{"lat client, rdma_cm, no TOS", "write_lat -R -n 20 -I 32 10.0.0.1", "rxe0", verbs.MTU2048, ptResult{size: 2, lat: us(3, 2, 2)},
-			"{\n" + ptJSONInfo("RDMA_Write_Latency_Test",
+		{"lat client, rdma_cm, no TOS", "write_lat -R -n 20 -I 32 10.0.0.1", "rxe0", verbs.MTU2048, sizeResult{size: 2, lat: us(3, 2, 2)},
+			"{\n" + jsonInfo("RDMA_Write_Latency_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 1,\nMtu: 2048,\n",
 				"GID_index: 1,\nMax_inline_data: 32,\nrdma_cm_QPs: ON,\nData_ex_method: rdma_cm,\n") +
 				"results: {\nMsgSize: 2,\nn_iterations: 20,\nt_min: 1.00,\nt_max: 1.00,\nt_typical: 1.00,\nt_avg: 1.00,\n" +
 				"t_stdev: 0.00,\npercentile_99: 1.00,\npercentile_99.9: 1.00,\n},\n}\n"},
-		{"lat server, send, --output=latency", "send_lat -n 20 --output=latency", "rxe0", verbs.MTU1024, ptResult{size: 2, lat: us(100, 10, 30, 20)},
-			"{\n" + ptJSONInfo("Send_Latency_Test",
+		{"lat server, send, --output=latency", "send_lat -n 20 --output=latency", "rxe0", verbs.MTU1024, sizeResult{size: 2, lat: us(100, 10, 30, 20)},
+			"{\n" + jsonInfo("Send_Latency_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"RX_depth: 20,\nMtu: 1024,\n",
 				"GID_index: 1,\nMax_inline_data: 0,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\navg_lat: 7.500000,\n},\n}\n"},
 		{"lat -D, --cpu_util, events, server", "read_lat -D 2 --cpu_util -e", "rxe0", verbs.MTU4096,
-			ptResult{size: 2, latIter: 100000, latAvg: 20 * time.Microsecond, latPeriod: 2 * time.Second, cpu: 37.25},
-			"{\n" + ptJSONInfo("RDMA_Read_Latency_Test",
+			sizeResult{size: 2, latIter: 100000, latAvg: 20 * time.Microsecond, latPeriod: 2 * time.Second, cpu: 37.25},
+			"{\n" + jsonInfo("RDMA_Read_Latency_Test",
 				"Test with events: Using_rxe0_comp0,\nDual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"Mtu: 4096,\n",
 				"GID_index: 1,\nOutstand_reads: 128,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\nMsgSize: 2,\nn_iterations: 100000,\nt_avg: 20.00,\ntps_average: 50000.00,\nCPU_util: 37.25,\n},\n}\n"},
 		{"lat -D, --output=latency", "atomic_lat -D 1 --output=latency -A CMP_AND_SWAP 10.0.0.1", "rxe0", verbs.MTU1024,
-			ptResult{size: 8, latIter: 40000, latAvg: 25 * time.Microsecond, latPeriod: time.Second},
-			"{\n" + ptJSONInfo("Atomic_CMP_AND_SWAP_Latency_Test",
+			sizeResult{size: 8, latIter: 40000, latAvg: 25 * time.Microsecond, latPeriod: time.Second},
+			"{\n" + jsonInfo("Atomic_CMP_AND_SWAP_Latency_Test",
 				"Dual_port: OFF,\nDevice: \"rxe0\",\nNumber_of_qps: 1,\nTransport_type: IB,\nConnection_type: RC,\nUsing_SRQ: OFF,\n",
 				"TX_depth : 1,\nMtu: 1024,\n",
 				"GID_index: 1,\nOutstand_reads: 128,\nrdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n") +
 				"results: {\nt_avg: 25.000000\n},\n}\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := ptJSONCase(t, tc.cmdline)
+			c := jsonCase(t, tc.cmdline)
 			if diff := cmp.Diff(tc.want, c.jsonReport(tc.dev, tc.mtu, tc.res)); diff != "" {
 				t.Errorf("%s: report (-want +got):\n%s", tc.cmdline, diff)
 			}
@@ -207,21 +207,21 @@ func TestPtBannerEventsTOS(t *testing.T) {
 		cmdline, want, not string
 	}{
 		{"read_bw -e 10.0.0.1", "                    RDMA_Read BW Test\n Test with events. Using rxe0_comp0\n Dual-port       : OFF", ""},
-		{"write_bw -R -T 5 10.0.0.1", "\n Data ex. method : rdma_cm \tTOS    : 5\n" + ptResultLine, ""},
-		{"write_bw -R 10.0.0.1", "\n Data ex. method : rdma_cm\n" + ptResultLine, "TOS"},
-		{"write_bw -T 5 10.0.0.1", "\n Data ex. method : Ethernet\n" + ptResultLine, "TOS"}, // no rdma_cm: the GRH's, not shown, as perftest
+		{"write_bw -R -T 5 10.0.0.1", "\n Data ex. method : rdma_cm \tTOS    : 5\n" + resultLine, ""},
+		{"write_bw -R 10.0.0.1", "\n Data ex. method : rdma_cm\n" + resultLine, "TOS"},
+		{"write_bw -T 5 10.0.0.1", "\n Data ex. method : Ethernet\n" + resultLine, "TOS"}, // no rdma_cm: the GRH's, not shown, as perftest
 	} {
 		var b strings.Builder
-		ptJSONCase(t, tc.cmdline).printBanner(&b, "rxe0", verbs.MTU1024)
+		jsonCase(t, tc.cmdline).printBanner(&b, "rxe0", verbs.MTU1024)
 		if !strings.Contains(b.String(), tc.want) || tc.not != "" && strings.Contains(b.String(), tc.not) {
 			t.Errorf("%s: banner\n%s\nwant %q (and no %q)", tc.cmdline, b.String(), tc.want, tc.not)
 		}
 	}
 }
 
-// ptReadJSON parses a --out_json file line by line into "block.key" ->
+// readJSON parses a --out_json file line by line into "block.key" ->
 // value, checking its frame: "{", the test_info and results blocks, "}".
-func ptReadJSON(t *testing.T, path string) map[string]string {
+func readJSON(t *testing.T, path string) map[string]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -296,7 +296,7 @@ func TestPerftestOutJSON(t *testing.T) {
 					}
 					continue
 				}
-				kv := ptReadJSON(t, files[i])
+				kv := readJSON(t, files[i])
 				if st, err := os.Stat(files[i]); err != nil || st.Mode().Perm() != 0o600 {
 					t.Errorf("%s: file mode %v (%v), want 0600 as perftest's", side.name, st.Mode(), err)
 				}
@@ -330,7 +330,7 @@ func TestPerftestOutJSON(t *testing.T) {
 	t.Run("unwritable", func(t *testing.T) {
 		t.Parallel()
 		bad := filepath.Join(t.TempDir(), "no-such-dir", "r.json")
-		s, c := ptPair(t, 60*time.Second, "write_bw", "-n", "20", "-s", "4096", "--out_json", "--out_json_file="+bad)
+		s, c := pair(t, 60*time.Second, "write_bw", "-n", "20", "-s", "4096", "--out_json", "--out_json_file="+bad)
 		want := fmt.Sprintf(" --out_json: could not write the report file %s: no such file or directory "+
 			"(the result is on stdout only; give --out_json_file a writable path)\n", bad)
 		for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
@@ -346,18 +346,18 @@ func TestPerftestOutJSON(t *testing.T) {
 // 4.5 tool fails check_version_compatibility: softroce's exit 1 at once
 // with perftest's line, on either side, and print nothing else.
 func TestPerftestDontXchgVersions(t *testing.T) {
-	for _, tool := range ptTools {
+	for _, tool := range tools {
 		t.Run(tool.name, func(t *testing.T) {
 			t.Parallel()
 			began := time.Now()
-			s, c := ptPair(t, 20*time.Second, tool.name, "--dont_xchg_versions", "-n", "20")
+			s, c := pair(t, 20*time.Second, tool.name, "--dont_xchg_versions", "-n", "20")
 			if took := time.Since(began); took > 10*time.Second {
 				t.Errorf("took %v: the tools must exit at once", took)
 			}
 			for side, r := range map[string]tooltest.ProcResult{"server": s, "client": c} {
-				if r.Code != cli.ExitFailure || !strings.HasPrefix(r.Stderr, ptVersionsLine) || strings.Count(r.Stderr, "\n") != 2 ||
+				if r.Code != cli.ExitFailure || !strings.HasPrefix(r.Stderr, versionsLine) || strings.Count(r.Stderr, "\n") != 2 ||
 					!strings.Contains(r.Stderr, "run both sides without it") || r.Stdout != "" {
-					t.Errorf("%s: %v\nwant exit 1, nothing on stdout, and on stderr %q and what to do", side, r, ptVersionsLine)
+					t.Errorf("%s: %v\nwant exit 1, nothing on stdout, and on stderr %q and what to do", side, r, versionsLine)
 				}
 			}
 		})
@@ -384,7 +384,7 @@ func TestPtTrafficClassQPs(t *testing.T) {
 		{"write_bw -n 20 -T 32 --tclass=96", 96},
 		{"send_lat -n 20 -c UC --tclass=0x48", 72},
 	} {
-		c := ptJSONCase(t, tc.args+" 10.0.0.1")
+		c := jsonCase(t, tc.args+" 10.0.0.1")
 		r, err := newPtRes(c, td, gid)
 		if err != nil {
 			t.Fatal(err)
@@ -409,21 +409,21 @@ func TestPtTrafficClassQPs(t *testing.T) {
 func TestPtJSONKernelFiles(t *testing.T) {
 	for _, tc := range []struct {
 		file, cmdline string
-		res           ptResult
+		res           sizeResult
 		row           string
 	}{
 		{"perftest_write_lat_D_client.json", "write_lat -x 1 -D 2 --out_json 127.0.0.1",
-			ptResult{size: 2, latIter: 226, latAvg: 8860540 * time.Nanosecond, latPeriod: 2002481 * time.Microsecond},
+			sizeResult{size: 2, latIter: 226, latAvg: 8860540 * time.Nanosecond, latPeriod: 2002481 * time.Microsecond},
 			" 2             226            4430.27        112.86 \n"},
 		{"perftest_write_lat_D_server.json", "write_lat -x 1 -D 2 --out_json",
-			ptResult{size: 2, latIter: 225, latAvg: 8931000 * time.Nanosecond, latPeriod: 2009467 * time.Microsecond},
+			sizeResult{size: 2, latIter: 225, latAvg: 8931000 * time.Nanosecond, latPeriod: 2009467 * time.Microsecond},
 			" 2             225            4465.50        111.97 \n"},
 	} {
 		want, err := os.ReadFile(filepath.Join("testdata", tc.file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := ptJSONCase(t, tc.cmdline)
+		c := jsonCase(t, tc.cmdline)
 		if diff := cmp.Diff(string(want), c.jsonReport("rxe0", verbs.MTU1024, tc.res)); diff != "" {
 			t.Errorf("%s: report (-kernel's +softroce's):\n%s", tc.cmdline, diff)
 		}
@@ -441,7 +441,7 @@ func TestPtJSONKernelFiles(t *testing.T) {
 // not moderated unless -Q asks, with perftest's warning on stdout then; UD,
 // -a and events keep the default.
 func TestPtCQModLargeMessages(t *testing.T) {
-	const warn = ptResultLine + "Warning: Large message requested and CQ moderation enabled\nWarning: It can lead to inaccurate results\n"
+	const warn = resultLine + "Warning: Large message requested and CQ moderation enabled\nWarning: It can lead to inaccurate results\n"
 	for _, tc := range []struct {
 		tool string
 		args []string
@@ -460,7 +460,7 @@ func TestPtCQModLargeMessages(t *testing.T) {
 		{"send_bw", []string{"-c", "UD", "-s", "2048"}, 100, false},
 	} {
 		var out, errb strings.Builder
-		c, _, ok := ptParse(ptToolNamed(t, tc.tool), tc.args, &out, &errb)
+		c, _, ok := parseArgs(toolNamed(t, tc.tool), tc.args, &out, &errb)
 		if !ok {
 			t.Errorf("%s %q: refused: %s", tc.tool, tc.args, errb.String())
 			continue
@@ -471,14 +471,14 @@ func TestPtCQModLargeMessages(t *testing.T) {
 	}
 }
 
-func ptToolNamed(t *testing.T, name string) ptTool {
-	for _, x := range ptTools {
+func toolNamed(t *testing.T, name string) toolSpec {
+	for _, x := range tools {
 		if x.name == name {
 			return x
 		}
 	}
 	t.Fatalf("no tool %s", name)
-	return ptTool{}
+	return toolSpec{}
 }
 
 // TestPtBWLineExt: with --report_gbits an average below 0.1 Gb/s prints
@@ -497,9 +497,9 @@ func TestPtBWLineExt(t *testing.T) {
 		{[]string{"10.0.0.1"}, oob.BWReport{Size: 8, Iters: 100, BWPeak: 0.0625, BWAvg: 0.05, MsgRateAvg: 0.78125},
 			" 8          100              0.06               0.05   \t\t   0.781250\n"},
 	} {
-		c := ptParseWant(t, "atomic_bw", tc.args, "")
+		c := parseWant(t, "atomic_bw", tc.args, "")
 		var b strings.Builder
-		c.printResult(&b, ptResult{bw: tc.rep})
+		c.printResult(&b, sizeResult{bw: tc.rep})
 		if diff := cmp.Diff(tc.want, b.String()); diff != "" {
 			t.Errorf("%q: result line (-want +got):\n%s", tc.args, diff)
 		}

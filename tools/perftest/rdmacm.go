@@ -29,7 +29,7 @@ import (
 //  2. Every exchange of the TCP side channel (versions, system data, MTU,
 //     addresses, BW report) becomes one SEND each way on it, client first,
 //     each waiting for its send completion; an address is perftest's struct
-//     pingpong_dest in 56 big-endian bytes (ptCMDestLen) instead of text.
+//     pingpong_dest in 56 big-endian bytes (cmDestLen) instead of text.
 //  3. After the banner, one all-zero address handshake, then one rdma_cm
 //     connection per test QP to the same port (the QP the CM creates and
 //     moves to RTS is the traffic QP), then another all-zero handshake.
@@ -40,11 +40,11 @@ import (
 // With -z (--com_rdma_cm) only steps 1, 2 and 4 apply: the test QPs are
 // created and connected as without it, from the exchanged addresses.
 
-// ptCMDestLen is sizeof(struct pingpong_dest) on x86-64: lid, out_reads,
+// cmDestLen is sizeof(struct pingpong_dest) on x86-64: lid, out_reads,
 // qpn, psn, rkey (4 bytes each), 4 bytes of padding, vaddr (8), gid (16),
 // srqn and gid_index (4 each), each integer big-endian (perftest's
 // rdma_write_keys with HAVE_ENDIAN).
-const ptCMDestLen = 56
+const cmDestLen = 56
 
 // errPtCMMsg reports a side-channel message of the wrong size or kind.
 var errPtCMMsg = errors.New("malformed rdma_cm side-channel message")
@@ -52,7 +52,7 @@ var errPtCMMsg = errors.New("malformed rdma_cm side-channel message")
 // appendPtCMDest appends d as the 56-byte message; gidIndex is the sender's
 // GID index (perftest's my_dest.gid_index; 0 in the all-zero handshakes).
 func appendPtCMDest(b []byte, d *oob.PerftestDest, gidIndex int32) []byte {
-	var m [ptCMDestLen]byte
+	var m [cmDestLen]byte
 	binary.BigEndian.PutUint32(m[0:], uint32(d.LID))
 	binary.BigEndian.PutUint32(m[4:], uint32(d.OutReads))
 	binary.BigEndian.PutUint32(m[8:], d.QPN)
@@ -69,8 +69,8 @@ func appendPtCMDest(b []byte, d *oob.PerftestDest, gidIndex int32) []byte {
 // rdma_read_keys it keeps the low bits of each field.
 func parsePtCMDest(b []byte) (oob.PerftestDest, int32, error) {
 	var d oob.PerftestDest
-	if len(b) < ptCMDestLen {
-		return d, 0, fmt.Errorf("%w: address of %d bytes, want %d", errPtCMMsg, len(b), ptCMDestLen)
+	if len(b) < cmDestLen {
+		return d, 0, fmt.Errorf("%w: address of %d bytes, want %d", errPtCMMsg, len(b), cmDestLen)
 	}
 	d.LID = uint16(binary.BigEndian.Uint32(b[0:]))
 	d.OutReads = uint16(binary.BigEndian.Uint32(b[4:]))
@@ -83,27 +83,27 @@ func parsePtCMDest(b []byte) (oob.PerftestDest, int32, error) {
 	return d, int32(binary.BigEndian.Uint32(b[52:])), nil
 }
 
-// ptMsgPipe moves whole messages: one SEND and one receive completion each.
-type ptMsgPipe interface {
+// msgPipe moves whole messages: one SEND and one receive completion each.
+type msgPipe interface {
 	send(ctx context.Context, msg []byte) error
 	// recv fills in with the next message and returns its length.
 	recv(ctx context.Context, in []byte) (int, error)
 }
 
-// ptCMSide is perftest's side channel over an rdma_cm connection
+// cmSide is perftest's side channel over an rdma_cm connection
 // (ctx_xchg_data_rdma, rdma_write_keys/rdma_read_keys). It has the
-// methods of oob.PerftestConn that ptRun uses.
-type ptCMSide struct {
-	p        ptMsgPipe
+// methods of oob.PerftestConn that runConfig uses.
+type cmSide struct {
+	p        msgPipe
 	client   bool
 	gidIndex int32 // sent in every address message but the all-zero ones
 	remVer   float64
-	buf      [ptCMDestLen]byte
-	out      [ptCMDestLen]byte
+	buf      [cmDestLen]byte
+	out      [cmDestLen]byte
 }
 
-// ptSide is the side channel of a run: oob.PerftestConn (TCP) or ptCMSide.
-type ptSide interface {
+// sideChannel is the side channel of a run: oob.PerftestConn (TCP) or cmSide.
+type sideChannel interface {
 	Setup(ctx context.Context, sys oob.SysData, mtu int) (oob.SysData, int, error)
 	HandShake(ctx context.Context, local *oob.PerftestDest) (oob.PerftestDest, error)
 	Connect(ctx context.Context, local []oob.PerftestDest, connect func([]oob.PerftestDest) error) ([]oob.PerftestDest, error)
@@ -112,16 +112,16 @@ type ptSide interface {
 }
 
 var (
-	_ ptSide = (*oob.PerftestConn)(nil)
-	_ ptSide = (*ptCMSide)(nil)
+	_ sideChannel = (*oob.PerftestConn)(nil)
+	_ sideChannel = (*cmSide)(nil)
 )
 
-func newPtCMSide(p ptMsgPipe, client bool, gidIndex int) *ptCMSide {
-	return &ptCMSide{p: p, client: client, gidIndex: int32(gidIndex), remVer: 6.06}
+func newPtCMSide(p msgPipe, client bool, gidIndex int) *cmSide {
+	return &cmSide{p: p, client: client, gidIndex: int32(gidIndex), remVer: 6.06}
 }
 
 // xchg sends out and receives exactly len(in) bytes, client first.
-func (s *ptCMSide) xchg(ctx context.Context, out, in []byte) error {
+func (s *cmSide) xchg(ctx context.Context, out, in []byte) error {
 	if s.client {
 		if err := s.p.send(ctx, out); err != nil {
 			return err
@@ -142,7 +142,7 @@ func (s *ptCMSide) xchg(ctx context.Context, out, in []byte) error {
 }
 
 // Setup runs exchange_versions, check_sys_data and check_mtu.
-func (s *ptCMSide) Setup(ctx context.Context, sys oob.SysData, mtu int) (oob.SysData, int, error) {
+func (s *cmSide) Setup(ctx context.Context, sys oob.SysData, mtu int) (oob.SysData, int, error) {
 	var out, in [oob.PerftestVersionLen]byte
 	copy(out[:], oob.PerftestVersion)
 	if err := s.xchg(ctx, out[:], in[:]); err != nil {
@@ -201,13 +201,13 @@ func leadingNumber(s string) string {
 }
 
 // HandShake is ctx_hand_shake: one address message each way.
-func (s *ptCMSide) HandShake(ctx context.Context, local *oob.PerftestDest) (oob.PerftestDest, error) {
+func (s *cmSide) HandShake(ctx context.Context, local *oob.PerftestDest) (oob.PerftestDest, error) {
 	gi := s.gidIndex
 	if *local == (oob.PerftestDest{}) {
 		gi = 0 // perftest's zeroed my_dest before set_up_connection
 	}
 	out := appendPtCMDest(s.out[:0], local, gi)
-	var in [ptCMDestLen]byte
+	var in [cmDestLen]byte
 	if err := s.xchg(ctx, out, in[:]); err != nil {
 		return oob.PerftestDest{}, err
 	}
@@ -217,7 +217,7 @@ func (s *ptCMSide) HandShake(ctx context.Context, local *oob.PerftestDest) (oob.
 
 // Connect runs the address handshakes: one per QP, connect (may be nil),
 // one per QP again and one more, as oob.PerftestConn.Connect.
-func (s *ptCMSide) Connect(ctx context.Context, local []oob.PerftestDest, connect func([]oob.PerftestDest) error) ([]oob.PerftestDest, error) {
+func (s *cmSide) Connect(ctx context.Context, local []oob.PerftestDest, connect func([]oob.PerftestDest) error) ([]oob.PerftestDest, error) {
 	remote := make([]oob.PerftestDest, len(local))
 	for round := 0; round < 2; round++ {
 		for i := range local {
@@ -242,19 +242,19 @@ func (s *ptCMSide) Connect(ctx context.Context, local []oob.PerftestDest, connec
 }
 
 // ExchangeBWReport is xchg_bw_reports on the rdma_cm connection.
-func (s *ptCMSide) ExchangeBWReport(ctx context.Context, local oob.BWReport) (oob.BWReport, error) {
+func (s *cmSide) ExchangeBWReport(ctx context.Context, local oob.BWReport) (oob.BWReport, error) {
 	return oob.XchgBWReport(ctx, s.remVer, s.xchg, local)
 }
 
 // Close is ctx_close_connection with rdma_cm: one handshake, no "done".
-func (s *ptCMSide) Close(ctx context.Context, local *oob.PerftestDest) error {
+func (s *cmSide) Close(ctx context.Context, local *oob.PerftestDest) error {
 	_, err := s.HandShake(ctx, local)
 	return err
 }
 
-// ptCMPipe sends and receives the side channel's messages on the QP of an
+// cmPipe sends and receives the side channel's messages on the QP of an
 // rdma_cm connection: one signalled SEND at a time, one posted receive.
-type ptCMPipe struct {
+type cmPipe struct {
 	conn *cm.Conn
 	mr   *verbs.MR
 	buf  []byte // send half, receive half
@@ -262,9 +262,9 @@ type ptCMPipe struct {
 }
 
 // prepare registers the buffers and posts the receive (cm.Options.Prepare).
-func (p *ptCMPipe) prepare(c *cm.Conn) error {
+func (p *cmPipe) prepare(c *cm.Conn) error {
 	p.conn = c
-	p.buf = make([]byte, 2*ptCMDestLen)
+	p.buf = make([]byte, 2*cmDestLen)
 	var err error
 	if p.mr, err = c.PD.RegMR(p.buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("Couldn't register the rdma_cm side channel's buffer: %w", err)
@@ -274,15 +274,15 @@ func (p *ptCMPipe) prepare(c *cm.Conn) error {
 
 // release deregisters the buffers (cm.Options.Release): the connection
 // closes or an attempt failed.
-func (p *ptCMPipe) release(*cm.Conn) {
+func (p *cmPipe) release(*cm.Conn) {
 	if p.mr != nil {
 		p.mr.Deregister()
 		p.mr = nil
 	}
 }
 
-func (p *ptCMPipe) postRecv() error {
-	wr := [1]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{{Addr: p.mr.Addr() + ptCMDestLen, Length: ptCMDestLen, LKey: p.mr.LKey()}}}}
+func (p *cmPipe) postRecv() error {
+	wr := [1]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{{Addr: p.mr.Addr() + cmDestLen, Length: cmDestLen, LKey: p.mr.LKey()}}}}
 	if _, err := p.conn.QP.PostRecv(wr[:]); err != nil {
 		return fmt.Errorf("Function ibv_post_recv failed for RDMA_CM QP: %w", err)
 	}
@@ -291,7 +291,7 @@ func (p *ptCMPipe) postRecv() error {
 
 // wait polls cq for one completion, parking on the connection's
 // completion channel, until ctx ends or the connection goes down.
-func (p *ptCMPipe) wait(ctx context.Context, cq *verbs.CQ) (*verbs.WC, error) {
+func (p *cmPipe) wait(ctx context.Context, cq *verbs.CQ) (*verbs.WC, error) {
 	w := toolkit.CQWaiter{Ctx: ctx, CQ: cq, Ch: p.conn.CompChannel, Spin: 8}
 	for cq.Poll(p.wc[:]) == 0 {
 		select {
@@ -309,8 +309,8 @@ func (p *ptCMPipe) wait(ctx context.Context, cq *verbs.CQ) (*verbs.WC, error) {
 	return &p.wc[0], nil
 }
 
-func (p *ptCMPipe) send(ctx context.Context, msg []byte) error {
-	if len(msg) > ptCMDestLen {
+func (p *cmPipe) send(ctx context.Context, msg []byte) error {
+	if len(msg) > cmDestLen {
 		return fmt.Errorf("%w: %d bytes to send", errPtCMMsg, len(msg))
 	}
 	copy(p.buf, msg)
@@ -329,7 +329,7 @@ func (p *ptCMPipe) send(ctx context.Context, msg []byte) error {
 	return nil
 }
 
-func (p *ptCMPipe) recv(ctx context.Context, in []byte) (int, error) {
+func (p *cmPipe) recv(ctx context.Context, in []byte) (int, error) {
 	wc, err := p.wait(ctx, p.conn.RecvCQ)
 	if err != nil {
 		return 0, err
@@ -337,23 +337,23 @@ func (p *ptCMPipe) recv(ctx context.Context, in []byte) (int, error) {
 	if wc.Status != verbs.WCSuccess || wc.Opcode&verbs.WCRecv == 0 {
 		return 0, fmt.Errorf("Bad wc status -- %d -- %d (%v)", wc.Status, wc.WRID, wc.Status)
 	}
-	n := copy(in, p.buf[ptCMDestLen:ptCMDestLen+min(int(wc.ByteLen), ptCMDestLen)])
+	n := copy(in, p.buf[cmDestLen:cmDestLen+min(int(wc.ByteLen), cmDestLen)])
 	return n, p.postRecv()
 }
 
 // close disconnects (if active) or waits for the peer's disconnect (at
 // most grace), then frees the connection.
-func (p *ptCMPipe) close(active bool, grace time.Duration) {
+func (p *cmPipe) close(active bool, grace time.Duration) {
 	if p.conn == nil {
 		return
 	}
-	ptCMClose(p.conn, active, grace)
+	cmClose(p.conn, active, grace)
 	p.conn.Close() // and release
 
 }
 
-// ptCMClose disconnects c (active) or waits up to grace for the peer to.
-func ptCMClose(c *cm.Conn, active bool, grace time.Duration) {
+// cmClose disconnects c (active) or waits up to grace for the peer to.
+func cmClose(c *cm.Conn, active bool, grace time.Duration) {
 	if !active {
 		select {
 		case <-c.Disconnected():
@@ -368,14 +368,14 @@ func ptCMClose(c *cm.Conn, active bool, grace time.Duration) {
 	}
 }
 
-// ptCM is one side's rdma_cm state for -R and -z.
-type ptCM struct {
-	c     *ptConfig
+// cmChannel is one side's rdma_cm state for -R and -z.
+type cmChannel struct {
+	c     *config
 	td    *toolkit.ToolDevice
 	agent *cm.Agent
 	addr  string // server ip:port
-	comm  ptCMPipe
-	side  *ptCMSide
+	comm  cmPipe
+	side  *cmSide
 	// The test connections: one event channel, one ID per QP.
 	ch     *cm.EventChannel
 	listen *cm.ID
@@ -385,17 +385,17 @@ type ptCM struct {
 // cmParam is the rdma_conn_param perftest gives rdma_connect for the test
 // QPs: READ depths only for the read and atomic tests, retry and RNR
 // retry --retry_count (7), no private data.
-func (c *ptConfig) cmParam() *cm.ConnParam {
+func (c *config) cmParam() *cm.ConnParam {
 	p := &cm.ConnParam{RetryCount: c.cmRetry(), RNRRetryCount: c.cmRetry()}
-	if c.tool.verb == ptRead || c.tool.verb == ptAtomic {
+	if c.tool.verb == verbRead || c.tool.verb == verbAtomic {
 		p.ResponderResources, p.InitiatorDepth = uint8(c.outReads), uint8(c.outReads)
 	}
 	return p
 }
 
-// ptCMCommParam is the side channel's: its comm struct's verb is SEND;
+// cmCommParam is the side channel's: its comm struct's verb is SEND;
 // retry --retry_count (7), RNR retry 7.
-func ptCMCommParam(retry uint8) *cm.ConnParam {
+func cmCommParam(retry uint8) *cm.ConnParam {
 	return &cm.ConnParam{RetryCount: retry, RNRRetryCount: 7}
 }
 
@@ -414,23 +414,23 @@ func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
 // startPtCM attaches the CM to the device and sets up the side channel:
 // the server accepts one connection on port -p, the client connects to it
 // (retrying while the server is not listening yet, for c.connectTO).
-func startPtCM(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stderr io.Writer) (*ptCM, error) {
+func startPtCM(ctx context.Context, c *config, td *toolkit.ToolDevice, stderr io.Writer) (*cmChannel, error) {
 	ag, err := cm.Attach(td.Dev, toolkit.AgentConfig())
 	if err != nil {
 		return nil, fmt.Errorf("Unable to create RDMA_CM resources: %w", err)
 	}
-	p := &ptCM{c: c, td: td, agent: ag}
+	p := &cmChannel{c: c, td: td, agent: ag}
 	o := &cm.Options{Src: td.Info.Addr.Addr(), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
-		CQE: 1, CompChannel: true, Param: ptCMCommParam(c.cmRetry()), Prepare: p.comm.prepare,
+		CQE: 1, CompChannel: true, Param: cmCommParam(c.cmRetry()), Prepare: p.comm.prepare,
 		Release: p.comm.release} // no TOS: kernel ib_write_bw -R -T's side channel sends with TOS 0
 	var conn *cm.Conn
 	if c.isServer() {
-		conn, err = ptCMAcceptOne(ctx, netip.AddrPortFrom(td.Info.Addr.Addr(), uint16(c.tcpPort)), o)
+		conn, err = cmAcceptOne(ctx, netip.AddrPortFrom(td.Info.Addr.Addr(), uint16(c.tcpPort)), o)
 	} else {
 		var ip netip.Addr
 		if ip, err = resolveIPv4(ctx, c.server); err == nil {
 			p.addr = netip.AddrPortFrom(ip, uint16(c.tcpPort)).String()
-			conn, err = ptCMDial(ctx, p.addr, o, c.connectTO, ag.Config(), stderr)
+			conn, err = cmDial(ctx, p.addr, o, c.connectTO, ag.Config(), stderr)
 		}
 	}
 	if err != nil {
@@ -442,9 +442,9 @@ func startPtCM(ctx context.Context, c *ptConfig, td *toolkit.ToolDevice, stderr 
 	return p, nil
 }
 
-// ptCMAcceptOne listens on ap, accepts one connection and stops listening
+// cmAcceptOne listens on ap, accepts one connection and stops listening
 // (rdma_server_connect destroys its listening ID).
-func ptCMAcceptOne(ctx context.Context, ap netip.AddrPort, o *cm.Options) (*cm.Conn, error) {
+func cmAcceptOne(ctx context.Context, ap netip.AddrPort, o *cm.Options) (*cm.Conn, error) {
 	l, err := cm.Listen(ap.String(), o)
 	if err != nil {
 		return nil, fmt.Errorf(" rdma_bind_addr/rdma_listen on %v failed: %w", ap, err)
@@ -460,13 +460,13 @@ func ptCMAcceptOne(ctx context.Context, ap netip.AddrPort, o *cm.Options) (*cm.C
 	return conn, nil
 }
 
-// ptCMDial connects to addr as perftest's rdma_client_connect: an address
+// cmDial connects to addr as perftest's rdma_client_connect: an address
 // that does not resolve (ADDR_ERROR, 2 s each) is tried 10 times; any
 // other failed event ends it with perftest's lines. Unlike perftest, a
 // REJECTED (nothing listens yet) is retried every 100 ms for grace, and
 // a line on stderr says what is being waited for when the server's CM
 // does not answer within cfg.Timeout.
-func ptCMDial(ctx context.Context, addr string, o *cm.Options, grace time.Duration, cfg cm.Config, stderr io.Writer) (*cm.Conn, error) {
+func cmDial(ctx context.Context, addr string, o *cm.Options, grace time.Duration, cfg cm.Config, stderr io.Writer) (*cm.Conn, error) {
 	const resolveTries = 10 // perftest's NUM_OF_RETRIES
 	deadline := time.Now().Add(grace)
 	addrErrs, saidRejected := 0, false
@@ -516,7 +516,7 @@ func ptCMDial(ctx context.Context, addr string, o *cm.Options, grace time.Durati
 // rdma_cm connection per QP on one event channel (the CM creates each QP
 // on r's PD and CQs and brings it to RTS with the negotiated values), and
 // another all-zero handshake. It fills r's QPs and local addresses.
-func (p *ptCM) connectTraffic(ctx context.Context, r *ptRes, gid verbs.GID) error {
+func (p *cmChannel) connectTraffic(ctx context.Context, r *resources, gid verbs.GID) error {
 	c := p.c
 	sync := func(when string) error {
 		var zero oob.PerftestDest
@@ -559,7 +559,7 @@ func (p *ptCM) connectTraffic(ctx context.Context, r *ptRes, gid verbs.GID) erro
 	return nil
 }
 
-func (p *ptCM) listenTraffic() error {
+func (p *cmChannel) listenTraffic() error {
 	ap := netip.AddrPortFrom(p.td.Info.Addr.Addr(), uint16(p.c.tcpPort))
 	id, err := p.ch.CreateID(nil, mad.PortSpaceTCP)
 	if err == nil {
@@ -579,7 +579,7 @@ func (p *ptCM) listenTraffic() error {
 
 // acceptTraffic is rdma_cm_connection_request_handler for each QP: the
 // READ depths are clamped to the peer's, the RNR timer set to perftest's.
-func (p *ptCM) acceptTraffic(ctx context.Context, r *ptRes) error {
+func (p *cmChannel) acceptTraffic(ctx context.Context, r *resources) error {
 	c := p.c
 	defer func() {
 		p.listen.Destroy() // rdma_destroy_id(listen_id)
@@ -600,11 +600,11 @@ func (p *ptCM) acceptTraffic(ctx context.Context, r *ptRes) error {
 				continue
 			}
 			a := &cm.ConnParam{RetryCount: c.cmRetry(), RNRRetryCount: c.cmRetry()}
-			if c.tool.verb == ptRead || c.tool.verb == ptAtomic {
+			if c.tool.verb == verbRead || c.tool.verb == verbAtomic {
 				a.ResponderResources = uint8(min(c.outReads, int(ev.Param.InitiatorDepth)))
 				a.InitiatorDepth = uint8(min(c.outReads, int(ev.Param.ResponderResources)))
 			}
-			id.SetMinRNRTimer(ptMinRNRTimer)
+			id.SetMinRNRTimer(minRNRTimer)
 			if _, err := id.CreateQP(r.pd, r.qpAttr); err != nil {
 				id.Reject(nil)
 				id.Destroy()
@@ -628,7 +628,7 @@ func (p *ptCM) acceptTraffic(ctx context.Context, r *ptRes) error {
 
 // dialTraffic connects each QP (rdma_cm_client_connection), retrying every
 // 100 ms while the server rejects, for c.connectTO.
-func (p *ptCM) dialTraffic(ctx context.Context, r *ptRes) error {
+func (p *cmChannel) dialTraffic(ctx context.Context, r *resources) error {
 	c := p.c
 	dst, err := cm.ParseAddr(p.addr)
 	if err != nil {
@@ -666,7 +666,7 @@ func (p *ptCM) dialTraffic(ctx context.Context, r *ptRes) error {
 
 // dialOne resolves, creates the QP and connects one ID, waiting for
 // ESTABLISHED.
-func (p *ptCM) dialOne(ctx context.Context, id *cm.ID, src, dst netip.AddrPort, param *cm.ConnParam, r *ptRes) error {
+func (p *cmChannel) dialOne(ctx context.Context, id *cm.ID, src, dst netip.AddrPort, param *cm.ConnParam, r *resources) error {
 	if err := id.ResolveAddr(src, dst, 2*time.Second); err != nil {
 		return err
 	}
@@ -706,7 +706,7 @@ func (p *ptCM) dialOne(ctx context.Context, id *cm.ID, src, dst netip.AddrPort, 
 // close tears the connections down: the client disconnects the test
 // connections then the side channel, as perftest; the server waits for it
 // (at most a few seconds) before disconnecting itself.
-func (p *ptCM) close() {
+func (p *cmChannel) close() {
 	active := !p.c.isServer()
 	if p.listen != nil {
 		p.listen.Destroy()
@@ -747,5 +747,5 @@ func (p *ptCM) close() {
 
 // printCMWaiting is what the server prints before the traffic connections.
 func printCMWaiting(w io.Writer) {
-	io.WriteString(w, " Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n"+ptResultLine)
+	io.WriteString(w, " Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n"+resultLine)
 }

@@ -104,7 +104,7 @@ func readCMPcap(t testing.TB, path string, client netip.Addr) *rdmacmCapture {
 // address message (bytes 20..23: perftest leaves its stack garbage there,
 // as the capture shows in some messages; softroce sends zeros).
 func equalCMMsg(a, b []byte) bool {
-	if len(a) != ptCMDestLen || len(b) != ptCMDestLen {
+	if len(a) != cmDestLen || len(b) != cmDestLen {
 		return bytes.Equal(a, b)
 	}
 	return bytes.Equal(a[:20], b[:20]) && bytes.Equal(a[24:], b[24:])
@@ -151,7 +151,7 @@ func TestPerftestCMCaptureDest(t *testing.T) {
 	}{{c.client, capturedCMClientDest}, {c.server, capturedCMServerDest}} {
 		var addrs int
 		for _, m := range x.msgs {
-			if len(m) != ptCMDestLen || bytes.Equal(m, make([]byte, ptCMDestLen)) {
+			if len(m) != cmDestLen || bytes.Equal(m, make([]byte, cmDestLen)) {
 				continue
 			}
 			addrs++
@@ -173,7 +173,7 @@ func TestPerftestCMCaptureDest(t *testing.T) {
 }
 
 // TestPerftestCMCaptureSession replays the captured server's messages to
-// a client ptCMSide running write_bw's session (and the client's to a
+// a client cmSide running write_bw's session (and the client's to a
 // server), and compares every message sent with the capture's, byte for
 // byte (the BW report's values are the captured ones).
 func TestPerftestCMCaptureSession(t *testing.T) {
@@ -200,7 +200,7 @@ func TestPerftestCMCaptureSession(t *testing.T) {
 			}
 			ctx := context.Background()
 			s := newPtCMSide(fp, client, 1)
-			sys, mtu, err := s.Setup(ctx, oob.SysData{CycleBuffer: ptCycleBuffer, CacheLineSize: ptCacheLine}, 3)
+			sys, mtu, err := s.Setup(ctx, oob.SysData{CycleBuffer: cycleBuffer, CacheLineSize: cacheLine}, 3)
 			if err != nil || mtu != 3 || sys.CycleBuffer != 4096 || sys.CacheLineSize != 64 {
 				t.Fatalf("Setup: %v %v %v", sys, mtu, err)
 			}
@@ -263,13 +263,13 @@ func TestPerftestCMCaptureParams(t *testing.T) {
 	if len(c.reqs) != 2 || len(c.reps) != 2 {
 		t.Fatalf("%d REQs, %d REPs, want 2 each", len(c.reqs), len(c.reps))
 	}
-	cfg := &ptConfig{tool: ptTools[1], rdmaCM: true, conn: "RC", numQP: 1, outReads: -1, txDepth: -1, rxDepth: -1, cqMod: -1,
+	cfg := &config{tool: tools[1], rdmaCM: true, conn: "RC", numQP: 1, outReads: -1, txDepth: -1, rxDepth: -1, cqMod: -1,
 		iters: 20, itersSet: true, size: 4096, sizeSet: true, atomicType: "FETCH_AND_ADD", qpTimeout: 14, ibPort: 1, gidx: 1}
 	if msg := cfg.finish(); msg != "" {
 		t.Fatal(msg)
 	}
 	for i, p := range [...]struct{ rr, id, retry, rnr uint8 }{
-		{ptCMCommParam(7).ResponderResources, ptCMCommParam(7).InitiatorDepth, ptCMCommParam(7).RetryCount, ptCMCommParam(7).RNRRetryCount},
+		{cmCommParam(7).ResponderResources, cmCommParam(7).InitiatorDepth, cmCommParam(7).RetryCount, cmCommParam(7).RNRRetryCount},
 		{cfg.cmParam().ResponderResources, cfg.cmParam().InitiatorDepth, cfg.cmParam().RetryCount, cfg.cmParam().RNRRetryCount},
 	} {
 		q, r := c.reqs[i], c.reps[i]
@@ -292,7 +292,7 @@ func TestPerftestCMCaptureParams(t *testing.T) {
 		}
 	}
 	// read_bw and atomic_bw ask for their outstanding reads both ways.
-	rd := &ptConfig{tool: ptTools[2], outReads: 16}
+	rd := &config{tool: tools[2], outReads: 16}
 	if p := rd.cmParam(); p.ResponderResources != 16 || p.InitiatorDepth != 16 || p.RetryCount != 7 || p.RNRRetryCount != 7 {
 		t.Errorf("read_bw param %+v", p)
 	}
@@ -302,12 +302,12 @@ func TestPerftestCMCaptureParams(t *testing.T) {
 // re-encodes to a message that decodes the same.
 func FuzzParsePtCMDest(f *testing.F) {
 	f.Add(appendPtCMDest(nil, &capturedCMClientDest, 1))
-	f.Add(make([]byte, ptCMDestLen))
+	f.Add(make([]byte, cmDestLen))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, gi, err := parsePtCMDest(b)
 		if err != nil {
-			if len(b) >= ptCMDestLen {
+			if len(b) >= cmDestLen {
 				t.Fatalf("%d bytes refused: %v", len(b), err)
 			}
 			return
@@ -405,17 +405,17 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 					}
 				}
 			}
-			cmLines := " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n" + ptResultLine
-			waiting := " Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n" + ptResultLine
+			cmLines := " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n" + resultLine
+			waiting := " Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n" + resultLine
 			if z {
-				cmLines = " rdma_cm QPs\t : OFF\n Data ex. method : rdma_cm\n" + ptResultLine
+				cmLines = " rdma_cm QPs\t : OFF\n Data ex. method : rdma_cm\n" + resultLine
 				waiting = ""
 			}
-			if !strings.HasPrefix(s.Stdout, ptWaiting+ptResultLine+"                    "+tc.title+"\n") ||
+			if !strings.HasPrefix(s.Stdout, waitingBanner+resultLine+"                    "+tc.title+"\n") ||
 				!strings.Contains(s.Stdout, cmLines+waiting+" local address: ") {
 				t.Errorf("server banner:\n%s", s.Stdout)
 			}
-			if !strings.HasPrefix(c.Stdout, ptResultLine+"                    "+tc.title+"\n") ||
+			if !strings.HasPrefix(c.Stdout, resultLine+"                    "+tc.title+"\n") ||
 				!strings.Contains(c.Stdout, cmLines+" local address: ") {
 				t.Errorf("client banner:\n%s", c.Stdout)
 			}
@@ -435,11 +435,11 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 					continue
 				}
 				if lat {
-					tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(ptLatLineRE, tc.size, tc.iters))
+					tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(latLineRE, tc.size, tc.iters))
 				} else {
-					tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(ptBWLineRE, tc.size, tc.iters))
+					tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(bwLineRE, tc.size, tc.iters))
 				}
-				if !strings.HasSuffix(x.r.Stdout, ptResultLine) {
+				if !strings.HasSuffix(x.r.Stdout, resultLine) {
 					t.Errorf("%s: output does not end with the result line:\n%s", x.who, x.r.Stdout)
 				}
 			}
@@ -452,19 +452,19 @@ func TestPerftestRdmaCMBinary(t *testing.T) {
 func TestPerftestRdmaCMRefused(t *testing.T) {
 	for _, args := range [][]string{{"-R", "-c", "UC"}, {"-R", "-c", "UD"}} {
 		var o, e strings.Builder
-		if code := runPerftest(ptTools[0], args, &o, &e); code != cli.ExitUsage || !strings.Contains(e.String(), "-R (rdma_cm)") {
+		if code := runPerftest(tools[0], args, &o, &e); code != cli.ExitUsage || !strings.Contains(e.String(), "-R (rdma_cm)") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, e.String())
 		}
 	}
 }
 
-// TestPerftestCMOutputMatchesCapture prints, in ptRun's order, what a -R
+// TestPerftestCMOutputMatchesCapture prints, in runConfig's order, what a -R
 // run of write_bw prints with the captured run's values, and compares it
 // with ib_write_bw -R's output over kernel rxe, byte for byte.
 func TestPerftestCMOutputMatchesCapture(t *testing.T) {
 	for _, side := range []string{"server", "client"} {
 		t.Run(side, func(t *testing.T) {
-			c := &ptConfig{tool: ptTools[1], ibPort: 1, numQP: 1, gidx: 1, conn: "RC", iters: 20, itersSet: true, size: 4096,
+			c := &config{tool: tools[1], ibPort: 1, numQP: 1, gidx: 1, conn: "RC", iters: 20, itersSet: true, size: 4096,
 				sizeSet: true, rdmaCM: true, atomicType: "FETCH_AND_ADD", txDepth: -1, rxDepth: -1, cqMod: -1, outReads: -1, qpTimeout: 14}
 			local, remote := capturedCMServerDest, capturedCMClientDest
 			if side == "client" {
@@ -476,7 +476,7 @@ func TestPerftestCMOutputMatchesCapture(t *testing.T) {
 			}
 			var b strings.Builder
 			if c.isServer() {
-				b.WriteString(ptWaiting)
+				b.WriteString(waitingBanner)
 			}
 			c.printBanner(&b, "rxe0", 3)
 			if c.isServer() {
@@ -484,10 +484,10 @@ func TestPerftestCMOutputMatchesCapture(t *testing.T) {
 			}
 			c.printDest(&b, "local", &local)
 			c.printDest(&b, "remote", &remote)
-			b.WriteString(ptResultLine)
+			b.WriteString(resultLine)
 			c.printResultHeader(&b)
-			c.printResult(&b, ptResult{bw: oob.BWReport{Size: 4096, Iters: 20, BWPeak: 0.40, BWAvg: 0.40, MsgRateAvg: 0.000103}})
-			b.WriteString(ptResultLine)
+			c.printResult(&b, sizeResult{bw: oob.BWReport{Size: 4096, Iters: 20, BWPeak: 0.40, BWAvg: 0.40, MsgRateAvg: 0.000103}})
+			b.WriteString(resultLine)
 			want, err := os.ReadFile(filepath.Join("testdata", "perftest_write_bw_rdmacm_"+side+".txt"))
 			if err != nil {
 				t.Fatal(err)
@@ -545,7 +545,7 @@ func TestPerftestRdmaCMClientFirst(t *testing.T) {
 	if cerr := <-done; cerr != nil || serr != nil {
 		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, co.String(), serr, so.String())
 	}
-	if re := fmt.Sprintf(ptLatLineRE, 2, 10); !regexp.MustCompile(re).MatchString(co.String()) {
+	if re := fmt.Sprintf(latLineRE, 2, 10); !regexp.MustCompile(re).MatchString(co.String()) {
 		t.Errorf("client output does not match %q:\n%s", re, co.String())
 	}
 }
