@@ -5,10 +5,10 @@ package dadatool
 
 import "github.com/softroce/softroce/internal/cli"
 
-// dadaCommands are the commands this family registers from init.
-var dadaCommands []*cli.Command
+// registered are the commands this family registers from init.
+var registered []*cli.Command
 
-func registerCmd(c *cli.Command) { dadaCommands = append(dadaCommands, c) }
+func registerCmd(c *cli.Command) { registered = append(registered, c) }
 
 // Commands returns the dada command.
-func Commands() []*cli.Command { return dadaCommands }
+func Commands() []*cli.Command { return registered }

@@ -28,14 +28,14 @@ func init() {
 	})
 }
 
-var dadaSubs = map[string]struct {
+var subcommands = map[string]struct {
 	summary string
 	run     func(args []string, stdout, stderr io.Writer) int
 }{
-	"db":      {"create or destroy a ring, like dada_db", dadaDB},
-	"monitor": {"show a ring's buffers once a second, like dada_dbmonitor", dadaMonitor},
-	"write":   {"write transfers of generated data, like dada_junkdb", dadaWrite},
-	"read":    {"read transfers and discard or save them, like dada_dbnull/dada_dbdisk", dadaRead},
+	"db":      {"create or destroy a ring, like dada_db", runDB},
+	"monitor": {"show a ring's buffers once a second, like dada_dbmonitor", runMonitor},
+	"write":   {"write transfers of generated data, like dada_junkdb", runWrite},
+	"read":    {"read transfers and discard or save them, like dada_dbnull/dada_dbdisk", runRead},
 }
 
 func runDada(args []string, stdout, stderr io.Writer) int {
@@ -45,13 +45,13 @@ func runDada(args []string, stdout, stderr io.Writer) int {
 			w = stderr
 		}
 		fmt.Fprintln(w, "Usage: softroce dada SUBCOMMAND [options]\n\nSubcommands:")
-		names := make([]string, 0, len(dadaSubs))
-		for n := range dadaSubs {
+		names := make([]string, 0, len(subcommands))
+		for n := range subcommands {
 			names = append(names, n)
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			fmt.Fprintf(w, "  %-8s %s\n", n, dadaSubs[n].summary)
+			fmt.Fprintf(w, "  %-8s %s\n", n, subcommands[n].summary)
 		}
 		fmt.Fprintln(w, "\nKeys are hexadecimal as in psrdada (default dada); the header block is key+1.")
 		if len(args) == 0 {
@@ -59,7 +59,7 @@ func runDada(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	s, ok := dadaSubs[args[0]]
+	s, ok := subcommands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "softroce dada: unknown subcommand %q (want db, monitor, write, read, send or recv)\n", args[0])
 		return 2
@@ -112,7 +112,7 @@ func signalCtx() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-func dadaDB(args []string, stdout, stderr io.Writer) int {
+func runDB(args []string, stdout, stderr io.Writer) int {
 	fs, key := newDadaFlags("db", stderr, "[-k key] [-n nbufs] [-b bufsz] [-r nread] [-a hdrsz] [-l] [-p] [-w] [-d]")
 	nbufs := fs.Int("n", dada.DefaultNBufs, "number of data buffers")
 	bufsz := fs.Uint64("b", dada.DefaultBufSize, "bytes per data buffer")
@@ -128,7 +128,7 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 	}
 	if *destroy {
 		if err := dada.Destroy(key.k); err != nil {
-			return dadaFail(stderr, "db", key.k, err)
+			return failLine(stderr, "db", key.k, err)
 		}
 		fmt.Fprintf(stdout, "destroyed ring %s (data block %s, header block %s)\n", key.k.Short(), key.k, key.k.HeaderKey())
 		return 0
@@ -142,7 +142,7 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 	h, err := dada.Create(dada.Config{Key: key.k, NBufs: *nbufs, BufSize: *bufsz, NReaders: *nread,
 		HeaderSize: *hdrsz, Lock: *lock, Page: *page})
 	if err != nil {
-		return dadaFail(stderr, "db", key.k, err)
+		return failLine(stderr, "db", key.k, err)
 	}
 	fmt.Fprintf(stdout, "created ring %s: data block %s, %d × %d bytes (%s) for %d reader(s); header block %s, %d × %d bytes\n",
 		key.k.Short(), key.k, *nbufs, *bufsz, dada.FormatBytes(uint64(*nbufs)**bufsz), *nread, key.k.HeaderKey(), h.Header.NBufs(), h.Header.BufSize())
@@ -162,7 +162,7 @@ func dadaDB(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func dadaMonitor(args []string, stdout, stderr io.Writer) int {
+func runMonitor(args []string, stdout, stderr io.Writer) int {
 	fs, key := newDadaFlags("monitor", stderr, "[-k key] [-i interval] [-n count]")
 	interval := fs.Duration("i", time.Second, "time between lines")
 	count := fs.Int("n", 0, "stop after this many lines (0: until interrupted)")
@@ -175,7 +175,7 @@ func dadaMonitor(args []string, stdout, stderr io.Writer) int {
 	}
 	h, err := dada.Connect(key.k, dada.AttachOptions{})
 	if err != nil {
-		return dadaFail(stderr, "monitor", key.k, err)
+		return failLine(stderr, "monitor", key.k, err)
 	}
 	defer h.Detach()
 	ctx, stop := signalCtx()
@@ -221,7 +221,7 @@ func dadaMonitor(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func dadaWrite(args []string, stdout, stderr io.Writer) int {
+func runWrite(args []string, stdout, stderr io.Writer) int {
 	fs, key := newDadaFlags("write", stderr, "[-k key] [-r MiB/s | -R MB/s] [-t secs] [-b bytes] [-c char] [-z] [-recover] header_file")
 	rate := fs.Float64("r", 64, "data rate in MiB/s (0: as fast as possible)")
 	rateSI := fs.Float64("R", 0, "data rate in MB/s (10^6 bytes/s; overrides -r)")
@@ -270,14 +270,14 @@ func dadaWrite(args []string, stdout, stderr io.Writer) int {
 
 	h, err := dada.Connect(key.k, dada.AttachOptions{})
 	if err != nil {
-		return dadaFail(stderr, "write", key.k, err)
+		return failLine(stderr, "write", key.k, err)
 	}
 	defer h.Detach()
 	ctx, stop := signalCtx()
 	defer stop()
 	w, err := h.OpenWriter(ctx, dada.WriterOptions{Recover: *recov})
 	if err != nil {
-		return dadaFail(stderr, "write", key.k, err)
+		return failLine(stderr, "write", key.k, err)
 	}
 	if err := w.WriteHeader(hdr); err != nil {
 		w.Close()
@@ -413,13 +413,13 @@ func watchReader(stderr io.Writer, h *dada.HDU, k dada.Key, slot int) func() {
 	})
 }
 
-// watch calls check every dadaWatchInterval until the returned func is
+// watch calls check every watchInterval until the returned func is
 // called (which waits for the watcher to stop).
 func watch(check func(last *uint64, waiting *bool)) func() {
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(dadaWatchInterval)
+		t := time.NewTicker(watchInterval)
 		defer t.Stop()
 		var last uint64
 		var waiting bool
@@ -435,14 +435,14 @@ func watch(check func(last *uint64, waiting *bool)) func() {
 	return func() { close(stop); <-done }
 }
 
-// dadaWatchInterval is how long a dada command must be stuck before it says
+// watchInterval is how long a dada command must be stuck before it says
 // what it waits for.
-var dadaWatchInterval = time.Second
+var watchInterval = time.Second
 
-// dadaFail prints err for "softroce dada cmd", adding in parentheses the
+// failLine prints err for "softroce dada cmd", adding in parentheses the
 // command that does what the library's message asks, and returns exit
 // status 1.
-func dadaFail(stderr io.Writer, cmd string, k dada.Key, err error) int {
+func failLine(stderr io.Writer, cmd string, k dada.Key, err error) int {
 	ks := k.Short()
 	hint := ""
 	switch {
@@ -492,7 +492,7 @@ func checkWriteFlags(rate, rateSI float64, total int64, bSet bool, fill string) 
 	return nil
 }
 
-func dadaRead(args []string, stdout, stderr io.Writer) int {
+func runRead(args []string, stdout, stderr io.Writer) int {
 	fs, key := newDadaFlags("read", stderr, "[-k key] [-s | -S] [-o dir] [-z] [-c attempts] [-v]")
 	single := fs.Bool("s", false, "read one transfer, then exit")
 	multi := fs.Bool("S", false, "read transfers until one has OBS_XFER -1, then exit")
@@ -516,12 +516,12 @@ func dadaRead(args []string, stdout, stderr io.Writer) int {
 		time.Sleep(time.Second)
 	}
 	if err != nil {
-		return dadaFail(stderr, "read", key.k, err)
+		return failLine(stderr, "read", key.k, err)
 	}
 	defer h.Detach()
 	r, err := h.OpenReader(ctx)
 	if err != nil {
-		return dadaFail(stderr, "read", key.k, err)
+		return failLine(stderr, "read", key.k, err)
 	}
 	defer r.Close()
 	if rj := r.Rejoin(); rj.Skip {

@@ -5,10 +5,10 @@ package demo
 
 import "github.com/softroce/softroce/internal/cli"
 
-// demoCommands are the commands this family registers from init.
-var demoCommands []*cli.Command
+// registered are the commands this family registers from init.
+var registered []*cli.Command
 
-func registerCmd(c *cli.Command) { demoCommands = append(demoCommands, c) }
+func registerCmd(c *cli.Command) { registered = append(registered, c) }
 
 // Commands returns the demo command.
-func Commands() []*cli.Command { return demoCommands }
+func Commands() []*cli.Command { return registered }

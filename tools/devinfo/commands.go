@@ -4,10 +4,10 @@ package devinfo
 
 import "github.com/softroce/softroce/internal/cli"
 
-// devinfoCommands are the commands this family registers from init.
-var devinfoCommands []*cli.Command
+// registered are the commands this family registers from init.
+var registered []*cli.Command
 
-func registerCmd(c *cli.Command) { devinfoCommands = append(devinfoCommands, c) }
+func registerCmd(c *cli.Command) { registered = append(registered, c) }
 
 // Commands returns the devinfo command.
-func Commands() []*cli.Command { return devinfoCommands }
+func Commands() []*cli.Command { return registered }

@@ -6,10 +6,10 @@ package dump
 
 import "github.com/softroce/softroce/internal/cli"
 
-// dumpCommands are the commands this family registers from init.
-var dumpCommands []*cli.Command
+// registered are the commands this family registers from init.
+var registered []*cli.Command
 
-func registerCmd(c *cli.Command) { dumpCommands = append(dumpCommands, c) }
+func registerCmd(c *cli.Command) { registered = append(registered, c) }
 
 // Commands returns the dump and link commands.
-func Commands() []*cli.Command { return dumpCommands }
+func Commands() []*cli.Command { return registered }

@@ -2,10 +2,10 @@ package pingpong
 
 import "github.com/softroce/softroce/internal/cli"
 
-// pingpongCommands are the commands this family registers from init.
-var pingpongCommands []*cli.Command
+// registered are the commands this family registers from init.
+var registered []*cli.Command
 
-func registerCmd(c *cli.Command) { pingpongCommands = append(pingpongCommands, c) }
+func registerCmd(c *cli.Command) { registered = append(registered, c) }
 
 // Commands returns the ibv_*_pingpong commands.
-func Commands() []*cli.Command { return pingpongCommands }
+func Commands() []*cli.Command { return registered }

@@ -22,28 +22,28 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-type ppKind int
+type qpKind int
 
 const (
-	ppRC ppKind = iota
-	ppUC
-	ppUD
-	ppSRQ
+	kindRC qpKind = iota
+	kindUC
+	kindUD
+	kindSRQ
 )
 
-var ppTools = []struct {
+var tools = []struct {
 	name    string
-	kind    ppKind
+	kind    qpKind
 	summary string
 }{
-	{"rc_pingpong", ppRC, "RC SEND/RECV ping-pong, like ibv_rc_pingpong"},
-	{"uc_pingpong", ppUC, "UC SEND/RECV ping-pong, like ibv_uc_pingpong"},
-	{"ud_pingpong", ppUD, "UD SEND/RECV ping-pong, like ibv_ud_pingpong"},
-	{"srq_pingpong", ppSRQ, "RC ping-pong on several QPs sharing an SRQ, like ibv_srq_pingpong"},
+	{"rc_pingpong", kindRC, "RC SEND/RECV ping-pong, like ibv_rc_pingpong"},
+	{"uc_pingpong", kindUC, "UC SEND/RECV ping-pong, like ibv_uc_pingpong"},
+	{"ud_pingpong", kindUD, "UD SEND/RECV ping-pong, like ibv_ud_pingpong"},
+	{"srq_pingpong", kindSRQ, "RC ping-pong on several QPs sharing an SRQ, like ibv_srq_pingpong"},
 }
 
 func init() {
-	for _, t := range ppTools {
+	for _, t := range tools {
 		t := t
 		registerCmd(&cli.Command{Name: t.name, Summary: t.summary, Run: func(args []string, stdout, stderr io.Writer) int {
 			return runPingpong(t.name, t.kind, args, stdout, stderr)
@@ -53,26 +53,26 @@ func init() {
 
 // Work request IDs, as the C tools use them (bits of "pending").
 const (
-	ppRecvWRID = 1
-	ppSendWRID = 2
+	recvWRID = 1
+	sendWRID = 2
 )
 
-// ppQKey is the Q_Key of ibv_ud_pingpong.
-const ppQKey = 0x11111111
+// qKey is the Q_Key of ibv_ud_pingpong.
+const qKey = 0x11111111
 
-// ppPeerTimeout is the default --peer-timeout. A live peer answers within
+// defPeerTimeout is the default --peer-timeout. A live peer answers within
 // the transport's retry budget (timeout 14, retry 7: verbs.RetryBudget, at
 // most 1.68 s); rdma-core's
 // tools wait forever.
-const ppPeerTimeout = 5 * time.Second
+const defPeerTimeout = 5 * time.Second
 
-// ppPageSize is the page size of the -c pattern (sysconf(_SC_PAGESIZE) on
+// pageSize is the page size of the -c pattern (sysconf(_SC_PAGESIZE) on
 // the machines the real tools run on).
-const ppPageSize = 4096
+const pageSize = 4096
 
-type ppConfig struct {
+type config struct {
 	tool      string
-	kind      ppKind
+	kind      qpKind
 	tcpPort   int
 	dev       string
 	ibPort    int
@@ -93,9 +93,9 @@ type ppConfig struct {
 	peerTimeout time.Duration
 }
 
-func ppUsage(c *ppConfig, w io.Writer) {
+func usage(c *config, w io.Writer) {
 	def := 4096
-	if c.kind == ppUD {
+	if c.kind == kindUD {
 		def = 2048
 	}
 	fmt.Fprintf(w, `Usage:
@@ -108,10 +108,10 @@ Options:
   -i, --ib-port=<port>   use port <port> of the device (default 1, the only port)
   -s, --size=<size>      size of message to exchange (default %[2]d)
 `, c.tool, def)
-	if c.kind != ppUD {
+	if c.kind != kindUD {
 		fmt.Fprintln(w, "  -m, --mtu=<size>       path MTU (default 1024)")
 	}
-	if c.kind == ppSRQ {
+	if c.kind == kindSRQ {
 		fmt.Fprintln(w, "  -q, --num-qp=<num>     use <num> queue pairs for test (default 16)")
 	}
 	fmt.Fprintf(w, `  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
@@ -127,10 +127,10 @@ Options:
 `)
 }
 
-func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writer) int {
-	c := &ppConfig{tool: tool, kind: kind, tcpPort: oob.DefaultPort, ibPort: 1, size: 4096, mtu: 1024,
-		rxDepth: 500, iters: 1000, gidx: 1, numQP: 16, connectTO: 10 * time.Second, peerTimeout: ppPeerTimeout}
-	if kind == ppUD {
+func runPingpong(tool string, kind qpKind, args []string, stdout, stderr io.Writer) int {
+	c := &config{tool: tool, kind: kind, tcpPort: oob.DefaultPort, ibPort: 1, size: 4096, mtu: 1024,
+		rxDepth: 500, iters: 1000, gidx: 1, numQP: 16, connectTO: 10 * time.Second, peerTimeout: defPeerTimeout}
+	if kind == kindUD {
 		// ibv_ud_pingpong sends 1024-byte messages by default (rdma-core
 		// 44's ud_pingpong.c: size = 1024), though its usage says 2048;
 		// the usage below repeats its text, the default is its behaviour.
@@ -141,7 +141,7 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	g.Str('d', "ib-dev", &c.dev)
 	g.Num('i', "ib-port", &c.ibPort)
 	g.Num('s', "size", &c.size)
-	if kind != ppUD {
+	if kind != kindUD {
 		g.Num('m', "mtu", &c.mtu)
 	}
 	g.Num('r', "rx-depth", &c.rxDepth)
@@ -150,7 +150,7 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	g.Flag('e', "events", &c.events)
 	g.Num('g', "gid-idx", &c.gidx)
 	g.Flag('c', "chk", &c.validate)
-	if kind == ppSRQ {
+	if kind == kindSRQ {
 		g.Num('q', "num-qp", &c.numQP)
 	}
 	g.Str(0, "pcap", &c.pcap)
@@ -162,7 +162,7 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	var newSend bool
 	g.Flag('N', "new_send", &newSend) // the ibv_wr_* API: identical traffic, nothing to change
 	g.DurOrZero(0, "peer-timeout", &c.peerTimeout)
-	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { ppUsage(c, w) })
+	ops, code, ok := g.ParseArgs(args, stdout, stderr, func(w io.Writer) { usage(c, w) })
 	if !ok {
 		return code
 	}
@@ -182,14 +182,14 @@ func runPingpong(tool string, kind ppKind, args []string, stdout, stderr io.Writ
 	defer toolkit.OneProc()()
 	ctx, cancel := toolkit.SignalContext()
 	defer cancel()
-	if err := ppRun(ctx, c, stdout, stderr); err != nil {
+	if err := runConfig(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, err)
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
 }
 
-func (c *ppConfig) check() string {
+func (c *config) check() string {
 	switch {
 	case c.tcpPort < 0 || c.tcpPort > 65535:
 		return "port must be 0..65535"
@@ -197,7 +197,7 @@ func (c *ppConfig) check() string {
 		return fmt.Sprintf("port %d: softroce devices have one port, 1", c.ibPort)
 	case c.size < 1 || c.size > 1<<30:
 		return "size must be 1..1073741824"
-	case c.kind != ppUD && verbs.MTU(toolkit.MTUEnum(c.mtu)) == 0:
+	case c.kind != kindUD && verbs.MTU(toolkit.MTUEnum(c.mtu)) == 0:
 		return fmt.Sprintf("mtu %d: must be 256, 512, 1024, 2048 or 4096", c.mtu)
 	case c.rxDepth < 1 || c.rxDepth > 16384:
 		return "rx-depth must be 1..16384"
@@ -207,17 +207,17 @@ func (c *ppConfig) check() string {
 		return "sl must be 0..15"
 	case c.gidx < 0:
 		return "a GID index is required over RoCE: without a GRH (rdma-core's default -g -1) the QPs cannot be addressed; use -g 1 (the IP address) or -g 0 (link-local)"
-	case c.kind == ppSRQ && (c.numQP < 1 || c.numQP > oob.SRQPingpongMaxQP):
+	case c.kind == kindSRQ && (c.numQP < 1 || c.numQP > oob.SRQPingpongMaxQP):
 		return fmt.Sprintf("num-qp must be 1..%d", oob.SRQPingpongMaxQP)
-	case c.kind == ppSRQ && c.numQP > c.rxDepth:
+	case c.kind == kindSRQ && c.numQP > c.rxDepth:
 		return fmt.Sprintf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP.", c.rxDepth, c.numQP)
 	}
 	return ""
 }
 
-// ppCtx is struct pingpong_context.
-type ppCtx struct {
-	c       *ppConfig
+// pingCtx is struct pingpong_context.
+type pingCtx struct {
+	c       *config
 	td      *toolkit.ToolDevice
 	dev     *verbs.Device
 	buf     []byte
@@ -241,7 +241,7 @@ type ppCtx struct {
 	watchdog *time.Timer
 }
 
-func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err error) {
+func runConfig(ctx context.Context, c *config, stdout, stderr io.Writer) (err error) {
 	td, err := toolkit.OpenDevice(c.dev, c.pcap)
 	if err != nil {
 		return err
@@ -251,7 +251,7 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 			err = cerr
 		}
 	}()
-	p := &ppCtx{c: c, td: td, dev: td.Dev, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
+	p := &pingCtx{c: c, td: td, dev: td.Dev, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
 	if err := p.init(); err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 		p.local[i] = oob.PingpongDest{QPN: qp.QPN(), PSN: toolkit.RandPSN(), GID: gid}
 		d := &p.local[i]
 		sep := ","
-		if c.kind == ppUD {
+		if c.kind == kindUD {
 			sep = ":" // ibv_ud_pingpong prints "PSN 0x...: GID"
 		}
 		fmt.Fprintf(stdout, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n",
@@ -297,7 +297,7 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 		}
 	}
 	for i := range p.pending {
-		p.pending[i] = ppRecvWRID
+		p.pending[i] = recvWRID
 	}
 	if c.server != "" {
 		if c.validate {
@@ -307,7 +307,7 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 			if err := p.postSend(i); err != nil {
 				return fmt.Errorf("Couldn't post send: %w", err)
 			}
-			p.pending[i] |= ppSendWRID
+			p.pending[i] |= sendWRID
 		}
 	}
 	start := time.Now()
@@ -326,10 +326,10 @@ func ppRun(ctx context.Context, c *ppConfig, stdout, stderr io.Writer) (err erro
 	return nil
 }
 
-func (p *ppCtx) init() error {
+func (p *pingCtx) init() error {
 	c := p.c
 	n := c.size
-	if c.kind == ppUD {
+	if c.kind == kindUD {
 		n += toolkit.GRHLen
 		mtu := p.dev.ActiveMTU().Bytes()
 		if c.size > mtu {
@@ -351,7 +351,7 @@ func (p *ppCtx) init() error {
 	}
 	cqe := c.rxDepth + 1
 	nqp := 1
-	if c.kind == ppSRQ {
+	if c.kind == kindSRQ {
 		nqp = c.numQP
 		cqe = c.rxDepth + nqp
 	}
@@ -360,14 +360,14 @@ func (p *ppCtx) init() error {
 	}
 	typ := verbs.QPTypeRC
 	switch c.kind {
-	case ppUC:
+	case kindUC:
 		typ = verbs.QPTypeUC
-	case ppUD:
+	case kindUD:
 		typ = verbs.QPTypeUD
 	}
 	ia := &verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, QPType: typ,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(c.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}
-	if c.kind == ppSRQ {
+	if c.kind == kindSRQ {
 		if p.srq, err = p.pd.CreateSRQ(verbs.SRQAttr{MaxWR: uint32(c.rxDepth), MaxSGE: 1}, nil); err != nil {
 			return fmt.Errorf("Couldn't create SRQ: %w", err)
 		}
@@ -382,7 +382,7 @@ func (p *ppCtx) init() error {
 		if _, init := qp.Query(); int(init.Cap.MaxInlineData) >= c.size {
 			p.flags |= verbs.SendInline
 		}
-		a := &verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(c.ibPort), QKey: ppQKey}
+		a := &verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(c.ibPort), QKey: qKey}
 		m := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
 		if typ == verbs.QPTypeUD {
 			m |= verbs.QPAttrQKey
@@ -399,18 +399,18 @@ func (p *ppCtx) init() error {
 	p.ahs = make([]*verbs.AH, nqp)
 	// Reusable work requests (posting does not allocate).
 	p.recvSGE[0] = verbs.SGE{Addr: p.mr.Addr(), Length: uint32(len(p.buf)), LKey: p.mr.LKey()}
-	p.recvWR[0] = verbs.RecvWR{WRID: ppRecvWRID, SGList: p.recvSGE[:]}
+	p.recvWR[0] = verbs.RecvWR{WRID: recvWRID, SGList: p.recvSGE[:]}
 	off := uint64(0)
-	if c.kind == ppUD {
+	if c.kind == kindUD {
 		off = toolkit.GRHLen
 	}
 	p.sendSGE[0] = verbs.SGE{Addr: p.mr.Addr() + off, Length: uint32(c.size), LKey: p.mr.LKey()}
-	p.sendWR[0] = verbs.SendWR{WRID: ppSendWRID, SGList: p.sendSGE[:], Opcode: verbs.WRSend, Flags: p.flags}
+	p.sendWR[0] = verbs.SendWR{WRID: sendWRID, SGList: p.sendSGE[:], Opcode: verbs.WRSend, Flags: p.flags}
 	return nil
 }
 
 // postRecv posts up to n receives and returns how many were posted.
-func (p *ppCtx) postRecv(n int) (int, error) {
+func (p *pingCtx) postRecv(n int) (int, error) {
 	for i := 0; i < n; i++ {
 		var err error
 		if p.srq != nil {
@@ -425,20 +425,20 @@ func (p *ppCtx) postRecv(n int) (int, error) {
 	return n, nil
 }
 
-func (p *ppCtx) postSend(i int) error {
+func (p *pingCtx) postSend(i int) error {
 	wr := &p.sendWR[0]
-	if p.c.kind == ppUD {
-		wr.AH, wr.RemoteQPN, wr.RemoteQKey = p.ahs[i], p.remote[i].QPN, ppQKey
+	if p.c.kind == kindUD {
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = p.ahs[i], p.remote[i].QPN, qKey
 	}
 	_, err := p.qps[i].PostSend(p.sendWR[:])
 	return err
 }
 
 // exchange runs the TCP exchange of addresses (cm/oob) in the tool's role.
-func (p *ppCtx) exchange(ctx context.Context) error {
+func (p *pingCtx) exchange(ctx context.Context) error {
 	c := p.c
 	count := len(p.local)
-	if c.kind == ppSRQ {
+	if c.kind == kindSRQ {
 		count = oob.SRQPingpongMaxQP
 	}
 	if c.server != "" {
@@ -484,7 +484,7 @@ func (p *ppCtx) exchange(ctx context.Context) error {
 	return nil
 }
 
-func (p *ppCtx) connectAll() error {
+func (p *pingCtx) connectAll() error {
 	for i := range p.qps {
 		if err := p.connect(i); err != nil {
 			return err
@@ -494,14 +494,14 @@ func (p *ppCtx) connectAll() error {
 }
 
 // connect is pp_connect_ctx: RTR and RTS with the tools' attributes.
-func (p *ppCtx) connect(i int) error {
+func (p *pingCtx) connect(i int) error {
 	c, qp, dest := p.c, p.qps[i], &p.remote[i]
 	if binary.BigEndian.Uint64(dest.GID[8:]) == 0 {
 		return fmt.Errorf("remote QP 0x%06x sent no GID (was the peer started without -g?): RoCE needs a GID on both sides", dest.QPN)
 	}
 	ah := verbs.AHAttr{IsGlobal: true, SL: uint8(c.sl), PortNum: uint8(c.ibPort),
 		GRH: verbs.GlobalRoute{DGID: dest.GID, SGIDIndex: uint8(c.gidx), HopLimit: 1}}
-	if c.kind == ppUD {
+	if c.kind == kindUD {
 		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
 			return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 		}
@@ -519,7 +519,7 @@ func (p *ppCtx) connect(i int) error {
 	a := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: toolkit.MTUEnum(c.mtu), DestQPNum: dest.QPN, RQPSN: dest.PSN,
 		MaxDestRdAtomic: 1, MinRNRTimer: 12, AHAttr: ah}
 	m := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-	if c.kind != ppUC {
+	if c.kind != kindUC {
 		m |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	}
 	if err := qp.Modify(a, m); err != nil {
@@ -527,7 +527,7 @@ func (p *ppCtx) connect(i int) error {
 	}
 	a = &verbs.QPAttr{QPState: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: p.local[i].PSN, MaxRdAtomic: 1}
 	m = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if c.kind != ppUC {
+	if c.kind != kindUC {
 		m |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 	}
 	if err := qp.Modify(a, m); err != nil {
@@ -536,10 +536,10 @@ func (p *ppCtx) connect(i int) error {
 	return nil
 }
 
-func (p *ppCtx) loop(ctx context.Context, routs int) error {
+func (p *pingCtx) loop(ctx context.Context, routs int) error {
 	c := p.c
 	threshold := 1
-	if c.kind == ppSRQ {
+	if c.kind == kindSRQ {
 		threshold = c.numQP
 	}
 	var wc [2]verbs.WC
@@ -606,9 +606,9 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 				return fmt.Errorf("Completion for unknown QP 0x%06x", e.QPNum)
 			}
 			switch e.WRID {
-			case ppSendWRID:
+			case sendWRID:
 				scnt++
-			case ppRecvWRID:
+			case recvWRID:
 				routs--
 				if routs <= threshold {
 					n, err := p.postRecv(c.rxDepth - routs)
@@ -626,7 +626,7 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 				if err := p.postSend(qi); err != nil {
 					return fmt.Errorf("Couldn't post send: %w", err)
 				}
-				p.pending[qi] = ppRecvWRID | ppSendWRID
+				p.pending[qi] = recvWRID | sendWRID
 			}
 		}
 	}
@@ -635,8 +635,8 @@ func (p *ppCtx) loop(ctx context.Context, routs int) error {
 
 // payload returns the part of the buffer messages carry (after the GRH
 // room for UD).
-func (p *ppCtx) payload() []byte {
-	if p.c.kind == ppUD {
+func (p *pingCtx) payload() []byte {
+	if p.c.kind == kindUD {
 		return p.buf[toolkit.GRHLen:]
 	}
 	return p.buf
@@ -644,8 +644,8 @@ func (p *ppCtx) payload() []byte {
 
 // fillByte is the byte rdma-core's tools fill their buffer with: 0x7b in
 // ibv_rc/uc/ud_pingpong, 0 in ibv_srq_pingpong.
-func (p *ppCtx) fillByte() byte {
-	if p.c.kind == ppSRQ {
+func (p *pingCtx) fillByte() byte {
+	if p.c.kind == kindSRQ {
 		return 0
 	}
 	return 0x7b
@@ -654,9 +654,9 @@ func (p *ppCtx) fillByte() byte {
 // fillPattern is the client's -c preparation, as rdma-core does it: the
 // first byte of every page is set to i / page_size % sizeof(char), which
 // is 0; the rest of the buffer keeps its fill (fillByte).
-func (p *ppCtx) fillPattern() {
+func (p *pingCtx) fillPattern() {
 	b := p.payload()
-	for i := 0; i < len(b); i += ppPageSize {
+	for i := 0; i < len(b); i += pageSize {
 		b[i] = 0
 	}
 }
@@ -665,19 +665,19 @@ func (p *ppCtx) fillPattern() {
 // the first byte of each page ("invalid data in page N"); softroce checks
 // every byte of the message against the same image (0 at page starts,
 // fillByte elsewhere), on both sides, and fails the run on a mismatch.
-func (p *ppCtx) checkPattern(w io.Writer) bool {
+func (p *pingCtx) checkPattern(w io.Writer) bool {
 	b := p.payload()[:p.c.size]
 	bad := false
-	for i := 0; i < len(b); i += ppPageSize {
+	for i := 0; i < len(b); i += pageSize {
 		if b[i] != 0 {
-			fmt.Fprintf(w, "invalid data in page %d\n", i/ppPageSize)
+			fmt.Fprintf(w, "invalid data in page %d\n", i/pageSize)
 			bad = true
 		}
 	}
 	fill := p.fillByte()
 	for i, v := range b {
-		if i%ppPageSize != 0 && v != fill {
-			fmt.Fprintf(w, "invalid data at byte %d (page %d): 0x%02x, want 0x%02x\n", i, i/ppPageSize, v, fill)
+		if i%pageSize != 0 && v != fill {
+			fmt.Fprintf(w, "invalid data at byte %d (page %d): 0x%02x, want 0x%02x\n", i, i/pageSize, v, fill)
 			bad = true
 			break
 		}

@@ -6,10 +6,10 @@ package rping
 
 import "github.com/softroce/softroce/internal/cli"
 
-// rpingCommands are the commands this family registers from init.
-var rpingCommands []*cli.Command
+// registered are the commands this family registers from init.
+var registered []*cli.Command
 
-func registerCmd(c *cli.Command) { rpingCommands = append(rpingCommands, c) }
+func registerCmd(c *cli.Command) { registered = append(registered, c) }
 
 // Commands returns the rping and krping commands.
-func Commands() []*cli.Command { return rpingCommands }
+func Commands() []*cli.Command { return registered }

@@ -49,12 +49,12 @@ func runKrping(args []string, stdout, stderr io.Writer) int {
 	if cli.ArgsOnly {
 		return cli.ExitOK
 	}
-	return krpingMain(o, stdout, stderr)
+	return execKrping(o, stdout, stderr)
 }
 
 // parseKrpingOpts parses krping's comma-separated option string.
-func parseKrpingOpts(s string) (*rpingOpts, error) {
-	o := &rpingOpts{server: -1, size: 64, txdepth: rpingSQDepth, prefix: "krping: "}
+func parseKrpingOpts(s string) (*options, error) {
+	o := &options{server: -1, size: 64, txdepth: sqDepth, prefix: "krping: "}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
@@ -126,8 +126,8 @@ func parseKrpingOpts(s string) (*rpingOpts, error) {
 		}
 	}
 	switch {
-	case o.size < 1 || o.size > rpingBufSize:
-		return nil, fmt.Errorf("Invalid size %d (valid range is 1 to %d)", o.size, rpingBufSize)
+	case o.size < 1 || o.size > bufSize:
+		return nil, fmt.Errorf("Invalid size %d (valid range is 1 to %d)", o.size, bufSize)
 	case o.server == -1:
 		return nil, fmt.Errorf("must be either client or server")
 	case b2i(o.wlat)+b2i(o.rlat)+b2i(o.bw) > 1:
@@ -150,7 +150,7 @@ func b2i(b bool) int {
 	return 0
 }
 
-func krpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
+func execKrping(o *options, stdout, stderr io.Writer) int {
 	return withRCB("krping", o, stdout, stderr, func(cb *rcb) int {
 		if o.server == 1 {
 			return cb.krpingServer()
@@ -161,7 +161,7 @@ func krpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
 
 // perfMode reports a latency/bandwidth test: no CQ thread, the test
 // polls the CQ itself (krping leaves the CQ unarmed in these modes).
-func (o *rpingOpts) perfMode() bool { return o.wlat || o.rlat || o.bw }
+func (o *options) perfMode() bool { return o.wlat || o.rlat || o.bw }
 
 func (cb *rcb) krpingServer() int {
 	if ret := cb.bindServer(); ret != 0 {

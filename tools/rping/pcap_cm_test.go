@@ -42,7 +42,7 @@ func TestPcapOnCMTools(t *testing.T) {
 			a1, a2 := tooltest.LoopPair()
 			port := strconv.Itoa(20000 + rand.IntN(30000))
 			file := filepath.Join(dir, tc.name+".pcap")
-			s, c := rpingPair(t, 60*time.Second, tc.server(a1, a2, port, file), tc.client(a1, a2, port, file))
+			s, c := runPair(t, 60*time.Second, tc.server(a1, a2, port, file), tc.client(a1, a2, port, file))
 			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}
@@ -81,7 +81,7 @@ func TestCMToolsSportQP(t *testing.T) {
 				srv = []string{bin, "krping", "--pcap", file, "server,addr=" + a1 + ",port=" + port + ",count=10"}
 				cli = []string{bin, "krping", "client,validate,addr=" + a1 + ",port=" + port + ",count=10"}
 			}
-			s, c := rpingPairEnv(t, 60*time.Second, env, srv, cli)
+			s, c := pairEnv(t, 60*time.Second, env, srv, cli)
 			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
 			}

@@ -44,15 +44,15 @@ const (
 
 // rping's limits.
 const (
-	rpingBufSize   = 64 * 1024
-	rpingMinSize   = 26 // sizeof(stringify(INT_MAX)) + sizeof("rdma-ping-%d: ")
-	rpingSQDepth   = 16
-	rpingDefPort   = 7174
-	rpingCMTimeout = 2 * time.Second
+	bufSize   = 64 * 1024
+	minSize   = 26 // sizeof(stringify(INT_MAX)) + sizeof("rdma-ping-%d: ")
+	sqDepth   = 16
+	defPort   = 7174
+	cmTimeout = 2 * time.Second
 )
 
-// rpingOpts are rping's command-line options (and krping's, which map onto them).
-type rpingOpts struct {
+// options are rping's command-line options (and krping's, which map onto them).
+type options struct {
 	server     int // -1 unset, 0 client, 1 server
 	addr       netip.Addr
 	src        netip.Addr
@@ -74,7 +74,7 @@ type rpingOpts struct {
 // rcb is one rping endpoint (rping's struct rping_cb): the CM ID, the QP and
 // its buffers, and the state the CM and CQ handlers signal to the main flow.
 type rcb struct {
-	o      *rpingOpts
+	o      *options
 	stdout io.Writer
 	stderr io.Writer
 	outMu  *sync.Mutex
@@ -173,12 +173,12 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	if cli.ArgsOnly {
 		return cli.ExitOK
 	}
-	return rpingMain(o, stdout, stderr)
+	return execRping(o, stdout, stderr)
 }
 
 var errUsage = errors.New("usage")
 
-func rpingUsage(w io.Writer) {
+func usage(w io.Writer) {
 	fmt.Fprintln(w, "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]")
 	fmt.Fprintln(w, "rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]")
 	fmt.Fprintln(w, "\t-c\t\tclient side")
@@ -200,8 +200,8 @@ func rpingUsage(w io.Writer) {
 // the shared grammar (grouped flags like -vV, attached values like -C10,
 // options after operands). After -h it prints the help to stdout and
 // returns cli.ErrGetoptHelp.
-func parseRpingArgs(args []string, stdout io.Writer) (*rpingOpts, error) {
-	o := &rpingOpts{server: -1, port: rpingDefPort, size: 64}
+func parseRpingArgs(args []string, stdout io.Writer) (*options, error) {
+	o := &options{server: -1, port: defPort, size: 64}
 	g := cli.Getopt{Prog: "softroce rping"}
 	for _, c := range "aIpCSt" {
 		c := byte(c)
@@ -217,7 +217,7 @@ func parseRpingArgs(args []string, stdout io.Writer) (*rpingOpts, error) {
 	g.Str(0, "pcap", &o.pcap)
 	ops, err := g.ParseList(args)
 	if errors.Is(err, cli.ErrGetoptHelp) {
-		g.Help(stdout, rpingUsage)
+		g.Help(stdout, usage)
 	}
 	if err != nil {
 		return nil, err
@@ -234,13 +234,13 @@ func parseRpingArgs(args []string, stdout io.Writer) (*rpingOpts, error) {
 	return o, nil
 }
 
-// rpingNum parses an rping number (strtol syntax) into an int.
-func rpingNum(val string) (int, error) {
+// parseNum parses an rping number (strtol syntax) into an int.
+func parseNum(val string) (int, error) {
 	v, err := cli.ParseNum(val, 32)
 	return int(v), err
 }
 
-func (o *rpingOpts) set(c byte, val string) error {
+func (o *options) set(c byte, val string) error {
 	var err error
 	switch c {
 	case 'a':
@@ -250,7 +250,7 @@ func (o *rpingOpts) set(c byte, val string) error {
 	case 'P':
 		o.persistent = true
 	case 'p':
-		o.port, err = rpingNum(val)
+		o.port, err = parseNum(val)
 		if err == nil && (o.port < 0 || o.port > 65535) {
 			err = fmt.Errorf("port %d out of range", o.port)
 		}
@@ -259,18 +259,18 @@ func (o *rpingOpts) set(c byte, val string) error {
 	case 'c':
 		o.server = 0
 	case 'S':
-		o.size, err = rpingNum(val)
-		if err == nil && (o.size < rpingMinSize || o.size > rpingBufSize-1) {
-			err = fmt.Errorf("Invalid size %d (valid range is %d to %d)", o.size, rpingMinSize, rpingBufSize)
+		o.size, err = parseNum(val)
+		if err == nil && (o.size < minSize || o.size > bufSize-1) {
+			err = fmt.Errorf("Invalid size %d (valid range is %d to %d)", o.size, minSize, bufSize)
 		}
 	case 'C':
-		o.count, err = rpingNum(val)
+		o.count, err = parseNum(val)
 		if err == nil && o.count < 0 {
 			err = fmt.Errorf("Invalid count %d", o.count)
 		}
 	case 't': // type of service: checked, unused by softroce
 		var tos int
-		if tos, err = rpingNum(val); err == nil && (tos < 0 || tos > 255) {
+		if tos, err = parseNum(val); err == nil && (tos < 0 || tos > 255) {
 			err = fmt.Errorf("tos %d out of range (0..255)", tos)
 		}
 	case 'v':
@@ -385,7 +385,7 @@ func localAddrToward(dst netip.Addr) (netip.Addr, error) {
 // deviceAddr picks the local address of the tool's device: the server's
 // -a (or the default device), the client's -I, or the address the kernel
 // would send from toward the server.
-func (o *rpingOpts) deviceAddr() (netip.Addr, error) {
+func (o *options) deviceAddr() (netip.Addr, error) {
 	switch {
 	case o.server == 1 && o.addr.IsValid() && !o.addr.IsUnspecified():
 		return o.addr, nil
@@ -406,7 +406,7 @@ func (o *rpingOpts) deviceAddr() (netip.Addr, error) {
 	return localAddrToward(o.addr)
 }
 
-func rpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
+func execRping(o *options, stdout, stderr io.Writer) int {
 	return withRCB("rping", o, stdout, stderr, func(cb *rcb) int {
 		switch {
 		case o.server == 1 && o.persistent:
@@ -421,7 +421,7 @@ func rpingMain(o *rpingOpts, stdout, stderr io.Writer) int {
 // withRCB is the skeleton rping and krping share: open the device for o,
 // create the control block with its CM event channel, ID and CM thread, run
 // body, then tear it all down. It returns body's result as an exit code.
-func withRCB(tool string, o *rpingOpts, stdout, stderr io.Writer, body func(cb *rcb) int) int {
+func withRCB(tool string, o *options, stdout, stderr io.Writer, body func(cb *rcb) int) int {
 	local, err := o.deviceAddr()
 	if err != nil {
 		fmt.Fprintln(stderr, tool+":", err)
@@ -452,7 +452,7 @@ func withRCB(tool string, o *rpingOpts, stdout, stderr io.Writer, body func(cb *
 	return ret & 0xFF
 }
 
-func newRCB(o *rpingOpts, stdout, stderr io.Writer, outMu *sync.Mutex) *rcb {
+func newRCB(o *options, stdout, stderr io.Writer, outMu *sync.Mutex) *rcb {
 	return &rcb{o: o, stdout: stdout, stderr: stderr, outMu: outMu, state: stIdle,
 		sem: make(chan struct{}, 1024), accept: make(chan struct{}, 1)}
 }
@@ -487,7 +487,7 @@ func (cb *rcb) handleEvent(ev *cm.Event) {
 	switch ev.Type {
 	case cm.EventAddrResolved:
 		cb.setState(stAddrResolved)
-		if err := ev.ID.ResolveRoute(rpingCMTimeout); err != nil {
+		if err := ev.ID.ResolveRoute(cmTimeout); err != nil {
 			cb.setState(stError)
 			cb.errf("rdma_resolve_route: %v\n", err)
 			cb.post()
@@ -554,7 +554,7 @@ func (cb *rcb) setupQP(id *cm.ID) error {
 		return err
 	}
 	cb.cc = dev.CreateCompChannel()
-	depth := rpingSQDepth
+	depth := sqDepth
 	if cb.o.txdepth > depth {
 		depth = cb.o.txdepth
 	}
@@ -893,7 +893,7 @@ func (cb *rcb) bindServer() int {
 	cb.debugf("rdma_listen\n")
 	backlog := 3 // rping's
 	if cb.o.persistent {
-		// -P: the CM keeps rpingMaxHalfOpen connections waiting for their
+		// -P: the CM keeps maxHalfOpen connections waiting for their
 		// RTU and drops the oldest for a newer one (UNREACHABLE), so that
 		// spoofed REQs, which never answer the REP, cannot lock real
 		// clients out. The kernel's backlog counts the requests whose
@@ -901,8 +901,8 @@ func (cb *rcb) bindServer() int {
 		// reads at once; softroce's counts them until they are accepted,
 		// which a -P server does after setting each connection up in its
 		// own goroutine: 3 would drop requests that come in a burst.
-		cb.id.SetHalfOpen(rpingMaxHalfOpen)
-		backlog = rpingMaxHalfOpen
+		cb.id.SetHalfOpen(maxHalfOpen)
+		backlog = maxHalfOpen
 	}
 	if err := cb.id.Listen(backlog); err != nil {
 		cb.errf("rdma_listen: %v\n", err)
@@ -1010,7 +1010,7 @@ func (cb *rcb) runPersistentServer() int {
 			cb.halfOpen = new(atomic.Int32)
 		}
 		c.halfOpen = cb.halfOpen
-		if c.halfOpen.Add(1) > rpingMaxPending {
+		if c.halfOpen.Add(1) > maxPending {
 			// Too many connections neither established nor torn down
 			// yet (the CM drops the oldest half-open ones for newer
 			// ones, and their teardown lags): refuse this one rather
@@ -1026,15 +1026,15 @@ func (cb *rcb) runPersistentServer() int {
 	}
 }
 
-// rpingMaxHalfOpen bounds a -P server's half-open connections (REP sent, no
+// maxHalfOpen bounds a -P server's half-open connections (REP sent, no
 // RTU): the CM drops the oldest for a newer one (cm.ID.SetHalfOpen); and its
 // requests being set up, not accepted yet (the listen backlog).
-// rpingMaxPending bounds its connections from CONNECT_REQUEST until
+// maxPending bounds its connections from CONNECT_REQUEST until
 // ESTABLISHED or torn down: those half-open, being set up, and being torn
 // down after the CM dropped them; a request beyond is rejected.
 const (
-	rpingMaxHalfOpen = 64
-	rpingMaxPending  = 3 * rpingMaxHalfOpen
+	maxHalfOpen = 64
+	maxPending  = 3 * maxHalfOpen
 )
 
 // testServer is rping_test_server.
@@ -1130,7 +1130,7 @@ func (cb *rcb) bindClient() int {
 	if cb.o.src.IsValid() {
 		src = netip.AddrPortFrom(cb.o.src, 0)
 	}
-	if err := cb.id.ResolveAddr(src, netip.AddrPortFrom(cb.o.addr, uint16(cb.o.port)), rpingCMTimeout); err != nil {
+	if err := cb.id.ResolveAddr(src, netip.AddrPortFrom(cb.o.addr, uint16(cb.o.port)), cmTimeout); err != nil {
 		cb.errf("rdma_resolve_addr: %v\n", err)
 		return -1
 	}

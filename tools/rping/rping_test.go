@@ -22,14 +22,14 @@ func TestParseRpingArgs(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		ok   bool
-		want func(o *rpingOpts) bool
+		want func(o *options) bool
 	}{
-		{[]string{"-s"}, true, func(o *rpingOpts) bool { return o.server == 1 && o.port == 7174 && o.size == 64 && o.count == 0 }},
-		{[]string{"-c", "-a", "10.0.0.1", "-vVd", "-C10", "-S", "100", "-p", "9999", "-q"}, true, func(o *rpingOpts) bool {
+		{[]string{"-s"}, true, func(o *options) bool { return o.server == 1 && o.port == 7174 && o.size == 64 && o.count == 0 }},
+		{[]string{"-c", "-a", "10.0.0.1", "-vVd", "-C10", "-S", "100", "-p", "9999", "-q"}, true, func(o *options) bool {
 			return o.server == 0 && o.addr.String() == "10.0.0.1" && o.verbose && o.validate && o.debug && o.count == 10 &&
 				o.size == 100 && o.port == 9999 && o.selfQP
 		}},
-		{[]string{"-s", "-P", "-a", "::0"}, true, func(o *rpingOpts) bool { return o.persistent && o.addr.IsUnspecified() }},
+		{[]string{"-s", "-P", "-a", "::0"}, true, func(o *options) bool { return o.persistent && o.addr.IsUnspecified() }},
 		{[]string{"-c"}, false, nil},                          // client without -a
 		{[]string{"-v"}, false, nil},                          // neither -s nor -c
 		{[]string{"-s", "-S", "10"}, false, nil},              // below RPING_MIN_BUFSIZE
@@ -51,7 +51,7 @@ func TestParseKrpingOpts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := rpingOpts{server: 0, port: 9999, count: 1, size: 128, validate: true, verbose: true, bw: true, duplex: true,
+	want := options{server: 0, port: 9999, count: 1, size: 128, validate: true, verbose: true, bw: true, duplex: true,
 		txdepth: 32, poll: true, prefix: "krping: "}
 	want.addr = netip.MustParseAddr("192.168.11.22")
 	if *o != want {
@@ -79,8 +79,8 @@ func TestParseKrpingOpts(t *testing.T) {
 	}
 }
 
-// rpingLines is what rping -v prints for pings 0..n-1 of size bytes.
-func rpingLines(prefix string, n, size int) string {
+// expectLines is what rping -v prints for pings 0..n-1 of size bytes.
+func expectLines(prefix string, n, size int) string {
 	var b strings.Builder
 	for i := range n {
 		buf := make([]byte, size)
@@ -103,7 +103,7 @@ func TestRpingLinesMatchCapture(t *testing.T) {
 	want := "ping data: rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr\n" +
 		"ping data: rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrs\n" +
 		"ping data: rdma-ping-2: CDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrst\n"
-	if got := rpingLines("ping data: ", 3, 64); got != want {
+	if got := expectLines("ping data: ", 3, 64); got != want {
 		t.Fatalf("got\n%s", got)
 	}
 }
@@ -131,7 +131,7 @@ func TestRpingInProcess(t *testing.T) {
 			}
 			done := make(chan int, 1)
 			go func() { done <- runRping(sargs, &so, &se) }()
-			time.Sleep(100 * time.Millisecond) // see rpingPair
+			time.Sleep(100 * time.Millisecond) // see runPair
 			var co, ce syncBuf
 			code := -1
 			for try := 0; try < 50; try++ { // until the server listens
@@ -150,10 +150,10 @@ func TestRpingInProcess(t *testing.T) {
 			if code != 0 || scode != 0 {
 				t.Fatalf("client %d\n%s%s\nserver %d\n%s%s", code, co.String(), ce.String(), scode, so.String(), se.String())
 			}
-			if got, want := co.String(), rpingLines("ping data: ", 20, 100); got != want {
+			if got, want := co.String(), expectLines("ping data: ", 20, 100); got != want {
 				t.Errorf("client output:\n%s\nwant\n%s", got, want)
 			}
-			if got, want := so.String(), rpingLines("server ping data: ", 20, 100); got != want {
+			if got, want := so.String(), expectLines("server ping data: ", 20, 100); got != want {
 				t.Errorf("server output:\n%s\nwant\n%s", got, want)
 			}
 			if !strings.Contains(se.String(), "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n") {
@@ -190,15 +190,15 @@ func TestRpingNoServer(t *testing.T) {
 	}
 }
 
-// rpingPair runs server and client processes (argv with the binary); the
+// runPair runs server and client processes (argv with the binary); the
 // client is retried while the server is not listening yet.
-func rpingPair(t *testing.T, timeout time.Duration, server, client []string) (tooltest.ProcResult, tooltest.ProcResult) {
+func runPair(t *testing.T, timeout time.Duration, server, client []string) (tooltest.ProcResult, tooltest.ProcResult) {
 	t.Helper()
-	return rpingPairEnv(t, timeout, tooltest.Env(t), server, client)
+	return pairEnv(t, timeout, tooltest.Env(t), server, client)
 }
 
-// rpingPairEnv is rpingPair in environment env (tooltest.Env, with links).
-func rpingPairEnv(t *testing.T, timeout time.Duration, env, server, client []string) (tooltest.ProcResult, tooltest.ProcResult) {
+// pairEnv is runPair in environment env (tooltest.Env, with links).
+func pairEnv(t *testing.T, timeout time.Duration, env, server, client []string) (tooltest.ProcResult, tooltest.ProcResult) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -226,12 +226,12 @@ func TestRpingBinary(t *testing.T) {
 	bin := tooltest.Binary(t)
 	a1, a2 := tooltest.LoopPair()
 	port := strconv.Itoa(20000 + rand.IntN(30000))
-	s, c := rpingPair(t, 60*time.Second, []string{bin, "rping", "-s", "-a", a1, "-p", port, "-v"},
+	s, c := runPair(t, 60*time.Second, []string{bin, "rping", "-s", "-a", a1, "-p", port, "-v"},
 		[]string{bin, "rping", "-c", "-a", a1, "-I", a2, "-p", port, "-V", "-v", "-C", "100"})
 	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("server: %v\nclient: %v", s, c)
 	}
-	if c.Stdout != rpingLines("ping data: ", 100, 64) || s.Stdout != rpingLines("server ping data: ", 100, 64) {
+	if c.Stdout != expectLines("ping data: ", 100, 64) || s.Stdout != expectLines("server ping data: ", 100, 64) {
 		t.Errorf("outputs differ from rping's:\nserver: %v\nclient: %v", s, c)
 	}
 }
@@ -280,7 +280,7 @@ func TestKrpingBinary(t *testing.T) {
 			a1, _ := tooltest.LoopPair()
 			port := strconv.Itoa(20000 + rand.IntN(30000))
 			opts := ",addr=" + a1 + ",port=" + port + ",count=50,size=256" + mode
-			s, c := rpingPair(t, 60*time.Second, []string{bin, "krping", "server,verbose" + opts},
+			s, c := runPair(t, 60*time.Second, []string{bin, "krping", "server,verbose" + opts},
 				[]string{bin, "krping", "client,validate,verbose" + opts})
 			if s.Code != 0 || c.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", s, c)
@@ -289,7 +289,7 @@ func TestKrpingBinary(t *testing.T) {
 			cyc := perf + ` cycle_iters 50 sum_post \d+ sum_poll \d+ sum_last_poll \d+\n$`
 			switch mode {
 			case "":
-				if c.Stdout != rpingLines("krping: ping data: ", 50, 256) || s.Stdout != rpingLines("krping: server ping data: ", 50, 256) {
+				if c.Stdout != expectLines("krping: ping data: ", 50, 256) || s.Stdout != expectLines("krping: server ping data: ", 50, 256) {
 					t.Errorf("ping output:\nserver: %v\nclient: %v", s, c)
 				}
 			case ",wlat":
@@ -326,16 +326,16 @@ func TestRpingCrossNamespace(t *testing.T) {
 	}
 	ns1, ns2, a1, _ := tooltest.NetnsPair(t)
 	port := strconv.Itoa(20000 + rand.IntN(30000))
-	s, c := rpingPair(t, 60*time.Second, []string{"ip", "netns", "exec", ns1, bin, "rping", "-s", "-a", a1, "-p", port, "-v"},
+	s, c := runPair(t, 60*time.Second, []string{"ip", "netns", "exec", ns1, bin, "rping", "-s", "-a", a1, "-p", port, "-v"},
 		[]string{"ip", "netns", "exec", ns2, bin, "rping", "-c", "-a", a1, "-p", port, "-V", "-v", "-C", "100"})
 	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("server (%s): %v\nclient (%s): %v", ns1, s, ns2, c)
 	}
-	if c.Stdout != rpingLines("ping data: ", 100, 64) {
+	if c.Stdout != expectLines("ping data: ", 100, 64) {
 		t.Errorf("client output %v", c)
 	}
 	opts := ",addr=" + a1 + ",port=" + port + ",count=100,size=4096,bw"
-	s, c = rpingPair(t, 60*time.Second, []string{"ip", "netns", "exec", ns1, bin, "krping", "server" + opts},
+	s, c = runPair(t, 60*time.Second, []string{"ip", "netns", "exec", ns1, bin, "krping", "server" + opts},
 		[]string{"ip", "netns", "exec", ns2, bin, "krping", "client" + opts})
 	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("krping server: %v\nclient: %v", s, c)

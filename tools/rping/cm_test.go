@@ -234,9 +234,9 @@ func TestKrpingFailedCompletionExit(t *testing.T) {
 func TestRpingPeerKilled(t *testing.T) {
 	bin := tooltest.Binary(t)
 	shortCMConfig(t)
-	oldKA, oldTO := rpingKeepalive, toolACKTimeout
-	rpingKeepalive, toolACKTimeout = 300*time.Millisecond, 12
-	t.Cleanup(func() { rpingKeepalive, toolACKTimeout = oldKA, oldTO })
+	oldKA, oldTO := keepalive, toolACKTimeout
+	keepalive, toolACKTimeout = 300*time.Millisecond, 12
+	t.Cleanup(func() { keepalive, toolACKTimeout = oldKA, oldTO })
 	for _, tc := range []struct {
 		name     string
 		survivor string // "server" or "client"
@@ -353,9 +353,9 @@ func TestRpingPeerKilled(t *testing.T) {
 // the connection is lost and exit non-zero.
 func TestRpingKeepalive(t *testing.T) {
 	shortCMConfig(t)
-	oldKA, oldTO := rpingKeepalive, toolACKTimeout
-	rpingKeepalive, toolACKTimeout = 300*time.Millisecond, 12
-	t.Cleanup(func() { rpingKeepalive, toolACKTimeout = oldKA, oldTO })
+	oldKA, oldTO := keepalive, toolACKTimeout
+	keepalive, toolACKTimeout = 300*time.Millisecond, 12
+	t.Cleanup(func() { keepalive, toolACKTimeout = oldKA, oldTO })
 	a1, a2 := tooltest.LoopPair()
 	port := 20000 + rand.IntN(30000)
 	var so, se syncBuf
@@ -462,9 +462,9 @@ func TestRdmaCMNoAnswer(t *testing.T) {
 }
 
 // TestRpingPersistentHalfOpenBounds: under a flood of REQs that never
-// complete, a -P server's CM keeps at most rpingMaxHalfOpen of them waiting
+// complete, a -P server's CM keeps at most maxHalfOpen of them waiting
 // for their RTU, dropping the oldest for a newer one; the server's
-// connections not established yet stay within rpingMaxPending, and all of
+// connections not established yet stay within maxPending, and all of
 // them are released once the flood stops, before the CM's own budget (16 ×
 // 100 ms here) runs out.
 func TestRpingPersistentHalfOpenBounds(t *testing.T) {
@@ -490,11 +490,11 @@ func TestRpingPersistentHalfOpenBounds(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if most > rpingMaxPending {
-		t.Errorf("%d connections not established at once, bound %d", most, rpingMaxPending)
+	if most > maxPending {
+		t.Errorf("%d connections not established at once, bound %d", most, maxPending)
 	}
 	if ag.Stats().HalfOpenEvicted.Load() == 0 {
-		t.Errorf("the CM dropped no half-open connection for a newer one (bound %d)", rpingMaxHalfOpen)
+		t.Errorf("the CM dropped no half-open connection for a newer one (bound %d)", maxHalfOpen)
 	}
 	waitUntil(t, 30*time.Second, "the half-open connections to be dropped", func() bool {
 		return goroutinesIn("(*rcb).serveConn") == 0 && ag.Device().Stats().MRs.Load() == mrs0
@@ -513,7 +513,7 @@ func TestRpingPersistentHalfOpenBounds(t *testing.T) {
 // 100 and 1,000 a second, a real rping client gets through to a -P server
 // within 2 s, every time, with Linux's CM timing (a REQ dropped would be
 // resent after 6.1 s; a full server used to reject it, REJ 28); the
-// server's connections not established yet stay within rpingMaxPending.
+// server's connections not established yet stay within maxPending.
 func TestRpingPersistentSpoofedFlood(t *testing.T) {
 	rates := []int{100, 1000}
 	if tooltest.RaceEnabled {
@@ -550,7 +550,7 @@ func TestRpingPersistentSpoofedFlood(t *testing.T) {
 			}()
 			defer func() { cancel(); <-flooding }()
 			// Past the half-open bound, and a second of flood at least.
-			waitUntil(t, 10*time.Second, "the flood to fill the server", func() bool { return f.Sent() >= max(2*rpingMaxHalfOpen, rate) })
+			waitUntil(t, 10*time.Second, "the flood to fill the server", func() bool { return f.Sent() >= max(2*maxHalfOpen, rate) })
 			st := ag.Stats()
 			for i := range 3 {
 				t0 := time.Now()
@@ -571,8 +571,8 @@ func TestRpingPersistentSpoofedFlood(t *testing.T) {
 				}
 				g := goroutinesIn("(*rcb).serveConn")
 				t.Logf("client %d: %v (%d spoofed REQs sent, %d server connections)", i, time.Since(t0).Round(time.Millisecond), f.Sent(), g)
-				if g > rpingMaxPending+1 { // and the client's, established
-					t.Errorf("%d server connections, bound %d", g, rpingMaxPending)
+				if g > maxPending+1 { // and the client's, established
+					t.Errorf("%d server connections, bound %d", g, maxPending)
 				}
 			}
 			if st.HalfOpenEvicted.Load() == 0 {

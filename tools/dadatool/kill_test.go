@@ -35,16 +35,16 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-// dadaProc is a softroce process of the kill -9 tests.
-type dadaProc struct {
+// ringProc is a softroce process of the kill -9 tests.
+type ringProc struct {
 	cmd      *exec.Cmd
 	out, err lockedBuf
 	exited   chan struct{}
 }
 
-func startDada(t *testing.T, ctx context.Context, bin string, args ...string) *dadaProc {
+func startDada(t *testing.T, ctx context.Context, bin string, args ...string) *ringProc {
 	t.Helper()
-	p := &dadaProc{cmd: exec.CommandContext(ctx, bin, append([]string{"dada"}, args...)...), exited: make(chan struct{})}
+	p := &ringProc{cmd: exec.CommandContext(ctx, bin, append([]string{"dada"}, args...)...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
 	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
@@ -55,10 +55,10 @@ func startDada(t *testing.T, ctx context.Context, bin string, args ...string) *d
 	return p
 }
 
-func (p *dadaProc) kill9() { p.cmd.Process.Signal(syscall.SIGKILL); <-p.exited }
+func (p *ringProc) kill9() { p.cmd.Process.Signal(syscall.SIGKILL); <-p.exited }
 
 // exit waits up to d for the process to end and returns its exit status.
-func (p *dadaProc) exit(t *testing.T, d time.Duration) int {
+func (p *ringProc) exit(t *testing.T, d time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.exited:
@@ -70,7 +70,7 @@ func (p *dadaProc) exit(t *testing.T, d time.Duration) int {
 }
 
 // waitStderr waits up to d for the process's stderr to contain s.
-func (p *dadaProc) waitStderr(t *testing.T, s string, d time.Duration) {
+func (p *ringProc) waitStderr(t *testing.T, s string, d time.Duration) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for !strings.Contains(p.err.String(), s) {
@@ -165,7 +165,7 @@ func TestDadaKill9(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, p := range []*dadaProc{rd, wr} {
+		for _, p := range []*ringProc{rd, wr} {
 			if code := p.exit(t, bound); code != 1 {
 				t.Errorf("%v: exit %d after the ring was destroyed, want 1", p.cmd.Args[1:3], code)
 			}

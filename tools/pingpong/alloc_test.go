@@ -21,16 +21,16 @@ func TestPingpongPostPathDoesNotAllocate(t *testing.T) {
 	}
 	defer da.Close()
 	defer db.Close()
-	mk := func(d *verbs.Device) *ppCtx {
-		c := &ppConfig{kind: ppRC, size: 64, mtu: 1024, rxDepth: 16, iters: 1, gidx: 1, ibPort: 1, server: "x"}
-		p := &ppCtx{c: c, dev: d, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
+	mk := func(d *verbs.Device) *pingCtx {
+		c := &config{kind: kindRC, size: 64, mtu: 1024, rxDepth: 16, iters: 1, gidx: 1, ibPort: 1, server: "x"}
+		p := &pingCtx{c: c, dev: d, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
 		if err := p.init(); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	a, b := mk(da), mk(db)
-	for _, x := range [][2]*ppCtx{{a, b}, {b, a}} {
+	for _, x := range [][2]*pingCtx{{a, b}, {b, a}} {
 		g := x[0].dev.GIDs()[1]
 		x[0].local = []oob.PingpongDest{{QPN: x[0].qps[0].QPN(), PSN: 100, GID: g}}
 	}
@@ -44,7 +44,7 @@ func TestPingpongPostPathDoesNotAllocate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var wc [2]verbs.WC
-	wait := func(p *ppCtx, n int) {
+	wait := func(p *pingCtx, n int) {
 		w := toolkit.CQWaiter{Ctx: ctx, CQ: p.cq, Ch: p.ch}
 		for got := 0; got < n; {
 			k := p.cq.Poll(wc[:])

@@ -19,18 +19,18 @@ import (
 
 // "dada send" and "dada recv" stream into a ring over RoCE or plain UDP.
 func init() {
-	dadaSubs["send"] = struct {
+	subcommands["send"] = struct {
 		summary string
 		run     func(args []string, stdout, stderr io.Writer) int
-	}{"stream a test pattern to a 'dada recv' over RoCE (RDMA WRITE) or UDP", dadaSend}
-	dadaSubs["recv"] = struct {
+	}{"stream a test pattern to a 'dada recv' over RoCE (RDMA WRITE) or UDP", runSend}
+	subcommands["recv"] = struct {
 		summary string
 		run     func(args []string, stdout, stderr io.Writer) int
-	}{"receive a RoCE or UDP stream into a ring, one transfer per observation", dadaRecv}
+	}{"receive a RoCE or UDP stream into a ring, one transfer per observation", runRecv}
 }
 
-// dadaCtrlPort is the TCP port of the RoCE control connection.
-const dadaCtrlPort = "18520"
+// ctrlPort is the TCP port of the RoCE control connection.
+const ctrlPort = "18520"
 
 // streamPacketFlags are the UDP packet layout flags shared by send and recv.
 func streamPacketFlags(fs *cli.Getopt) *pipeline.PacketFormat {
@@ -213,10 +213,10 @@ func streamHeaderFile(path string) (*dada.Header, error) {
 	return h, nil
 }
 
-func dadaRecv(args []string, stdout, stderr io.Writer) int {
+func runRecv(args []string, stdout, stderr io.Writer) int {
 	fs, key := newDadaFlags("recv", stderr, "[-k key] [-udp] [-l addr] [-d dev] [-n obs] [-reg auto|single|per-block] [flags]")
 	udp := fs.Bool("udp", false, "receive plain UDP packets with sequence numbers instead of RoCE")
-	listen := fs.String("l", "", "listen address: RoCE control TCP (default :"+dadaCtrlPort+"), or UDP data (default :4000)")
+	listen := fs.String("l", "", "listen address: RoCE control TCP (default :"+ctrlPort+"), or UDP data (default :4000)")
 	devName := fs.String("d", "", "RoCE: softroce device (link name, netdev or IP[:port]; default 127.0.0.1:4791)")
 	pcapPath := fs.String("pcap", "", "RoCE: write the device's RoCEv2 traffic to this pcap file")
 	nobs := fs.Int("n", 1, "observations (transfers) to receive, 0: until interrupted")
@@ -301,7 +301,7 @@ func dadaRecv(args []string, stdout, stderr io.Writer) int {
 	defer closeDev()
 	addr := *listen
 	if addr == "" {
-		addr = ":" + dadaCtrlPort
+		addr = ":" + ctrlPort
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -344,11 +344,11 @@ func dadaRecv(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func dadaSend(args []string, stdout, stderr io.Writer) int {
+func runSend(args []string, stdout, stderr io.Writer) int {
 	fs, key := newDadaFlags("send", stderr, "[-udp] -c host[:port] [-d dev] [-k key | -b bytes | -t secs] [-r MiB/s | -g Gb/s] [flags] [header_file]")
 	fs.Lookup("k").Usage = "RoCE: relay the next transfer of the local ring at this key (header and data) instead of generated data"
 	udp := fs.Bool("udp", false, "send plain UDP packets with sequence numbers instead of RoCE")
-	to := fs.String("c", "", "receiver: RoCE control address (port "+dadaCtrlPort+" if none), or UDP destination (port 4000 if none)")
+	to := fs.String("c", "", "receiver: RoCE control address (port "+ctrlPort+" if none), or UDP destination (port 4000 if none)")
 	devName := fs.String("d", "", "RoCE: softroce device (link name, netdev or IP[:port]; default 127.0.0.1:4791)")
 	pcapPath := fs.String("pcap", "", "RoCE: write the device's RoCEv2 traffic to this pcap file")
 	total := fs.Int64("b", -1, "bytes to send (UDP: rounded up to whole packets)")
@@ -471,7 +471,7 @@ func dadaSend(args []string, stdout, stderr io.Writer) int {
 	}
 	dst := *to
 	if _, _, err := net.SplitHostPort(dst); err != nil {
-		dst = net.JoinHostPort(dst, dadaCtrlPort)
+		dst = net.JoinHostPort(dst, ctrlPort)
 	}
 	dev, closeDev, err := streamOpenDevice(*devName, *pcapPath)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 // Liveness of an rping/krping connection. rping and krping wait for the
 // peer's next message with no bound: a peer killed between two messages
 // (kill -9: no DREQ) leaves the survivor waiting forever. While a test
-// runs, a side that has waited rpingKeepalive without news posts a
+// runs, a side that has waited keepalive without news posts a
 // zero-length RDMA WRITE (no memory touched, any rkey: IBA C9-88, as
 // kernel rxe), which the transport retries until the peer ACKs it; a dead
 // peer makes it complete with RETRY_EXC_ERR, and the tool says so in one
@@ -19,9 +19,9 @@ import (
 const probeWRID = ^uint64(0) - 0xAC
 
 var (
-	// rpingKeepalive is how long a waiting side stays silent before it
+	// keepalive is how long a waiting side stays silent before it
 	// probes the peer.
-	rpingKeepalive = 2 * time.Second
+	keepalive = 2 * time.Second
 	// toolACKTimeout, if nonzero, is the local ACK timeout of the tools'
 	// QPs (tests shorten the transport's retry budget).
 	toolACKTimeout uint8
@@ -87,14 +87,14 @@ func (cb *rcb) whoPrefix() string {
 }
 
 // waitLive is wait with the keepalive: it probes the peer after each
-// rpingKeepalive without news (polling the CQ for the probe itself when
+// keepalive without news (polling the CQ for the probe itself when
 // the test polls, as krping's perf modes).
 func (cb *rcb) waitLive() {
 	if !cb.live() {
 		<-cb.sem
 		return
 	}
-	t := time.NewTicker(rpingKeepalive)
+	t := time.NewTicker(keepalive)
 	defer t.Stop()
 	for {
 		select {
@@ -136,10 +136,10 @@ func (cb *rcb) pollCQ(wc []verbs.WC) int {
 }
 
 // maybeProbe is for the busy-wait loops of krping's perf modes: call it
-// now and then; it probes after rpingKeepalive since *since. The loop
+// now and then; it probes after keepalive since *since. The loop
 // handles the probe's completion (isProbe).
 func (cb *rcb) maybeProbe(since *time.Time) {
-	if time.Since(*since) >= rpingKeepalive && cb.live() {
+	if time.Since(*since) >= keepalive && cb.live() {
 		*since = time.Now()
 		cb.probe()
 	}

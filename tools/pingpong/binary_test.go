@@ -24,11 +24,11 @@ import (
 // addresses (two devices on one host), or in two network namespaces.
 
 const (
-	ppLocalRE  = `(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:%s$`
-	ppLocalUD  = `(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}: GID ::ffff:%s$`
-	ppRemoteRE = `(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:%s$`
-	ppBytesRE  = `(?m)^%d bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$`
-	ppItersRE  = `(?m)^%d iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$`
+	localRE  = `(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:%s$`
+	localUD  = `(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}: GID ::ffff:%s$`
+	remoteRE = `(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:%s$`
+	bytesRE  = `(?m)^%d bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$`
+	itersRE  = `(?m)^%d iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$`
 )
 
 func TestPingpongBinary(t *testing.T) {
@@ -59,17 +59,17 @@ func TestPingpongBinary(t *testing.T) {
 			if tc.tool == "rc_pingpong" && tc.size == 9000 {
 				n = 10
 			}
-			local := ppLocalRE
+			local := localRE
 			if tc.tool == "ud_pingpong" {
-				local = ppLocalUD
+				local = localUD
 			}
 			for _, x := range []struct {
 				who        string
 				r          tooltest.ProcResult
 				self, peer string
 			}{{"server", s, sa, ca}, {"client", c, ca, sa}} {
-				tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(local, regexp.QuoteMeta(x.self)), fmt.Sprintf(ppRemoteRE, regexp.QuoteMeta(x.peer)),
-					fmt.Sprintf(ppBytesRE, tc.size*n*2), fmt.Sprintf(ppItersRE, n))
+				tooltest.MustMatch(t, x.who, x.r, fmt.Sprintf(local, regexp.QuoteMeta(x.self)), fmt.Sprintf(remoteRE, regexp.QuoteMeta(x.peer)),
+					fmt.Sprintf(bytesRE, tc.size*n*2), fmt.Sprintf(itersRE, n))
 				if strings.Contains(x.r.Stdout, "invalid data") {
 					t.Errorf("%s: -c validation failed:\n%s", x.who, x.r)
 				}
@@ -162,7 +162,7 @@ func TestPingpongCrossNamespace(t *testing.T) {
 				t.Fatalf("server (%s): %v\nclient (%s): %v", ns1, s, ns2, c)
 			}
 			if strings.HasSuffix(tool, "pingpong") {
-				tooltest.MustMatch(t, "client", c, fmt.Sprintf(ppRemoteRE, regexp.QuoteMeta(a1)), fmt.Sprintf(ppItersRE, 20))
+				tooltest.MustMatch(t, "client", c, fmt.Sprintf(remoteRE, regexp.QuoteMeta(a1)), fmt.Sprintf(itersRE, 20))
 			} else {
 				tooltest.MustMatch(t, "client", c, `(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:`+strings.ReplaceAll(tooltest.PtGIDTail(a1), ".", ":")+`$`)
 			}

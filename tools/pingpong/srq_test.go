@@ -21,22 +21,22 @@ func TestPingpongBufferFill(t *testing.T) {
 	defer da.Close()
 	defer db.Close()
 	for _, tc := range []struct {
-		kind ppKind
+		kind qpKind
 		fill byte
-	}{{ppRC, 0x7b}, {ppUC, 0x7b}, {ppUD, 0x7b}, {ppSRQ, 0}} {
-		const size = 3 * ppPageSize
-		c := &ppConfig{kind: tc.kind, size: size, mtu: 1024, rxDepth: 16, numQP: 2, iters: 1, gidx: 1, ibPort: 1, server: "x", validate: true}
-		if tc.kind == ppUD {
+	}{{kindRC, 0x7b}, {kindUC, 0x7b}, {kindUD, 0x7b}, {kindSRQ, 0}} {
+		const size = 3 * pageSize
+		c := &config{kind: tc.kind, size: size, mtu: 1024, rxDepth: 16, numQP: 2, iters: 1, gidx: 1, ibPort: 1, server: "x", validate: true}
+		if tc.kind == kindUD {
 			c.size = 1024
 		}
-		p := &ppCtx{c: c, dev: da, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
+		p := &pingCtx{c: c, dev: da, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
 		if err := p.init(); err != nil {
 			t.Fatal(err)
 		}
 		p.fillPattern()
 		msg := p.payload()[:c.size]
 		want := bytes.Repeat([]byte{tc.fill}, c.size)
-		for i := 0; i < len(want); i += ppPageSize {
+		for i := 0; i < len(want); i += pageSize {
 			want[i] = 0
 		}
 		if !bytes.Equal(msg, want) {
@@ -46,11 +46,11 @@ func TestPingpongBufferFill(t *testing.T) {
 		if p.checkPattern(&out) {
 			t.Errorf("kind %d: the tool's own image fails validation: %s", tc.kind, out.String())
 		}
-		if tc.kind == ppSRQ {
+		if tc.kind == kindSRQ {
 			for i := range msg {
 				msg[i] = 0x7b // what softroce's SRQ client used to send
 			}
-			for i := 0; i < len(msg); i += ppPageSize {
+			for i := 0; i < len(msg); i += pageSize {
 				msg[i] = 0
 			}
 			out.Reset()

@@ -47,7 +47,7 @@ func liveQP(t *testing.T) (*verbs.CQ, *verbs.QP, *verbs.PD) {
 // under -race an unlocked read is reported.
 func TestProbeReadsPeerUnderLock(t *testing.T) {
 	_, qp, _ := liveQP(t)
-	cb := newRCB(&rpingOpts{server: 1, size: 64}, io.Discard, io.Discard, &sync.Mutex{})
+	cb := newRCB(&options{server: 1, size: 64}, io.Discard, io.Discard, &sync.Mutex{})
 	cb.qp = qp // INIT: the probe's post fails, which clears probing
 	info := oob.RDMAInfo{Addr: 0x1000, RKey: 0x42, Size: 64}
 	cb.recvBuf = info.Append(nil)
@@ -85,7 +85,7 @@ func TestPollProbeHandsBack(t *testing.T) {
 	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
 		t.Fatal(err) // flushes the receive: a completion the test owns
 	}
-	cb := newRCB(&rpingOpts{server: 1, size: 64}, io.Discard, io.Discard, &sync.Mutex{})
+	cb := newRCB(&options{server: 1, size: 64}, io.Discard, io.Discard, &sync.Mutex{})
 	cb.qp, cb.cq, cb.polling = qp, cq, true
 	var wc [1]verbs.WC
 	for end := time.Now().Add(10 * time.Second); ; {
