@@ -263,10 +263,10 @@ func TestPerftestMarginDefault(t *testing.T) {
 	}
 }
 
-// TestPtSampler: a -D run's measured period is [start+margin,
+// TestSampler: a -D run's measured period is [start+margin,
 // start+duration-margin); what completes outside it is not counted, and
 // the period's length is the time measured.
-func TestPtSampler(t *testing.T) {
+func TestSampler(t *testing.T) {
 	start := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
 	c := &config{duration: 4, margin: 1}
@@ -288,10 +288,10 @@ func TestPtSampler(t *testing.T) {
 	}
 }
 
-// TestPtDurationLatEmpty: a -D latency run with nothing completed in its
+// TestDurationLatEmpty: a -D latency run with nothing completed in its
 // measured period is an error that says what to change, not an average of
 // zero iterations.
-func TestPtDurationLatEmpty(t *testing.T) {
+func TestDurationLatEmpty(t *testing.T) {
 	start := time.Now().Add(-3 * time.Second)
 	smp := (&config{duration: 3, margin: 1}).sampler(start)
 	smp.add(start.Add(100*time.Millisecond), 5) // in the first margin only
@@ -304,10 +304,10 @@ func TestPtDurationLatEmpty(t *testing.T) {
 	}
 }
 
-// TestPtNoResult: a bandwidth run with no iteration in its -D period says
+// TestNoResult: a bandwidth run with no iteration in its -D period says
 // how much must be sent before any QP's first completion, and what to
 // change; other empty runs keep the plain message.
-func TestPtNoResult(t *testing.T) {
+func TestNoResult(t *testing.T) {
 	bw, lat := toolSpec{name: "write_bw"}, toolSpec{name: "write_lat", lat: true}
 	for _, tc := range []struct {
 		c    config
@@ -326,9 +326,9 @@ func TestPtNoResult(t *testing.T) {
 	}
 }
 
-// TestPtRateOptions: the rate limiter's options as perftest checks them,
+// TestRateOptions: the rate limiter's options as perftest checks them,
 // with its messages and defaults, and the rate each unit gives.
-func TestPtRateOptions(t *testing.T) {
+func TestRateOptions(t *testing.T) {
 	for _, tc := range []struct {
 		tool   string
 		args   []string
@@ -361,11 +361,11 @@ func TestPtRateOptions(t *testing.T) {
 	}
 }
 
-// TestPtPacer: bursts of burst messages every burst/pps seconds, deadlines
+// TestPacer: bursts of burst messages every burst/pps seconds, deadlines
 // adding up so that a late client catches up; nil lets everything through.
-func TestPtPacer(t *testing.T) {
+func TestPacer(t *testing.T) {
 	start := time.Now()
-	p := newPtPacer(1000, 10, start) // a burst every 10 ms
+	p := newPacer(1000, 10, start) // a burst every 10 ms
 	for i := range 10 {
 		if !p.open(start) || !p.sending() {
 			t.Fatalf("message %d of the first burst held back", i)
@@ -389,15 +389,15 @@ func TestPtPacer(t *testing.T) {
 		t.Fatalf("after catching up: wait %v, want 5ms (the burst due at 50 ms)", p.wait(late))
 	}
 	var none *pacer
-	if !none.open(start) || !none.sending() || none.wait(start) != 0 || newPtPacer(0, 10, start) != nil {
+	if !none.open(start) || !none.sending() || none.wait(start) != 0 || newPacer(0, 10, start) != nil {
 		t.Fatal("no limit must let everything through")
 	}
 	none.sent()
 }
 
-// TestPtLimitOptions: -w and -y parse as perftest's (a negative value is
+// TestLimitOptions: -w and -y parse as perftest's (a negative value is
 // its "Invalid Minimum ... Limit") and apply to bandwidth tests only.
-func TestPtLimitOptions(t *testing.T) {
+func TestLimitOptions(t *testing.T) {
 	for _, tc := range []struct {
 		tool     string
 		args     []string
@@ -420,9 +420,9 @@ func TestPtLimitOptions(t *testing.T) {
 	}
 }
 
-// TestPtSRQOptions: --use-srq belongs to the send tests (perftest's
+// TestSRQOptions: --use-srq belongs to the send tests (perftest's
 // message otherwise) and needs an SRQ entry for each QP's buffer.
-func TestPtSRQOptions(t *testing.T) {
+func TestSRQOptions(t *testing.T) {
 	for _, tc := range []struct {
 		tool   string
 		args   []string
@@ -439,10 +439,10 @@ func TestPtSRQOptions(t *testing.T) {
 	}
 }
 
-// TestPtCPU: /proc/stat's first line gives user and idle time; the
+// TestCPU: /proc/stat's first line gives user and idle time; the
 // utilisation is user over user plus idle between the period's two
 // samples, 0 when one is missing, and a nil sampler reports 0.
-func TestPtCPU(t *testing.T) {
+func TestCPU(t *testing.T) {
 	for _, tc := range []struct {
 		in         string
 		user, idle uint64
@@ -472,10 +472,10 @@ func TestPtCPU(t *testing.T) {
 	}
 }
 
-// TestPtRetryCount: --retry_count sets the rdma_cm connections' retry
+// TestRetryCount: --retry_count sets the rdma_cm connections' retry
 // count (the test QPs' RNR retry too, the side channel's RNR retry stays
 // 7), as perftest's; the CM carries 3 bits of it.
-func TestPtRetryCount(t *testing.T) {
+func TestRetryCount(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
 		want   uint8
@@ -503,9 +503,9 @@ func TestPtRetryCount(t *testing.T) {
 	}
 }
 
-// TestPtVersion: -V prints perftest's version line, the release whose
+// TestVersion: -V prints perftest's version line, the release whose
 // side channel softroce speaks, and nothing runs.
-func TestPtVersion(t *testing.T) {
+func TestVersion(t *testing.T) {
 	for _, args := range [][]string{{"-V"}, {"--version", "-s", "8"}} {
 		var out, errb strings.Builder
 		_, code, ok := parseArgs(tools[0], args, &out, &errb)

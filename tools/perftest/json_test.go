@@ -22,10 +22,10 @@ import (
 
 const versionsLine = "Current implementation is not compatible with versions older than 5.70\n" // perftest's check_version_compatibility
 
-// TestPtNewOptions: --out_json, --out_json_file, --tclass and
+// TestNewOptions: --out_json, --out_json_file, --tclass and
 // --dont_xchg_versions parse as perftest's, with its message for a traffic
 // class that is not a number; --tclass wins over -T for the GRH.
-func TestPtNewOptions(t *testing.T) {
+func TestNewOptions(t *testing.T) {
 	for _, tc := range []struct {
 		tool   string
 		args   []string
@@ -94,12 +94,12 @@ func jsonInfo(test, upper, mtu, lower string) string {
 		"PCIe_relax_order: " + ro + ",\nibv_wr_API: OFF,\n" + mtu + "Link_type: Ethernet,\n" + lower + "},\n"
 }
 
-// TestPtJSONReport: the --out_json file, byte for byte, against texts
+// TestJSONReport: the --out_json file, byte for byte, against texts
 // written out from perftest 4.5's format strings (write_test_info_to_file,
 // REPORT_FMT_JSON, REPORT_FMT_EXT_JSON, REPORT_FMT_LAT_JSON,
 // REPORT_FMT_LAT_DUR_JSON, REPORT_EXT_CPU_UTIL_JSON and the --output
 // variants), and the banner lines the file mirrors.
-func TestPtJSONReport(t *testing.T) {
+func TestJSONReport(t *testing.T) {
 	us := func(n ...int) []time.Duration {
 		d := make([]time.Duration, len(n))
 		for i, v := range n {
@@ -200,9 +200,9 @@ func TestPtJSONReport(t *testing.T) {
 	}
 }
 
-// TestPtBannerEventsTOS: the banner lines perftest prints with -e and with
+// TestBannerEventsTOS: the banner lines perftest prints with -e and with
 // -R -T, which the report file's "Test with events" and "TOS" mirror.
-func TestPtBannerEventsTOS(t *testing.T) {
+func TestBannerEventsTOS(t *testing.T) {
 	for _, tc := range []struct {
 		cmdline, want, not string
 	}{
@@ -364,10 +364,10 @@ func TestPerftestDontXchgVersions(t *testing.T) {
 	}
 }
 
-// TestPtTrafficClassQPs: the QPs connected without rdma_cm carry the
+// TestTrafficClassQPs: the QPs connected without rdma_cm carry the
 // traffic class in their address vector's GRH: --tclass's, which wins over
 // -T, else -T's, else 0.
-func TestPtTrafficClassQPs(t *testing.T) {
+func TestTrafficClassQPs(t *testing.T) {
 	sa, _ := tooltest.LoopPair()
 	dev := openLoopDevice(t, "tc0", sa)
 	gid, err := dev.QueryGID(1, 1)
@@ -385,7 +385,7 @@ func TestPtTrafficClassQPs(t *testing.T) {
 		{"send_lat -n 20 -c UC --tclass=0x48", 72},
 	} {
 		c := jsonCase(t, tc.args+" 10.0.0.1")
-		r, err := newPtRes(c, td, gid)
+		r, err := newResources(c, td, gid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -403,10 +403,10 @@ func TestPtTrafficClassQPs(t *testing.T) {
 	}
 }
 
-// TestPtJSONKernelFiles: with the values kernel perftest measured, softroce
+// TestJSONKernelFiles: with the values kernel perftest measured, softroce
 // writes the --out_json files and the -D latency row that perftest 4.5+0.17
 // wrote and printed (testdata/perftest_write_lat_D_*.json, README there).
-func TestPtJSONKernelFiles(t *testing.T) {
+func TestJSONKernelFiles(t *testing.T) {
 	for _, tc := range []struct {
 		file, cmdline string
 		res           sizeResult
@@ -436,11 +436,11 @@ func TestPtJSONKernelFiles(t *testing.T) {
 	}
 }
 
-// TestPtCQModLargeMessages: as perftest 4.5 (and as kernel ib_write_bw -D 2
+// TestCQModLargeMessages: as perftest 4.5 (and as kernel ib_write_bw -D 2
 // printed, CQ Moderation 1 at its default 64 KiB), messages above 8 KiB are
 // not moderated unless -Q asks, with perftest's warning on stdout then; UD,
 // -a and events keep the default.
-func TestPtCQModLargeMessages(t *testing.T) {
+func TestCQModLargeMessages(t *testing.T) {
 	const warn = resultLine + "Warning: Large message requested and CQ moderation enabled\nWarning: It can lead to inaccurate results\n"
 	for _, tc := range []struct {
 		tool string
@@ -481,10 +481,10 @@ func toolNamed(t *testing.T, name string) toolSpec {
 	return toolSpec{}
 }
 
-// TestPtBWLineExt: with --report_gbits an average below 0.1 Gb/s prints
+// TestBWLineExt: with --report_gbits an average below 0.1 Gb/s prints
 // perftest's REPORT_FMT_EXT (six decimals, as its JSON's
 // REPORT_FMT_EXT_JSON); from 0.1 on, its REPORT_FMT.
-func TestPtBWLineExt(t *testing.T) {
+func TestBWLineExt(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		rep  oob.BWReport

@@ -62,10 +62,10 @@ var perftestOptions = []struct {
 	{"use_ooo", 0, false},
 }
 
-// TestPtEveryPerftestOption: every long and short name of perftest 4.5's
+// TestEveryPerftestOption: every long and short name of perftest 4.5's
 // option table is softroce's too, with an argument where perftest's takes
 // one: it works, or it is refused with a reason, never "unrecognized".
-func TestPtEveryPerftestOption(t *testing.T) {
+func TestEveryPerftestOption(t *testing.T) {
 	tool := toolNamed(t, "send_bw")
 	try := func(args ...string) {
 		var out, errb strings.Builder
@@ -95,9 +95,9 @@ func TestPtEveryPerftestOption(t *testing.T) {
 	}
 }
 
-// TestPtRefusalLines: options softroce cannot honour are refused with one
+// TestRefusalLines: options softroce cannot honour are refused with one
 // line saying why.
-func TestPtRefusalLines(t *testing.T) {
+func TestRefusalLines(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -117,9 +117,9 @@ func TestPtRefusalLines(t *testing.T) {
 	}
 }
 
-// TestPtHopLimit: -L is perftest's raw Ethernet hop limit: in range, a
+// TestHopLimit: -L is perftest's raw Ethernet hop limit: in range, a
 // value other than its default 64 is perftest's line on stdout and exit 1.
-func TestPtHopLimit(t *testing.T) {
+func TestHopLimit(t *testing.T) {
 	var out, errb strings.Builder
 	if code := runPerftest(toolNamed(t, "write_bw"), []string{"-L", "5", "10.0.0.1"}, &out, &errb); code != cli.ExitFailure ||
 		out.String() != " Hop limit only valid for RawEth QP \n" || errb.String() != "" {
@@ -131,9 +131,9 @@ func TestPtHopLimit(t *testing.T) {
 	parseWant(t, "send_lat", []string{"-L", "256"}, "-L/--hop_limit: 256 is out of range (0..255)")
 }
 
-// TestPtRelaxOrderOption: --disable_pcie_relaxed turns the banner's and the
+// TestRelaxOrderOption: --disable_pcie_relaxed turns the banner's and the
 // report file's PCIe relax order OFF.
-func TestPtRelaxOrderOption(t *testing.T) {
+func TestRelaxOrderOption(t *testing.T) {
 	for _, tc := range []struct{ cmdline, ro string }{
 		{"write_bw 10.0.0.1", "ON"},
 		{"write_bw --disable_pcie_relaxed 10.0.0.1", "OFF"},
@@ -153,9 +153,9 @@ func TestPtRelaxOrderOption(t *testing.T) {
 	}
 }
 
-// TestPtParseNewOptions: the checks perftest makes of the new options
+// TestParseNewOptions: the checks perftest makes of the new options
 // when it parses them.
-func TestPtParseNewOptions(t *testing.T) {
+func TestParseNewOptions(t *testing.T) {
 	parseWant(t, "send_bw", []string{"-X", "0"}, " Events must be enabled to select a completion vector\n")
 	// perftest's WRITE tests poll: -e and -X are refused there (its parser's words).
 	parseWant(t, "write_bw", []string{"-e"}, " Events feature not available on WRITE verb\n")
@@ -199,10 +199,10 @@ func runCancelled(t *testing.T, td *toolkit.ToolDevice, tool string, args ...str
 	return o.String(), e.String(), err
 }
 
-// TestPtDeviceChecks: -X against the device's one completion vector, and
+// TestDeviceChecks: -X against the device's one completion vector, and
 // --pkey_index against its max_pkeys, 64 (perftest's ctx_chk_pkey_index:
 // beyond, its warning, and index 0), before connecting.
-func TestPtDeviceChecks(t *testing.T) {
+func TestDeviceChecks(t *testing.T) {
 	sa, _ := tooltest.LoopPair()
 	td := loopTD(t, "chk0", sa)
 	if _, _, err := runCancelled(t, td, "send_bw", "-e", "-X", "1"); err == nil ||
@@ -230,9 +230,9 @@ func TestPtDeviceChecks(t *testing.T) {
 	}
 }
 
-// TestPtIPv6GID: on a device on an IPv6 address, --ipv6 takes that
+// TestIPv6GID: on a device on an IPv6 address, --ipv6 takes that
 // address's GID.
-func TestPtIPv6GID(t *testing.T) {
+func TestIPv6GID(t *testing.T) {
 	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
 		t.Skip("no IPv6")
 	}
@@ -263,11 +263,11 @@ func runPair(t *testing.T, tool string, srvArgs, cliArgs []string) (srv, cli *ve
 	return srv, cli, sb.String(), cb.String()
 }
 
-// TestPtMmap: --mmap makes a file the buffers: the client's RDMA WRITEs
+// TestMmap: --mmap makes a file the buffers: the client's RDMA WRITEs
 // carry its file's bytes (perftest's random fill) into the server's file,
 // at the server's --mmap-offset, whose bytes before the offset stay as
 // they were.
-func TestPtMmap(t *testing.T) {
+func TestMmap(t *testing.T) {
 	dir := t.TempDir()
 	sf, cf := filepath.Join(dir, "srv"), filepath.Join(dir, "cli")
 	const off, size = 4096, 4096 // the buffers: a 4 KiB send region and a 4 KiB receive region
@@ -297,10 +297,10 @@ func TestPtMmap(t *testing.T) {
 	}
 }
 
-// TestPtMmapErrors: a file that cannot be opened is perftest's line on
+// TestMmapErrors: a file that cannot be opened is perftest's line on
 // stdout; one too small for the buffers, one line saying how large it
 // must be.
-func TestPtMmapErrors(t *testing.T) {
+func TestMmapErrors(t *testing.T) {
 	if !mmapSupported {
 		parseWant(t, "write_bw", []string{"--mmap=x"}, "--mmap is implemented on Linux only")
 		return
@@ -320,7 +320,7 @@ func TestPtMmapErrors(t *testing.T) {
 	} {
 		c := parseWant(t, "write_bw", tc.args, "")
 		var o strings.Builder
-		_, err := newPtRes(c, td, verbs.GID{})
+		_, err := newResources(c, td, verbs.GID{})
 		var me *mmapError
 		if err == nil || !strings.Contains(err.Error(), tc.stderr) {
 			t.Errorf("%q: %v; want %q", tc.args, err, tc.stderr)
@@ -336,9 +336,9 @@ func TestPtMmapErrors(t *testing.T) {
 	}
 }
 
-// TestPtWaitDestroy: --wait_destroy prints perftest's line and waits
+// TestWaitDestroy: --wait_destroy prints perftest's line and waits
 // before the resources go.
-func TestPtWaitDestroy(t *testing.T) {
+func TestWaitDestroy(t *testing.T) {
 	start := time.Now()
 	_, _, so, co := runPair(t, "write_bw", []string{"-n", "5", "-s", "64"}, []string{"-n", "5", "-s", "64", "--wait_destroy=1"})
 	if el := time.Since(start); el < time.Second {
@@ -349,10 +349,10 @@ func TestPtWaitDestroy(t *testing.T) {
 	}
 }
 
-// TestPtReversed: with --reversed the side that listens sends (perftest's
+// TestReversed: with --reversed the side that listens sends (perftest's
 // machine swapped after connecting): its banner has the TX depth, and its
 // device sends the data.
-func TestPtReversed(t *testing.T) {
+func TestReversed(t *testing.T) {
 	for _, tool := range []string{"write_bw", "send_bw"} {
 		t.Run(tool, func(t *testing.T) {
 			args := []string{"-n", "20", "-s", "4096", "--reversed"}

@@ -35,7 +35,7 @@ func retryBudget(timeout, retry int) time.Duration {
 	return verbs.RetryBudget(uint8(timeout), uint8(retry))
 }
 
-func newPtPeerWatch(conn net.Conn, qpTimeout int) *peerWatch {
+func newPeerWatch(conn net.Conn, qpTimeout int) *peerWatch {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return nil

@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// TestPtPeerWatch: the watch sees the peer's close (not its unread data),
+// TestPeerWatch: the watch sees the peer's close (not its unread data),
 // leaves the grace for the error completion, then reports errPeerClosed;
 // it never consumes what the peer sent.
-func TestPtPeerWatch(t *testing.T) {
+func TestPeerWatch(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +25,7 @@ func TestPtPeerWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	w := newPtPeerWatch(conn, 14)
+	w := newPeerWatch(conn, 14)
 	if w == nil {
 		t.Fatal("no watch for a TCP connection")
 	}

@@ -552,8 +552,22 @@ func setNum(p *int, set *bool) func(string) error {
 }
 
 // finish applies perftest's defaults and checks the parameters; it
-// returns a message for the user when they cannot run.
+// returns a message for the user when they cannot run. The groups run in
+// perftest's order, which decides the message when several apply.
 func (c *config) finish() string {
+	for _, check := range []func() string{
+		c.finishConn, c.finishSize, c.checkRun, c.checkQP, c.finishDepths,
+		c.checkFeatures, c.finishTClass, c.finishLimits, c.finishRate,
+	} {
+		if msg := check(); msg != "" {
+			return msg
+		}
+	}
+	return ""
+}
+
+// finishConn checks -c, the connection type, against the test's verb.
+func (c *config) finishConn() string {
 	t := c.tool
 	c.conn = strings.ToUpper(c.conn)
 	switch c.conn {
@@ -571,6 +585,13 @@ func (c *config) finish() string {
 	default:
 		return "connection type must be RC, UC or UD"
 	}
+	return ""
+}
+
+// finishSize applies the default iterations and size, the atomic tests'
+// one size and -A, and the -f margin of a -D run.
+func (c *config) finishSize() string {
+	t := c.tool
 	if !c.itersSet {
 		c.iters = defIters(t)
 	}
@@ -593,6 +614,13 @@ func (c *config) finish() string {
 		return "atomic type must be CMP_AND_SWAP or FETCH_AND_ADD"
 	}
 	c.margin = effectiveMargin(c.duration, c.margin)
+	return ""
+}
+
+// checkRun checks the run's shape: iterations, size, -D, --output and
+// the margin, with perftest's messages.
+func (c *config) checkRun() string {
+	t := c.tool
 	switch {
 	case c.iters < 5 || c.iters > 100000000:
 		return "Iteration num should be between 5 and 100000000"
@@ -611,6 +639,14 @@ func (c *config) finish() string {
 	case !marginFits(c.duration, c.margin):
 		return fmt.Sprintf("please check that DURATION > 2*MARGIN (-D %d, -f %d: no time would be left to measure; "+
 			"give a longer -D or a shorter -f)", durationOrDefault(c.duration), c.margin)
+	}
+	return ""
+}
+
+// checkQP checks the QPs' and the side channel's parameters.
+func (c *config) checkQP() string {
+	t := c.tool
+	switch {
 	case c.numQP < 1 || c.numQP > maxQPs:
 		return fmt.Sprintf("number of QPs must be 1..%d", maxQPs)
 	case t.lat && c.numQP != 1:
@@ -634,6 +670,13 @@ func (c *config) finish() string {
 	case c.tcpPort < 0 || c.tcpPort > 65535:
 		return "port must be 0..65535"
 	}
+	return ""
+}
+
+// finishDepths applies perftest's queue depths, CQ moderation and
+// outstanding reads, and checks them.
+func (c *config) finishDepths() string {
+	t := c.tool
 	// Queue depths as perftest sets them.
 	if c.txDepth < 0 {
 		c.txDepth = defTxBW
@@ -689,6 +732,13 @@ func (c *config) finish() string {
 	if c.cqMod > c.txDepth {
 		c.cqMod = c.txDepth
 	}
+	return ""
+}
+
+// checkFeatures checks the optional features against the test and each
+// other: -R, --use-srq, --mmap, -e/-X, -j, --reversed, -G, --retry_count.
+func (c *config) checkFeatures() string {
+	t := c.tool
 	if c.rdmaCM {
 		c.cmComm = true
 		if c.conn != "RC" {
@@ -730,13 +780,7 @@ func (c *config) finish() string {
 	if c.retrySet && c.retry > 7 {
 		return fmt.Sprintf("retry count %d: the CM carries 3 bits of it, 0..7", c.retry)
 	}
-	if msg := c.finishTClass(); msg != "" {
-		return msg
-	}
-	if msg := c.finishLimits(); msg != "" {
-		return msg
-	}
-	return c.finishRate()
+	return ""
 }
 
 // finishTClass parses --tclass as perftest's CHECK_VALUE does (strtol
@@ -991,238 +1035,6 @@ func runConfig(ctx context.Context, c *config, stdout, stderr io.Writer) (err er
 	return runOn(ctx, c, td, stdout, stderr)
 }
 
-// runOn runs one side of a test on the open device td.
-func runOn(ctx context.Context, c *config, td *toolkit.ToolDevice, stdout, stderr io.Writer) error {
-	// With --output, perftest prints the result's value alone: no banner,
-	// addresses, headers or separators.
-	verbose := stdout
-	if c.output != "" {
-		verbose = io.Discard
-	}
-	// perftest's verify_params_with_device_context and check_link, before
-	// connecting.
-	if c.events && c.vector >= compVectors {
-		return fmt.Errorf("Completion vector specified is invalid: Max completion vector = %d (-X %d; softroce devices have one, -X 0)",
-			compVectors-1, c.vector)
-	}
-	if c.pkeyIndex > 0 {
-		c.checkPKeyIndex(td, stdout, stderr)
-	}
-	if c.ipv6 && !c.gidxSet {
-		i, err := c.ipv6GIDIndex(td)
-		if err != nil {
-			return err
-		}
-		c.gidx = i
-	}
-	gid, err := td.GID(c.gidx)
-	if err != nil {
-		return err
-	}
-	udMax := 0
-	if c.qpType() == verbs.QPTypeUD {
-		// As perftest's check_link_and_mtu: UD messages fit in one packet.
-		udMax = td.Dev.ActiveMTU().Bytes()
-		if c.mtu != 0 {
-			udMax = min(udMax, c.mtu)
-		}
-		if !c.all && c.size > udMax {
-			fmt.Fprintf(stdout, "Max msg size in UD is MTU %d\n Changing to this MTU\n", udMax)
-			c.size = udMax
-		}
-	}
-	var pc sideChannel
-	var pcm *cmChannel
-	var watch *peerWatch // the TCP side channel's liveness (nil with -z/-R)
-	var r *resources
-	// Registered first, so it runs last: after the CM has destroyed its
-	// IDs' QPs (-R), the run's resources go, so that a library user's
-	// device (Run) is left as it was.
-	defer func() {
-		if r != nil {
-			r.close()
-		}
-	}()
-	if c.isServer() {
-		fmt.Fprint(verbose, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-	}
-	if c.cmComm {
-		if pcm, err = startPtCM(ctx, c, td, stderr); err != nil {
-			return err
-		}
-		defer pcm.close()
-		pc = pcm.side
-	} else {
-		var conn net.Conn
-		if c.listens() {
-			conn, err = accept(ctx, c.tcpPort)
-		} else {
-			conn, err = toolkit.Dial(ctx, c.server, c.tcpPort, c.connectTO)
-		}
-		if err != nil {
-			return err
-		}
-		pc = oob.NewPerftestConn(conn, !c.listens())
-		defer conn.Close()
-		watch = newPtPeerWatch(conn, c.qpTimeout)
-	}
-	if r, err = newPtRes(c, td, gid); err != nil {
-		var me *mmapError
-		if errors.As(err, &me) && me.line != "" {
-			fmt.Fprintln(stdout, me.line) // perftest's, on stdout
-		}
-		return err
-	}
-	if r.mapped {
-		fmt.Fprintf(stdout, "allocated mmap buffer of size %d at %#x\n", len(r.buf), r.addr(0)) // perftest's pp_init_mmap
-	}
-	r.watch = watch
-	localMTU := td.Dev.ActiveMTU()
-	if c.mtu != 0 {
-		localMTU = min(localMTU, toolkit.MTUEnum(c.mtu))
-	}
-	_, mtu, err := pc.Setup(ctx, oob.SysData{CycleBuffer: cycleBuffer, CacheLineSize: cacheLine}, int(localMTU))
-	if err != nil {
-		return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
-	}
-	r.mtu = verbs.MTU(mtu)
-	c.printBanner(verbose, td.Info.Name, r.mtu)
-	if c.rdmaCM {
-		if c.isServer() {
-			printCMWaiting(verbose)
-		}
-		if err := pcm.connectTraffic(ctx, r, gid); err != nil {
-			return err
-		}
-	}
-	for i := range r.local {
-		c.printDest(verbose, "local", &r.local[i])
-	}
-	remote, err := pc.Connect(ctx, r.local, func(rem []oob.PerftestDest) error {
-		r.remote = rem
-		for i := range rem {
-			c.printDest(verbose, "remote", &rem[i])
-		}
-		if c.rdmaCM {
-			return nil // the CM connected the QPs
-		}
-		return r.connect()
-	})
-	if err != nil {
-		return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
-	}
-	r.remote = remote
-	fmt.Fprint(verbose, resultLine)
-	plan := c.tool.test.Plan()
-	sizes := []int{c.size}
-	if c.all {
-		sizes = sizes[:0]
-		for i := 1; i < 24; i++ {
-			if udMax > 0 && 1<<i > udMax {
-				break
-			}
-			sizes = append(sizes, 1<<i)
-		}
-	}
-	prog := newPtProgress(c, stderr)
-	printsResults := !(c.tool.lat && c.isServer() && (c.tool.verb == verbRead || c.tool.verb == verbAtomic))
-	if printsResults {
-		c.printResultHeader(verbose)
-	}
-	// perftest 4.5 with -a: the send tests post receives and handshake before
-	// every size; the others handshake once, and the write/read/atomic BW
-	// client sends only its last report, which is all their server prints.
-	perSizeSync := c.tool.verb == verbSend
-	// The side that measured verifies -w and -y: a bandwidth client, and
-	// send_bw's server, which measures its own.
-	verifies := !c.tool.lat && !(c.isServer() && plan.Report)
-	var limits limitsMet
-	// report prints a result line and, with --out_json, writes the report
-	// file as perftest does with each line it prints: rewritten for every
-	// size, it holds the last. After a failure it is not tried again.
-	var jsonErr error
-	report := func(res sizeResult) {
-		if c.outJSON && jsonErr == nil {
-			jsonErr = c.writeJSON(c.jsonReport(td.Info.Name, r.mtu, res))
-		}
-		c.printResult(stdout, res)
-	}
-	for i, size := range sizes {
-		prog.setSize(size)
-		if err := r.ready(size); err != nil {
-			return err
-		}
-		if i == 0 || perSizeSync {
-			for range plan.SyncBeforeTraffic {
-				if _, err := pc.HandShake(ctx, &r.local[0]); err != nil {
-					return fmt.Errorf("Failed to sync between server and client: %w", err)
-				}
-			}
-		}
-		res, err := r.traffic(ctx, size, prog)
-		if err != nil {
-			if !c.tool.lat && errors.Is(err, errWCFailed) {
-				// perftest's main after a failed run_iter_bw.
-				return fmt.Errorf("%w\n Failed to complete run_iter_bw function successfully", err)
-			}
-			return err
-		}
-		prog.clear()
-		last := i == len(sizes)-1
-		if verifies {
-			limits.add(c, res.bw)
-		}
-		if plan.Report {
-			if !last {
-				if !c.isServer() {
-					report(res)
-				}
-				continue
-			}
-			if _, err := pc.HandShake(ctx, &r.local[0]); err != nil {
-				return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
-			}
-			rem, err := pc.ExchangeBWReport(ctx, res.bw)
-			if err != nil {
-				return fmt.Errorf("Failed to exchange the reports: %w", err)
-			}
-			if c.isServer() {
-				res.bw = rem
-			}
-		}
-		if printsResults {
-			if !c.hasResult(res) {
-				// A result line without iterations would hide a failed run.
-				return c.noResult(size)
-			}
-			report(res)
-		}
-	}
-	if printsResults {
-		fmt.Fprint(verbose, resultLine)
-	}
-	if plan.Close {
-		if err := pc.Close(ctx, &r.local[0]); err != nil {
-			return fmt.Errorf("Failed to close connection between server and client: %w", err)
-		}
-	}
-	var limitErr error
-	if verifies {
-		limitErr = limits.err(c)
-	}
-	if c.waitDestroy > 0 {
-		// perftest's destroy_ctx, before it releases anything.
-		fmt.Fprintf(stdout, " Waiting %d seconds before releasing resources...\n", c.waitDestroy)
-		t := time.NewTimer(time.Duration(c.waitDestroy) * time.Second)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-	}
-	return errors.Join(limitErr, jsonErr)
-}
-
 // checkPKeyIndex is perftest's ctx_chk_pkey_index: an index beyond the
 // device's max_pkeys is its warning, and index 0. Below, the index is
 // accepted as kernel rxe accepts it, and the QPs keep the one P_Key
@@ -1466,7 +1278,7 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func newPtProgress(c *config, w io.Writer) *progress {
+func newProgress(c *config, w io.Writer) *progress {
 	p := &progress{c: c, w: w}
 	long := c.duration > 0 || c.all || c.iters >= 100000
 	p.on = long && isTerminal(w)

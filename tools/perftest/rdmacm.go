@@ -46,12 +46,12 @@ import (
 // rdma_write_keys with HAVE_ENDIAN).
 const cmDestLen = 56
 
-// errPtCMMsg reports a side-channel message of the wrong size or kind.
-var errPtCMMsg = errors.New("malformed rdma_cm side-channel message")
+// errCMMsg reports a side-channel message of the wrong size or kind.
+var errCMMsg = errors.New("malformed rdma_cm side-channel message")
 
-// appendPtCMDest appends d as the 56-byte message; gidIndex is the sender's
+// appendCMDest appends d as the 56-byte message; gidIndex is the sender's
 // GID index (perftest's my_dest.gid_index; 0 in the all-zero handshakes).
-func appendPtCMDest(b []byte, d *oob.PerftestDest, gidIndex int32) []byte {
+func appendCMDest(b []byte, d *oob.PerftestDest, gidIndex int32) []byte {
 	var m [cmDestLen]byte
 	binary.BigEndian.PutUint32(m[0:], uint32(d.LID))
 	binary.BigEndian.PutUint32(m[4:], uint32(d.OutReads))
@@ -65,12 +65,12 @@ func appendPtCMDest(b []byte, d *oob.PerftestDest, gidIndex int32) []byte {
 	return append(b, m[:]...)
 }
 
-// parsePtCMDest decodes a 56-byte address message. Like perftest's
+// parseCMDest decodes a 56-byte address message. Like perftest's
 // rdma_read_keys it keeps the low bits of each field.
-func parsePtCMDest(b []byte) (oob.PerftestDest, int32, error) {
+func parseCMDest(b []byte) (oob.PerftestDest, int32, error) {
 	var d oob.PerftestDest
 	if len(b) < cmDestLen {
-		return d, 0, fmt.Errorf("%w: address of %d bytes, want %d", errPtCMMsg, len(b), cmDestLen)
+		return d, 0, fmt.Errorf("%w: address of %d bytes, want %d", errCMMsg, len(b), cmDestLen)
 	}
 	d.LID = uint16(binary.BigEndian.Uint32(b[0:]))
 	d.OutReads = uint16(binary.BigEndian.Uint32(b[4:]))
@@ -116,7 +116,7 @@ var (
 	_ sideChannel = (*cmSide)(nil)
 )
 
-func newPtCMSide(p msgPipe, client bool, gidIndex int) *cmSide {
+func newCMSide(p msgPipe, client bool, gidIndex int) *cmSide {
 	return &cmSide{p: p, client: client, gidIndex: int32(gidIndex), remVer: 6.06}
 }
 
@@ -132,7 +132,7 @@ func (s *cmSide) xchg(ctx context.Context, out, in []byte) error {
 		return err
 	}
 	if n < len(in) {
-		return fmt.Errorf("%w: got %d bytes, want %d", errPtCMMsg, n, len(in))
+		return fmt.Errorf("%w: got %d bytes, want %d", errCMMsg, n, len(in))
 	}
 	copy(in, s.buf[:len(in)])
 	if !s.client {
@@ -206,12 +206,12 @@ func (s *cmSide) HandShake(ctx context.Context, local *oob.PerftestDest) (oob.Pe
 	if *local == (oob.PerftestDest{}) {
 		gi = 0 // perftest's zeroed my_dest before set_up_connection
 	}
-	out := appendPtCMDest(s.out[:0], local, gi)
+	out := appendCMDest(s.out[:0], local, gi)
 	var in [cmDestLen]byte
 	if err := s.xchg(ctx, out, in[:]); err != nil {
 		return oob.PerftestDest{}, err
 	}
-	d, _, err := parsePtCMDest(in[:])
+	d, _, err := parseCMDest(in[:])
 	return d, err
 }
 
@@ -311,7 +311,7 @@ func (p *cmPipe) wait(ctx context.Context, cq *verbs.CQ) (*verbs.WC, error) {
 
 func (p *cmPipe) send(ctx context.Context, msg []byte) error {
 	if len(msg) > cmDestLen {
-		return fmt.Errorf("%w: %d bytes to send", errPtCMMsg, len(msg))
+		return fmt.Errorf("%w: %d bytes to send", errCMMsg, len(msg))
 	}
 	copy(p.buf, msg)
 	wr := [1]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
@@ -411,10 +411,10 @@ func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
 	return ips[0].Unmap(), nil
 }
 
-// startPtCM attaches the CM to the device and sets up the side channel:
+// startCM attaches the CM to the device and sets up the side channel:
 // the server accepts one connection on port -p, the client connects to it
 // (retrying while the server is not listening yet, for c.connectTO).
-func startPtCM(ctx context.Context, c *config, td *toolkit.ToolDevice, stderr io.Writer) (*cmChannel, error) {
+func startCM(ctx context.Context, c *config, td *toolkit.ToolDevice, stderr io.Writer) (*cmChannel, error) {
 	ag, err := cm.Attach(td.Dev, toolkit.AgentConfig())
 	if err != nil {
 		return nil, fmt.Errorf("Unable to create RDMA_CM resources: %w", err)
@@ -438,7 +438,7 @@ func startPtCM(ctx context.Context, c *config, td *toolkit.ToolDevice, stderr io
 		return nil, err
 	}
 	p.comm.conn = conn
-	p.side = newPtCMSide(&p.comm, !c.isServer(), c.gidx)
+	p.side = newCMSide(&p.comm, !c.isServer(), c.gidx)
 	return p, nil
 }
 

@@ -155,10 +155,10 @@ func TestPerftestCMCaptureDest(t *testing.T) {
 				continue
 			}
 			addrs++
-			if got := appendPtCMDest(nil, &x.d, 1); !equalCMMsg(got, m) {
+			if got := appendCMDest(nil, &x.d, 1); !equalCMMsg(got, m) {
 				t.Errorf("encoded\n%x\ncaptured\n%x", got, m)
 			}
-			d, gi, err := parsePtCMDest(m)
+			d, gi, err := parseCMDest(m)
 			if err != nil || gi != 1 {
 				t.Fatalf("parse: %v, gid index %d", err, gi)
 			}
@@ -199,7 +199,7 @@ func TestPerftestCMCaptureSession(t *testing.T) {
 				want, local, peerRep = c.server, capturedCMServerDest, rep(c.server)
 			}
 			ctx := context.Background()
-			s := newPtCMSide(fp, client, 1)
+			s := newCMSide(fp, client, 1)
 			sys, mtu, err := s.Setup(ctx, oob.SysData{CycleBuffer: cycleBuffer, CacheLineSize: cacheLine}, 3)
 			if err != nil || mtu != 3 || sys.CycleBuffer != 4096 || sys.CacheLineSize != 64 {
 				t.Fatalf("Setup: %v %v %v", sys, mtu, err)
@@ -298,21 +298,21 @@ func TestPerftestCMCaptureParams(t *testing.T) {
 	}
 }
 
-// FuzzParsePtCMDest: any 56 bytes decode, and what they decode to
+// FuzzParseCMDest: any 56 bytes decode, and what they decode to
 // re-encodes to a message that decodes the same.
-func FuzzParsePtCMDest(f *testing.F) {
-	f.Add(appendPtCMDest(nil, &capturedCMClientDest, 1))
+func FuzzParseCMDest(f *testing.F) {
+	f.Add(appendCMDest(nil, &capturedCMClientDest, 1))
 	f.Add(make([]byte, cmDestLen))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, gi, err := parsePtCMDest(b)
+		d, gi, err := parseCMDest(b)
 		if err != nil {
 			if len(b) >= cmDestLen {
 				t.Fatalf("%d bytes refused: %v", len(b), err)
 			}
 			return
 		}
-		d2, gi2, err := parsePtCMDest(appendPtCMDest(nil, &d, gi))
+		d2, gi2, err := parseCMDest(appendCMDest(nil, &d, gi))
 		if err != nil || d2 != d || gi2 != gi {
 			t.Fatalf("round trip: %+v %d -> %+v %d (%v)", d, gi, d2, gi2, err)
 		}

@@ -36,7 +36,7 @@ func TestPerftestResultRequired(t *testing.T) {
 func TestProgressOnlyOnTerminal(t *testing.T) {
 	var b strings.Builder
 	c := &config{duration: 10, iters: 5}
-	p := newPtProgress(c, &b)
+	p := newProgress(c, &b)
 	if p.on {
 		t.Fatal("progress enabled on a pipe/buffer")
 	}

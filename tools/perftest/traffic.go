@@ -54,7 +54,7 @@ func (r *resources) mr(q int) *verbs.MR { return r.mrs[min(q, len(r.mrs)-1)] }
 // not zero-based).
 func (r *resources) addr(off int) uint64 { return r.mrs[0].Addr() + uint64(off) }
 
-func newPtRes(c *config, td *toolkit.ToolDevice, gid verbs.GID) (_ *resources, err error) {
+func newResources(c *config, td *toolkit.ToolDevice, gid verbs.GID) (_ *resources, err error) {
 	r := &resources{c: c, td: td, dev: td.Dev, qpIndex: map[uint32]int{}}
 	defer func() {
 		if err != nil {
@@ -418,7 +418,7 @@ type pacer struct {
 	burst, n int       // messages per burst; left in the current one
 }
 
-func newPtPacer(pps float64, burst int, start time.Time) *pacer {
+func newPacer(pps float64, burst int, start time.Time) *pacer {
 	if pps <= 0 {
 		return nil
 	}
@@ -541,7 +541,7 @@ func (r *resources) bwClient(ctx context.Context, size int, prog *progress) (oob
 	start := time.Now()
 	smp := c.sampler(start)
 	r.cpu = c.cpuSampler(start)
-	pace := newPtPacer(c.ratePPS(size), c.burstSize, start)
+	pace := newPacer(c.ratePPS(size), c.burstSize, start)
 	var last, stoppedAt time.Time
 	stopped := false
 	for {
@@ -795,8 +795,8 @@ func loadByte(b []byte, i int) byte {
 // polls (write_lat, on one processor: see toolkit.OneProc).
 const spinPolls = toolkit.LatencySpin
 
-// errPtDeadline ends a wait when a -D run's time is up.
-var errPtDeadline = errors.New("duration over")
+// errDeadline ends a wait when a -D run's time is up.
+var errDeadline = errors.New("duration over")
 
 // spinWait spins (yielding) until cond holds, checking ctx and the
 // deadline (zero: none) now and then.
@@ -810,7 +810,7 @@ func spinWait(ctx context.Context, deadline time.Time, watch *peerWatch, cond fu
 				return err
 			}
 			if !deadline.IsZero() && time.Now().After(deadline) {
-				return errPtDeadline
+				return errDeadline
 			}
 		}
 		if n > spinPolls {
@@ -830,7 +830,7 @@ func waitOne(w *toolkit.CQWaiter, cq *verbs.CQ, side string, posted, done int, d
 	var wc [1]verbs.WC
 	for cq.Poll(wc[:]) == 0 {
 		if !deadline.IsZero() && time.Now().After(deadline) {
-			return wc[0], errPtDeadline
+			return wc[0], errDeadline
 		}
 		if err := w.Idle(); err != nil {
 			return wc[0], err
@@ -899,7 +899,7 @@ func (r *resources) latLoop(ctx context.Context, prog *progress, serverFirst boo
 		if rcnt < limit && !(scnt < 1 && sendsFirst) {
 			rcnt++
 			if err := recv(rcnt, deadline); err != nil {
-				if errors.Is(err, errPtDeadline) {
+				if errors.Is(err, errDeadline) {
 					break
 				}
 				return latRun{}, err
@@ -921,7 +921,7 @@ func (r *resources) latLoop(ctx context.Context, prog *progress, serverFirst boo
 		}
 		if ccnt < limit {
 			if _, err := waitOne(w, r.scq, r.side(), scnt, ccnt, deadline); err != nil {
-				if errors.Is(err, errPtDeadline) {
+				if errors.Is(err, errDeadline) {
 					break
 				}
 				return latRun{}, err
