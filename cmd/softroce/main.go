@@ -13,13 +13,13 @@ import (
 	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/internal/tools/cmtime"
-	"github.com/softroce/softroce/tools/dadatool"
-	"github.com/softroce/softroce/tools/demo"
-	"github.com/softroce/softroce/tools/devinfo"
-	"github.com/softroce/softroce/tools/dump"
+	"github.com/softroce/softroce/internal/tools/dadatool"
+	"github.com/softroce/softroce/internal/tools/demo"
+	"github.com/softroce/softroce/internal/tools/devinfo"
+	"github.com/softroce/softroce/internal/tools/dump"
+	"github.com/softroce/softroce/internal/tools/pingpong"
+	"github.com/softroce/softroce/internal/tools/rping"
 	"github.com/softroce/softroce/tools/perftest"
-	"github.com/softroce/softroce/tools/pingpong"
-	"github.com/softroce/softroce/tools/rping"
 )
 
 // commands is the command table: every tool family's commands by name.

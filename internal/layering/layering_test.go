@@ -12,25 +12,27 @@ const mod = "github.com/softroce/softroce"
 // forbidden lists, per package prefix, the project packages it must not import
 // (directly or indirectly).
 var forbidden = map[string][]string{
-	"clock":         {"wire", "link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"wire":          {"link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"link":          {"verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"mem":           {"link", "verbs", "cm", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"dada":          {"wire", "link", "verbs", "cm", "mem", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"internal/sysv": {"wire", "link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"verbs":         {"cm", "rsocket", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"cm":            {"rsocket", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"capture":       {"verbs", "cm", "dada", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"clock":         {"wire", "link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"wire":          {"link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"link":          {"verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"mem":           {"link", "verbs", "cm", "dada", "capture", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"dada":          {"wire", "link", "verbs", "cm", "mem", "capture", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"internal/sysv": {"wire", "link", "verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"verbs":         {"cm", "rsocket", "dada", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"cm":            {"rsocket", "dada", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"capture":       {"verbs", "cm", "dada", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	// rsockets sit beside the pipeline, over cm and verbs.
-	"rsocket":  {"pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	"pipeline": {"rsocket", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"rsocket":  {"pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	"pipeline": {"rsocket", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
 	// Spoofed MADs for the cm and tool tests: the link and the wire only.
-	"internal/spooftest": {"verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
-	// The tool families (tools/...) and their shared internals sit between the
+	"internal/spooftest": {"verbs", "cm", "mem", "dada", "capture", "pipeline", "tools", "internal/tools", "internal/toolkit", "internal/tooltest", "internal/cli", "cmd"},
+	// The tool families (tools/perftest, a library too, and the command-line
+	// only internal/tools/...) and their shared internals sit between the
 	// libraries and the command table; the grammar (internal/cli) is stdlib only.
-	"internal/toolkit":  {"tools", "internal/tooltest", "cmd"},
-	"internal/tooltest": {"tools", "cmd"},
-	"tools":             {"internal/tooltest", "cmd"},
+	"internal/toolkit":  {"tools", "internal/tools", "internal/tooltest", "cmd"},
+	"internal/tooltest": {"tools", "internal/tools", "cmd"},
+	"tools":             {"internal/tools", "internal/tooltest", "cmd"},
+	"internal/tools":    {"internal/tooltest", "cmd"},
 	"cmd":               {"internal/tooltest"},
 }
 

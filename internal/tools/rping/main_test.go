@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/softroce/softroce/internal/cli"
+	"github.com/softroce/softroce/internal/tools/dump"
 	"github.com/softroce/softroce/internal/tooltest"
-	"github.com/softroce/softroce/tools/dump"
 	"github.com/softroce/softroce/tools/perftest"
 )
 

@@ -4,11 +4,11 @@ import (
 	"io"
 
 	"github.com/softroce/softroce/internal/cli"
-	"github.com/softroce/softroce/tools/dump"
+	"github.com/softroce/softroce/internal/tools/dump"
 )
 
 // run runs the command line args with this family's commands and link
-// (tools/dump), as softroce's command table does.
+// (internal/tools/dump), as softroce's command table does.
 func run(args []string, stdout, stderr io.Writer) int {
 	for _, cs := range [][]*cli.Command{Commands(), dump.Commands()} {
 		for _, c := range cs {

@@ -23,7 +23,7 @@ var updateDump = flag.Bool("update-dump", false, "rewrite the dump golden files 
 // (its README.md has each tool's command line and printed output).
 
 // rpingPcap is the rping capture, the one most dump tests decode.
-const rpingPcap = tooltest.CapturesDir + "/rping.pcap"
+var rpingPcap = tooltest.CapturesDir + "/rping.pcap"
 
 // dlUTC makes the dump's time-of-day output independent of the machine's zone.
 func dlUTC(t *testing.T) {
@@ -66,7 +66,7 @@ func TestDumpCaptures(t *testing.T) {
 	for _, name := range []string{"atomic_lat.pcap", "rc_pingpong_small.pcap", "read_lat.pcap", "rping.pcap", "ud_pingpong.pcap", "write_bw_rdmacm.pcap"} {
 		files = append(files, filepath.Join(tooltest.CapturesDir, name))
 	}
-	shared, _ := filepath.Glob("../../../shared/captures/*.pcap")
+	shared, _ := filepath.Glob(filepath.Join(tooltest.ModuleRoot, "..", "shared", "captures", "*.pcap"))
 	if len(shared) == 0 {
 		t.Log("../shared/captures not present: checking testdata/captures only")
 	}
