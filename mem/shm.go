@@ -1,8 +1,11 @@
 package mem
 
 import (
+	"errors"
 	"fmt"
 	"os"
+
+	"github.com/softroce/softroce/internal/sysv"
 )
 
 // ShmSegment is a descriptor naming a SysV shared memory segment, by shmid
@@ -125,3 +128,68 @@ func CreateShm(key, size, perm int) (int, error) { return shmCreate(key, size, p
 // RemoveShm marks segment id for removal (IPC_RMID); it disappears once
 // the last attachment is gone.
 func RemoveShm(id int) error { return shmRemove(id) }
+
+// The SysV calls, through internal/sysv (the one copy of the wrappers, shared
+// with package dada), with mem's errors.
+
+// shmErr says which call failed on what, in err; sysv's ErrUnsupported
+// is mem's ErrNotSupported as it is.
+func shmErr(err error, format string, args ...any) error {
+	if errors.Is(err, sysv.ErrUnsupported) {
+		return ErrNotSupported
+	}
+	return fmt.Errorf("mem: "+format+": %w", append(args, err)...)
+}
+
+func shmByKey(key int) (int, error) {
+	id, err := sysv.ShmGet(int32(key), 0, 0)
+	if err != nil {
+		return -1, shmErr(err, "shmget key %#x", key)
+	}
+	return id, nil
+}
+
+func shmSize(id int) (uint64, error) {
+	size, err := sysv.ShmSize(id)
+	if err != nil {
+		return 0, shmErr(err, "shmctl IPC_STAT shmid %d", id)
+	}
+	return size, nil
+}
+
+func shmAttach(id int, write bool) ([]byte, error) {
+	flag := 0
+	if !write {
+		flag = sysv.ShmRdonly
+	}
+	b, err := sysv.ShmAttach(id, 0, flag)
+	if err != nil {
+		return nil, shmErr(err, "shmat shmid %d", id)
+	}
+	return b, nil
+}
+
+func shmDetach(b []byte) error {
+	err := sysv.ShmDetach(b)
+	if errors.Is(err, sysv.ErrUnsupported) {
+		return ErrNotSupported
+	}
+	return err
+}
+
+// shmCreate creates a segment; a negative size is too large for shmget(2),
+// as its size_t sees it.
+func shmCreate(key, size, perm int) (int, error) {
+	id, err := sysv.ShmGet(int32(key), uint64(size), sysv.IPCCreat|sysv.IPCExcl|(perm&0o777))
+	if err != nil {
+		return -1, shmErr(err, "shmget key %#x size %d", key, size)
+	}
+	return id, nil
+}
+
+func shmRemove(id int) error {
+	if err := sysv.ShmRemove(id); err != nil {
+		return shmErr(err, "shmctl IPC_RMID shmid %d", id)
+	}
+	return nil
+}

@@ -107,51 +107,6 @@ func fdInfo(fd int) (size int64, regular bool, err error) {
 	return st.Size, st.Mode&unix.S_IFMT == unix.S_IFREG, nil
 }
 
-func shmByKey(key int) (int, error) {
-	id, err := unix.SysvShmGet(key, 0, 0)
-	if err != nil {
-		return -1, fmt.Errorf("mem: shmget key %#x: %w", key, err)
-	}
-	return id, nil
-}
-
-func shmSize(id int) (uint64, error) {
-	var d unix.SysvShmDesc
-	if _, err := unix.SysvShmCtl(id, unix.IPC_STAT, &d); err != nil {
-		return 0, fmt.Errorf("mem: shmctl IPC_STAT shmid %d: %w", id, err)
-	}
-	return uint64(d.Segsz), nil
-}
-
-func shmAttach(id int, write bool) ([]byte, error) {
-	flag := 0
-	if !write {
-		flag = unix.SHM_RDONLY
-	}
-	b, err := unix.SysvShmAttach(id, 0, flag)
-	if err != nil {
-		return nil, fmt.Errorf("mem: shmat shmid %d: %w", id, err)
-	}
-	return b, nil
-}
-
-func shmDetach(b []byte) error { return unix.SysvShmDetach(b) }
-
-func shmCreate(key, size, perm int) (int, error) {
-	id, err := unix.SysvShmGet(key, size, unix.IPC_CREAT|unix.IPC_EXCL|(perm&0o777))
-	if err != nil {
-		return -1, fmt.Errorf("mem: shmget key %#x size %d: %w", key, size, err)
-	}
-	return id, nil
-}
-
-func shmRemove(id int) error {
-	if _, err := unix.SysvShmCtl(id, unix.IPC_RMID, nil); err != nil {
-		return fmt.Errorf("mem: shmctl IPC_RMID shmid %d: %w", id, err)
-	}
-	return nil
-}
-
 // hugePageSize reads the default huge page size from /proc/meminfo.
 func hugePageSize() int {
 	f, err := os.Open("/proc/meminfo")

@@ -15,10 +15,4 @@ func memfdCreate(name string, size int64) (int, error)        { return -1, ErrNo
 func dupFD(fd int) (int, error)                               { return -1, ErrNotSupported }
 func closeFD(fd int) error                                    { return ErrNotSupported }
 func fdInfo(fd int) (int64, bool, error)                      { return 0, false, ErrNotSupported }
-func shmByKey(key int) (int, error)                           { return -1, ErrNotSupported }
-func shmSize(id int) (uint64, error)                          { return 0, ErrNotSupported }
-func shmAttach(id int, write bool) ([]byte, error)            { return nil, ErrNotSupported }
-func shmDetach(b []byte) error                                { return ErrNotSupported }
-func shmCreate(key, size, perm int) (int, error)              { return -1, ErrNotSupported }
-func shmRemove(id int) error                                  { return ErrNotSupported }
 func hugePageSize() int                                       { return 2 << 20 }

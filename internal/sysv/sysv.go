@@ -13,9 +13,10 @@ const (
 	IPCNoWait = 0o4000 // IPC_NOWAIT: do not block
 	SemUndo   = 0x1000 // SEM_UNDO: undo the operation when the process exits
 
-	ShmRemap = 0o40000 // SHM_REMAP: replace existing mappings at the address
-	ShmLock  = 11      // SHM_LOCK shmctl command
-	ShmUnlk  = 12      // SHM_UNLOCK shmctl command
+	ShmRdonly = 0o10000 // SHM_RDONLY: attach read-only
+	ShmRemap  = 0o40000 // SHM_REMAP: replace existing mappings at the address
+	ShmLock   = 11      // SHM_LOCK shmctl command
+	ShmUnlk   = 12      // SHM_UNLOCK shmctl command
 
 	// Perm is the permission PSRDADA uses for every object (IPCUTIL_PERM).
 	Perm = 0o666
