@@ -213,7 +213,7 @@ func TestHalfOpenEvictsOldest(t *testing.T) {
 		t.Errorf("the agent knows %d IDs, want the 2 half-open ones (the dropped one forgotten)", got)
 	}
 	// Under pressure from the second on: one resend each, then UNREACHABLE.
-	if got := st.HalfOpenShortREPs.Load(); got != 2 || ids[0].shortREP || !ids[1].shortREP || !ids[2].shortREP {
+	if got := st.HalfOpenShortREPs.Load(); got != 2 || ids[0].passive.shortREP || !ids[1].passive.shortREP || !ids[2].passive.shortREP {
 		t.Errorf("HalfOpenShortREPs %d, want 2 (the second and third REP)", got)
 	}
 	for range 2 {

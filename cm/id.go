@@ -67,27 +67,14 @@ type ID struct {
 	qpType verbs.QPType
 
 	// Set by the application's calls (before the protocol runs).
-	agent    *Agent
-	local    netip.AddrPort
-	remote   netip.AddrPort
-	bound    bool
-	backlog  int
-	pending  atomic.Int32 // listener: requests not yet accepted or rejected
-	halfOpen atomic.Int32 // listener: bound of its half-open connections (SetHalfOpen; 0: DefaultHalfOpen)
-	listener *ID          // passive ID: the listener it came from
-	counted  bool         // passive ID counted in listener.pending
-	minRNR   uint8
-	ackTO    uint8
-	tos      uint8 // the GRH traffic class of the connection (SetTOS; passive: the REQ's)
-	// resolving: Config.Resolve runs; stopResolve cancels it (Destroy).
-	// Both guarded by agent.mu.
-	resolving   bool
-	stopResolve context.CancelFunc
-	// Passive IDs: the REP's resend interval and count from the REQ;
-	// shortREP: the REP went out under pressure and is resent once at most.
-	peerRTO     time.Duration
-	peerRetries int
-	shortREP    bool
+	agent  *Agent
+	local  netip.AddrPort
+	remote netip.AddrPort
+	bound  bool
+
+	listen    listenState  // a listener's backlog and counters
+	passive   passiveState // a passive ID's listener and the REQ's timing
+	resolving resolveState // Config.Resolve in progress
 
 	// Protocol state, guarded by agent.mu once agent is set.
 	ch         *EventChannel
@@ -96,17 +83,53 @@ type ID struct {
 	destroyed  bool
 	localComm  uint32
 	remoteComm uint32
-	tid        uint64
 	peer       netip.Addr // GSI peer
-	timer      clock.Timer
-	tgen       uint64
-	retries    int
-	resend     []byte // MAD resent on timeout
-	answer     []byte // MAD resent on a duplicate
-	mraWait    bool
-	wasUp      bool // reached ESTABLISHED (TIMEWAIT_EXIT is reported)
 	serviceID  uint64
+	wasUp      bool // reached ESTABLISHED (TIMEWAIT_EXIT is reported)
 
+	xchg madExchange // the MAD in flight: transaction, resends, timer
+	path pathParams  // what the QPs are moved to RTR/RTS with
+}
+
+// listenState is a listener's: its backlog and the passive IDs it counts.
+type listenState struct {
+	backlog  int
+	pending  atomic.Int32 // requests not yet accepted or rejected
+	halfOpen atomic.Int32 // bound of its half-open connections (SetHalfOpen; 0: DefaultHalfOpen)
+}
+
+// passiveState is a passive ID's: the listener it came from, and the REP's
+// resend interval and count from the REQ.
+type passiveState struct {
+	listener    *ID
+	counted     bool // counted in listener.listen.pending
+	peerRTO     time.Duration
+	peerRetries int
+	shortREP    bool // the REP went out under pressure and is resent once at most
+}
+
+// resolveState is an address resolution in progress: Config.Resolve runs;
+// cancel stops it (Destroy). Both guarded by agent.mu.
+type resolveState struct {
+	active bool
+	cancel context.CancelFunc
+}
+
+// madExchange is the ID's MAD exchange in flight: its transaction ID, the
+// retransmission timer and what it resends.
+type madExchange struct {
+	tid     uint64
+	timer   clock.Timer
+	tgen    uint64
+	retries int
+	resend  []byte // MAD resent on timeout
+	answer  []byte // MAD resent on a duplicate
+	mraWait bool
+}
+
+// pathParams are the connection's parameters, negotiated in REQ and REP
+// or set by the application (SetOption), that the QPs are moved with.
+type pathParams struct {
 	myPSN, peerPSN   uint32
 	peerQPN          uint32
 	mtu              wire.MTU
@@ -114,6 +137,9 @@ type ID struct {
 	respRes, initDep uint8
 	retry, rnr       uint8
 	peerGID          verbs.GID
+	minRNR           uint8
+	ackTO            uint8
+	tos              uint8 // the GRH traffic class (SetTOS; passive: the REQ's)
 }
 
 // CreateID creates an ID in port space ps (rdma_create_id): mad.PortSpaceTCP
@@ -122,7 +148,7 @@ func (c *EventChannel) CreateID(ctx any, ps mad.PortSpace) (*ID, error) {
 	if c == nil {
 		return nil, newErr("create id", "nil event channel", syscall.EINVAL)
 	}
-	id := &ID{Context: ctx, ps: ps, ch: c, ackTO: defaultACKTimeout}
+	id := &ID{Context: ctx, ps: ps, ch: c, path: pathParams{ackTO: defaultACKTimeout}}
 	switch ps {
 	case mad.PortSpaceTCP, mad.PortSpaceIB:
 		id.qpType = verbs.QPTypeRC
@@ -176,7 +202,7 @@ func (id *ID) LocalAddr() netip.AddrPort { return id.local }
 func (id *ID) RemoteAddr() netip.AddrPort { return id.remote }
 
 // Listener returns the listening ID a passive ID came from, or nil.
-func (id *ID) Listener() *ID { return id.listener }
+func (id *ID) Listener() *ID { return id.passive.listener }
 
 // Channel returns the event channel the ID's events go to.
 func (id *ID) Channel() *EventChannel {
@@ -207,7 +233,7 @@ func (id *ID) SetACKTimeout(t uint8) error {
 	if t > 31 {
 		return newErr("set option", "ACK timeout is 5 bits (0..31)", syscall.EINVAL)
 	}
-	id.ackTO = t
+	id.path.ackTO = t
 	return nil
 }
 
@@ -217,7 +243,7 @@ func (id *ID) SetACKTimeout(t uint8) error {
 // whose traffic class the passive side's QP takes, as the kernel's rdma_cm
 // does. Default 0. Call it before Connect.
 func (id *ID) SetTOS(tos uint8) error {
-	id.tos = tos
+	id.path.tos = tos
 	return nil
 }
 
@@ -227,7 +253,7 @@ func (id *ID) SetMinRNRTimer(t uint8) error {
 	if t > 31 {
 		return newErr("set option", "min RNR timer is 5 bits (0..31)", syscall.EINVAL)
 	}
-	id.minRNR = t
+	id.path.minRNR = t
 	return nil
 }
 
@@ -329,7 +355,7 @@ func findListener(a *Agent, ps mad.PortSpace, port uint16, dst netip.Addr) *ID {
 	defer reg.mu.Unlock()
 	var wild *ID
 	for _, l := range portsOf(a)[portKey{ps, port}] {
-		if l.backlog <= 0 {
+		if l.listen.backlog <= 0 {
 			continue
 		}
 		switch la := l.local.Addr(); {
@@ -360,13 +386,13 @@ func (id *ID) SetHalfOpen(n int) error {
 	if n <= 0 {
 		n = DefaultHalfOpen
 	}
-	id.halfOpen.Store(int32(min(n, 1<<30)))
+	id.listen.halfOpen.Store(int32(min(n, 1<<30)))
 	return nil
 }
 
 // halfOpenMax is the listening ID's bound (SetHalfOpen).
 func (id *ID) halfOpenMax() int {
-	if n := id.halfOpen.Load(); n > 0 {
+	if n := id.listen.halfOpen.Load(); n > 0 {
 		return int(n)
 	}
 	return DefaultHalfOpen
@@ -387,7 +413,7 @@ func (id *ID) Listen(backlog int) error {
 		backlog = 1024
 	}
 	reg.mu.Lock()
-	id.backlog = backlog
+	id.listen.backlog = backlog
 	reg.mu.Unlock()
 	if a := id.agent; a != nil {
 		a.mu.Lock()
@@ -446,7 +472,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		// Destroy and the agent's Close end the lookup.
 		ctx, cancel := context.WithTimeout(a.ctx, timeout)
 		a.mu.Lock()
-		id.resolving, id.stopResolve = true, cancel
+		id.resolving.active, id.resolving.cancel = true, cancel
 		a.mu.Unlock()
 		go id.resolve(ctx, cancel, a, id.remote.Addr())
 		return nil
@@ -465,7 +491,7 @@ func (id *ID) idle() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 	}
-	return id.st == stIdle && !id.destroyed && !id.resolving
+	return id.st == stIdle && !id.destroyed && !id.resolving.active
 }
 
 // resolve runs Config.Resolve for dst within ctx and posts the outcome
@@ -478,7 +504,7 @@ func (id *ID) resolve(ctx context.Context, cancel context.CancelFunc, a *Agent, 
 	cancel()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	id.resolving, id.stopResolve = false, nil
+	id.resolving.active, id.resolving.cancel = false, nil
 	if id.destroyed || id.st != stIdle || a.closed {
 		return
 	}
@@ -605,7 +631,7 @@ func (id *ID) qpAttr(state verbs.QPState) (*verbs.QPAttr, verbs.AttrMask, error)
 				verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey, nil
 		}
 		acc := verbs.AccessRemoteWrite
-		if id.respRes > 0 {
+		if id.path.respRes > 0 {
 			acc |= verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 		}
 		return &verbs.QPAttr{QPState: state, PortNum: 1, QPAccessFlags: acc},
@@ -618,19 +644,19 @@ func (id *ID) qpAttr(state verbs.QPState) (*verbs.QPAttr, verbs.AttrMask, error)
 			}
 			return &verbs.QPAttr{QPState: state}, m, nil
 		}
-		if id.peerQPN == 0 {
+		if id.path.peerQPN == 0 {
 			return nil, 0, newErr("init qp attr", "the connection's values are not known yet (state "+id.st.String()+")", syscall.EINVAL)
 		}
 		if state == verbs.QPStateRTR {
-			return &verbs.QPAttr{QPState: state, PathMTU: id.mtu, DestQPNum: id.peerQPN,
-					RQPSN: id.myPSN, MaxDestRdAtomic: id.respRes, MinRNRTimer: id.minRNR,
-					AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: id.peerGID,
-						FlowLabel: id.flowLabel, SGIDIndex: id.agent.sgid, HopLimit: defaultHopLimit, TrafficClass: id.tos}}},
+			return &verbs.QPAttr{QPState: state, PathMTU: id.path.mtu, DestQPNum: id.path.peerQPN,
+					RQPSN: id.path.myPSN, MaxDestRdAtomic: id.path.respRes, MinRNRTimer: id.path.minRNR,
+					AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: id.path.peerGID,
+						FlowLabel: id.path.flowLabel, SGIDIndex: id.agent.sgid, HopLimit: defaultHopLimit, TrafficClass: id.path.tos}}},
 				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 					verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer, nil
 		}
-		return &verbs.QPAttr{QPState: state, SQPSN: id.peerPSN, Timeout: id.ackTO, RetryCnt: min(id.retry, 7),
-				RNRRetry: min(id.rnr, 7), MaxRdAtomic: id.initDep},
+		return &verbs.QPAttr{QPState: state, SQPSN: id.path.peerPSN, Timeout: id.path.ackTO, RetryCnt: min(id.path.retry, 7),
+				RNRRetry: min(id.path.rnr, 7), MaxRdAtomic: id.path.initDep},
 			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
 				verbs.QPAttrMaxQPRdAtomic, nil
 	}
@@ -710,15 +736,15 @@ func (id *ID) Connect(p *ConnParam) error {
 	}
 	pd = append(pd, cp.PrivateData...)
 	id.peer = id.remote.Addr()
-	id.peerGID = verbs.GIDFromAddr(id.peer)
+	id.path.peerGID = verbs.GIDFromAddr(id.peer)
 	id.localComm = a.newCommID()
-	id.tid = a.newTID(id.localComm)
+	id.xchg.tid = a.newTID(id.localComm)
 	id.serviceID = mad.ServiceID(id.ps, id.remote.Port())
 	if id.qpType == verbs.QPTypeUD {
 		if len(cp.PrivateData) > mad.MaxSIDRREQUserData {
 			return ErrPrivateData
 		}
-		m := mad.SIDRREQ{Header: mad.NewHeader(id.tid), RequestID: id.localComm, PKey: wire.DefaultPKey,
+		m := mad.SIDRREQ{Header: mad.NewHeader(id.xchg.tid), RequestID: id.localComm, PKey: wire.DefaultPKey,
 			ServiceID: id.serviceID, PrivateData: pd}
 		b, err := m.Append(nil)
 		if err != nil {
@@ -739,19 +765,19 @@ func (id *ID) Connect(p *ConnParam) error {
 	if qpn == 0 {
 		return newErr("connect", "the ID has no QP: call CreateQP or give ConnParam.QPNum", syscall.EINVAL)
 	}
-	id.myPSN = rand.Uint32() & wire.PSNMask
-	id.mtu = a.mtu
-	id.flowLabel = flowLabel(id.local.Port(), id.remote.Port())
-	id.retry, id.rnr = min(cp.RetryCount, 7), min(cp.RNRRetryCount, 7)
+	id.path.myPSN = rand.Uint32() & wire.PSNMask
+	id.path.mtu = a.mtu
+	id.path.flowLabel = flowLabel(id.local.Port(), id.remote.Port())
+	id.path.retry, id.path.rnr = min(cp.RetryCount, 7), min(cp.RNRRetryCount, 7)
 	exp := a.respExp
-	m := mad.REQ{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, ServiceID: id.serviceID,
+	m := mad.REQ{Header: mad.NewHeader(id.xchg.tid), LocalCommID: id.localComm, ServiceID: id.serviceID,
 		LocalCAGUID: a.guid, LocalQPN: qpn, ResponderResources: clampRd(cp.ResponderResources),
 		InitiatorDepth: clampRd(cp.InitiatorDepth), RemoteCMResponseTimeout: exp, TransportType: mad.TransportRC,
-		EndToEndFlowControl: cp.FlowControl, StartingPSN: id.myPSN, LocalCMResponseTimeout: exp,
-		RetryCount: id.retry, PKey: wire.DefaultPKey, PathMTU: id.mtu, RNRRetryCount: id.rnr,
+		EndToEndFlowControl: cp.FlowControl, StartingPSN: id.path.myPSN, LocalCMResponseTimeout: exp,
+		RetryCount: id.path.retry, PKey: wire.DefaultPKey, PathMTU: id.path.mtu, RNRRetryCount: id.path.rnr,
 		MaxCMRetries: uint8(min(a.cfg.MaxRetries, 15)), SRQ: cp.SRQ, VendorID: cp.ECE.VendorID & 0xFFFFFF,
 		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: verbs.GIDFromAddr(id.local.Addr()),
-			RemoteGID: id.peerGID, FlowLabel: id.flowLabel, TrafficClass: id.tos, HopLimit: defaultHopLimit, LocalACKTimeout: id.ackTO},
+			RemoteGID: id.path.peerGID, FlowLabel: id.path.flowLabel, TrafficClass: id.path.tos, HopLimit: defaultHopLimit, LocalACKTimeout: id.path.ackTO},
 		PrivateData: pd}
 	m.AttrMod = cp.ECE.Options
 	b, err := m.Append(nil)
@@ -788,7 +814,7 @@ func (id *ID) DefaultAcceptParam() *ConnParam {
 	}
 	id.agent.mu.Lock()
 	defer id.agent.mu.Unlock()
-	return &ConnParam{ResponderResources: id.respRes, InitiatorDepth: id.initDep, RNRRetryCount: 7}
+	return &ConnParam{ResponderResources: id.path.respRes, InitiatorDepth: id.path.initDep, RNRRetryCount: 7}
 }
 
 // accept is Accept; it also returns the half-open connections of the
@@ -807,7 +833,7 @@ func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 	if p != nil {
 		cp = *p
 	} else {
-		cp = ConnParam{ResponderResources: id.respRes, InitiatorDepth: id.initDep, RNRRetryCount: 7}
+		cp = ConnParam{ResponderResources: id.path.respRes, InitiatorDepth: id.path.initDep, RNRRetryCount: 7}
 	}
 	qpn := cp.QPNum
 	if id.qp != nil {
@@ -821,11 +847,11 @@ func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 		if qpn == 0 {
 			return nil, newErr("accept", "the ID has no QP: call CreateQP or give ConnParam.QPNum", syscall.EINVAL)
 		}
-		m := mad.SIDRREP{Header: mad.NewHeader(id.tid), RequestID: id.remoteComm, Status: mad.SIDRSuccess,
+		m := mad.SIDRREP{Header: mad.NewHeader(id.xchg.tid), RequestID: id.remoteComm, Status: mad.SIDRSuccess,
 			QPN: qpn, ServiceID: id.serviceID, QKey: mad.UDPQKey, PrivateData: cp.PrivateData}
 		b, _ := m.Append(nil)
 		id.uncount()
-		a.sendTC(id.peer, id.tos, b)
+		a.sendTC(id.peer, id.path.tos, b)
 		id.enterTimeWait(b)
 		return nil, nil
 	case stReqRcvd, stMRAReqSent:
@@ -838,15 +864,15 @@ func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 	if qpn == 0 {
 		return nil, newErr("accept", "the ID has no QP: call CreateQP or give ConnParam.QPNum", syscall.EINVAL)
 	}
-	id.respRes, id.initDep = clampRd(cp.ResponderResources), clampRd(cp.InitiatorDepth)
+	id.path.respRes, id.path.initDep = clampRd(cp.ResponderResources), clampRd(cp.InitiatorDepth)
 	if err := id.qpRTR(); err != nil {
 		return nil, err
 	}
 	if err := id.qpRTS(); err != nil {
 		return nil, err
 	}
-	m := mad.REP{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
-		LocalQPN: qpn, StartingPSN: id.myPSN, ResponderResources: id.respRes, InitiatorDepth: id.initDep,
+	m := mad.REP{Header: mad.NewHeader(id.xchg.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
+		LocalQPN: qpn, StartingPSN: id.path.myPSN, ResponderResources: id.path.respRes, InitiatorDepth: id.path.initDep,
 		TargetACKDelay: 15, EndToEndFlowControl: cp.FlowControl, RNRRetryCount: min(cp.RNRRetryCount, 7),
 		SRQ: cp.SRQ, LocalCAGUID: a.guid, PrivateData: cp.PrivateData, VendorID: cp.ECE.VendorID & 0xFFFFFF}
 	m.AttrMod = cp.ECE.Options
@@ -856,7 +882,7 @@ func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 	}
 	id.uncount()
 	id.st = stRepSent
-	id.answer = b
+	id.xchg.answer = b
 	id.startExchange(b)
 	return a.addHalfOpen(id), nil
 }
@@ -881,11 +907,11 @@ func (id *ID) RejectReason(pdata []byte, reason mad.RejectReason) error {
 		if len(pdata) > mad.MaxSIDRREPUserData {
 			return ErrPrivateData
 		}
-		m := mad.SIDRREP{Header: mad.NewHeader(id.tid), RequestID: id.remoteComm, Status: mad.SIDRReject,
+		m := mad.SIDRREP{Header: mad.NewHeader(id.xchg.tid), RequestID: id.remoteComm, Status: mad.SIDRReject,
 			ServiceID: id.serviceID, PrivateData: pdata}
 		b, _ := m.Append(nil)
 		id.uncount()
-		a.sendTC(id.peer, id.tos, b)
+		a.sendTC(id.peer, id.path.tos, b)
 		id.enterTimeWait(b)
 		return nil
 	case stReqRcvd, stMRAReqSent:
@@ -953,7 +979,7 @@ func (id *ID) Disconnect() error {
 func (id *ID) Destroy() error {
 	id.unbind()
 	reg.mu.Lock()
-	id.backlog = 0
+	id.listen.backlog = 0
 	reg.mu.Unlock()
 	a := id.agent
 	if a == nil {
@@ -968,8 +994,8 @@ func (id *ID) Destroy() error {
 	}
 	id.destroyed = true
 	id.uncount()
-	if id.stopResolve != nil {
-		id.stopResolve() // the lookup ends; resolve posts nothing
+	if id.resolving.cancel != nil {
+		id.resolving.cancel() // the lookup ends; resolve posts nothing
 	}
 	switch id.st {
 	case stEstablished:
@@ -993,10 +1019,10 @@ func (id *ID) Destroy() error {
 		b := id.sendREJ(mad.MsgREQ, mad.RejConsumerDefined, nil)
 		id.enterTimeWait(b)
 	case stSIDRReqRcvd:
-		m := mad.SIDRREP{Header: mad.NewHeader(id.tid), RequestID: id.remoteComm, Status: mad.SIDRReject,
+		m := mad.SIDRREP{Header: mad.NewHeader(id.xchg.tid), RequestID: id.remoteComm, Status: mad.SIDRReject,
 			ServiceID: id.serviceID}
 		b, _ := m.Append(nil)
-		a.sendTC(id.peer, id.tos, b)
+		a.sendTC(id.peer, id.path.tos, b)
 		id.enterTimeWait(b)
 	case stDREQSent, stTimeWait:
 		// finishing on its own
@@ -1009,8 +1035,8 @@ func (id *ID) Destroy() error {
 
 // uncount releases the passive ID's slot in its listener's backlog.
 func (id *ID) uncount() {
-	if id.counted {
-		id.counted = false
-		id.listener.pending.Add(-1)
+	if id.passive.counted {
+		id.passive.counted = false
+		id.passive.listener.listen.pending.Add(-1)
 	}
 }

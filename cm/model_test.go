@@ -167,7 +167,7 @@ func TestConnectResponse(t *testing.T) {
 	// A duplicate REP is answered with the RTU again.
 	before := p.aa.Stats().MADsSent.Load()
 	p.ab.mu.Lock()
-	rep := sid.answer
+	rep := sid.xchg.answer
 	p.ab.mu.Unlock()
 	p.aa.input(p.addrB(), rep)
 	if p.aa.Stats().MADsSent.Load() != before+1 || p.aa.Stats().Duplicates.Load() != 1 {

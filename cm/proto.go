@@ -23,37 +23,37 @@ func (id *ID) post(ev *Event) {
 }
 
 func (id *ID) stopTimer() {
-	id.tgen++
-	if id.timer != nil {
-		id.timer.Stop()
+	id.xchg.tgen++
+	if id.xchg.timer != nil {
+		id.xchg.timer.Stop()
 	}
 }
 
 // arm (re)starts the ID's single timer.
 func (id *ID) arm(d time.Duration) {
 	a := id.agent
-	id.tgen++
-	gen := id.tgen
+	id.xchg.tgen++
+	gen := id.xchg.tgen
 	f := func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if id.tgen != gen || a.closed {
+		if id.xchg.tgen != gen || a.closed {
 			return
 		}
 		a.onTimer(id)
 	}
-	if id.timer != nil {
-		id.timer.Stop()
+	if id.xchg.timer != nil {
+		id.xchg.timer.Stop()
 	}
-	id.timer = a.clock.AfterFunc(d, f)
+	id.xchg.timer = a.clock.AfterFunc(d, f)
 }
 
 // startExchange sends b and arms its retransmission.
 func (id *ID) startExchange(b []byte) {
-	id.resend = b
-	id.retries = 0
-	id.mraWait = false
-	id.agent.sendTC(id.peer, id.tos, b)
+	id.xchg.resend = b
+	id.xchg.retries = 0
+	id.xchg.mraWait = false
+	id.agent.sendTC(id.peer, id.path.tos, b)
 	id.arm(id.timeout())
 }
 
@@ -63,8 +63,8 @@ func (id *ID) startExchange(b []byte) {
 // response timeout (as cm_convert_to_ms: 4096 ms for rdma_cm's 20) plus
 // 256 ms (kernel rxe resends an unanswered REP every 4.35 s).
 func (id *ID) timeout() time.Duration {
-	if id.peerRTO > 0 {
-		return id.peerRTO
+	if id.passive.peerRTO > 0 {
+		return id.passive.peerRTO
 	}
 	return id.agent.cfg.Timeout
 }
@@ -73,9 +73,9 @@ func (id *ID) timeout() time.Duration {
 // for on a passive ID (ib_cm resends its REP max_cm_retries times), or
 // than shortREPRetries for a REP sent under pressure.
 func (id *ID) maxRetries() int {
-	if id.peerRetries > 0 { // the REQ's max CM retries + 1
-		n := min(id.agent.cfg.MaxRetries, id.peerRetries-1)
-		if id.shortREP && id.st == stRepSent {
+	if id.passive.peerRetries > 0 { // the REQ's max CM retries + 1
+		n := min(id.agent.cfg.MaxRetries, id.passive.peerRetries-1)
+		if id.passive.shortREP && id.st == stRepSent {
 			n = min(n, shortREPRetries)
 		}
 		return n
@@ -94,7 +94,7 @@ const shortREPRetries = 1
 // oldest are dropped (evictHalfOpen), and returned; from half of it on,
 // id's REP is resent once at most.
 func (a *Agent) addHalfOpen(id *ID) []*ID {
-	l := id.listener
+	l := id.passive.listener
 	if l == nil || id.qpType != verbs.QPTypeRC {
 		return nil
 	}
@@ -109,7 +109,7 @@ func (a *Agent) addHalfOpen(id *ID) []*ID {
 	clear(q[len(live):]) // no stale pointers in the array's tail
 	bound := l.halfOpenMax()
 	if len(live) > 0 && 2*len(live) >= bound {
-		id.shortREP = true
+		id.passive.shortREP = true
 		a.stats.HalfOpenShortREPs.Add(1)
 	}
 	live = append(live, id)
@@ -141,7 +141,7 @@ func (a *Agent) evictHalfOpen(id *ID) {
 
 // dropHalfOpen removes id from its listener's half-open connections.
 func (a *Agent) dropHalfOpen(id *ID) {
-	l := id.listener
+	l := id.passive.listener
 	if l == nil {
 		return
 	}
@@ -180,38 +180,38 @@ func (id *ID) forget() {
 		}
 	}
 	a.dropHalfOpen(id)
-	id.resend, id.answer = nil, nil
+	id.xchg.resend, id.xchg.answer = nil, nil
 }
 
 // enterTimeWait keeps the ID for Config.TimeWait, answering duplicates with
 // answer, then forgets it (TIMEWAIT_EXIT).
 func (id *ID) enterTimeWait(answer []byte) {
 	id.st = stTimeWait
-	id.answer = answer
-	id.resend = nil
+	id.xchg.answer = answer
+	id.xchg.resend = nil
 	id.arm(id.agent.cfg.TimeWait)
 }
 
 func (id *ID) sendREJ(kind mad.MsgKind, reason mad.RejectReason, pdata []byte) []byte {
-	m := mad.REJ{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
+	m := mad.REJ{Header: mad.NewHeader(id.xchg.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
 		MessageRejected: kind, Reason: reason, PrivateData: pdata}
 	b, _ := m.Append(nil)
 	id.agent.stats.RejectsSent.Add(1)
-	id.agent.sendTC(id.peer, id.tos, b)
+	id.agent.sendTC(id.peer, id.path.tos, b)
 	return b
 }
 
 func (id *ID) sendRTU() {
-	m := mad.RTU{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm}
+	m := mad.RTU{Header: mad.NewHeader(id.xchg.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm}
 	b, _ := m.Append(nil)
-	id.answer = b
-	id.agent.sendTC(id.peer, id.tos, b)
+	id.xchg.answer = b
+	id.agent.sendTC(id.peer, id.path.tos, b)
 }
 
 func (id *ID) sendDREQ() {
 	a := id.agent
 	m := mad.DREQ{Header: mad.NewHeader(a.newTID(id.localComm)), LocalCommID: id.localComm,
-		RemoteCommID: id.remoteComm, RemoteQPN: id.peerQPN}
+		RemoteCommID: id.remoteComm, RemoteQPN: id.path.peerQPN}
 	b, _ := m.Append(nil)
 	id.st = stDREQSent
 	id.startExchange(b)
@@ -228,26 +228,26 @@ func (a *Agent) rejectStateless(peer netip.Addr, tid uint64, remoteComm uint32, 
 func (a *Agent) onTimer(id *ID) {
 	switch id.st {
 	case stReqSent, stRepSent, stDREQSent, stSIDRReqSent:
-		if id.mraWait {
-			id.mraWait = false
-		} else if id.retries >= id.maxRetries() {
+		if id.xchg.mraWait {
+			id.xchg.mraWait = false
+		} else if id.xchg.retries >= id.maxRetries() {
 			a.timeout(id)
 			return
 		} else {
-			id.retries++
+			id.xchg.retries++
 		}
 		a.stats.Retransmits.Add(1)
-		a.sendTC(id.peer, id.tos, id.resend)
+		a.sendTC(id.peer, id.path.tos, id.xchg.resend)
 		id.arm(id.timeout())
 	case stReqRcvd:
 		// The application is slow: ask the peer to wait.
-		m := mad.MRA{Header: mad.NewHeader(id.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
+		m := mad.MRA{Header: mad.NewHeader(id.xchg.tid), LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
 			MessageMRAed: mad.MsgREQ, ServiceTimeout: a.cfg.ServiceTimeout}
 		b, _ := m.Append(nil)
 		id.st = stMRAReqSent
-		id.answer = b
+		id.xchg.answer = b
 		a.stats.MRAsSent.Add(1)
-		a.sendTC(id.peer, id.tos, b)
+		a.sendTC(id.peer, id.path.tos, b)
 	case stTimeWait:
 		id.forget()
 		id.st = stIdle
@@ -365,8 +365,8 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 		a.stats.Duplicates.Add(1)
 		switch id.st {
 		case stMRAReqSent, stRepSent, stTimeWait:
-			if id.answer != nil {
-				a.sendTC(peer, id.tos, id.answer) // the same MRA, REP or REJ again
+			if id.xchg.answer != nil {
+				a.sendTC(peer, id.path.tos, id.xchg.answer) // the same MRA, REP or REJ again
 			}
 		}
 		return
@@ -389,38 +389,41 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
 		return
 	}
-	if int(l.pending.Load()) >= l.backlog {
+	if int(l.listen.pending.Load()) >= l.listen.backlog {
 		a.stats.DropBacklog.Add(1) // the peer retransmits
 		return
 	}
-	l.pending.Add(1)
-	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeRC, agent: a, listener: l, counted: true, ch: l.ch,
-		local: netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
-		st: stReqRcvd, peer: peer, tid: m.TID, remoteComm: m.LocalCommID, serviceID: m.ServiceID,
-		peerQPN: m.LocalQPN, peerPSN: m.StartingPSN, mtu: min(m.PathMTU, a.mtu), flowLabel: m.Primary.FlowLabel,
-		ackTO: m.Primary.LocalACKTimeout, retry: m.RetryCount, rnr: m.RNRRetryCount,
-		respRes: clampRd(m.InitiatorDepth), initDep: clampRd(m.ResponderResources),
-		peerGID: m.Primary.LocalGID, minRNR: l.minRNR, tos: m.Primary.TrafficClass}
-	if !id.mtu.Valid() {
-		id.mtu = a.mtu
+	l.listen.pending.Add(1)
+	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeRC, agent: a, ch: l.ch,
+		passive: passiveState{listener: l, counted: true},
+		local:   netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
+		st: stReqRcvd, peer: peer, xchg: madExchange{tid: m.TID}, remoteComm: m.LocalCommID, serviceID: m.ServiceID,
+		path: pathParams{
+			peerQPN: m.LocalQPN, peerPSN: m.StartingPSN, mtu: min(m.PathMTU, a.mtu), flowLabel: m.Primary.FlowLabel,
+			ackTO: m.Primary.LocalACKTimeout, retry: m.RetryCount, rnr: m.RNRRetryCount,
+			respRes: clampRd(m.InitiatorDepth), initDep: clampRd(m.ResponderResources),
+			peerGID: m.Primary.LocalGID, minRNR: l.path.minRNR, tos: m.Primary.TrafficClass,
+		}}
+	if !id.path.mtu.Valid() {
+		id.path.mtu = a.mtu
 	}
-	if id.ackTO == 0 {
-		id.ackTO = defaultACKTimeout
+	if id.path.ackTO == 0 {
+		id.path.ackTO = defaultACKTimeout
 	}
 	if verbs.GID(m.Primary.LocalGID).Addr() != peer {
-		id.peerGID = verbs.GIDFromAddr(peer)
+		id.path.peerGID = verbs.GIDFromAddr(peer)
 	}
 	id.localComm = a.newCommID()
-	id.myPSN = rand.Uint32() & wire.PSNMask
-	id.peerRetries = int(m.MaxCMRetries) + 1
+	id.path.myPSN = rand.Uint32() & wire.PSNMask
+	id.passive.peerRetries = int(m.MaxCMRetries) + 1
 	if a.defaultTiming {
-		id.peerRTO = ibCMms(m.LocalCMResponseTimeout) + 256*time.Millisecond
+		id.passive.peerRTO = ibCMms(m.LocalCMResponseTimeout) + 256*time.Millisecond
 	}
 	a.byLocal[id.localComm] = id
 	a.byRemote[key] = id
 	a.handled()
 	id.post(&Event{Type: EventConnectRequest, Listen: l, Param: ConnParam{
-		PrivateData: append([]byte(nil), user...), ResponderResources: id.respRes, InitiatorDepth: id.initDep,
+		PrivateData: append([]byte(nil), user...), ResponderResources: id.path.respRes, InitiatorDepth: id.path.initDep,
 		FlowControl: m.EndToEndFlowControl, RetryCount: m.RetryCount, RNRRetryCount: m.RNRRetryCount,
 		SRQ: m.SRQ, QPNum: m.LocalQPN, ECE: ECE{VendorID: m.VendorID, Options: m.AttrMod}}})
 	id.arm(a.cfg.MRADelay)
@@ -437,7 +440,7 @@ func (a *Agent) onMRA(peer netip.Addr, m *mad.MRA) {
 		if id.st == stReqSent && id.remoteComm == 0 {
 			id.remoteComm = m.LocalCommID
 		}
-		id.mraWait = true
+		id.xchg.mraWait = true
 		id.arm(expDuration(m.ServiceTimeout) + id.timeout())
 		a.handled()
 	default:
@@ -451,7 +454,7 @@ func (a *Agent) onREJ(peer netip.Addr, m *mad.REJ) {
 		// A REJ of our REQ may carry no comm ID of ours if the peer
 		// rejected statelessly; match it by transaction ID.
 		for _, x := range a.byLocal {
-			if x.peer == peer && x.tid == m.TID && x.st == stReqSent {
+			if x.peer == peer && x.xchg.tid == m.TID && x.st == stReqSent {
 				id = x
 				break
 			}
@@ -498,8 +501,8 @@ func (a *Agent) onREP(peer netip.Addr, m *mad.REP) {
 	case stReqSent:
 	case stEstablished, stRepRcvd, stDREQSent, stTimeWait:
 		a.stats.Duplicates.Add(1)
-		if id.answer != nil && (id.st == stEstablished || id.remoteComm == m.LocalCommID) {
-			a.sendTC(peer, id.tos, id.answer) // the RTU again
+		if id.xchg.answer != nil && (id.st == stEstablished || id.remoteComm == m.LocalCommID) {
+			a.sendTC(peer, id.path.tos, id.xchg.answer) // the RTU again
 		}
 		return
 	default:
@@ -509,16 +512,16 @@ func (a *Agent) onREP(peer netip.Addr, m *mad.REP) {
 	id.stopTimer()
 	id.remoteComm = m.LocalCommID
 	a.byRemote[remoteKey{peer, id.remoteComm, false}] = id
-	id.peerQPN = m.LocalQPN
-	id.peerPSN = m.StartingPSN
-	id.respRes, id.initDep = clampRd(m.InitiatorDepth), clampRd(m.ResponderResources)
-	id.rnr = m.RNRRetryCount
-	param := ConnParam{PrivateData: append([]byte(nil), m.PrivateData...), ResponderResources: id.respRes,
-		InitiatorDepth: id.initDep, FlowControl: m.EndToEndFlowControl, RNRRetryCount: m.RNRRetryCount,
+	id.path.peerQPN = m.LocalQPN
+	id.path.peerPSN = m.StartingPSN
+	id.path.respRes, id.path.initDep = clampRd(m.InitiatorDepth), clampRd(m.ResponderResources)
+	id.path.rnr = m.RNRRetryCount
+	param := ConnParam{PrivateData: append([]byte(nil), m.PrivateData...), ResponderResources: id.path.respRes,
+		InitiatorDepth: id.path.initDep, FlowControl: m.EndToEndFlowControl, RNRRetryCount: m.RNRRetryCount,
 		SRQ: m.SRQ, QPNum: m.LocalQPN, ECE: ECE{VendorID: m.VendorID, Options: m.AttrMod}}
 	if id.qp == nil {
 		id.st = stRepRcvd
-		id.answer = nil
+		id.xchg.answer = nil
 		a.handled()
 		id.post(&Event{Type: EventConnectResponse, Param: param})
 		return
@@ -558,10 +561,10 @@ func (a *Agent) onRTU(peer netip.Addr, m *mad.RTU) {
 	id.stopTimer()
 	id.st = stEstablished
 	id.wasUp = true
-	id.resend = nil
+	id.xchg.resend = nil
 	a.handled()
 	id.post(&Event{Type: EventEstablished, Param: ConnParam{PrivateData: append([]byte(nil), m.PrivateData...),
-		ResponderResources: id.respRes, InitiatorDepth: id.initDep, QPNum: id.peerQPN}})
+		ResponderResources: id.path.respRes, InitiatorDepth: id.path.initDep, QPNum: id.path.peerQPN}})
 }
 
 func (a *Agent) onDREQ(peer netip.Addr, m *mad.DREQ) {
@@ -571,7 +574,7 @@ func (a *Agent) onDREQ(peer netip.Addr, m *mad.DREQ) {
 		b, _ := r.Append(nil)
 		var tc uint8
 		if id != nil {
-			tc = id.tos
+			tc = id.path.tos
 		}
 		a.sendTC(peer, tc, b)
 		return b
@@ -591,8 +594,8 @@ func (a *Agent) onDREQ(peer netip.Addr, m *mad.DREQ) {
 		id.post(&Event{Type: EventDisconnected})
 	case stTimeWait:
 		a.stats.Duplicates.Add(1)
-		if id.answer != nil {
-			a.sendTC(peer, id.tos, id.answer)
+		if id.xchg.answer != nil {
+			a.sendTC(peer, id.path.tos, id.xchg.answer)
 		} else {
 			drep(id)
 		}
@@ -620,8 +623,8 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 	key := remoteKey{peer, m.RequestID, true}
 	if id := a.byRemote[key]; id != nil {
 		a.stats.Duplicates.Add(1)
-		if id.answer != nil {
-			a.sendTC(peer, id.tos, id.answer)
+		if id.xchg.answer != nil {
+			a.sendTC(peer, id.path.tos, id.xchg.answer)
 		}
 		return
 	}
@@ -648,15 +651,16 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 		reply(mad.SIDRUnsupported)
 		return
 	}
-	if int(l.pending.Load()) >= l.backlog {
+	if int(l.listen.pending.Load()) >= l.listen.backlog {
 		a.stats.DropBacklog.Add(1)
 		return
 	}
-	l.pending.Add(1)
-	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeUD, agent: a, listener: l, counted: true, ch: l.ch,
-		local: netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
-		st: stSIDRReqRcvd, peer: peer, tid: m.TID, remoteComm: m.RequestID, serviceID: m.ServiceID,
-		peerGID: verbs.GIDFromAddr(peer)}
+	l.listen.pending.Add(1)
+	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeUD, agent: a, ch: l.ch,
+		passive: passiveState{listener: l, counted: true},
+		local:   netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
+		st: stSIDRReqRcvd, peer: peer, xchg: madExchange{tid: m.TID}, remoteComm: m.RequestID, serviceID: m.ServiceID,
+		path: pathParams{peerGID: verbs.GIDFromAddr(peer)}}
 	id.localComm = a.newCommID()
 	a.byLocal[id.localComm] = id
 	a.byRemote[key] = id
@@ -683,9 +687,9 @@ func (a *Agent) onSIDRREP(peer netip.Addr, m *mad.SIDRREP) {
 		id.post(&Event{Type: EventUnreachable, Status: int(m.Status), Param: ConnParam{PrivateData: pdata}})
 		return
 	}
-	id.peerQPN = m.QPN
+	id.path.peerQPN = m.QPN
 	a.handled()
 	id.post(&Event{Type: EventEstablished, Param: ConnParam{PrivateData: pdata, QPNum: m.QPN},
 		UD: &UDParam{QPNum: m.QPN, QKey: m.QKey, PrivateData: pdata, AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1,
-			GRH: verbs.GlobalRoute{DGID: id.peerGID, SGIDIndex: a.sgid, HopLimit: defaultHopLimit}}}})
+			GRH: verbs.GlobalRoute{DGID: id.path.peerGID, SGIDIndex: a.sgid, HopLimit: defaultHopLimit}}}})
 }
