@@ -52,6 +52,10 @@ func runKrping(args []string, stdout, stderr io.Writer) int {
 	return execKrping(o, stdout, stderr)
 }
 
+// krpingSwitches are krping's names of the options without a value that
+// rping has too, with rping's letters (options.setSwitch).
+var krpingSwitches = map[string]byte{"server": 's', "client": 'c', "verbose": 'v', "validate": 'V', "debug": 'd'}
+
 // parseKrpingOpts parses krping's comma-separated option string.
 func parseKrpingOpts(s string) (*options, error) {
 	o := &options{server: -1, size: 64, txdepth: sqDepth, prefix: "krping: "}
@@ -60,68 +64,7 @@ func parseKrpingOpts(s string) (*options, error) {
 		if f == "" {
 			continue
 		}
-		name, val, hasVal := strings.Cut(f, "=")
-		num := func() (int, error) {
-			if !hasVal {
-				return 0, fmt.Errorf("option %s needs a value (%s=N)", name, name)
-			}
-			v, err := strconv.ParseInt(val, 0, 32)
-			if err != nil {
-				return 0, fmt.Errorf("option %s: %q is not a number", name, val)
-			}
-			return int(v), nil
-		}
-		var err error
-		switch name {
-		case "server":
-			o.server = 1
-		case "client":
-			o.server = 0
-		case "addr", "addr6":
-			if !hasVal || val == "" {
-				err = fmt.Errorf("option %s needs a value", name)
-			} else {
-				o.addr, err = lookupAddr(val)
-			}
-		case "port":
-			o.port, err = num()
-			if err == nil && (o.port < 1 || o.port > 65535) {
-				err = fmt.Errorf("port %d out of range (1..65535)", o.port)
-			}
-		case "count":
-			o.count, err = num()
-			if err == nil && o.count < 0 {
-				err = fmt.Errorf("Invalid count %d", o.count)
-			}
-		case "size":
-			o.size, err = num()
-		case "verbose":
-			o.verbose = true
-		case "validate":
-			o.validate = true
-		case "wlat":
-			o.wlat = true
-		case "rlat":
-			o.rlat = true
-		case "bw":
-			o.bw = true
-		case "duplex":
-			o.duplex = true
-		case "txdepth":
-			o.txdepth, err = num()
-			if err == nil && (o.txdepth < 1 || o.txdepth > 16384) {
-				err = fmt.Errorf("txdepth %d out of range (1..16384)", o.txdepth)
-			}
-		case "poll":
-			o.poll = true
-		case "debug":
-			o.debug = true
-		case "tos", "server_inv", "local_dma_lkey", "read_inv", "mem_mode":
-			// accepted for compatibility; no effect in softroce
-		default:
-			err = fmt.Errorf("unknown opt %s", f)
-		}
-		if err != nil {
+		if err := o.setKrping(f); err != nil {
 			return nil, err
 		}
 	}
@@ -141,6 +84,77 @@ func parseKrpingOpts(s string) (*options, error) {
 		o.count = 1000
 	}
 	return o, nil
+}
+
+// setKrping sets one krping option, "name" or "name=value".
+func (o *options) setKrping(f string) error {
+	name, val, hasVal := strings.Cut(f, "=")
+	if c, ok := krpingSwitches[name]; ok {
+		o.setSwitch(c)
+		return nil
+	}
+	if p := o.krpingMode(name); p != nil {
+		*p = true
+		return nil
+	}
+	num := func() (int, error) {
+		if !hasVal {
+			return 0, fmt.Errorf("option %s needs a value (%s=N)", name, name)
+		}
+		v, err := strconv.ParseInt(val, 0, 32)
+		if err != nil {
+			return 0, fmt.Errorf("option %s: %q is not a number", name, val)
+		}
+		return int(v), nil
+	}
+	var err error
+	switch name {
+	case "addr", "addr6":
+		if !hasVal || val == "" {
+			return fmt.Errorf("option %s needs a value", name)
+		}
+		o.addr, err = lookupAddr(val)
+	case "port":
+		o.port, err = num()
+		if err == nil && (o.port < 1 || o.port > 65535) {
+			err = fmt.Errorf("port %d out of range (1..65535)", o.port)
+		}
+	case "count":
+		var n int
+		if n, err = num(); err == nil {
+			err = o.setCount(n)
+		}
+	case "size":
+		o.size, err = num()
+	case "txdepth":
+		o.txdepth, err = num()
+		if err == nil && (o.txdepth < 1 || o.txdepth > 16384) {
+			err = fmt.Errorf("txdepth %d out of range (1..16384)", o.txdepth)
+		}
+	case "tos", "server_inv", "local_dma_lkey", "read_inv", "mem_mode":
+		// accepted for compatibility; no effect in softroce
+	default:
+		err = fmt.Errorf("unknown opt %s", f)
+	}
+	return err
+}
+
+// krpingMode returns the flag krping's option name sets (the test and its
+// variants), or nil.
+func (o *options) krpingMode(name string) *bool {
+	switch name {
+	case "wlat":
+		return &o.wlat
+	case "rlat":
+		return &o.rlat
+	case "bw":
+		return &o.bw
+	case "duplex":
+		return &o.duplex
+	case "poll":
+		return &o.poll
+	}
+	return nil
 }
 
 func b2i(b bool) int {
@@ -164,13 +178,8 @@ func execKrping(o *options, stdout, stderr io.Writer) int {
 func (o *options) perfMode() bool { return o.wlat || o.rlat || o.bw }
 
 func (cb *rcb) krpingServer() int {
-	if ret := cb.bindServer(); ret != 0 {
+	if ret := cb.awaitConnect(); ret != 0 {
 		return ret
-	}
-	cb.wait()
-	if s := cb.getState(); s != stConnectRequest {
-		cb.errf("wait for CONNECT_REQUEST state %d\n", s)
-		return -1
 	}
 	if !cb.o.perfMode() {
 		return cb.serveConn(cb.testServer)
@@ -183,12 +192,7 @@ func (cb *rcb) krpingServer() int {
 				return -1
 			}
 		}
-		cb.formatSend(cb.startMR)
-		if err := cb.postSendInfo(); err != nil {
-			cb.errf("post send error %v\n", err)
-			return -1
-		}
-		if !cb.spinSendCompletion() {
+		if !cb.sendStart() {
 			return -1
 		}
 		ok := true
@@ -221,12 +225,7 @@ func (cb *rcb) krpingClient() int {
 	cb.polling = true
 	return cb.clientSession(func() int {
 		cb.setState(stReadAdv)
-		cb.formatSend(cb.startMR)
-		if err := cb.postSendInfo(); err != nil {
-			cb.errf("post send error %v\n", err)
-			return -1
-		}
-		if !cb.spinSendCompletion() {
+		if !cb.sendStart() {
 			return -1
 		}
 		// Spin waiting for the server's Start STAG/TO/Len.
@@ -252,6 +251,17 @@ func (cb *rcb) krpingClient() int {
 		}
 		return 0
 	})
+}
+
+// sendStart sends this side's start buffer advertisement (STAG/TO/Len)
+// and waits for its completion, polling.
+func (cb *rcb) sendStart() bool {
+	cb.formatSend(cb.startMR)
+	if err := cb.postSendInfo(); err != nil {
+		cb.errf("post send error %v\n", err)
+		return false
+	}
+	return cb.spinSendCompletion()
 }
 
 // spinRecv polls for one completion, handling a receive as krping's CQ
@@ -371,33 +381,40 @@ func (cb *rcb) postWrite(wrid uint64) error {
 	return err
 }
 
-// postTimed posts RDMA WRITE number i, adding the time the post took to cs
-// for the first cs.n iterations (krping's sum_post).
-func (cb *rcb) postTimed(i int, cs *cycleStats) bool {
+// postTimed posts RDMA WRITE number *scnt and counts it, adding the time
+// the post took to cs for the first cs.n iterations (krping's sum_post).
+func (cb *rcb) postTimed(scnt *int, cs *cycleStats) bool {
 	t0 := time.Now()
-	if err := cb.postWrite(uint64(i)); err != nil {
-		cb.errf("Couldn't post send: scnt=%d\n", i)
+	if err := cb.postWrite(uint64(*scnt)); err != nil {
+		cb.errf("Couldn't post send: scnt=%d\n", *scnt)
 		return false
 	}
-	if i < cs.n {
+	if *scnt < cs.n {
 		cs.sumPost += time.Since(t0)
 	}
+	*scnt++
 	return true
 }
 
-// pollTimed waits for completion number i, adding the wait to cs for the
-// first cs.n iterations (krping's sum_poll and sum_last_poll).
-func (cb *rcb) pollTimed(wc *[1]verbs.WC, i int, cs *cycleStats) bool {
+// completeTimed waits for completion number *ccnt, counts it and checks
+// it, adding the wait to cs for the first cs.n iterations (krping's
+// sum_poll and sum_last_poll). ok is false when the wait or the completion
+// failed; wcErr, when it was the completion (wcError has reported it).
+func (cb *rcb) completeTimed(wc *[1]verbs.WC, ccnt *int, cs *cycleStats) (ok, wcErr bool) {
 	t0 := time.Now()
 	if !cb.pollOne(wc) {
-		return false
+		return false, false
 	}
-	if i < cs.n {
+	if *ccnt < cs.n {
 		d := time.Since(t0)
 		cs.sumPoll += d
 		cs.sumLast += d
 	}
-	return true
+	*ccnt++
+	if cb.wcError(&wc[0]) {
+		return false, true
+	}
+	return true, false
 }
 
 // cycleStats accumulates krping's per-iteration post and poll times (in
@@ -447,18 +464,15 @@ func (cb *rcb) wlatTest() bool {
 		}
 		if scnt < iters {
 			cb.rdmaBuf[0] = byte(scnt + 1)
-			if !cb.postTimed(scnt, cs) {
+			if !cb.postTimed(&scnt, cs) {
 				return false
 			}
-			scnt++
 		}
 		if ccnt < iters {
-			if !cb.pollTimed(&wc, ccnt, cs) {
-				return false
-			}
-			ccnt++
-			if cb.wcError(&wc[0]) {
-				cb.errf("scnt=%d, rcnt=%d, ccnt=%d\n", scnt, rcnt, ccnt)
+			if ok, wcErr := cb.completeTimed(&wc, &ccnt, cs); !ok {
+				if wcErr {
+					cb.errf("scnt=%d, rcnt=%d, ccnt=%d\n", scnt, rcnt, ccnt)
+				}
 				return false
 			}
 		}
@@ -527,17 +541,12 @@ func (cb *rcb) bwTest() bool {
 	start := time.Now()
 	for scnt < iters || ccnt < iters {
 		for scnt < iters && scnt-ccnt < cb.o.txdepth {
-			if !cb.postTimed(scnt, cs) {
+			if !cb.postTimed(&scnt, cs) {
 				return false
 			}
-			scnt++
 		}
 		if ccnt < iters {
-			if !cb.pollTimed(&wc, ccnt, cs) {
-				return false
-			}
-			ccnt++
-			if cb.wcError(&wc[0]) {
+			if ok, _ := cb.completeTimed(&wc, &ccnt, cs); !ok {
 				return false
 			}
 		}

@@ -240,51 +240,75 @@ func parseNum(val string) (int, error) {
 	return int(v), err
 }
 
+// set sets rping's option c (getopt letter) to val.
 func (o *options) set(c byte, val string) error {
+	if o.setSwitch(c) {
+		return nil
+	}
 	var err error
 	switch c {
 	case 'a':
 		o.addr, err = lookupAddr(val)
 	case 'I':
 		o.src, err = lookupAddr(val)
-	case 'P':
-		o.persistent = true
 	case 'p':
 		o.port, err = parseNum(val)
 		if err == nil && (o.port < 0 || o.port > 65535) {
 			err = fmt.Errorf("port %d out of range", o.port)
 		}
-	case 's':
-		o.server = 1
-	case 'c':
-		o.server = 0
 	case 'S':
 		o.size, err = parseNum(val)
 		if err == nil && (o.size < minSize || o.size > bufSize-1) {
 			err = fmt.Errorf("Invalid size %d (valid range is %d to %d)", o.size, minSize, bufSize)
 		}
 	case 'C':
-		o.count, err = parseNum(val)
-		if err == nil && o.count < 0 {
-			err = fmt.Errorf("Invalid count %d", o.count)
+		var n int
+		if n, err = parseNum(val); err == nil {
+			err = o.setCount(n)
 		}
 	case 't': // type of service: checked, unused by softroce
 		var tos int
 		if tos, err = parseNum(val); err == nil && (tos < 0 || tos > 255) {
 			err = fmt.Errorf("tos %d out of range (0..255)", tos)
 		}
+	default:
+		return errUsage
+	}
+	return err
+}
+
+// setSwitch sets the option without a value that rping names c (krping's
+// names for the ones it shares are in krpingSwitches), and reports whether
+// c is one.
+func (o *options) setSwitch(c byte) bool {
+	switch c {
+	case 's':
+		o.server = 1
+	case 'c':
+		o.server = 0
 	case 'v':
 		o.verbose = true
 	case 'V':
 		o.validate = true
 	case 'd':
 		o.debug = true
+	case 'P':
+		o.persistent = true
 	case 'q':
 		o.selfQP = true
 	default:
-		return errUsage
+		return false
 	}
-	return err
+	return true
+}
+
+// setCount sets the ping count (rping's -C, krping's count=), as both check it.
+func (o *options) setCount(n int) error {
+	o.count = n
+	if n < 0 {
+		return fmt.Errorf("Invalid count %d", n)
+	}
+	return nil
 }
 
 // lookupAddr resolves an IP address or host name (getaddrinfo).
@@ -979,6 +1003,15 @@ func (cb *rcb) tool() string {
 }
 
 func (cb *rcb) runServer() int {
+	if ret := cb.awaitConnect(); ret != 0 {
+		return ret
+	}
+	return cb.serveConn(cb.testServer)
+}
+
+// awaitConnect binds the listener and waits for the first connection
+// request (rping's and krping's server before their tests).
+func (cb *rcb) awaitConnect() int {
 	if ret := cb.bindServer(); ret != 0 {
 		return ret
 	}
@@ -987,7 +1020,7 @@ func (cb *rcb) runServer() int {
 		cb.errf("wait for CONNECT_REQUEST state %d\n", s)
 		return -1
 	}
-	return cb.serveConn(cb.testServer)
+	return 0
 }
 
 // runPersistentServer serves connections one after the other forever, each
