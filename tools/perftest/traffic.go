@@ -513,113 +513,36 @@ func (c *config) bwUnits(bytesPerSec float64) float64 {
 const peakLimit = 20000
 
 func (r *resources) bwClient(ctx context.Context, size int, prog *progress) (oob.BWReport, error) {
-	c := r.c
-	n := len(r.qps)
-	dur := time.Duration(c.duration) * time.Second
-	keep := c.duration == 0 && !c.noPeak
-	total := c.iters * n
-	var tposted, tcompleted []int64
-	if keep {
-		k := min(total, peakLimit)
-		tposted, tcompleted = make([]int64, 0, k), make([]int64, 0, k)
-	}
-	wrs := make([][1]verbs.SendWR, n)
-	for q := range wrs {
-		wrs[q][0] = r.sendWR(q, size)
-	}
-	scnt, ccnt := make([]int, n), make([]int, n)
-	var totC atomic.Uint64
-	stopProg := prog.run(totC.Load)
+	b := r.newBWRun(size)
+	stopProg := prog.run(b.totC.Load)
 	defer stopProg()
 	w := r.waiter(ctx, r.scq, r.sch)
 	var wc [16]verbs.WC
-	if c.warmUp && c.tool.verb != verbSend {
-		if err := r.warmUp(ctx, wrs, w); err != nil {
+	if b.c.warmUp && b.c.tool.verb != verbSend {
+		if err := r.warmUp(ctx, b.wrs, w); err != nil {
 			return oob.BWReport{}, err
 		}
 	}
-	start := time.Now()
-	smp := c.sampler(start)
-	r.cpu = c.cpuSampler(start)
-	pace := newPacer(c.ratePPS(size), c.burstSize, start)
-	var last, stoppedAt time.Time
-	stopped := false
+	b.begin(time.Now())
 	for {
 		now := time.Now()
-		if dur > 0 && !stopped && now.Sub(start) >= dur {
-			stopped, stoppedAt = true, now
+		if b.dur > 0 && !b.stopped && now.Sub(b.start) >= b.dur {
+			b.stopped, b.stoppedAt = true, now
 		}
-		for q, qp := range r.qps {
-			if !pace.open(now) {
-				break
-			}
-			for scnt[q]-ccnt[q] < c.txDepth && pace.sending() {
-				if dur == 0 && scnt[q] >= c.iters {
-					break
-				}
-				if stopped && scnt[q]%c.cqMod == 0 {
-					break
-				}
-				wr := &wrs[q][0]
-				wr.Flags &^= verbs.SendSignaled
-				if (scnt[q]+1)%c.cqMod == 0 || (dur == 0 && scnt[q]+1 == c.iters) {
-					wr.Flags |= verbs.SendSignaled
-				}
-				if _, err := qp.PostSend(wrs[q][:]); err != nil {
-					return oob.BWReport{}, fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
-				}
-				if keep && len(tposted) < cap(tposted) {
-					tposted = append(tposted, time.Since(start).Nanoseconds())
-				}
-				scnt[q]++
-				pace.sent()
-			}
+		if err := b.post(now); err != nil {
+			return oob.BWReport{}, err
 		}
 		ne := r.scq.Poll(wc[:])
 		if ne > 0 {
 			w.Progress()
-			now := time.Now()
-			for i := range wc[:ne] {
-				e := &wc[i]
-				if e.Status != verbs.WCSuccess {
-					var posted int
-					for _, v := range scnt {
-						posted += v
-					}
-					return oob.BWReport{}, wcError("client", e, uint64(posted), totC.Load())
-				}
-				q := int(e.WRID)
-				if q >= n {
-					return oob.BWReport{}, fmt.Errorf("completion for unknown wr_id %d", e.WRID)
-				}
-				next := (ccnt[q]/c.cqMod + 1) * c.cqMod
-				if dur == 0 {
-					next = min(next, c.iters)
-				}
-				covered := next - ccnt[q]
-				ccnt[q] = next
-				totC.Add(uint64(covered))
-				if smp != nil {
-					smp.add(now, uint64(covered))
-				}
-				for range covered {
-					if keep && len(tcompleted) < cap(tcompleted) {
-						tcompleted = append(tcompleted, now.Sub(start).Nanoseconds())
-					}
-				}
-			}
-			last = now
-		}
-		done := true
-		for q := range scnt {
-			if dur == 0 && ccnt[q] < c.iters || dur > 0 && (!stopped || ccnt[q] < scnt[q]) {
-				done = false
+			if err := b.reap(wc[:ne], time.Now()); err != nil {
+				return oob.BWReport{}, err
 			}
 		}
-		if done {
+		if b.done() {
 			break
 		}
-		if stopped && smp != nil {
+		if b.stopped && b.smp != nil {
 			// With margins the measured period is over: the run ends here,
 			// as perftest's, without waiting for the work still posted
 			// (-q 256 QPs of 1 MiB at perftest's default -t 128 have 32
@@ -628,52 +551,192 @@ func (r *resources) bwClient(ctx context.Context, size int, prog *progress) (oob
 			r.flushQPs()
 			break
 		}
-		if stopped && time.Since(later(last, stoppedAt)) > r.drainGrace() {
+		if b.stopped && time.Since(later(b.last, b.stoppedAt)) > r.drainGrace() {
 			// Without margins the run is measured to its last completion:
 			// what is posted is waited for (counting it is what makes the
 			// bytes moved over the time taken; the pipeline's fill would
 			// be missing otherwise), as long as completions keep coming.
 			return oob.BWReport{}, fmt.Errorf("completions still missing %v after the last one, %v after the %v of -D: the peer stopped answering",
-				r.drainGrace(), time.Since(stoppedAt).Round(time.Millisecond), dur)
+				r.drainGrace(), time.Since(b.stoppedAt).Round(time.Millisecond), b.dur)
 		}
 		if ne == 0 {
-			// Do not park while there is room to post.
-			room := false
-			for q := range scnt {
-				if scnt[q]-ccnt[q] < c.txDepth && (dur == 0 && scnt[q] < c.iters || dur > 0 && !stopped) {
-					room = true
-				}
-			}
-			if !room {
-				if err := w.Idle(); err != nil {
-					return oob.BWReport{}, err
-				}
-			} else if d := pace.wait(time.Now()); d > 0 {
-				time.Sleep(min(d, 10*time.Millisecond)) // nothing to do before the next burst
-			} else if err := ctx.Err(); err != nil {
-				return oob.BWReport{}, errors.New("interrupted")
-			} else if err := r.watch.check(); err != nil {
+			if err := b.idle(ctx, w); err != nil {
 				return oob.BWReport{}, err
 			}
 		}
 	}
-	iters := totC.Load()
-	secs := last.Sub(start).Seconds()
-	if smp != nil {
-		iters, secs = smp.result()
+	return b.report(), nil
+}
+
+// bwRun is a bandwidth client's run of one size: what bwClient's loop
+// posts, counts and times, per QP.
+type bwRun struct {
+	r    *resources
+	c    *config
+	size int
+	dur  time.Duration // -D; 0: -n iterations per QP
+	keep bool          // record the times for the peak
+
+	wrs                 [][1]verbs.SendWR
+	scnt, ccnt          []int   // posted and completed, per QP
+	tposted, tcompleted []int64 // for the peak: ns since start, the first peakLimit
+	totC                atomic.Uint64
+
+	start           time.Time
+	smp             *marginSampler
+	pace            *pacer
+	stopped         bool      // -D is over: no more posts
+	stoppedAt, last time.Time // when it stopped; the last completion
+}
+
+func (r *resources) newBWRun(size int) *bwRun {
+	c := r.c
+	n := len(r.qps)
+	b := &bwRun{r: r, c: c, size: size, dur: time.Duration(c.duration) * time.Second, keep: c.duration == 0 && !c.noPeak,
+		wrs: make([][1]verbs.SendWR, n), scnt: make([]int, n), ccnt: make([]int, n)}
+	if b.keep {
+		k := min(c.iters*n, peakLimit)
+		b.tposted, b.tcompleted = make([]int64, 0, k), make([]int64, 0, k)
+	}
+	for q := range b.wrs {
+		b.wrs[q][0] = r.sendWR(q, size)
+	}
+	return b
+}
+
+// begin starts the measured period, its samplers and the pacer.
+func (b *bwRun) begin(start time.Time) {
+	b.start = start
+	b.smp = b.c.sampler(start)
+	b.r.cpu = b.c.cpuSampler(start)
+	b.pace = newPacer(b.c.ratePPS(b.size), b.c.burstSize, start)
+}
+
+// post posts on every QP while it has room (-t), the pacer allows and
+// the run wants more, signalling every -Q-th and the last.
+func (b *bwRun) post(now time.Time) error {
+	c := b.c
+	for q, qp := range b.r.qps {
+		if !b.pace.open(now) {
+			break
+		}
+		for b.scnt[q]-b.ccnt[q] < c.txDepth && b.pace.sending() {
+			if b.dur == 0 && b.scnt[q] >= c.iters {
+				break
+			}
+			if b.stopped && b.scnt[q]%c.cqMod == 0 {
+				break
+			}
+			wr := &b.wrs[q][0]
+			wr.Flags &^= verbs.SendSignaled
+			if (b.scnt[q]+1)%c.cqMod == 0 || (b.dur == 0 && b.scnt[q]+1 == c.iters) {
+				wr.Flags |= verbs.SendSignaled
+			}
+			if _, err := qp.PostSend(b.wrs[q][:]); err != nil {
+				return fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", q, b.scnt[q], err)
+			}
+			if b.keep && len(b.tposted) < cap(b.tposted) {
+				b.tposted = append(b.tposted, time.Since(b.start).Nanoseconds())
+			}
+			b.scnt[q]++
+			b.pace.sent()
+		}
+	}
+	return nil
+}
+
+// reap counts the completions wcs, polled at now: each covers the
+// unsignalled work requests before it.
+func (b *bwRun) reap(wcs []verbs.WC, now time.Time) error {
+	c := b.c
+	for i := range wcs {
+		e := &wcs[i]
+		if e.Status != verbs.WCSuccess {
+			var posted int
+			for _, v := range b.scnt {
+				posted += v
+			}
+			return wcError("client", e, uint64(posted), b.totC.Load())
+		}
+		q := int(e.WRID)
+		if q >= len(b.ccnt) {
+			return fmt.Errorf("completion for unknown wr_id %d", e.WRID)
+		}
+		next := (b.ccnt[q]/c.cqMod + 1) * c.cqMod
+		if b.dur == 0 {
+			next = min(next, c.iters)
+		}
+		covered := next - b.ccnt[q]
+		b.ccnt[q] = next
+		b.totC.Add(uint64(covered))
+		if b.smp != nil {
+			b.smp.add(now, uint64(covered))
+		}
+		for range covered {
+			if b.keep && len(b.tcompleted) < cap(b.tcompleted) {
+				b.tcompleted = append(b.tcompleted, now.Sub(b.start).Nanoseconds())
+			}
+		}
+	}
+	b.last = now
+	return nil
+}
+
+// done reports whether every QP has completed its run: -n iterations, or
+// with -D all it posted before the time was up.
+func (b *bwRun) done() bool {
+	for q := range b.scnt {
+		if b.dur == 0 && b.ccnt[q] < b.c.iters || b.dur > 0 && (!b.stopped || b.ccnt[q] < b.scnt[q]) {
+			return false
+		}
+	}
+	return true
+}
+
+// idle waits when a poll found nothing: parked on the CQ when no QP has
+// room to post, else until the pacer's next burst; it fails when the run
+// is cancelled or the peer is gone.
+func (b *bwRun) idle(ctx context.Context, w *toolkit.CQWaiter) error {
+	c := b.c
+	room := false
+	for q := range b.scnt {
+		if b.scnt[q]-b.ccnt[q] < c.txDepth && (b.dur == 0 && b.scnt[q] < c.iters || b.dur > 0 && !b.stopped) {
+			room = true
+		}
+	}
+	if !room {
+		return w.Idle()
+	}
+	if d := b.pace.wait(time.Now()); d > 0 {
+		time.Sleep(min(d, 10*time.Millisecond)) // nothing to do before the next burst
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return errors.New("interrupted")
+	}
+	return b.r.watch.check()
+}
+
+// report is the run's result: #iterations counts all QPs' messages, as
+// perftest's does (-n per QP times -q; with -D, the completions of the
+// measured period).
+func (b *bwRun) report() oob.BWReport {
+	c := b.c
+	iters := b.totC.Load()
+	secs := b.last.Sub(b.start).Seconds()
+	if b.smp != nil {
+		iters, secs = b.smp.result()
 	}
 	if secs <= 0 {
 		secs = 1e-9
 	}
-	// #iterations counts all QPs' messages, as perftest's does (-n per QP
-	// times -q; with -D, the completions of the measured period).
-	rep := oob.BWReport{Size: uint64(size), Iters: iters}
-	rep.BWAvg = c.bwUnits(float64(size) * float64(iters) / secs)
+	rep := oob.BWReport{Size: uint64(b.size), Iters: iters}
+	rep.BWAvg = c.bwUnits(float64(b.size) * float64(iters) / secs)
 	rep.MsgRateAvg = float64(iters) / secs / 1e6
-	if keep {
-		rep.BWPeak = r.peak(size, tposted, tcompleted)
+	if b.keep {
+		rep.BWPeak = b.r.peak(b.size, b.tposted, b.tcompleted)
 	}
-	return rep, nil
+	return rep
 }
 
 // peak is perftest's peak bandwidth: the best rate over any run of
