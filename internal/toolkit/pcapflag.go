@@ -110,6 +110,21 @@ func OpenDevice(name, pcapPath string) (*ToolDevice, error) {
 	return t, nil
 }
 
+// WithDevice opens the device name as OpenDevice does, runs f on it and
+// closes it; the error of f, else that of Close.
+func WithDevice(name, pcapPath string, f func(*ToolDevice) error) (err error) {
+	td, err := OpenDevice(name, pcapPath)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := td.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	return f(td)
+}
+
 // Close closes the device and the capture file.
 func (t *ToolDevice) Close() error {
 	err := t.Dev.Close()

@@ -1022,17 +1022,10 @@ func (c *config) printDest(w io.Writer, side string, d *oob.PerftestDest) {
 }
 
 // runConfig runs one side of a test.
-func runConfig(ctx context.Context, c *config, stdout, stderr io.Writer) (err error) {
-	td, err := toolkit.OpenDevice(c.dev, c.pcap)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := td.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	return runOn(ctx, c, td, stdout, stderr)
+func runConfig(ctx context.Context, c *config, stdout, stderr io.Writer) error {
+	return toolkit.WithDevice(c.dev, c.pcap, func(td *toolkit.ToolDevice) error {
+		return runOn(ctx, c, td, stdout, stderr)
+	})
 }
 
 // checkPKeyIndex is perftest's ctx_chk_pkey_index: an index beyond the

@@ -935,24 +935,15 @@ func (r *resources) latLoop(ctx context.Context, prog *progress, serverFirst boo
 	send func(n int) error) (latRun, error) {
 	c := r.c
 	sendsFirst := c.isServer() == serverFirst
-	dur := time.Duration(c.duration) * time.Second
+	w := r.waiter(ctx, r.scq, r.sch)
+	lc, stopProg := r.startLat(prog)
+	defer stopProg()
+	dur := lc.dur
 	var deadline time.Time
 	limit := c.iters
-	var tposted []time.Time
 	if dur > 0 {
 		limit = int(^uint(0) >> 1)
-	} else {
-		tposted = make([]time.Time, c.iters)
-	}
-	var cnt atomic.Uint64
-	stopProg := prog.run(cnt.Load)
-	defer stopProg()
-	w := r.waiter(ctx, r.scq, r.sch)
-	start := time.Now()
-	smp := c.sampler(start)
-	r.cpu = c.cpuSampler(start)
-	if dur > 0 {
-		deadline = start.Add(dur)
+		deadline = lc.start.Add(dur)
 	}
 	scnt, ccnt, rcnt := 0, 0, 0
 	for scnt < limit || ccnt < limit || rcnt < limit {
@@ -974,9 +965,7 @@ func (r *resources) latLoop(ctx context.Context, prog *progress, serverFirst boo
 				for until := time.Now().Add(time.Duration(c.latencyGap) * time.Microsecond); time.Now().Before(until); {
 				}
 			}
-			if tposted != nil {
-				tposted[scnt] = time.Now()
-			}
+			lc.posted()
 			scnt++
 			if err := send(scnt); err != nil {
 				return latRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
@@ -990,16 +979,10 @@ func (r *resources) latLoop(ctx context.Context, prog *progress, serverFirst boo
 				return latRun{}, err
 			}
 			ccnt++
-			cnt.Store(uint64(ccnt))
-			if smp != nil {
-				smp.add(time.Now(), 1)
-			}
+			lc.completed(ccnt)
 		}
 	}
-	if dur > 0 {
-		return durationLat(smp, start, uint64(ccnt))
-	}
-	return latRun{deltas: intervals(tposted), iters: uint64(ccnt)}, nil
+	return lc.result(ccnt)
 }
 
 // latWrite: each side writes the peer's buffer and polls its own for the
@@ -1041,26 +1024,15 @@ func (r *resources) latOne(ctx context.Context, size int, prog *progress) (latRu
 	c := r.c
 	wr := [1]verbs.SendWR{r.sendWR(0, size)}
 	wr[0].Flags |= verbs.SendSignaled
-	dur := time.Duration(c.duration) * time.Second
-	var tposted []time.Time
-	if dur == 0 {
-		tposted = make([]time.Time, 0, c.iters)
-	}
-	var cnt atomic.Uint64
-	stopProg := prog.run(cnt.Load)
-	defer stopProg()
 	w := r.waiter(ctx, r.scq, r.sch)
-	start := time.Now()
-	smp := c.sampler(start)
-	r.cpu = c.cpuSampler(start)
+	lc, stopProg := r.startLat(prog)
+	defer stopProg()
 	n := 0
 	for {
-		if dur == 0 && n >= c.iters || dur > 0 && time.Since(start) >= dur {
+		if lc.dur == 0 && n >= c.iters || lc.dur > 0 && time.Since(lc.start) >= lc.dur {
 			break
 		}
-		if dur == 0 {
-			tposted = append(tposted, time.Now())
-		}
+		lc.posted()
 		if _, err := r.qps[0].PostSend(wr[:]); err != nil {
 			return latRun{}, fmt.Errorf("Couldn't post send: scnt=%d: %w", n, err)
 		}
@@ -1068,15 +1040,57 @@ func (r *resources) latOne(ctx context.Context, size int, prog *progress) (latRu
 			return latRun{}, err
 		}
 		n++
-		cnt.Store(uint64(n))
-		if smp != nil {
-			smp.add(time.Now(), 1)
-		}
+		lc.completed(n)
 	}
-	if dur > 0 {
-		return durationLat(smp, start, uint64(n))
+	return lc.result(n)
+}
+
+// latClock is a latency run's bookkeeping: the time of each post (with
+// -n: the latencies are their intervals), the count the progress line
+// shows, and -D's margin sampler.
+type latClock struct {
+	dur     time.Duration
+	tposted []time.Time
+	cnt     atomic.Uint64
+	start   time.Time
+	smp     *marginSampler
+}
+
+// startLat starts a latency run's clock, and its progress line until stop.
+func (r *resources) startLat(prog *progress) (lc *latClock, stop func()) {
+	c := r.c
+	lc = &latClock{dur: time.Duration(c.duration) * time.Second}
+	if lc.dur == 0 {
+		lc.tposted = make([]time.Time, 0, c.iters)
 	}
-	return latRun{deltas: intervals(tposted), iters: uint64(n)}, nil
+	stop = prog.run(lc.cnt.Load)
+	lc.start = time.Now()
+	lc.smp = c.sampler(lc.start)
+	r.cpu = c.cpuSampler(lc.start)
+	return lc, stop
+}
+
+// posted notes the time of a post (with -n).
+func (lc *latClock) posted() {
+	if lc.dur == 0 {
+		lc.tposted = append(lc.tposted, time.Now())
+	}
+}
+
+// completed notes the n-th completed iteration.
+func (lc *latClock) completed(n int) {
+	lc.cnt.Store(uint64(n))
+	if lc.smp != nil {
+		lc.smp.add(time.Now(), 1)
+	}
+}
+
+// result is the run of n iterations.
+func (lc *latClock) result(n int) (latRun, error) {
+	if lc.dur > 0 {
+		return durationLat(lc.smp, lc.start, uint64(n))
+	}
+	return latRun{deltas: intervals(lc.tposted), iters: uint64(n)}, nil
 }
 
 func intervals(t []time.Time) []time.Duration {

@@ -241,16 +241,15 @@ type pingCtx struct {
 	watchdog *time.Timer
 }
 
-func runConfig(ctx context.Context, c *config, stdout, stderr io.Writer) (err error) {
-	td, err := toolkit.OpenDevice(c.dev, c.pcap)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := td.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
+// runConfig runs one side of a ping-pong on the device -d names.
+func runConfig(ctx context.Context, c *config, stdout, stderr io.Writer) error {
+	return toolkit.WithDevice(c.dev, c.pcap, func(td *toolkit.ToolDevice) error {
+		return runOn(ctx, c, td, stdout)
+	})
+}
+
+// runOn runs one side of a ping-pong on the open device td.
+func runOn(ctx context.Context, c *config, td *toolkit.ToolDevice, stdout io.Writer) error {
 	p := &pingCtx{c: c, td: td, dev: td.Dev, flags: verbs.SendSignaled, qpIndex: map[uint32]int{}}
 	if err := p.init(); err != nil {
 		return err
