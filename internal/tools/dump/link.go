@@ -2,6 +2,7 @@ package dump
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -169,91 +170,117 @@ func linkShow(args []string, jsonOut bool, stdout, stderr io.Writer) int {
 }
 
 func linkAdd(args []string, stdout, stderr io.Writer) int {
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "softroce link add: "+format+"\n", a...)
-		return cli.ExitFailure
-	}
-	// usage reports a malformed command line (exit 2); fail a request that
-	// cannot be carried out here (exit 1).
-	usage := func(format string, a ...any) int {
-		return cli.UsageErr(stderr, "softroce link add", format, a...)
-	}
 	if len(args) < 2 {
 		return cli.UsageErr(stderr, "softroce link", "add needs a NAME and netdev DEV or addr IP[:PORT]")
 	}
+	// A malformed command line is a usage error (exit 2); a request that
+	// cannot be carried out here a failure (exit 1).
+	l, err := parseLinkAdd(args)
+	if err != nil {
+		return cli.UsageErr(stderr, "softroce link add", "%v", err)
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "softroce link add: %v\n", err)
+		return cli.ExitFailure
+	}
+	st, err := toolkit.LoadState()
+	if err != nil {
+		return fail(err)
+	}
+	host, err := toolkit.HostInterfaces()
+	if err != nil {
+		return fail(fmt.Errorf("listing interfaces: %v", err))
+	}
+	if err := checkLinkAdd(&l, st, host, stderr); err != nil {
+		return fail(err)
+	}
+	st.Links = append(st.Links, l)
+	if err := st.Save(); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// parseLinkAdd parses "NAME key value...": netdev, addr, sport, type.
+func parseLinkAdd(args []string) (toolkit.LinkEntry, error) {
 	l := toolkit.LinkEntry{Name: args[0]}
 	if !toolkit.ValidLinkName.MatchString(l.Name) {
-		return usage("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
+		return l, fmt.Errorf("bad link name %q: use up to 64 letters, digits, '_', '.' or '-'", l.Name)
 	}
 	kv := args[1:]
 	for len(kv) > 0 {
 		if len(kv) < 2 {
-			return usage("%q needs a value", kv[0])
+			return l, fmt.Errorf("%q needs a value", kv[0])
 		}
-		k, v := kv[0], kv[1]
+		if err := setLinkKey(&l, kv[0], kv[1]); err != nil {
+			return l, err
+		}
 		kv = kv[2:]
-		switch k {
-		case "type":
-			if v != "rxe" && v != "softroce" {
-				return usage("type %q is not supported: softroce links are RoCEv2 like rxe (use 'type rxe' or leave it out)", v)
-			}
-		case "netdev", "dev":
-			l.Netdev = v
-		case "addr", "address":
-			ap, err := toolkit.ParseDeviceAddr(v)
-			if err != nil {
-				return usage("%v", err)
-			}
-			if a := ap.Addr(); a.IsUnspecified() || a.IsMulticast() {
-				return usage("%s cannot be a device address: give a unicast address of this host", a)
-			}
-			l.Addr = ap.String()
-			if ap.Port() == 4791 {
-				l.Addr = ap.Addr().String()
-			}
-		case "sport":
-			switch v {
-			case toolkit.SportQP:
-				l.Sport = v
-			case "shared":
-				l.Sport = ""
-			default:
-				return usage("sport %q: want 'qp' (a UDP source port per QP, as rxe) or 'shared' (one per device, the default)", v)
-			}
-		default:
-			return usage("unknown keyword %q (want netdev, addr, sport or type)", k)
-		}
 	}
 	if l.Netdev == "" && l.Addr == "" {
-		return usage("give 'netdev DEV' or 'addr IP[:PORT]'")
+		return l, errors.New("give 'netdev DEV' or 'addr IP[:PORT]'")
 	}
-	st, err := toolkit.LoadState()
-	if err != nil {
-		return fail("%v", err)
+	return l, nil
+}
+
+// setLinkKey sets the keyword k of the link l to v.
+func setLinkKey(l *toolkit.LinkEntry, k, v string) error {
+	switch k {
+	case "type":
+		if v != "rxe" && v != "softroce" {
+			return fmt.Errorf("type %q is not supported: softroce links are RoCEv2 like rxe (use 'type rxe' or leave it out)", v)
+		}
+	case "netdev", "dev":
+		l.Netdev = v
+	case "addr", "address":
+		ap, err := toolkit.ParseDeviceAddr(v)
+		if err != nil {
+			return err
+		}
+		if a := ap.Addr(); a.IsUnspecified() || a.IsMulticast() {
+			return fmt.Errorf("%s cannot be a device address: give a unicast address of this host", a)
+		}
+		l.Addr = ap.String()
+		if ap.Port() == 4791 {
+			l.Addr = ap.Addr().String()
+		}
+	case "sport":
+		switch v {
+		case toolkit.SportQP:
+			l.Sport = v
+		case "shared":
+			l.Sport = ""
+		default:
+			return fmt.Errorf("sport %q: want 'qp' (a UDP source port per QP, as rxe) or 'shared' (one per device, the default)", v)
+		}
+	default:
+		return fmt.Errorf("unknown keyword %q (want netdev, addr, sport or type)", k)
 	}
-	host, err := toolkit.HostInterfaces()
-	if err != nil {
-		return fail("listing interfaces: %v", err)
-	}
+	return nil
+}
+
+// checkLinkAdd checks the new link l against this host's interfaces and
+// the links in st, warning on stderr of a link that stays DOWN for now.
+func checkLinkAdd(l *toolkit.LinkEntry, st *toolkit.StateFile, host []toolkit.HostIface, stderr io.Writer) error {
 	for _, o := range st.Links {
 		if o.Name == l.Name {
-			return fail("link %s already exists (%s); delete it first", o.Name, o.Target())
+			return fmt.Errorf("link %s already exists (%s); delete it first", o.Name, o.Target())
 		}
 	}
 	if l.Netdev != "" && toolkit.IfaceByName(host, l.Netdev) == nil {
-		return fail("no netdev %q (netdevs: %s)", l.Netdev, toolkit.DescribeNetdevs(host))
+		return fmt.Errorf("no netdev %q (netdevs: %s)", l.Netdev, toolkit.DescribeNetdevs(host))
 	}
 	if l.Addr != "" {
 		a := l.AddrPort().Addr()
 		ifc := toolkit.IfaceWithAddr(host, a)
 		switch {
 		case ifc == nil && l.Netdev != "":
-			return fail("%s is not an address of netdev %s (addresses: %s)", a, l.Netdev, toolkit.DescribeAddrs(host))
+			return fmt.Errorf("%s is not an address of netdev %s (addresses: %s)", a, l.Netdev, toolkit.DescribeAddrs(host))
 		case ifc == nil:
 			fmt.Fprintf(stderr, "softroce link add: warning: %s is not an address of this host (addresses: %s); link %s stays DOWN until it is\n",
 				a, toolkit.DescribeAddrs(host), l.Name)
 		case l.Netdev != "" && ifc.Name != l.Netdev:
-			return fail("%s is on %s, not on netdev %s", a, ifc.Name, l.Netdev)
+			return fmt.Errorf("%s is on %s, not on netdev %s", a, ifc.Name, l.Netdev)
 		}
 	} else if ifc := toolkit.IfaceByName(host, l.Netdev); ifc != nil {
 		if _, ok := ifc.GID(); !ok {
@@ -262,20 +289,16 @@ func linkAdd(args []string, stdout, stderr io.Writer) int {
 	}
 	// One link per netdev without an explicit address, and per address, as
 	// the kernel allows one rxe device per netdev.
-	nd, ndErr := toolkit.LinkDevice(&l, host)
+	nd, ndErr := toolkit.LinkDevice(l, host)
 	for _, o := range st.Links {
 		if l.Addr == "" && o.Addr == "" && o.Netdev == l.Netdev {
-			return fail("netdev %s already has link %s", l.Netdev, o.Name)
+			return fmt.Errorf("netdev %s already has link %s", l.Netdev, o.Name)
 		}
 		if od, err := toolkit.LinkDevice(&o, host); err == nil && ndErr == nil && od.Addr == nd.Addr {
-			return fail("link %s already uses %s", o.Name, od.Addr)
+			return fmt.Errorf("link %s already uses %s", o.Name, od.Addr)
 		}
 	}
-	st.Links = append(st.Links, l)
-	if err := st.Save(); err != nil {
-		return fail("%v", err)
-	}
-	return 0
+	return nil
 }
 
 func linkDelete(args []string, stdout, stderr io.Writer) int {
