@@ -284,55 +284,11 @@ func runWrite(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softroce dada write: %v\n", err)
 		return 1
 	}
-	src := make([]byte, min(uint64(4<<20), max(size, 1)))
-	if *fill != "" {
-		for i := range src {
-			src[i] = (*fill)[0]
-		}
-	} else {
-		for i := range src {
-			src[i] = byte(i)
-		}
-	}
 	start := time.Now()
-	var done uint64
-	var progress atomic.Uint64 // done, for the watcher
+	var progress atomic.Uint64 // bytes written, for the watcher
 	stopWatch := watchWriter(stderr, h, key.k, &progress)
-	bufsz := uint64(h.Data.BufSize())
-	var werr error
-	for done < size && werr == nil {
-		if bps > 0 {
-			// pace: never more than rate × elapsed bytes
-			if ahead := float64(done) - bps*time.Since(start).Seconds(); ahead > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Duration(ahead / bps * float64(time.Second))):
-				}
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		if *zero {
-			var b dada.Block
-			if b, werr = w.OpenBlock(); werr != nil {
-				break
-			}
-			n := min(bufsz, size-done)
-			for off := uint64(0); off < n; off += uint64(len(src)) {
-				copy(b.Data[off:n], src)
-			}
-			if werr = w.MarkFilled(int(n)); werr == nil {
-				done += n
-			}
-		} else {
-			n := min(uint64(len(src)), size-done, max(bufsz, 1<<16))
-			if _, werr = w.Write(src[:n]); werr == nil {
-				done += n
-			}
-		}
-		progress.Store(done)
-	}
+	pw := pacedWrite{w: w, bufsz: uint64(h.Data.BufSize()), src: writeSource(size, *fill), bps: bps, zero: *zero}
+	done, werr := pw.run(ctx, start, size, &progress)
 	stopWatch()
 	if werr != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "softroce dada write: %v\n", werr)
@@ -352,6 +308,74 @@ func runWrite(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// writeSource is the data dada write sends, repeated: the -c character,
+// else a byte pattern.
+func writeSource(size uint64, fill string) []byte {
+	src := make([]byte, min(uint64(4<<20), max(size, 1)))
+	for i := range src {
+		src[i] = byte(i)
+		if fill != "" {
+			src[i] = fill[0]
+		}
+	}
+	return src
+}
+
+// pacedWrite is dada write's transfer: src repeated into the ring at bps
+// bytes a second (0: as fast as it goes), through Write or, zero copy,
+// into the ring's blocks in place.
+type pacedWrite struct {
+	w     *dada.Writer
+	bufsz uint64 // the ring's block size
+	src   []byte
+	bps   float64
+	zero  bool
+}
+
+// run writes size bytes from start on, storing the count in progress; it
+// stops early when ctx ends or writing fails, and returns what it wrote.
+func (p *pacedWrite) run(ctx context.Context, start time.Time, size uint64, progress *atomic.Uint64) (done uint64, err error) {
+	for done < size && err == nil {
+		if p.bps > 0 {
+			// pace: never more than rate × elapsed bytes
+			if ahead := float64(done) - p.bps*time.Since(start).Seconds(); ahead > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(ahead / p.bps * float64(time.Second))):
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		var n uint64
+		if n, err = p.writeOne(size - done); err == nil {
+			done += n
+		}
+		progress.Store(done)
+	}
+	return done, err
+}
+
+// writeOne writes the next piece of at most left bytes: a block (zero
+// copy), else up to len(src).
+func (p *pacedWrite) writeOne(left uint64) (uint64, error) {
+	if !p.zero {
+		n := min(uint64(len(p.src)), left, max(p.bufsz, 1<<16))
+		_, err := p.w.Write(p.src[:n])
+		return n, err
+	}
+	b, err := p.w.OpenBlock()
+	if err != nil {
+		return 0, err
+	}
+	n := min(p.bufsz, left)
+	for off := uint64(0); off < n; off += uint64(len(p.src)) {
+		copy(b.Data[off:n], p.src)
+	}
+	return n, p.w.MarkFilled(int(n))
 }
 
 // watchWriter reports, once per episode, that the writer is waiting for a

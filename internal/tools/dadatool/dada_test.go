@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestDadaTools(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 	os.Mkdir(out, 0o755)
-	for _, extra := range [][]string{nil, {"-z"}} {
+	for _, extra := range [][]string{nil, {"-z"}, {"-z", "-c", "Q"}, {"-c", "Q"}} {
 		done := make(chan string, 1)
 		go func() {
 			var o, e bytes.Buffer
@@ -72,6 +73,13 @@ func TestDadaTools(t *testing.T) {
 		fi, _ := os.Stat(files[0])
 		if fi.Size() != 4096+300000 {
 			t.Fatalf("%s is %d bytes", files[0], fi.Size())
+		}
+		if slices.Contains(extra, "-c") {
+			// -c Q: every data byte is the fill character, in place (-z) or not.
+			data, _ := os.ReadFile(files[0])
+			if i := bytes.IndexFunc(data[4096:], func(r rune) bool { return r != 'Q' }); i >= 0 {
+				t.Fatalf("write %v: data byte %d is %q, want 'Q'", extra, i, data[4096+i])
+			}
 		}
 		os.Remove(files[0])
 	}
