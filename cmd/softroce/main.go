@@ -12,29 +12,22 @@ import (
 
 	"github.com/softroce/softroce/internal/cli"
 	"github.com/softroce/softroce/internal/toolkit"
-	"github.com/softroce/softroce/internal/tools/cmtime"
-	"github.com/softroce/softroce/internal/tools/dadatool"
-	"github.com/softroce/softroce/internal/tools/demo"
-	"github.com/softroce/softroce/internal/tools/devinfo"
-	"github.com/softroce/softroce/internal/tools/dump"
-	"github.com/softroce/softroce/internal/tools/pingpong"
-	"github.com/softroce/softroce/internal/tools/rping"
-	"github.com/softroce/softroce/tools/perftest"
+
+	// The tool families: each registers its commands (cli.Register).
+	_ "github.com/softroce/softroce/internal/tools/cmtime"
+	_ "github.com/softroce/softroce/internal/tools/dadatool"
+	_ "github.com/softroce/softroce/internal/tools/demo"
+	_ "github.com/softroce/softroce/internal/tools/devinfo"
+	_ "github.com/softroce/softroce/internal/tools/dump"
+	_ "github.com/softroce/softroce/internal/tools/pingpong"
+	_ "github.com/softroce/softroce/internal/tools/rping"
+	_ "github.com/softroce/softroce/tools/perftest"
 )
 
 // commands is the command table: every tool family's commands by name.
 var commands = cli.Table{}
 
-func init() {
-	commands.Add(pingpong.Commands()...)
-	commands.Add(perftest.Commands()...)
-	commands.Add(dump.Commands()...)
-	commands.Add(rping.Commands()...)
-	commands.Add(cmtime.Commands()...)
-	commands.Add(dadatool.Commands()...)
-	commands.Add(devinfo.Commands()...)
-	commands.Add(demo.Commands()...)
-}
+func init() { commands.Add(cli.Registered()...) }
 
 func commandNames() []string { return commands.Names() }
 

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"io"
+	"slices"
 	"sort"
+	"sync"
 )
 
 // Command is one softroce subcommand; each tool family provides its own.
@@ -15,6 +17,28 @@ type Command struct {
 	Run func(args []string, stdout, stderr io.Writer) int
 	// Subs names the subcommands, for completion and the table test of bad values.
 	Subs []string
+}
+
+// The registry: every tool family registers its commands from its init
+// function, and the softroce command takes all of them (Registered), as a
+// program takes the database/sql drivers it imports.
+var (
+	registryMu sync.Mutex
+	registry   []*Command
+)
+
+// Register adds a tool family's commands to the registry; call it from init.
+func Register(cs ...*Command) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	registry = append(registry, cs...)
+}
+
+// Registered returns the registered commands, in the order registered.
+func Registered() []*Command {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	return slices.Clone(registry)
 }
 
 // Table is a set of commands by name.

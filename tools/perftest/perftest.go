@@ -60,7 +60,7 @@ func init() {
 			kind = "latency"
 		}
 		op := map[verbKind]string{verbSend: "SEND", verbWrite: "RDMA WRITE", verbRead: "RDMA READ", verbAtomic: "atomic"}[t.verb]
-		registerCmd(&cli.Command{Name: t.name, Summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
+		cli.Register(&cli.Command{Name: t.name, Summary: op + " " + kind + " benchmark, like perftest's ib_" + t.name,
 			Run: func(args []string, stdout, stderr io.Writer) int { return runPerftest(t, args, stdout, stderr) }})
 	}
 }

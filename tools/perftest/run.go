@@ -1,7 +1,8 @@
 // Package perftest is the perftest-style measurements (ib_send_bw,
 // ib_write_lat, ... work-alikes, wire- and output-compatible with
 // perftest 4.5) and the TCP baselines. Run runs one side of a measurement on
-// any open verbs device; Commands returns the softroce commands.
+// any open verbs device. Importing the package also registers its commands
+// ("softroce write_bw", ...) with the softroce command table.
 package perftest
 
 import (

@@ -22,9 +22,9 @@ import (
 // on the same machine.
 
 func init() {
-	registerCmd(&cli.Command{Name: "tcp_bw", Summary: "TCP bandwidth baseline in write_bw's format (server: no host; client: host)",
+	cli.Register(&cli.Command{Name: "tcp_bw", Summary: "TCP bandwidth baseline in write_bw's format (server: no host; client: host)",
 		Run: func(args []string, stdout, stderr io.Writer) int { return runTCPBase(false, args, stdout, stderr) }})
-	registerCmd(&cli.Command{Name: "tcp_lat", Summary: "TCP ping-pong latency baseline in send_lat's format",
+	cli.Register(&cli.Command{Name: "tcp_lat", Summary: "TCP ping-pong latency baseline in send_lat's format",
 		Run: func(args []string, stdout, stderr io.Writer) int { return runTCPBase(true, args, stdout, stderr) }})
 }
 

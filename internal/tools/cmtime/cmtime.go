@@ -3,7 +3,7 @@
 // step of setting up and tearing down -c RC connections at once (create
 // ID, bind, resolve address, resolve route, create QP, connect, disconnect,
 // destroy); the server accepts and tears down whatever arrives until it is
-// stopped. Commands returns it for the softroce command table.
+// stopped. Its command registers itself with the softroce command table.
 package cmtime
 
 import (
@@ -23,9 +23,8 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
-// Commands returns the cmtime command.
-func Commands() []*cli.Command {
-	return []*cli.Command{{Name: "cmtime", Summary: "time rdma_cm connection set-up and teardown (rdma-core's cmtime)", Run: run}}
+func init() {
+	cli.Register(&cli.Command{Name: "cmtime", Summary: "time rdma_cm connection set-up and teardown (rdma-core's cmtime)", Run: run})
 }
 
 // The steps cmtime times, in its order and with its names.

@@ -1,7 +1,7 @@
 // Package pingpong is the ping-pong tools: rdma-core's ibv_rc_pingpong,
 // ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong over softroce
 // devices, with their flags, their TCP exchange (cm/oob) and their printed
-// lines. Commands returns them for the softroce command table.
+// lines. Its commands register themselves with the softroce command table.
 package pingpong
 
 import (
@@ -45,7 +45,7 @@ var tools = []struct {
 func init() {
 	for _, t := range tools {
 		t := t
-		registerCmd(&cli.Command{Name: t.name, Summary: t.summary, Run: func(args []string, stdout, stderr io.Writer) int {
+		cli.Register(&cli.Command{Name: t.name, Summary: t.summary, Run: func(args []string, stdout, stderr io.Writer) int {
 			return runPingpong(t.name, t.kind, args, stdout, stderr)
 		}})
 	}

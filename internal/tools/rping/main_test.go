@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/softroce/softroce/internal/cli"
-	"github.com/softroce/softroce/internal/tools/dump"
+	_ "github.com/softroce/softroce/internal/tools/dump" // its commands, registered
 	"github.com/softroce/softroce/internal/tooltest"
-	"github.com/softroce/softroce/tools/perftest"
+	_ "github.com/softroce/softroce/tools/perftest" // its commands, registered
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { tooltest.Main(m) }
 // run runs the command line args with this family's commands and those its
 // tests use alongside them (dump, perftest), as softroce's command table does.
 func run(args []string, stdout, stderr io.Writer) int {
-	for _, cs := range [][]*cli.Command{Commands(), dump.Commands(), perftest.Commands()} {
+	for _, cs := range [][]*cli.Command{cli.Registered()} {
 		for _, c := range cs {
 			if c.Name == args[0] {
 				return c.Run(args[1:], stdout, stderr)
