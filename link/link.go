@@ -128,3 +128,16 @@ type Endpoint interface {
 	// Close releases the endpoint; blocked reads return net.ErrClosed.
 	Close() error
 }
+
+// GroupJoiner is an Endpoint that can receive the datagrams sent to an IP
+// multicast group (RoCE UD multicast, docs/protocol.md §6.3). An endpoint
+// that is one says so by this method; a wrapper (link/tee) passes it on.
+type GroupJoiner interface {
+	// JoinGroup joins group on the endpoint's interface and returns a
+	// receive-only endpoint on which the group's datagrams to the
+	// endpoint's UDP port arrive, with Packet.Dst the group's address and
+	// that port. Closing it leaves the group. Datagrams to the group do not
+	// arrive on the joining endpoint itself. Each call joins anew: two
+	// group endpoints of one group each get every datagram.
+	JoinGroup(group netip.Addr) (Endpoint, error)
+}

@@ -1,6 +1,8 @@
 package tee
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 
@@ -49,8 +51,9 @@ type Endpoint struct {
 }
 
 var (
-	_ link.Endpoint = (*Endpoint)(nil)
-	_ link.Capable  = (*Endpoint)(nil)
+	_ link.Endpoint    = (*Endpoint)(nil)
+	_ link.Capable     = (*Endpoint)(nil)
+	_ link.GroupJoiner = (*Endpoint)(nil)
 )
 
 // New wraps ep. fn may be nil (nothing is reported until SetFunc).
@@ -159,3 +162,21 @@ func (e *Endpoint) BatchSize() int { return e.inner.BatchSize() }
 
 // Close closes the inner endpoint.
 func (e *Endpoint) Close() error { return e.inner.Close() }
+
+// JoinGroup joins group through the inner endpoint (link.GroupJoiner) and
+// returns its group endpoint wrapped in a tee with this one's callback (as
+// set now), so that what the group receives is reported too. An inner
+// endpoint that cannot join gives an error wrapping errors.ErrUnsupported.
+func (e *Endpoint) JoinGroup(group netip.Addr) (link.Endpoint, error) {
+	gj, ok := e.inner.(link.GroupJoiner)
+	if !ok {
+		return nil, fmt.Errorf("tee: the wrapped link joins no multicast group: %w", errors.ErrUnsupported)
+	}
+	g, err := gj.JoinGroup(group)
+	if err != nil {
+		return nil, err
+	}
+	t := New(g, nil)
+	t.fn.Store(e.fn.Load())
+	return t, nil
+}

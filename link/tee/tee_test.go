@@ -2,6 +2,7 @@ package tee
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -318,5 +319,43 @@ func TestTeeGathered(t *testing.T) {
 	}
 	if s := string(got[0][:len(got[0])-4]); s != "HEADERSpayloadxx" {
 		t.Errorf("gathered datagram reported as %q, want HEADERSpayloadxx and the ICRC", s)
+	}
+}
+
+// joinEP is an endpoint that joins groups: its group endpoint is the
+// second end of a pipe.
+type joinEP struct {
+	*pipe.Endpoint
+	group link.Endpoint
+}
+
+func (j joinEP) JoinGroup(netip.Addr) (link.Endpoint, error) { return j.group, nil }
+
+// TestTeeJoinGroup: the tee passes JoinGroup on and reports what the
+// group endpoint receives; over a link that cannot join it says so.
+func TestTeeJoinGroup(t *testing.T) {
+	a, b := newPair(t)
+	inner, _ := newPair(t)
+	var got []seen
+	e := New(joinEP{inner, b}, func(dir Direction, src, dst netip.AddrPort, _ uint8, p []byte) {
+		got = append(got, seen{dir, src, dst, string(p)})
+	})
+	g, err := e.JoinGroup(netip.MustParseAddr("239.1.1.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkts := []link.Packet{{Buf: []byte("to the group...."), N: 16, Dst: b.LocalAddr()}} // and an ICRC
+	if _, err := a.WriteBatch(pkts); err != nil {
+		t.Fatal(err)
+	}
+	in := []link.Packet{{Buf: make([]byte, 64)}}
+	if n, err := g.ReadBatch(in); n != 1 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v", n, err)
+	}
+	if len(got) != 1 || got[0].Dir != In || got[0].Data[:12] != "to the group" {
+		t.Errorf("reported %+v", got)
+	}
+	if _, err := New(a, nil).JoinGroup(netip.MustParseAddr("239.1.1.1")); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("JoinGroup over a pipe: %v, want errors.ErrUnsupported", err)
 	}
 }

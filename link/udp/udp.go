@@ -36,6 +36,15 @@ var (
 	// placeholder.
 	ErrShortPacket = errors.New("udp: packet shorter than its ICRC (4 bytes): build it with wire.Packet.Append")
 
+	// ErrNotMulticast reports a JoinGroup address that is not an IP
+	// multicast group of the endpoint's family.
+	ErrNotMulticast = errors.New("udp: not a multicast group address of the endpoint's family")
+	// ErrWildcardGroup reports a JoinGroup on an endpoint bound to a
+	// wildcard address, which names no interface to join on.
+	ErrWildcardGroup = errors.New("udp: multicast needs an endpoint bound to one address (its interface joins the group), not a wildcard")
+
+	errGroupSend = errors.New("udp: a multicast group's endpoint only receives: send from the endpoint that joined")
+
 	errClosed = fmt.Errorf("udp: endpoint closed: %w", net.ErrClosed)
 )
 
@@ -93,6 +102,8 @@ type Config struct {
 	// Logger receives rare events (buffer-size fallbacks, send errors);
 	// nil is silent.
 	Logger *slog.Logger
+
+	group bool // a multicast group's receive-only endpoint (JoinGroup)
 }
 
 // Option changes a Config; see Listen.

@@ -39,6 +39,9 @@ type Endpoint struct {
 	gro      bool        // UDP GRO enabled on the socket
 	rcvbuf   int         // SO_RCVBUF as granted (bytes, kernel accounting)
 	ctr      counters
+	cfg      Config // as opened (normalized): group endpoints copy it (JoinGroup)
+	group    bool   // a receive-only endpoint of a multicast group (JoinGroup)
+	mcIf     uint32 // IPv6: the index of the interface multicast leaves on (multicastIf)
 
 	rx struct {
 		mu sync.Mutex
@@ -163,6 +166,7 @@ func (e *Endpoint) newSendSocket(bufSize int, port uint16) (int, netip.AddrPort,
 		err = e.pmtuDiscoverDo(fd)
 	}
 	if err == nil {
+		e.multicastIf(fd)
 		e.setBuffer(fd, bufSize, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF)
 		dropReceived(fd)
 		err = os.NewSyscallError("bind", unix.Bind(fd, sa))
@@ -232,7 +236,7 @@ func (e *Endpoint) portSocket(port uint16) (int, bool) {
 // bindSocket creates the socket with its options (setOptions) and binds it.
 func bindSocket(cfg Config) (*Endpoint, error) {
 	a := cfg.Addr.Addr()
-	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger}
+	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger, group: cfg.group, cfg: cfg}
 	e.tx.fd = -1
 	network := "udp4"
 	if e.is6 {
@@ -244,6 +248,9 @@ func bindSocket(cfg Config) (*Endpoint, error) {
 			return nil, fmt.Errorf("%w: zone of %v: %v", ErrBadAddr, a, err)
 		}
 		e.scope = ifi
+	}
+	if cfg.group {
+		return e, e.bindGroup(cfg)
 	}
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -294,6 +301,15 @@ func (e *Endpoint) allocBatches() {
 func (e *Endpoint) setOptions(fd, bufSize int) error {
 	if err := e.pmtuDiscoverDo(fd); err != nil {
 		return err
+	}
+	if e.group {
+		// Every endpoint of the host that joins the group binds its
+		// address and port: each gets its own copy of a datagram.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fmt.Errorf("udp: setsockopt SO_REUSEADDR: %w", err)
+		}
+	} else {
+		e.multicastIf(fd)
 	}
 	if e.is6 {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
@@ -717,6 +733,9 @@ func (e *Endpoint) doWrite(fd uintptr) bool {
 func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	if e.closed.Load() {
 		return 0, errClosed
+	}
+	if e.group {
+		return 0, errGroupSend
 	}
 	tx := &e.tx
 	tx.mu.Lock()

@@ -66,3 +66,6 @@ func (e *Endpoint) Capabilities() link.Capabilities { return link.Capabilities{}
 
 // GRO reports false.
 func (e *Endpoint) GRO() bool { return false }
+
+// JoinGroup is not supported on this platform.
+func (e *Endpoint) JoinGroup(netip.Addr) (link.Endpoint, error) { return nil, errors.ErrUnsupported }
