@@ -160,6 +160,7 @@ type Device struct {
 	qpMu    sync.RWMutex         // serialises QP table writers; guards mcast
 	qps     *qpTable             // lookups are lock-free
 	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
+	mcl     mcastLinks           // the groups the link joined for them (mcast.go)
 }
 
 // Open starts a device on a link endpoint (a UDP socket from link/udp or an
@@ -381,6 +382,7 @@ func (d *Device) Close() error {
 	d.kick()
 	d.rx.mu.Unlock()
 	err := d.ep.Close()
+	d.closeGroups()
 	d.wg.Wait()
 	// Wait for callbacks of a configured clock that may still be running
 	// (the device's own timer goroutine has exited).
@@ -397,17 +399,24 @@ func (d *Device) Close() error {
 func (d *Device) Done() <-chan struct{} { return d.done }
 
 // AttachMcast attaches the UD QP to the multicast group gid (ibv_attach_mcast):
-// datagrams sent to QPN 0xFFFFFF and the group's address reach it. The link
-// must receive the group's traffic (joining the IP group is the link's job).
+// datagrams sent to QPN 0xFFFFFF and the group's address reach it. The
+// first QP of the device to attach makes the link join the IP group
+// (link.GroupJoiner: link/udp joins on the interface of its address); lid
+// is ignored (RoCE has no LIDs).
 func (qp *QP) AttachMcast(gid GID, lid uint16) error {
 	a := gid.Addr()
 	if qp.typ != QPTypeUD || !a.IsMulticast() {
 		return newErr("attach mcast", "only UD QPs attach, to a multicast GID", syscall.EINVAL)
 	}
 	d := qp.dev
-	d.qpMu.Lock()
-	defer d.qpMu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	d.mcl.mu.Lock()
+	defer d.mcl.mu.Unlock()
+	d.qpMu.RLock()
 	l := d.mcast[a]
+	d.qpMu.RUnlock()
 	for _, q := range l {
 		if q == qp {
 			return nil
@@ -416,19 +425,32 @@ func (qp *QP) AttachMcast(gid GID, lid uint16) error {
 	if len(l) >= maxMcastQPs {
 		return newErr("attach mcast", "group already has "+utoa(maxMcastQPs)+" QPs (max_mcast_qp_attach)", syscall.ENOMEM)
 	}
+	qp.mu.Lock()
+	dead := qp.dead
+	qp.mu.Unlock()
+	if dead {
+		return newErr("attach mcast", "QP destroyed", syscall.EINVAL)
+	}
+	if err := d.linkJoin(a); err != nil {
+		return err
+	}
+	d.qpMu.Lock()
 	if d.mcast == nil {
 		d.mcast = map[netip.Addr][]*QP{}
 	}
-	d.mcast[a] = append(l, qp)
+	d.mcast[a] = append(d.mcast[a], qp)
+	d.qpMu.Unlock()
 	return nil
 }
 
-// DetachMcast detaches the QP from the group (ibv_detach_mcast).
+// DetachMcast detaches the QP from the group (ibv_detach_mcast); the last
+// QP of the device to detach makes the link leave the group.
 func (qp *QP) DetachMcast(gid GID, lid uint16) error {
 	a := gid.Addr()
 	d := qp.dev
+	d.mcl.mu.Lock()
+	defer d.mcl.mu.Unlock()
 	d.qpMu.Lock()
-	defer d.qpMu.Unlock()
 	l := d.mcast[a]
 	for i, q := range l {
 		if q == qp {
@@ -436,9 +458,12 @@ func (qp *QP) DetachMcast(gid GID, lid uint16) error {
 			if len(d.mcast[a]) == 0 {
 				delete(d.mcast, a)
 			}
+			d.qpMu.Unlock()
+			d.linkLeave(a)
 			return nil
 		}
 	}
+	d.qpMu.Unlock()
 	return newErr("detach mcast", "QP is not attached to that group", syscall.EINVAL)
 }
 
@@ -466,22 +491,33 @@ func (d *Device) addQP(qp *QP, want uint32) error {
 }
 
 func (d *Device) removeQP(qp *QP) {
+	if qp.typ != QPTypeUD { // only UD QPs join multicast groups
+		d.qpMu.Lock()
+		d.qps.del(qp.qpn, qp)
+		d.qpMu.Unlock()
+		return
+	}
+	d.mcl.mu.Lock()
+	defer d.mcl.mu.Unlock()
 	d.qpMu.Lock()
 	d.qps.del(qp.qpn, qp)
-	if qp.typ == QPTypeUD { // only UD QPs join multicast groups
-		for g, l := range d.mcast {
-			for i, q := range l {
-				if q == qp {
-					d.mcast[g] = append(l[:i:i], l[i+1:]...)
-					break
-				}
+	var left []netip.Addr
+	for g, l := range d.mcast {
+		for i, q := range l {
+			if q == qp {
+				d.mcast[g] = append(l[:i:i], l[i+1:]...)
+				break
 			}
-			if len(d.mcast[g]) == 0 {
-				delete(d.mcast, g)
-			}
+		}
+		if len(d.mcast[g]) == 0 {
+			delete(d.mcast, g)
+			left = append(left, g)
 		}
 	}
 	d.qpMu.Unlock()
+	for _, g := range left {
+		d.linkLeave(g)
+	}
 }
 
 // AH is an address handle (ibv_ah): a resolved destination for UD sends.

@@ -33,7 +33,14 @@ type rxState struct {
 // replies go out, tx.go).
 func (d *Device) rxLoop() {
 	defer d.wg.Done()
-	bs := d.ep.BatchSize()
+	d.readLoop(d.ep, d.cfg.BusyPoll)
+}
+
+// readLoop reads ep until it closes (or the device does), handing each
+// batch to handleBatch: the device's link, or a multicast group's endpoint
+// (mcast.go).
+func (d *Device) readLoop(ep link.Endpoint, busyPoll time.Duration) {
+	bs := ep.BatchSize()
 	if bs <= 0 {
 		bs = 1
 	}
@@ -44,15 +51,15 @@ func (d *Device) rxLoop() {
 	}
 	var p wire.Packet
 	handle := func(batch []link.Packet) { d.handleBatch(batch, &p, true) }
-	read := d.ep.ReadBatch
-	if vr, ok := d.ep.(viewReader); ok {
+	read := ep.ReadBatch
+	if vr, ok := ep.(viewReader); ok {
 		read = vr.ReadBatchView
 	}
-	sv, serve := d.ep.(viewServer)
+	sv, serve := ep.(viewServer)
 	for {
 		var err error
 		if serve {
-			err = sv.ServeView(pkts, d.cfg.BusyPoll, handle)
+			err = sv.ServeView(pkts, busyPoll, handle)
 		} else {
 			var n int
 			n, err = read(pkts)

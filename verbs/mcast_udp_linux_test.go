@@ -1,0 +1,119 @@
+package verbs
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link/tee"
+	"github.com/softroce/softroce/link/udp"
+)
+
+// TestMulticastUDP: over real UDP on loopback, two devices' UD QPs attach
+// to a group and a third device sends to it: both receive the message; a
+// QP attached to another group does not; a detached QP stops receiving
+// and its device's link leaves the group, as does one whose last QP is
+// destroyed. One receiver's link is wrapped in link/tee (--pcap).
+func TestMulticastUDP(t *testing.T) {
+	o := pairOpts{typ: QPTypeUD}
+	defaults(&o)
+	r1ep, err := udp.Listen(netip.MustParseAddrPort("127.0.0.2:0"), udp.WithAnyPort())
+	if err != nil {
+		t.Skip("UDP loopback unavailable:", err)
+	}
+	port := r1ep.LocalAddr().Port()
+	r2ep, err := udp.Listen(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), port))
+	if err != nil {
+		r1ep.Close()
+		t.Skip("UDP loopback unavailable:", err)
+	}
+	sep, err := udp.Listen(netip.MustParseAddrPort("127.0.0.4:0"), udp.WithAnyPort())
+	if err != nil {
+		r1ep.Close()
+		r2ep.Close()
+		t.Skip("UDP loopback unavailable:", err)
+	}
+	var teed int
+	r1, r2 := newSide(t, r1ep, o), newSide(t, tee.New(r2ep, func(tee.Direction, netip.AddrPort, netip.AddrPort, uint8, []byte) { teed++ }), o)
+	s := newSide(t, sep, o)
+	for _, x := range []*side{r1, r2, s} {
+		connect(t, x, s, o)
+	}
+	other, err := r2.pd.CreateQP(&QPInitAttr{QPType: QPTypeUD, SendCQ: r2.scq, RecvCQ: r2.scq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect(t, &side{qp: other}, s, o)
+
+	group, group2 := netip.MustParseAddr("239.7.8.1"), netip.MustParseAddr("239.7.8.2")
+	for _, x := range []*side{r1, r2} {
+		if err := x.qp.AttachMcast(GIDFromAddr(group), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.AttachMcast(GIDFromAddr(group2), 0); err != nil {
+		t.Fatal(err)
+	}
+	if g := r2.dev.Groups(); len(g) != 2 {
+		t.Errorf("r2's link joined %v, want 2 groups", g)
+	}
+	ah, err := s.pd.CreateAH(&AHAttr{IsGlobal: true, PortNum: 1, DstPort: port,
+		GRH: GlobalRoute{DGID: GIDFromAddr(group), SGIDIndex: 1, HopLimit: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(id uint64, msg string) {
+		t.Helper()
+		copy(s.buf[id*256:], msg)
+		post(t, s.qp, SendWR{WRID: id, Opcode: WRSend, Flags: SendSignaled, SGList: sge(s, int(id)*256, len(msg)),
+			AH: ah, RemoteQPN: MulticastQPN, RemoteQKey: 0x11111111})
+		if wc := waitWC(t, s.scq, 1, 5*time.Second); wc[0].Status != WCSuccess {
+			t.Fatalf("send: %+v", wc[0])
+		}
+	}
+	recvd := func(x *side, off int, msg string) {
+		t.Helper()
+		wc := waitWC(t, x.rcq, 1, 5*time.Second)[0]
+		if wc.Status != WCSuccess || wc.ByteLen != uint32(40+len(msg)) || wc.SrcQP != s.qp.QPN() {
+			t.Fatalf("%v: %+v", x.dev.LocalAddr(), wc)
+		}
+		if got := string(x.buf[off+40 : off+40+len(msg)]); got != msg {
+			t.Errorf("%v received %q, want %q", x.dev.LocalAddr(), got, msg)
+		}
+	}
+	postRecv(t, r1, 1, 0, 256)
+	postRecv(t, r2, 1, 0, 256)
+	if _, err := other.PostRecv([]RecvWR{{WRID: 9, SGList: sge(r2, 4096, 256)}}); err != nil {
+		t.Fatal(err)
+	}
+	send(1, "to the group")
+	recvd(r1, 0, "to the group")
+	recvd(r2, 0, "to the group")
+	if teed == 0 {
+		t.Error("the tee reported nothing the group received")
+	}
+
+	if err := r2.qp.DetachMcast(GIDFromAddr(group), 0); err != nil {
+		t.Fatal(err)
+	}
+	if g := r2.dev.Groups(); len(g) != 1 || g[0] != group2 {
+		t.Errorf("after detach, r2's link is in %v, want [%v]", g, group2)
+	}
+	postRecv(t, r1, 2, 256, 256)
+	postRecv(t, r2, 2, 256, 256)
+	send(2, "once more")
+	recvd(r1, 256, "once more")
+	time.Sleep(50 * time.Millisecond)
+	if n := r2.rcq.Len(); n != 0 {
+		t.Errorf("a detached QP got %d completions", n)
+	}
+	if n := r2.scq.Len(); n != 0 {
+		t.Errorf("a QP of another group got %d completions", n)
+	}
+	if err := r1.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if g := r1.dev.Groups(); len(g) != 0 {
+		t.Errorf("after its last QP was destroyed, r1's link is in %v", g)
+	}
+}
