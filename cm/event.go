@@ -111,8 +111,12 @@ type Event struct {
 	// Param is the peer's connection parameters and private data
 	// (CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED).
 	Param ConnParam
-	// UD is set on ESTABLISHED for UD IDs.
+	// UD is set on ESTABLISHED for UD IDs, and on MULTICAST_JOIN (the
+	// group's address vector, QPN and Q_Key).
 	UD *UDParam
+	// Multicast is the group a MULTICAST_JOIN or MULTICAST_ERROR is about
+	// (mcast.go).
+	Multicast *Multicast
 }
 
 // EventChannel delivers the events of the IDs created on it

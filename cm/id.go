@@ -977,6 +977,7 @@ func (id *ID) Disconnect() error {
 // down (DREQ), a pending request rejected, a listener stops listening. The
 // QP is not destroyed (DestroyQP). No more events are posted for the ID.
 func (id *ID) Destroy() error {
+	dropMulticasts(id)
 	id.unbind()
 	reg.mu.Lock()
 	id.listen.backlog = 0
