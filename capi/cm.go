@@ -254,7 +254,9 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 		pd = ev.UD.PrivateData
 	}
 	n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&ce.pdata[0])), len(ce.pdata)), pd)
-	if ev.UD != nil {
+	if ev.Multicast != nil {
+		mcastEvent(ce, ev) // cmmcast.go
+	} else if ev.UD != nil {
 		ud := (*C.struct_rdma_ud_param)(unsafe.Pointer(&ce.ev.param))
 		if n > 0 {
 			ud.private_data = unsafe.Pointer(&ce.pdata[0])

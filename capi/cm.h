@@ -38,5 +38,6 @@ struct sr_cm_event {
 
 struct ibv_context *sr_cm_ctx(int idx);
 void sr_cm_free_event(struct sr_cm_event *e);
+int sr_cm_sync_event(struct rdma_cm_id *id, int ret);
 
 #endif

@@ -1,7 +1,8 @@
 //go:build linux && cgo && softroce_capi
 
-// cmstubs.c: librdmacm's names softroce does not serve yet (multicast, SRQs
-// on IDs): each fails with ENOSYS and says so once on stderr, so that programs that import them
+// cmstubs.c: librdmacm's names softroce does not serve yet (SRQs on IDs,
+// the newer upstream nodes): each fails with ENOSYS and says so once on
+// stderr, so that programs that import them
 // load and run everything else. It includes no rdma_cma.h: the stubs take
 // no arguments.
 
@@ -31,9 +32,6 @@ static void sr_cm_unsupported(const char *name, int *said)
 SR_CM_STUB(rdma_create_srq)
 SR_CM_STUB(rdma_create_srq_ex)
 SR_CM_STUB_VOID(rdma_destroy_srq)
-SR_CM_STUB(rdma_join_multicast)
-SR_CM_STUB(rdma_leave_multicast)
-SR_CM_STUB(rdma_join_multicast_ex)
 
 
 

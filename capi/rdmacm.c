@@ -3,9 +3,9 @@
 // rdmacm.c: librdmacm's C API over package cm (capi/cm.go): event channels
 // on eventfds, IDs, address and route resolution, connect/listen/accept,
 // the QP an ID owns (with CQs of its own when the program gives none, as
-// rdma_verbs.h expects), rdma_getaddrinfo. What is not served yet (multicast,
-// endpoints, SRQs on IDs, ECE) fails with ENOSYS and says so once on stderr.
-// The rsocket calls, rpoll and rselect are in rsocket.c.
+// rdma_verbs.h expects), rdma_getaddrinfo, ECE; multicast is in cmmcast.c,
+// the rsocket calls, rpoll and rselect in rsocket.c. SRQs on IDs are not
+// served yet: they fail with ENOSYS and say so once on stderr.
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -218,6 +218,12 @@ static int sr_sync(struct rdma_cm_id *id, int ret)
 		return sr_err(ev->status < 0 ? -ev->status : ev->status);
 	}
 	return 0;
+}
+
+/* sr_cm_sync_event is sr_sync for the calls in other files (cmmcast.c). */
+int sr_cm_sync_event(struct rdma_cm_id *id, int ret)
+{
+	return sr_sync(id, ret);
 }
 
 SR_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
