@@ -43,6 +43,13 @@ func (e *Endpoint) JoinGroup(group netip.Addr) (link.Endpoint, error) {
 	cfg.Addr = netip.AddrPortFrom(g, e.local.Port())
 	cfg.AnyPort, cfg.SendFromBound, cfg.SourcePorts, cfg.MTU = false, true, 0, e.mtu
 	cfg.group = true
+	if e.is6 && (g.IsLinkLocalMulticast() || g.IsInterfaceLocalMulticast()) {
+		// A group of link scope is bound on the interface that joins.
+		cfg.groupIf = e.scope
+		if cfg.groupIf == 0 {
+			cfg.groupIf = ifaceIndexOf(e.local.Addr())
+		}
+	}
 	ge, err := Open(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("udp: group %v: %w", g, err)
@@ -65,7 +72,7 @@ func (e *Endpoint) bindGroup(cfg Config) error {
 	var sa unix.Sockaddr
 	if e.is6 {
 		dom = unix.AF_INET6
-		sa = &unix.SockaddrInet6{Addr: cfg.Addr.Addr().As16(), Port: int(cfg.Addr.Port())}
+		sa = &unix.SockaddrInet6{Addr: cfg.Addr.Addr().As16(), Port: int(cfg.Addr.Port()), ZoneId: cfg.groupIf}
 	} else {
 		sa = &unix.SockaddrInet4{Addr: cfg.Addr.Addr().As4(), Port: int(cfg.Addr.Port())}
 	}

@@ -177,7 +177,7 @@ func TestJoinGroupTwoHosts(t *testing.T) {
 		}
 	}
 	var s4, s6, r4, r6 *Endpoint
-	var g4, g6 link.Endpoint
+	var g4, g6, gl link.Endpoint
 	netnstest.Run(t, p.NS[0], func() { s4, s6 = open("10.197.0.1:4791"), open("[fd97::1]:4791") })
 	netnstest.Run(t, p.NS[1], func() {
 		r4, r6 = open("10.197.0.2:4791"), open("[fd97::2]:4791")
@@ -188,13 +188,17 @@ func TestJoinGroupTwoHosts(t *testing.T) {
 		if g6, err = r6.JoinGroup(netip.MustParseAddr("ff05::7:11")); err != nil {
 			t.Fatal(err)
 		}
+		if gl, err = r6.JoinGroup(netip.MustParseAddr("ff02::7:11")); err != nil {
+			t.Fatal(err) // link scope: bound on the interface
+		}
 	})
 	defer g4.Close()
 	defer g6.Close()
+	defer gl.Close()
 	for _, c := range []struct {
 		s *Endpoint
 		g link.Endpoint
-	}{{s4, g4}, {s6, g6}} {
+	}{{s4, g4}, {s6, g6}, {s6, gl}} {
 		var want []byte
 		netnstest.Run(t, p.NS[0], func() { want = sendOne(t, c.s, c.g.LocalAddr(), netip.AddrPort{}, 0) })
 		var got link.Packet

@@ -103,7 +103,8 @@ type Config struct {
 	// nil is silent.
 	Logger *slog.Logger
 
-	group bool // a multicast group's receive-only endpoint (JoinGroup)
+	group   bool   // a multicast group's receive-only endpoint (JoinGroup)
+	groupIf uint32 // its interface, for an IPv6 group of link or interface scope
 }
 
 // Option changes a Config; see Listen.
