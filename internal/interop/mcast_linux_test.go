@@ -44,7 +44,7 @@ func TestCLibraryMckey(t *testing.T) {
 		rch := recver.start(ctx, 90*time.Second)
 		joined := func() bool {
 			if recver.guest != nil {
-				return g.exec(ctx, 20*time.Second, "ip maddr show dev eth0 | grep -q 'inet  *"+group+"$'").code == 0
+				return g.exec(ctx, 20*time.Second, "ip maddr show dev eth0 | grep -qF 'inet  "+group+"'").code == 0
 			}
 			out, _ := exec.Command("ip", "netns", "exec", cfg.ns, "cat", "/proc/net/igmp").Output()
 			return strings.Contains(string(out), igmpHex(group))
