@@ -93,6 +93,18 @@
 // runs faster and costs less CPU per MiB (docs/speed.md, "The raw UDP
 // ceiling and raw system calls").
 //
+// Multicast (link.GroupJoiner): JoinGroup joins an IP group on the
+// interface of the endpoint's address and returns a receive-only endpoint
+// on a socket of its own, bound to the group's address and the endpoint's
+// port with SO_REUSEADDR, so that every endpoint of the host that joins
+// gets its own copy of each datagram, and the endpoint's own socket gets
+// none. Binding the group's address (not the wildcard, as the net package
+// would) keeps unicast datagrams to the port off it. Sends to a group
+// leave on the interface of the bound address (IP_MULTICAST_IF,
+// IPV6_MULTICAST_IF), and reach the host's own members (multicast loop).
+// Neither needs privilege, and the loopback interface needs no MULTICAST
+// flag for IPv4.
+//
 // io_uring was measured against recvmmsg/sendmmsg and not adopted: it made
 // half the system calls but cost more CPU per MiB and moved fewer bytes
 // (numbers and reasons in docs/speed.md).
