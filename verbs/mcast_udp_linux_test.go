@@ -1,9 +1,13 @@
 package verbs
 
 import (
+	"errors"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/softroce/softroce/link/tee"
 	"github.com/softroce/softroce/link/udp"
@@ -115,5 +119,50 @@ func TestMulticastUDP(t *testing.T) {
 	}
 	if g := r1.dev.Groups(); len(g) != 0 {
 		t.Errorf("after its last QP was destroyed, r1's link is in %v", g)
+	}
+}
+
+// TestMulticastUDPClose: closing a device whose link joined groups ends
+// the groups' receive loops; a link on a wildcard address cannot join,
+// and the attach fails with EADDRNOTAVAIL, attaching nothing.
+func TestMulticastUDPClose(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	o := pairOpts{typ: QPTypeUD}
+	defaults(&o)
+	func() {
+		ep, err := udp.Listen(netip.MustParseAddrPort("127.0.0.2:0"), udp.WithAnyPort())
+		if err != nil {
+			t.Skip("UDP loopback unavailable:", err)
+		}
+		s := newSide(t, ep, o)
+		connect(t, s, s, o)
+		for _, g := range []string{"239.7.8.3", "239.7.8.4"} {
+			if err := s.qp.AttachMcast(GIDFromAddr(netip.MustParseAddr(g)), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(s.dev.Groups()); n != 2 {
+			t.Fatalf("%d groups joined, want 2", n)
+		}
+		s.dev.Close()
+		if n := len(s.dev.Groups()); n != 0 {
+			t.Errorf("%d groups after Close", n)
+		}
+	}()
+	goleak.VerifyNone(t, opt)
+
+	ep, err := udp.Listen(netip.MustParseAddrPort("0.0.0.0:0"), udp.WithAnyPort())
+	if err != nil {
+		t.Skip("UDP unavailable:", err)
+	}
+	s := newSide(t, ep, o)
+	peer := &side{qp: &QP{qpn: 0x30}, dev: &Device{gids: makeGIDs(netip.MustParseAddr("127.0.0.2"), [6]byte{})}, port: 4791}
+	connect(t, s, peer, o)
+	g := GIDFromAddr(netip.MustParseAddr("239.7.8.5"))
+	if err := s.qp.AttachMcast(g, 0); !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Errorf("attach over a wildcard link: %v, want EADDRNOTAVAIL", err)
+	}
+	if err := s.qp.DetachMcast(g, 0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("detach after a failed attach: %v, want EINVAL (not attached)", err)
 	}
 }
