@@ -123,8 +123,8 @@ func (qp *QP) onACK(psn uint32) {
 	} else if !lost {
 		qp.dev.stats.DropResponse.Add(1) // inside an unanswered read: tells nothing
 	}
-	if lost && !qp.comp.rewound && qp.sending() {
-		qp.retry()
+	if lost && qp.sending() && qp.readsLostBefore(psn) && !qp.comp.rewound {
+		qp.retry() // an atomic's answer was lost (READs ask again for their rest: readgap.go)
 	}
 }
 
@@ -232,6 +232,10 @@ func checkResponseKind(p *wire.Packet, w *sendWQE) bool {
 // lost, drops duplicates and responses after a gap, and otherwise takes
 // the payload (doRead, doAtomic) and moves on.
 func (qp *QP) doResponse(p *wire.Packet, w *sendWQE) {
+	if w.kind == kindRead {
+		qp.readResponse(p, w) // readgap.go
+		return
+	}
 	psn := p.BTH.PSN
 	if d := wire.PSNDiff(psn, wire.PSNAdd(w.firstPSN, w.acked)); d >= 0 || w != qp.sqHeadWQE() {
 		// The expected response, one after a gap (the peer is streaming

@@ -81,6 +81,10 @@ type testHooks struct {
 	// budgetWait sees each QP as it starts waiting for a turn in the send
 	// budget (its lock held).
 	budgetWait func(qp *QP)
+	// noGapFill makes the requester ask again for lost READ responses only
+	// as rxe's does: from the first missing one to the end, on its timer
+	// (readgap.go).
+	noGapFill bool
 }
 
 // Stats are a device's counters, updated atomically.
@@ -91,6 +95,7 @@ type Stats struct {
 	TxErrors           atomic.Uint64 // packets the link failed to send
 	Retransmits        atomic.Uint64 // retry sequences started (timeout, NAK, lost response)
 	RetryTimeouts      atomic.Uint64 // retransmit timer expiries
+	ReadReRequests     atomic.Uint64 // READ requests for the missing part of a READ whose later responses arrived (readgap.go)
 	RetryDeferred      atomic.Uint64 // timer expiries not retried: the peer had answered (no progress) in that period, or the QP waited for its send-budget turn with nothing unacknowledged
 	RNRNAKsSent        atomic.Uint64
 	RNRNAKsRcvd        atomic.Uint64

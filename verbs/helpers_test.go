@@ -47,6 +47,7 @@ type pairOpts struct {
 	noZC     bool // Config.NoZeroCopySend
 	busyPoll time.Duration
 	lateSGE  bool // Config.LateSGECheck
+	hooks    *testHooks
 }
 
 func newPipePair(t testing.TB, o *pairOpts) (link.Endpoint, link.Endpoint) {
@@ -126,7 +127,7 @@ func newPair(t testing.TB, o pairOpts) (*side, *side) {
 
 func newSide(t testing.TB, ep link.Endpoint, o pairOpts) *side {
 	t.Helper()
-	d, err := Open(ep, &Config{Clock: o.clock, NoZeroCopySend: o.noZC, BusyPoll: o.busyPoll, LateSGECheck: o.lateSGE})
+	d, err := Open(ep, &Config{Clock: o.clock, NoZeroCopySend: o.noZC, BusyPoll: o.busyPoll, LateSGECheck: o.lateSGE, hooks: o.hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,17 @@ type sendWQE struct {
 	firstPSN uint32
 	lastPSN  uint32
 	npkts    int
-	acked    int // packets acknowledged (send/write) or responses received (read)
+	acked    int // packets acknowledged (send/write) or responses received in order from the first (read)
+	// READ responses kept after a gap (comp.go: readResponse): bit
+	// i%readKeep of got says response i (acked < i < acked+readKeep) has
+	// landed; gotHi is one past the highest response landed, or npkts once
+	// the responder answered a later request (the rest of this one was lost).
+	got   [readKeep / 64]uint64
+	gotHi int
+	// The last gap re-request (a duplicate READ for responses rrFrom to
+	// rrTo-1): rrTo 0 when none is outstanding. Re-requests never start
+	// below an earlier one's start, as rxe's responder requires.
+	rrFrom, rrTo int
 }
 
 // QP is a queue pair (ibv_qp).

@@ -219,6 +219,9 @@ func (qp *QP) sendRdRequest(w *sendWQE) bool {
 		return true
 	}
 	psn := wire.PSNAdd(w.firstPSN, qp.req.pkt)
+	if w.kind == kindRead && w.acked > qp.req.pkt {
+		psn = wire.PSNAdd(w.firstPSN, w.acked)
+	}
 	if wire.PSNDiff(psn, qp.compPSN()) >= int32(qp.window()) {
 		return false
 	}
@@ -230,8 +233,14 @@ func (qp *QP) sendRdRequest(w *sendWQE) bool {
 	var payload []byte
 	switch w.kind {
 	case kindRead:
-		// A partly answered READ is re-issued for the rest (docs/protocol.md §5.5).
-		off := uint64(qp.req.pkt) * uint64(qp.pmtu)
+		// A partly answered READ is re-issued for the rest (docs/protocol.md §5.5):
+		// from its first missing response, never below where an earlier
+		// re-request started (readgap.go).
+		from := max(qp.req.pkt, w.acked)
+		if from > 0 {
+			w.rrFrom, w.rrTo = max(w.rrFrom, from), 0
+		}
+		off := uint64(from) * uint64(qp.pmtu)
 		h.BTH.Opcode = wire.RCReadRequest
 		h.RETH = wire.RETH{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, Length: w.length - uint32(off)}
 	case kindAtomic:

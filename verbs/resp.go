@@ -43,6 +43,9 @@ type respState struct {
 	res    []respRes
 	resIdx int
 	pace   *readPacer // READ response pacing (resp_pace.go); nil: unpaced
+	// The requester asked for part of a READ short of its end: it keeps
+	// responses after a gap, and its losses do not pace (resp_pace.go).
+	selective bool
 	// A positive ACK deferred to the end of the received batch (tx.go).
 	ackPend, ackQueued bool
 	ackPSN, ackMSN     uint32
@@ -675,6 +678,18 @@ func (qp *QP) rcDuplicate(p *wire.Packet) {
 				break
 			}
 			st.DupRequests.Add(1)
+			k := 1
+			if p.RETH.Length > 0 {
+				k = (int(p.RETH.Length) + qp.pmtu - 1) / qp.pmtu
+			}
+			if i := int(wire.PSNDiff(psn, x.first)); wire.PSNDiff(wire.PSNAdd(psn, k-1), x.last) < 0 {
+				// Part of the READ, short of its end: a requester that kept
+				// the responses after a gap asks for the missing ones
+				// (readgap.go). Only those, at once, as rxe.
+				qp.resp.selective = true
+				qp.readRange(x, i, k)
+				return
+			}
 			qp.replayRead(x, psn)
 			return
 		}

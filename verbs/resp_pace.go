@@ -126,6 +126,9 @@ func (qp *QP) replayRead(x *respRes, psn uint32) {
 		if p.paused && loss {
 			p.newWindow(psn)
 		}
+	case loss && qp.resp.selective:
+		// A requester that asks for parts of a READ keeps the responses
+		// after a gap (readgap.go): pausing would only slow it down.
 	case loss:
 		qp.paceLoss(x, psn)
 		p = qp.resp.pace
@@ -344,7 +347,6 @@ func (qp *QP) onPaceTimer(p *readPacer) {
 // every packet (docs/protocol.md §7.1). A failed check NAKs, moves the QP to
 // ERR and returns false.
 func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
-	tos, ttl := qp.grh()
 	n := int(wire.PSNDiff(x.last, x.first)) + 1
 	i := int(wire.PSNDiff(x.next, x.first))
 	if i < 0 || i >= n {
@@ -353,9 +355,6 @@ func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
 	}
 	sent := 0
 	for ; i < n && sent != limit; i++ {
-		off := i * qp.pmtu
-		plen := min(qp.pmtu, int(x.length)-off)
-		var h wire.Packet
 		o := wire.RCReadResponseMiddle
 		switch {
 		case n == 1:
@@ -365,26 +364,8 @@ func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
 		case i == n-1:
 			o = wire.RCReadResponseLast
 		}
-		psn := wire.PSNAdd(x.first, i)
-		h.BTH = wire.BTH{Opcode: o, DestQP: qp.attr.DestQPNum, PSN: psn}
-		h.AETH = wire.AETH{Syndrome: wire.SyndromeACK, MSN: qp.resp.msn & wire.PSNMask}
-		p, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
-		if plen > 0 {
-			mr, moff := qp.rAcquire(x.rkey, x.va+uint64(off), uint64(plen), AccessRemoteRead)
-			if mr == nil {
-				qp.cancelPacket()
-				x.valid, x.sending = false, false
-				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
-				return sent, false
-			}
-			ok := qp.fillPayload(p, pl, mr, mr.buf[moff:moff+plen])
-			mr.release()
-			if !ok {
-				qp.cancelPacket()
-				x.valid, x.sending = false, false
-				qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
-				return sent, false
-			}
+		if !qp.readResponse1(x, i, o) {
+			return sent, false
 		}
 		sent++
 	}
@@ -393,4 +374,58 @@ func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
 		x.sending = false
 	}
 	return sent, true
+}
+
+// readRange answers a duplicate READ for part of x, k responses from
+// x's response i on (rcDuplicate), at once and beside x's own stream,
+// which it leaves where it is: as rxe_resp.c read_reply does for a
+// replay, the first is FIRST (or ONLY) at the READ's first PSN, else
+// MIDDLE, and the range's last is LAST.
+func (qp *QP) readRange(x *respRes, i, k int) bool {
+	for j := i; j < i+k; j++ {
+		o := wire.RCReadResponseMiddle
+		switch {
+		case j == 0 && k == 1:
+			o = wire.RCReadResponseOnly
+		case j == 0:
+			o = wire.RCReadResponseFirst
+		case j == i+k-1:
+			o = wire.RCReadResponseLast
+		}
+		if !qp.readResponse1(x, j, o) {
+			return false
+		}
+	}
+	return true
+}
+
+// readResponse1 sends x's response i with opcode o; false after a failed
+// R_Key check (NAK sent, QP in ERR).
+func (qp *QP) readResponse1(x *respRes, i int, o wire.Opcode) bool {
+	tos, ttl := qp.grh()
+	off := i * qp.pmtu
+	plen := min(qp.pmtu, int(x.length)-off)
+	var h wire.Packet
+	psn := wire.PSNAdd(x.first, i)
+	h.BTH = wire.BTH{Opcode: o, DestQP: qp.attr.DestQPNum, PSN: psn}
+	h.AETH = wire.AETH{Syndrome: wire.SyndromeACK, MSN: qp.resp.msn & wire.PSNMask}
+	p, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
+	if plen > 0 {
+		mr, moff := qp.rAcquire(x.rkey, x.va+uint64(off), uint64(plen), AccessRemoteRead)
+		if mr == nil {
+			qp.cancelPacket()
+			x.valid, x.sending = false, false
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return false
+		}
+		ok := qp.fillPayload(p, pl, mr, mr.buf[moff:moff+plen])
+		mr.release()
+		if !ok {
+			qp.cancelPacket()
+			x.valid, x.sending = false, false
+			qp.nakError(psn, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,266 @@
+package verbs
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/clock/clocktest"
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/wire"
+)
+
+// wireLog is a pipe filter that records the RC packets an end sends and
+// drops those drop says to (called with the parsed packet and how many
+// earlier packets of the same transport had the same PSN).
+type wireLog struct {
+	mu   sync.Mutex
+	pkts []wire.Packet
+	seen map[[2]uint32]int
+	drop func(p *wire.Packet, copyNo int) bool
+}
+
+func (l *wireLog) filter(lp *link.Packet) pipe.Verdict {
+	var p wire.Packet
+	if p.Parse(lp.Buf[:lp.N]) != nil {
+		return pipe.Pass
+	}
+	p.Payload = nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[[2]uint32]int{}
+	}
+	k := [2]uint32{uint32(p.BTH.Opcode) & 0xe0, p.BTH.PSN} // transport and PSN: a replay's opcode may differ
+	n := l.seen[k]
+	l.seen[k] = n + 1
+	l.pkts = append(l.pkts, p)
+	if l.drop != nil && l.drop(&p, n) {
+		return pipe.Drop
+	}
+	return pipe.Pass
+}
+
+func (l *wireLog) list() []wire.Packet {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]wire.Packet(nil), l.pkts...)
+}
+
+// isReadResp reports a READ response opcode.
+func isReadResp(o wire.Opcode) bool {
+	return o >= wire.RCReadResponseFirst && o <= wire.RCReadResponseOnly
+}
+
+// TestReadGapReRequest: READ responses that arrive after a lost one are
+// kept, and the requester asks at once (no timer: the fake clock never
+// moves) for exactly the missing response: a READ request with its PSN,
+// VA and one PMTU of length, which the responder answers with that one
+// response (MIDDLE..LAST of the range, as rxe replays). Nothing else is
+// sent again and the data is whole.
+func TestReadGapReRequest(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	resp := &wireLog{drop: func(p *wire.Packet, n int) bool { return p.BTH.PSN == 105 && n == 0 }}
+	req := &wireLog{}
+	a, b := newPair(t, pairOpts{filterA: req.filter, filterB: resp.filter, clock: clk, timeout: 14})
+	fill(b.buf[:16<<10], 3)
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 16<<10),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("%+v", wc[0])
+	}
+	mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+	var reqs []wire.Packet
+	for _, p := range req.list() {
+		if p.BTH.Opcode == wire.RCReadRequest {
+			reqs = append(reqs, p)
+		}
+	}
+	if len(reqs) != 2 {
+		t.Fatalf("%d READ requests, want the READ and one re-request: %+v", len(reqs), reqs)
+	}
+	rr := reqs[1]
+	if rr.BTH.PSN != 105 || rr.RETH.VA != b.mr.Addr()+5*1024 || rr.RETH.Length != 1024 || rr.RETH.RKey != b.mr.RKey() {
+		t.Fatalf("re-request PSN %d VA %#x length %d, want PSN 105 VA %#x length 1024",
+			rr.BTH.PSN, rr.RETH.VA, rr.RETH.Length, b.mr.Addr()+5*1024)
+	}
+	var resps []wire.Packet
+	for _, p := range resp.list() {
+		if isReadResp(p.BTH.Opcode) {
+			resps = append(resps, p)
+		}
+	}
+	if len(resps) != 17 || resps[16].BTH.PSN != 105 || resps[16].BTH.Opcode != wire.RCReadResponseLast {
+		t.Fatalf("%d responses (want 16 and the one missing, as a LAST): last %+v", len(resps), resps[len(resps)-1].BTH)
+	}
+	if n := a.dev.Stats().RetryTimeouts.Load(); n != 0 {
+		t.Fatalf("%d retransmit timeouts", n)
+	}
+}
+
+// TestReadTailReRequest: the last responses of a READ are lost; the next
+// READ's responses show it (a responder answers in order), and the first
+// READ's tail is asked for at once. Both complete in order.
+func TestReadTailReRequest(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	// The first READ is PSNs 100-107, the second 108-115.
+	resp := &wireLog{drop: func(p *wire.Packet, n int) bool { return (p.BTH.PSN == 106 || p.BTH.PSN == 107) && n == 0 }}
+	req := &wireLog{}
+	a, b := newPair(t, pairOpts{filterA: req.filter, filterB: resp.filter, clock: clk, timeout: 14})
+	fill(b.buf[:16<<10], 5)
+	for i := range 2 {
+		post(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, i*8192, 8192),
+			RemoteAddr: b.mr.Addr() + uint64(i*8192), RKey: b.mr.RKey()})
+	}
+	wcs := waitWC(t, a.scq, 2, 10*time.Second)
+	for i, wc := range wcs {
+		if wc.Status != WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+	var rr []wire.Packet
+	for _, p := range req.list() {
+		if p.BTH.Opcode == wire.RCReadRequest && p.BTH.PSN != 100 && p.BTH.PSN != 108 {
+			rr = append(rr, p)
+		}
+	}
+	if len(rr) != 1 || rr[0].BTH.PSN != 106 || rr[0].RETH.Length != 2048 {
+		t.Fatalf("re-requests %+v, want one for PSN 106, 2048 bytes", rr)
+	}
+}
+
+// TestReadCompletesWhole: a READ whose responses all but one landed does
+// not complete, nor does a later READ that landed whole (completions are in
+// order), until the missing one arrives; a re-request that is lost in turn
+// is asked again by the timer, never from below an earlier re-request's
+// start (rxe drops such a duplicate).
+func TestReadCompletesWhole(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	var block sync.Mutex
+	blocked := true
+	lost := func(psn uint32) bool { return psn == 103 || psn == 110 }
+	resp := &wireLog{drop: func(p *wire.Packet, n int) bool { return lost(p.BTH.PSN) && n == 0 }}
+	req := &wireLog{drop: func(p *wire.Packet, n int) bool {
+		block.Lock()
+		defer block.Unlock()
+		return blocked && p.BTH.Opcode == wire.RCReadRequest && lost(p.BTH.PSN)
+	}}
+	a, b := newPair(t, pairOpts{filterA: req.filter, filterB: resp.filter, clock: clk, timeout: 14})
+	fill(b.buf[:16<<10], 7)
+	for i := range 2 {
+		post(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, i*8192, 8192),
+			RemoteAddr: b.mr.Addr() + uint64(i*8192), RKey: b.mr.RKey()})
+	}
+	// Both READs' other responses arrive; the re-requests for 103 and 110
+	// are lost.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := 0
+		for _, p := range resp.list() {
+			if isReadResp(p.BTH.Opcode) {
+				n++
+			}
+		}
+		if n >= 14 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d responses sent", n)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the requester take them
+	if n := a.scq.Len(); n != 0 {
+		t.Fatalf("%d completions while a response of the first READ is missing", n)
+	}
+	block.Lock()
+	blocked = false
+	block.Unlock()
+	for i := 0; a.scq.Len() < 2 && i < 100; i++ {
+		clk.Advance(ackTimeout(14))
+		time.Sleep(2 * time.Millisecond)
+	}
+	wcs := waitWC(t, a.scq, 2, 10*time.Second)
+	for i, wc := range wcs {
+		if wc.Status != WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+	floor := map[uint32]uint32{} // per READ (first PSN): the last request's PSN
+	for _, p := range req.list() {
+		if p.BTH.Opcode != wire.RCReadRequest {
+			continue
+		}
+		first := uint32(100)
+		if p.BTH.PSN >= 108 {
+			first = 108
+		}
+		if last, ok := floor[first]; ok && p.BTH.PSN < last {
+			t.Fatalf("READ at %d asked again from %d after %d", first, p.BTH.PSN, last)
+		}
+		// The VA goes with the PSN: rxe checks the VA against its floor.
+		if va := b.mr.Addr() + uint64(first-100)*1024 + uint64(p.BTH.PSN-first)*1024; p.RETH.VA != va {
+			t.Fatalf("request PSN %d VA %#x, want %#x", p.BTH.PSN, p.RETH.VA, va)
+		}
+		floor[first] = p.BTH.PSN
+	}
+}
+
+// TestReadSubRangeReplay: softroce's responder answers a duplicate READ for
+// part of an earlier READ with exactly that part, as rxe does: MIDDLE
+// responses and a LAST at the range's end (FIRST at the READ's first PSN),
+// and leaves the READ's record alone.
+func TestReadSubRangeReplay(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	resp := &wireLog{}
+	a, b := newPair(t, pairOpts{filterB: resp.filter, clock: clk, timeout: 14})
+	fill(b.buf[:8192], 1)
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 8192),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitWC(t, a.scq, 1, 10*time.Second)
+	send := func(psn uint32, off, n int) {
+		var h wire.Packet
+		h.BTH = wire.BTH{Opcode: wire.RCReadRequest, DestQP: b.qp.QPN(), PSN: psn, PKey: wire.DefaultPKey, AckReq: true}
+		h.RETH = wire.RETH{VA: b.mr.Addr() + uint64(off), RKey: b.mr.RKey(), Length: uint32(n)}
+		buf := h.Append(nil)
+		a.dev.write([]link.Packet{{Buf: buf, N: len(buf), Dst: b.dev.LocalAddr(), Src: a.dev.LocalAddr()}})
+	}
+	wait := func(n int) []wire.Packet {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var out []wire.Packet
+			for _, p := range resp.list() {
+				if isReadResp(p.BTH.Opcode) {
+					out = append(out, p)
+				}
+			}
+			if len(out) >= n || time.Now().After(deadline) {
+				time.Sleep(5 * time.Millisecond)
+				return resp.list()
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	send(102, 2048, 3072) // responses 2..4 of 0..7
+	got := wait(11)
+	var ops []wire.Opcode
+	var psns []uint32
+	for _, p := range got[8:] {
+		if isReadResp(p.BTH.Opcode) {
+			ops = append(ops, p.BTH.Opcode)
+			psns = append(psns, p.BTH.PSN)
+		}
+	}
+	want := []wire.Opcode{wire.RCReadResponseMiddle, wire.RCReadResponseMiddle, wire.RCReadResponseLast}
+	if len(ops) != 3 || ops[0] != want[0] || ops[1] != want[1] || ops[2] != want[2] || psns[0] != 102 || psns[2] != 104 {
+		t.Fatalf("replay of PSNs 102-104: %v at %v, want %v at 102-104", ops, psns, want)
+	}
+	send(100, 0, 1024) // the first response alone: ONLY
+	got = wait(12)
+	if p := got[len(got)-1]; p.BTH.Opcode != wire.RCReadResponseOnly || p.BTH.PSN != 100 {
+		t.Fatalf("replay of PSN 100 alone: %v at %d", p.BTH.Opcode, p.BTH.PSN)
+	}
+}
