@@ -24,10 +24,23 @@ type compState struct {
 	heard      bool // a response for outstanding work arrived since the last retry
 	heardTimer bool // ... since the retransmit timer last fired
 	retryArmed bool
-	retryDue   time.Time // when the armed retransmit timer expires (an earlier callback is stale)
-	retryTimer clock.Timer
+	retryDue   time.Time   // when the armed retransmit timer expires (an earlier callback is stale)
+	retryTimer clock.Timer // the retransmit timer, and the loss probe's (syncTimer)
 	rnrTimer   clock.Timer
 	rng        uint64 // retransmit jitter generator state
+	// Early loss recovery (recover.go).
+	srtt, rttvar time.Duration // smoothed round-trip time and its variation; 0: no sample yet
+	rttOn        bool          // a packet is being timed
+	rttPSN       uint32
+	rttAt        time.Time
+	probeArmed   bool
+	probeDue     time.Time
+	probes       int       // probes sent since the last progress
+	heardAt      time.Time // the last answer (or probe)
+	probeAnswer  bool      // a probe is out: the next ACK that moves the window answers it (or a READ response, probeWQE's)
+	probeWQE     uint32
+	nakPending   bool // a NAK during a retry waits out the reordering window
+	nakPSN       uint32
 }
 
 // completer handles ACK, NAK, read responses and atomic ACKs (docs/protocol.md §5.3, §5.8). It
@@ -43,6 +56,9 @@ func (qp *QP) completer(p *wire.Packet) {
 	w := qp.checkPSN(p)
 	if w == nil {
 		return
+	}
+	if p.Mask&wire.HasAETH == 0 || p.AETH.IsACK() {
+		qp.rttSample(p.BTH.PSN)
 	}
 	if p.BTH.Opcode == wire.RCAcknowledge {
 		qp.doAck(p, w)
@@ -120,6 +136,9 @@ func (qp *QP) onACK(psn uint32) {
 	}
 	if progress {
 		qp.progressed()
+		if qp.comp.probeAnswer {
+			qp.afterProbe()
+		}
 	} else if !lost {
 		qp.dev.stats.DropResponse.Add(1) // inside an unanswered read: tells nothing
 	}
@@ -187,6 +206,14 @@ func (qp *QP) onSeqNAK(psn uint32, w *sendWQE) {
 		// done without mod_timer), or a NAK stream would keep a
 		// QP whose retransmissions never arrive alive for ever.
 		st.SeqNAKsIgnored.Add(1) // the RNR timer restarts the requester, or a retry is under way
+		if progress && qp.comp.rewound && !qp.comp.rnrWait {
+			// The responder took part of the retransmission and found
+			// another gap (or an old packet overtook the retransmission
+			// of psn): go back to it after the reordering window unless
+			// an answer past it comes first (recover.go).
+			qp.comp.nakPending, qp.comp.nakPSN = true, psn
+			qp.setProbe(qp.reorderWindow())
+		}
 		return
 	}
 	qp.answered()
@@ -443,6 +470,7 @@ func (qp *QP) dropBad() {
 func (qp *QP) answered() {
 	qp.rearmRetry()
 	qp.comp.heard, qp.comp.heardTimer = true, true
+	qp.comp.heardAt = qp.dev.clock.Now()
 }
 
 // renewRetry renews the retry budgets and the timer backoff and widens a
@@ -451,6 +479,7 @@ func (qp *QP) answered() {
 func (qp *QP) renewRetry() {
 	qp.comp.retryLeft, qp.comp.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
 	qp.comp.backoff = 0
+	qp.comp.probes = 0
 	qp.req.narrow = max(qp.req.narrow-windowGrow, 0)
 }
 
@@ -460,9 +489,10 @@ func (qp *QP) renewRetry() {
 func (qp *QP) progressed() {
 	qp.renewRetry()
 	qp.comp.rewound = false
+	qp.comp.nakPending = false
 	if qp.comp.retryArmed {
-		qp.comp.retryTimer.Stop()
-		qp.comp.retryArmed = false
+		qp.comp.retryArmed = false // armRetry below restarts it from now
+		qp.syncTimer()
 	}
 	qp.completeReady()
 	qp.req.budgetLost = false

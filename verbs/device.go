@@ -96,6 +96,9 @@ type Stats struct {
 	Retransmits        atomic.Uint64 // retry sequences started (timeout, NAK, lost response)
 	RetryTimeouts      atomic.Uint64 // retransmit timer expiries
 	ReadReRequests     atomic.Uint64 // READ requests for the missing part of a READ whose later responses arrived (readgap.go)
+	LossProbes         atomic.Uint64 // loss probes sent after a silence well short of the retransmit timeout (recover.go)
+	ProbeRewinds       atomic.Uint64 // go-back-N retries a probe's answer started (packets after it were lost)
+	ReorderRewinds     atomic.Uint64 // go-back-N retries a NAK during a retry started once its reordering window passed
 	RetryDeferred      atomic.Uint64 // timer expiries not retried: the peer had answered (no progress) in that period, or the QP waited for its send-budget turn with nothing unacknowledged
 	RNRNAKsSent        atomic.Uint64
 	RNRNAKsRcvd        atomic.Uint64

@@ -146,6 +146,11 @@ func TestSeqNAKRetrySpendsRetryCnt(t *testing.T) {
 // the timer the way an accepted response does before letting it in.
 func TestStaleRetryCallbackIgnored(t *testing.T) {
 	clk, a, _, _ := deadPeerPair(t, 7)
+	// The loss probe (recover.go) shares the timer and is due first: off.
+	a.qp.mu.Lock()
+	a.qp.comp.probeArmed = false
+	a.qp.syncTimer()
+	a.qp.mu.Unlock()
 	ft := a.qp.comp.retryTimer
 	due, active := clk.Until(ft)
 	if !active {

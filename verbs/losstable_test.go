@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,6 +163,11 @@ func lossRun(t *testing.T, op string, f pipe.Faults, d time.Duration) (float64, 
 	}
 	el := time.Since(start)
 	tmo := da.Stats().RetryTimeouts.Load() + db.Stats().RetryTimeouts.Load() - st0
+	if os.Getenv("SOFTROCE_LOSS_TABLE_STATS") != "" {
+		for i, dev := range []*verbs.Device{da, db} {
+			fmt.Printf("  %c: %s\n", 'a'+i, nonZero(dev.Stats()))
+		}
+	}
 	return float64(done*size) / el.Seconds() / 1e6, float64(tmo) / float64(done), done
 }
 
@@ -179,4 +187,19 @@ func lossWait(cq *verbs.CQ, ch *verbs.CompChannel, short bool) {
 	if c, err := ch.GetCQEvent(ctx); err == nil {
 		c.AckEvents(1)
 	}
+}
+
+// nonZero lists a device's non-zero counters (by reflection: the same code
+// runs against trees with other counters).
+func nonZero(st *verbs.Stats) string {
+	var b strings.Builder
+	v := reflect.ValueOf(st).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if c, ok := v.Field(i).Addr().Interface().(*atomic.Uint64); ok {
+			if n := c.Load(); n != 0 {
+				fmt.Fprintf(&b, "%s=%d ", v.Type().Field(i).Name, n)
+			}
+		}
+	}
+	return b.String()
 }

@@ -758,6 +758,7 @@ func (qp *QP) Destroy() error {
 func (qp *QP) stopTimers() {
 	qp.comp.retryTimer.Stop()
 	qp.comp.rnrTimer.Stop()
+	qp.comp.probeArmed, qp.comp.probes, qp.comp.nakPending, qp.comp.probeAnswer, qp.comp.rttOn = false, 0, false, false, false
 	qp.comp.retryArmed = false
 	qp.comp.rnrWait = false
 }

@@ -43,7 +43,7 @@ func (w *sendWQE) clearGot(i int)    { w.got[(i%readKeep)/64] &^= 1 << (i % 64) 
 func (qp *QP) readResponse(p *wire.Packet, w *sendWQE) {
 	i := int(wire.PSNDiff(p.BTH.PSN, w.firstPSN))
 	before := qp.compPSN()
-	inRR := i > w.acked && i < w.rrTo // a response of a re-request, past its first: that one was lost
+	inRR := i > w.acked && i < w.rrTo // a response of a re-request, past its first: that one was lost (if fresh)
 	fresh := !w.done && i >= w.acked && i < w.acked+readKeep && (i == w.acked || !w.hasGot(i))
 	if i >= w.acked || w != qp.sqHeadWQE() {
 		// The peer is alive: a response not older than the first missing
@@ -59,6 +59,8 @@ func (qp *QP) readResponse(p *wire.Packet, w *sendWQE) {
 		qp.dev.stats.DropResponse.Add(1) // a duplicate, or beyond what is kept (asked for again later)
 	} else if !qp.placeRead(p, w, i) {
 		return
+	} else {
+		qp.probeAnswered(w, i) // recover.go
 	}
 	// Everything before w was answered or lost.
 	lost := qp.passedBefore(w)
@@ -77,7 +79,7 @@ func (qp *QP) readResponse(p *wire.Packet, w *sendWQE) {
 		}
 		return
 	}
-	qp.fillGaps(w, inRR)
+	qp.fillGaps(w, inRR && fresh)
 }
 
 // placeRead checks a READ response against its place in the message (a
@@ -210,6 +212,12 @@ func (qp *QP) fillGap(v *sendWQE, force bool) {
 	if v.done || v.acked >= v.gotHi || (v.rrTo > v.acked && !force) {
 		return
 	}
+	if v.acked == 0 && v.rrTo == v.npkts {
+		// The whole READ was asked for again (reRequest) and is being
+		// answered: asking again for each response it brings that
+		// landed before the first would replay it once per response.
+		return
+	}
 	if h := qp.dev.cfg.hooks; h != nil && h.noGapFill {
 		return
 	}
@@ -228,6 +236,13 @@ func (qp *QP) fillGap(v *sendWQE, force bool) {
 func (qp *QP) reRequest(v *sendWQE, from, to int) {
 	if from < v.rrFrom {
 		return // below what the responder was last asked for: rxe would drop it
+	}
+	if v.acked == 0 {
+		// v's first response has not landed: its request may have been
+		// lost (a later response may be forged), and a request at its
+		// first PSN is then a new READ to the responder, which must be the
+		// whole of it, or the PSNs after it would be out of step.
+		from, to = 0, v.npkts
 	}
 	off := uint64(from) * uint64(qp.pmtu)
 	end := min(uint64(to)*uint64(qp.pmtu), uint64(v.length))

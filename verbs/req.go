@@ -132,6 +132,7 @@ func (qp *QP) reqProgress() {
 	qp.budgetReturn()
 	if qp.typ == QPTypeRC {
 		qp.armRetry()
+		qp.armProbe()
 	} else {
 		qp.completeReady()
 	}
@@ -192,7 +193,10 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 		h.BTH.DestQP, h.BTH.PSN = qp.attr.DestQPNum, psn
 		h.BTH.Opcode = base | nextOpcode(&h, w, first, last)
 		if rc {
-			h.BTH.AckReq = qp.ackReq(last || edge)
+			h.BTH.AckReq = qp.ackReq(last || edge || qp.req.probe)
+			if h.BTH.AckReq && psn == qp.req.sentPSN {
+				qp.rttStart(psn)
+			}
 		}
 		p, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
 		if len(w.inline) > 0 || w.wr.Flags&SendInline != 0 {
@@ -207,6 +211,9 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			qp.req.tailAckReq = h.BTH.AckReq
 		}
 		qp.req.pkt++
+		if qp.req.probe {
+			break // a loss probe is one packet (recover.go)
+		}
 	}
 	return true
 }
@@ -258,6 +265,9 @@ func (qp *QP) sendRdRequest(w *sendWQE) bool {
 		h.BTH.Opcode = wire.RCAtomicWrite
 		h.RETH = wire.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: 8}
 		payload = w.wr.AtomicWrite[:]
+	}
+	if psn == qp.req.sentPSN {
+		qp.rttStart(psn)
 	}
 	tos, ttl := qp.grh()
 	_, pl := qp.newPacket(&h, len(payload), qp.dst, tos, ttl)
@@ -471,6 +481,7 @@ func (qp *QP) rewind() {
 	qp.req.idx, qp.req.pkt = qp.sqHead, w.acked
 	qp.req.noAckPkts = 0
 	qp.comp.rewound = true
+	qp.comp.rttOn = false // Karn: no sample across a retry
 	qp.dev.stats.Retransmits.Add(1)
 	qp.reqProgress()
 }
@@ -489,6 +500,7 @@ type reqState struct {
 	budgetLost  bool   // a retransmit timeout expired since the last progress: nothing counts in flight
 	rdOut       int    // started read/atomic WQEs not completed
 	maxRdAtomic int
-	noAckPkts   int // packets sent since the last one asking for an ACK
-	narrow      int // send window reduction after retries (window = maxUnackedPSNs - narrow)
+	noAckPkts   int  // packets sent since the last one asking for an ACK
+	narrow      int  // send window reduction after retries (window = maxUnackedPSNs - narrow)
+	probe       bool // building a loss probe: one packet, asking for an ACK (recover.go)
 }

@@ -686,7 +686,10 @@ func (qp *QP) rcDuplicate(p *wire.Packet) {
 				// Part of the READ, short of its end: a requester that kept
 				// the responses after a gap asks for the missing ones
 				// (readgap.go). Only those, at once, as rxe.
-				qp.resp.selective = true
+				if !qp.resp.selective {
+					qp.resp.selective = true
+					qp.unpace()
+				}
 				qp.readRange(x, i, k)
 				return
 			}

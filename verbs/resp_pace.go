@@ -204,6 +204,17 @@ func (qp *QP) paceLoss(x *respRes, psn uint32) {
 	}
 }
 
+// unpace ends pacing (the requester keeps responses after a gap: it asks
+// for parts of READs) and sends what waited for the pace.
+func (qp *QP) unpace() {
+	p := qp.resp.pace
+	if p == nil {
+		return
+	}
+	p.burst, p.win, p.paused = 0, 0, false
+	qp.sendReads()
+}
+
 // newPacer gives the QP an (unpaced) pacer.
 func (qp *QP) newPacer() *readPacer {
 	p := &readPacer{}

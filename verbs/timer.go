@@ -67,8 +67,8 @@ func (qp *QP) retryWait() time.Duration {
 func (qp *QP) armRetry() {
 	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.comp.rnrWait {
 		if qp.comp.retryArmed {
-			qp.comp.retryTimer.Stop()
 			qp.comp.retryArmed = false
+			qp.syncTimer()
 		}
 		return
 	}
@@ -76,8 +76,31 @@ func (qp *QP) armRetry() {
 		qp.comp.retryArmed = true
 		d := qp.retryWait()
 		qp.comp.retryDue = qp.dev.clock.Now().Add(d)
-		qp.comp.retryTimer.Reset(d)
+		qp.syncTimer()
 	}
+}
+
+// syncTimer sets the QP's timer to the earlier of the retransmit and the
+// loss probe deadlines that are armed, or stops it: the two share one
+// timer, so that a QP queues at most one on the device's heap.
+func (qp *QP) syncTimer() {
+	c := &qp.comp
+	var due time.Time
+	switch {
+	case c.retryArmed && c.probeArmed:
+		due = c.retryDue
+		if c.probeDue.Before(due) {
+			due = c.probeDue
+		}
+	case c.retryArmed:
+		due = c.retryDue
+	case c.probeArmed:
+		due = c.probeDue
+	default:
+		c.retryTimer.Stop()
+		return
+	}
+	c.retryTimer.Reset(due.Sub(qp.dev.clock.Now()))
 }
 
 // rearmRetry restarts the running retransmit timer from now.
@@ -92,6 +115,18 @@ func (qp *QP) onRetryTimer() {
 	qp.mu.Lock()
 	defer qp.dev.kick() // also what posts left for an answer that did not come
 	defer qp.flushUnlock()
+	if !qp.sending() || qp.dev.closed.Load() {
+		return
+	}
+	if c := &qp.comp; c.probeArmed && !qp.dev.clock.Now().Before(c.probeDue) {
+		qp.onProbe() // recover.go
+	}
+	qp.onRetryExpiry()
+	qp.syncTimer()
+}
+
+// onRetryExpiry is the retransmit timer's part of the QP timer's callback.
+func (qp *QP) onRetryExpiry() {
 	// A callback the clock took off before an answer stopped and re-armed
 	// the timer (it then waited for mu) is stale: the re-armed timer's
 	// deadline has not come, and it will call again.
@@ -123,6 +158,12 @@ func (qp *QP) onRetryTimer() {
 		return
 	}
 	qp.dev.stats.RetryTimeouts.Add(1)
+	// The retransmit timer has taken over from the loss probe until the
+	// next progress (recover.go).
+	qp.comp.probes = maxProbes
+	if !qp.comp.nakPending {
+		qp.comp.probeArmed = false
+	}
 	// What the peer did not answer in a timeout is no longer in its
 	// receive buffer: it stops counting against the device's budget
 	// (budget.go) until the peer answers, so a dead peer holds none.
@@ -153,6 +194,6 @@ func (qp *QP) onRNRTimer() {
 func (qp *QP) waitRNR(code uint8) {
 	qp.comp.rnrWait = true
 	qp.comp.retryTimer.Stop()
-	qp.comp.retryArmed = false
+	qp.comp.retryArmed, qp.comp.probeArmed = false, false
 	qp.comp.rnrTimer.Reset(wire.RNRTimeout(code))
 }
