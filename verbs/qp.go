@@ -511,6 +511,7 @@ func (qp *QP) enter(s QPState) {
 			qp.sq[i] = sendWQE{inline: qp.sq[i].inline[:0]}
 		}
 		qp.rq.head, qp.rq.n = 0, 0
+		qp.comp.srtt, qp.comp.rttvar = 0, 0
 		qp.req.rdOut, qp.req.noAckPkts, qp.comp.rnrWait, qp.comp.rewound, qp.comp.backoff, qp.req.narrow, qp.comp.heard, qp.comp.heardTimer = 0, 0, false, false, 0, 0, false, false
 		res := qp.resp.res
 		for i := range res {

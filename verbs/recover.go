@@ -250,8 +250,8 @@ func (qp *QP) probe() {
 		return
 	}
 	w := qp.sqHeadWQE()
-	if w.done || !w.started || w.kind == kindLocal {
-		return
+	if w.done || !w.started || w.kind == kindLocal || wire.PSNDiff(qp.req.sentPSN, qp.compPSN()) <= 0 {
+		return // nothing sent is unanswered (a probe resends, it never sends anew)
 	}
 	idx, pkt := qp.req.idx, qp.req.pkt
 	qp.req.idx, qp.req.pkt = qp.sqHead, w.acked
