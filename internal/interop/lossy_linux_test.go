@@ -323,3 +323,54 @@ func countPcap(path, self string) (sideCount, error) {
 		}
 	}
 }
+
+// requesterConds are the conditions of TestRequesterImpaired: none, and
+// 2 % loss both ways (as TestBulkImpaired's).
+var requesterConds = []impairment{
+	{"quiet", "delay 0ms"},
+	impairments[0],
+}
+
+// TestRequesterImpaired: softroce as the requester against the kernel as
+// responder, quiet and under 2 % loss both ways: softroce read_bw reading
+// from ib_read_bw (the READ requester's gap and tail recovery), softroce
+// write_bw writing to ib_write_bw (go-back-N, loss probe, NAKs during a
+// retry). Checked: completion, exit statuses and perftest's result row.
+// Logged: softroce's MB/s beside two kernels' under the same netem
+// (rxe<->rxe, measured once per run), the figure the speed notes keep; a
+// rate is not asserted.
+func TestRequesterImpaired(t *testing.T) {
+	for _, imp := range requesterConds {
+		t.Run(imp.name, func(t *testing.T) {
+			for _, op := range bulkOps {
+				t.Run(op.name, func(t *testing.T) {
+					need(t, false)
+					requesterCase(t, imp, op.name)
+				})
+			}
+		})
+	}
+}
+
+func requesterCase(t *testing.T, imp impairment, tool string) {
+	base := baseline(t, imp, tool)
+	g := bootGuest(t, 0)
+	setNetem(t, g, imp.netem)
+	srv := endpoint{guest: g, cmd: "ib_" + bulkArgs(tool) + " " + perftestDev[0]}
+	cli := endpoint{cmd: fmt.Sprintf("%s %s %s", bulkArgs(tool), perftestDev[1], g.ip)}
+	limit := 600 * time.Second
+	if base != nil {
+		limit = min(3*base.elapsed+120*time.Second, limit)
+	}
+	before := rxeStats(t, g)
+	run := runPair(t, srv, cli, listenTCP, limit)
+	after := rxeStats(t, g)
+	checkPerftest(bulkSize, bulkIters)(t, run)
+	mbs := func(d time.Duration) float64 { return float64(bulkIters*bulkSize) / d.Seconds() / 1e6 }
+	t.Logf("softroce %s client, kernel server, %s: %.2f MB/s (%v); kernel %s", tool, imp.netem,
+		mbs(run.elapsed), run.elapsed.Round(100*time.Millisecond), statDiff(before, after))
+	if base != nil {
+		t.Logf("rxe<->rxe under the same netem: %.2f MB/s (%v): softroce %.2fx", mbs(base.elapsed),
+			base.elapsed.Round(100*time.Millisecond), base.elapsed.Seconds()/run.elapsed.Seconds())
+	}
+}
