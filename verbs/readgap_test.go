@@ -264,3 +264,88 @@ func TestReadSubRangeReplay(t *testing.T) {
 		t.Fatalf("replay of PSN 100 alone: %v at %d", p.BTH.Opcode, p.BTH.PSN)
 	}
 }
+
+// TestReadWholeReAskOnce: a READ whose first response is lost is asked for
+// whole again (its request may have been lost); the responses of that
+// replay that land for the first time (here 105-110, lost the first time)
+// do not each ask for the whole READ once more while the first response
+// is still missing (lost again): one whole re-request, not one per response.
+func TestReadWholeReAskOnce(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	resp := &wireLog{drop: func(p *wire.Packet, n int) bool {
+		return p.BTH.PSN == 100 && n < 2 || p.BTH.PSN >= 105 && p.BTH.PSN <= 110 && n == 0
+	}}
+	req := &wireLog{}
+	a, b := newPair(t, pairOpts{filterA: req.filter, filterB: resp.filter, clock: clk, timeout: 14})
+	fill(b.buf[:16<<10], 4)
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 16<<10),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	count := func() (reqs, resps int) {
+		for _, p := range req.list() {
+			if p.BTH.Opcode == wire.RCReadRequest {
+				reqs++
+			}
+		}
+		for _, p := range resp.list() {
+			if isReadResp(p.BTH.Opcode) {
+				resps++
+			}
+		}
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+		if _, n := count(); n >= 32 || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if reqs, resps := count(); reqs != 2 {
+		t.Fatalf("%d READ requests (%d responses) before any timer: want the READ and one whole re-request", reqs, resps)
+	}
+	for i := 0; a.scq.Len() == 0 && i < 200; i++ {
+		clk.Advance(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("%+v", wc[0])
+	}
+	mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+}
+
+// TestSelectiveRequesterUnpaced: a duplicate READ for the rest of a READ
+// already sent paces the responder (resp_pace.go: a requester that drops
+// what follows a gap); one for part of a READ shows a requester that keeps
+// it, and ends the pacing.
+func TestSelectiveRequesterUnpaced(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	a, b := newPair(t, pairOpts{clock: clk, timeout: 14})
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 8192),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitWC(t, a.scq, 1, 10*time.Second)
+	send := func(psn uint32, off, n int) {
+		var h wire.Packet
+		h.BTH = wire.BTH{Opcode: wire.RCReadRequest, DestQP: b.qp.QPN(), PSN: psn, PKey: wire.DefaultPKey, AckReq: true}
+		h.RETH = wire.RETH{VA: b.mr.Addr() + uint64(off), RKey: b.mr.RKey(), Length: uint32(n)}
+		buf := h.Append(nil)
+		n0 := b.dev.Stats().DupRequests.Load()
+		a.dev.write([]link.Packet{{Buf: buf, N: len(buf), Dst: b.dev.LocalAddr(), Src: a.dev.LocalAddr()}})
+		for deadline := time.Now().Add(10 * time.Second); b.dev.Stats().DupRequests.Load() == n0; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the duplicate READ was not taken")
+			}
+		}
+	}
+	paced := func() bool {
+		b.qp.mu.Lock()
+		defer b.qp.mu.Unlock()
+		return b.qp.resp.pace != nil && b.qp.resp.pace.burst > 0
+	}
+	send(102, 2048, 6144) // the rest: a loss to the pacer
+	if !paced() {
+		t.Fatal("a duplicate READ for the rest of a READ did not pace the responder")
+	}
+	send(103, 3072, 1024) // a part
+	if paced() {
+		t.Fatal("still paced after a duplicate READ for part of a READ")
+	}
+}
