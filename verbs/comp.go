@@ -39,8 +39,9 @@ type compState struct {
 	heardAt      time.Time // the last answer (or probe)
 	probeAnswer  bool      // a probe is out: the next ACK that moves the window answers it (or a READ response, probeWQE's)
 	probeWQE     uint32
-	nakPending   bool // a NAK during a retry waits out the reordering window
+	nakPending   bool // a NAK during a retry waits out the reordering window (or a probe's answer, probeSettle)
 	nakPSN       uint32
+	nakProbe     bool // nakPending is a probe's answer
 }
 
 // completer handles ACK, NAK, read responses and atomic ACKs (docs/protocol.md §5.3, §5.8). It
@@ -211,7 +212,7 @@ func (qp *QP) onSeqNAK(psn uint32, w *sendWQE) {
 			// another gap (or an old packet overtook the retransmission
 			// of psn): go back to it after the reordering window unless
 			// an answer past it comes first (recover.go).
-			qp.comp.nakPending, qp.comp.nakPSN = true, psn
+			qp.comp.nakPending, qp.comp.nakPSN, qp.comp.nakProbe = true, psn, false
 			qp.setProbe(qp.reorderWindow())
 		}
 		return

@@ -42,6 +42,7 @@ const (
 	maxProbes        = 2
 	minProbeTimeout  = 10 * time.Millisecond
 	minRefillTimeout = 300 * time.Microsecond
+	probeSettle      = time.Millisecond
 	minReorderWindow = 50 * time.Microsecond
 )
 
@@ -170,11 +171,17 @@ func (qp *QP) onProbe() {
 		return
 	}
 	if c.nakPending {
-		// The reordering window of a NAK during a retry has passed.
+		// The reordering window of a NAK during a retry, or the wait
+		// after a probe's answer, has passed with no answer past it.
 		c.nakPending = false
 		if qp.compPSN() == c.nakPSN && !qp.readsIncomplete() {
-			qp.dev.stats.ReorderRewinds.Add(1)
-			qp.retry()
+			if c.nakProbe {
+				qp.dev.stats.ProbeRewinds.Add(1)
+				qp.resend() // a probe spends no retry_cnt
+			} else {
+				qp.dev.stats.ReorderRewinds.Add(1)
+				qp.retry()
+			}
 			qp.armProbe()
 			return
 		}
@@ -265,11 +272,16 @@ func (qp *QP) probe() {
 }
 
 // afterProbe takes the answer to a probe (an ACK that moved the window):
-// packets still unacknowledged after it were lost, go back to them.
+// packets still unacknowledged after it were lost, unless more answers
+// follow within probeSettle: the first ACK after a probe may be one that
+// waited in this host's receive queue through a stall, and the ones
+// behind it move the window on. Without them the requester goes back to
+// the first unacknowledged packet (the probe timer's nakPending branch).
 func (qp *QP) afterProbe() {
-	qp.comp.probeAnswer = false
+	c := &qp.comp
+	c.probeAnswer = false
 	if qp.outstanding() && wire.PSNDiff(qp.req.sentPSN, qp.compPSN()) > 0 && !qp.readsIncomplete() {
-		qp.dev.stats.ProbeRewinds.Add(1)
-		qp.resend()
+		c.nakPending, c.nakPSN, c.nakProbe = true, qp.compPSN(), true
+		qp.setProbe(max(2*c.srtt, probeSettle))
 	}
 }
