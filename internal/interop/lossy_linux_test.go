@@ -367,7 +367,7 @@ func requesterCase(t *testing.T, imp impairment, tool string) {
 	after := rxeStats(t, g)
 	checkPerftest(bulkSize, bulkIters)(t, run)
 	mbs := func(d time.Duration) float64 { return float64(bulkIters*bulkSize) / d.Seconds() / 1e6 }
-	t.Logf("softroce %s client, kernel server, %s: %.2f MB/s (%v); kernel %s", tool, imp.netem,
+	t.Logf("softroce %s client, kernel server, %s: %.2f MB/s (%v); %s", tool, imp.netem,
 		mbs(run.elapsed), run.elapsed.Round(100*time.Millisecond), statDiff(before, after))
 	if base != nil {
 		t.Logf("rxe<->rxe under the same netem: %.2f MB/s (%v): softroce %.2fx", mbs(base.elapsed),
