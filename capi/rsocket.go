@@ -66,6 +66,18 @@ func rsLookup(fd C.int) (*rsock, bool) {
 	return v.(*rsock), true
 }
 
+// rsConnected returns the rsocket fd names and its connection, or the
+// errno a call on it fails with: EBADF for no rsocket, else what
+// rsock.conn says (ENOTCONN, EAGAIN while a non-blocking connect runs).
+func rsConnected(fd C.int) (*rsock, *rsocket.Conn, syscall.Errno) {
+	r, ok := rsLookup(fd)
+	if !ok {
+		return nil, nil, syscall.EBADF
+	}
+	c, e := r.conn()
+	return r, c, e
+}
+
 // wake writes the socket's eventfd: rpoll re-checks it.
 func (r *rsock) wake() {
 	var one = [8]byte{1}
@@ -312,11 +324,7 @@ func (r *rsock) conn() (*rsocket.Conn, syscall.Errno) {
 
 //export srgo_rs_recv
 func srgo_rs_recv(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int) C.ssize_t {
-	r, ok := rsLookup(fd)
-	if !ok {
-		return -C.ssize_t(syscall.EBADF)
-	}
-	c, e := r.conn()
+	_, c, e := rsConnected(fd)
 	if c == nil {
 		return -C.ssize_t(e)
 	}
@@ -335,11 +343,7 @@ func srgo_rs_recv(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int) C.ssize
 
 //export srgo_rs_send
 func srgo_rs_send(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int) C.ssize_t {
-	r, ok := rsLookup(fd)
-	if !ok {
-		return -C.ssize_t(syscall.EBADF)
-	}
-	c, e := r.conn()
+	_, c, e := rsConnected(fd)
 	if c == nil {
 		return -C.ssize_t(e)
 	}
@@ -380,11 +384,7 @@ func srgo_rs_sendv(fd C.int, iov *C.struct_iovec, cnt C.int, flags C.int) C.ssiz
 
 //export srgo_rs_shutdown
 func srgo_rs_shutdown(fd C.int, how C.int) C.int {
-	r, ok := rsLookup(fd)
-	if !ok {
-		return C.int(syscall.EBADF)
-	}
-	c, e := r.conn()
+	r, c, e := rsConnected(fd)
 	if c == nil {
 		return C.int(e)
 	}
@@ -760,11 +760,7 @@ func srgo_rs_iomap(fd C.int, buf unsafe.Pointer, n C.size_t, prot, flags C.int, 
 
 //export srgo_rs_iounmap
 func srgo_rs_iounmap(fd C.int, buf unsafe.Pointer, n C.size_t) C.int {
-	r, ok := rsLookup(fd)
-	if !ok {
-		return C.int(syscall.EBADF)
-	}
-	c, e := r.conn()
+	_, c, e := rsConnected(fd)
 	if c == nil {
 		return C.int(e)
 	}
@@ -776,11 +772,7 @@ func srgo_rs_iounmap(fd C.int, buf unsafe.Pointer, n C.size_t) C.int {
 
 //export srgo_rs_iowrite
 func srgo_rs_iowrite(fd C.int, buf unsafe.Pointer, n C.size_t, offset C.off_t, flags C.int) C.ssize_t {
-	r, ok := rsLookup(fd)
-	if !ok {
-		return -C.ssize_t(syscall.EBADF)
-	}
-	c, e := r.conn()
+	_, c, e := rsConnected(fd)
 	if c == nil {
 		return -C.ssize_t(e)
 	}
