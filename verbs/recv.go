@@ -150,7 +150,9 @@ func (d *Device) PollLink() int {
 	if err != nil && d.log != nil && !d.closed.Load() {
 		d.log.Debug("poll link", "err", err)
 	}
-	d.stats.RxPolled.Add(uint64(n))
+	if n > 0 {
+		d.stats.RxPolled.Add(uint64(n))
+	}
 	return n
 }
 

@@ -326,46 +326,47 @@ func (c *client) run(ctx context.Context) error {
 // sync times a step that completes in its call.
 func (c *client) sync(s int, f func(*node) error) {
 	c.times[s][0] = time.Now()
+	c.startAll(s, f, true)
+	c.times[s][1] = time.Now()
+}
+
+// startAll runs f, step s's call, on every connection not failed yet,
+// stamping each one's start (and its end too if done: a step that
+// completes in its call); it returns how many started.
+func (c *client) startAll(s int, f func(*node) error, done bool) int {
+	started := 0
 	for i := range c.nodes {
 		n := &c.nodes[i]
-		if c.failed(n) {
+		c.mu.Lock()
+		failed := n.failed
+		if !failed {
+			n.times[s][0] = time.Now()
+		}
+		c.mu.Unlock()
+		if failed {
 			continue
 		}
-		n.times[s][0] = time.Now()
-		if err := f(n); err != nil {
+		err := f(n)
+		c.mu.Lock()
+		if err != nil {
 			fmt.Fprintf(c.out, "failure %s: %v\n", stepNames[s], err)
-			c.mu.Lock()
 			n.failed = true
-			c.mu.Unlock()
-			continue
+		} else if done {
+			n.times[s][1] = time.Now()
 		}
-		n.times[s][1] = time.Now()
+		c.mu.Unlock()
+		if err == nil {
+			started++
+		}
 	}
-	c.times[s][1] = time.Now()
+	return started
 }
 
 // async times a step that completes with an event: it starts it on every
 // connection, then waits for as many completions (or ctx).
 func (c *client) async(ctx context.Context, s int, f func(*node) error) {
 	c.times[s][0] = time.Now()
-	started := 0
-	for i := range c.nodes {
-		n := &c.nodes[i]
-		if c.failed(n) {
-			continue
-		}
-		c.mu.Lock()
-		n.times[s][0] = time.Now()
-		c.mu.Unlock()
-		if err := f(n); err != nil {
-			fmt.Fprintf(c.out, "failure %s: %v\n", stepNames[s], err)
-			c.mu.Lock()
-			n.failed = true
-			c.mu.Unlock()
-			continue
-		}
-		started++
-	}
+	started := c.startAll(s, f, false)
 	stop := context.AfterFunc(ctx, func() { c.mu.Lock(); c.cond.Broadcast(); c.mu.Unlock() })
 	defer stop()
 	c.mu.Lock()
@@ -387,13 +388,6 @@ func (c *client) failures() int {
 		}
 	}
 	return n
-}
-
-// failed reports whether node n failed a step.
-func (c *client) failed(n *node) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return n.failed
 }
 
 // end records that node n finished step s (in error or not).
