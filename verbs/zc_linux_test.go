@@ -81,8 +81,16 @@ func TestZeroCopySend(t *testing.T) {
 		}
 		// TxBytes counts a payload sent in place as well: each side sent
 		// what the other received (loopback loses nothing), datagram bytes.
+		// A sender counts after its system call returns, which can be after
+		// the receiver handled the datagrams: wait (bounded) for the counts.
 		for _, d := range [][2]*side{{a, b}, {b, a}} {
-			if tx, rx := d[0].dev.stats.TxBytes.Load(), d[1].dev.stats.RxBytes.Load(); tx != rx {
+			deadline := time.Now().Add(2 * time.Second)
+			tx, rx := d[0].dev.stats.TxBytes.Load(), d[1].dev.stats.RxBytes.Load()
+			for tx != rx && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+				tx, rx = d[0].dev.stats.TxBytes.Load(), d[1].dev.stats.RxBytes.Load()
+			}
+			if tx != rx {
 				t.Errorf("noZC %v: one side's TxBytes %d, the other's RxBytes %d: want equal", noZC, tx, rx)
 			}
 		}
