@@ -13,7 +13,6 @@ import (
 	"math/bits"
 	"net/netip"
 	"os"
-	"reflect"
 	"runtime"
 
 	"strconv"
@@ -601,13 +600,12 @@ func srgo_query_pkey(h C.uintptr_t, port C.uint8_t, idx C.int, pkey *C.uint16_t)
 
 // logStats prints the device's non-zero counters on stderr (SOFTROCE_DEBUG).
 func logStats(d *verbs.Device) {
-	v := reflect.ValueOf(d.Stats()).Elem()
 	var b strings.Builder
-	for i := 0; i < v.NumField(); i++ {
-		if c, ok := v.Field(i).Addr().Interface().(*atomic.Uint64); ok && c.Load() != 0 {
-			fmt.Fprintf(&b, " %s=%d", v.Type().Field(i).Name, c.Load())
+	d.Stats().Each(func(name string, v uint64) {
+		if v != 0 {
+			fmt.Fprintf(&b, " %s=%d", name, v)
 		}
-	}
+	})
 	// The Go heap's allocation count so far, for the hot-path allocation
 	// test (capi/capitest TestHotPathAllocs).
 	var ms runtime.MemStats

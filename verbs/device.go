@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -247,6 +248,18 @@ func (d *Device) LocalAddr() netip.AddrPort { return d.local }
 
 // Stats returns the device's live counters.
 func (d *Device) Stats() *Stats { return &d.stats }
+
+// Each calls f with the name and value of every counter, in declaration
+// order. It is for reports (tools' SOFTROCE_STATS, the C library's
+// SOFTROCE_DEBUG), not for hot paths.
+func (s *Stats) Each(f func(name string, v uint64)) {
+	v := reflect.ValueOf(s).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if c, ok := v.Field(i).Addr().Interface().(*atomic.Uint64); ok {
+			f(v.Type().Field(i).Name, c.Load())
+		}
+	}
+}
 
 // Clock returns the clock the device was configured with (clock.Real by
 // default). The device runs its own QP timers on one per-device heap

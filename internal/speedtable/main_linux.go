@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/softroce/softroce/internal/toolkit"
 )
 
 const (
@@ -61,6 +63,9 @@ type harness struct {
 	failed  []string
 	specs   map[string]spec
 	rcvbufΔ uint64 // UDP RcvbufErrors during the many-QP runs
+	// Retransmit timer expiries and retry sequences of the many-QP runs'
+	// devices, both processes, from their $SOFTROCE_STATS lines.
+	qpTimeouts, qpRetries uint64
 }
 
 func (h *harness) add(key, metric string, v float64) {
@@ -113,6 +118,7 @@ func (h *harness) measure(ctx context.Context, round, key string, traced bool) {
 	sa, ca := sp.sides()
 	load := loadavg()
 	drops := udpRcvbufErrors()
+	os.Remove(h.r.stats) // each pair's devices append their counters anew
 	s, c, err := h.r.pair(ctx, timeout, traced, sp.argv, sa, ca)
 	what := fmt.Sprintf("round %s %s", round, key)
 	if err != nil {
@@ -147,9 +153,13 @@ func (h *harness) measure(ctx context.Context, round, key string, traced bool) {
 		h.add(key, "cs/MiB", sw/unit)
 		line = fmt.Sprintf("%.1f MiB/s %.4f Mpps, cpu %.0f µs/MiB, %.1f switches/MiB",
 			b.BWAvg, b.MsgRate, cpu/unit, sw/unit)
+		st := h.r.devStats()
+		line += fmt.Sprintf(", retransmit timeouts %d, retries %d", st["RetryTimeouts"], st["Retransmits"])
 		if strings.Contains(key, "QP") {
 			d := udpRcvbufErrors() - drops
 			h.rcvbufΔ += d
+			h.qpTimeouts += st["RetryTimeouts"]
+			h.qpRetries += st["Retransmits"]
 			line += fmt.Sprintf(", UDP RcvbufErrors +%d", d)
 		}
 	case kindLat, kindPing:
@@ -255,8 +265,9 @@ func mainErr() int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	h.r = &runner{bin: *bin, tmp: tmp,
-		env: append(os.Environ(), "SOFTROCE_STATE="+filepath.Join(tmp, "links.json"))}
+	h.r = &runner{bin: *bin, tmp: tmp, stats: filepath.Join(tmp, "stats.txt")}
+	h.r.env = append(os.Environ(), "SOFTROCE_STATE="+filepath.Join(tmp, "links.json"),
+		toolkit.StatsEnv+"="+h.r.stats)
 	if *env != "" {
 		h.r.env = append(h.r.env, strings.Split(*env, ",")...)
 	}
@@ -472,8 +483,9 @@ func (h *harness) table() string {
 	row("demo 1 MiB WRITE bandwidth vs TCP (one process)", "demo", "demo", " GB/s", "%.2f", "demo", "bw", "demo", "tcpbw", 1)
 	if _, ok := h.med("write_bw QP", "MiB/s"); ok {
 		row(fmt.Sprintf("%d QPs × 1 MiB vs 1 QP (`write_bw -q %d -t %d`; goal within 20 %%)", h.qps, h.qps, h.qpDepth), "write_bw QP", "write_bw 1M", " MiB/s", "%.0f", "write_bw QP", "MiB/s", "write_bw 1M", "MiB/s", 1)
-		fmt.Fprintf(&b, "\nUDP RcvbufErrors during the %d-QP runs (system-wide /proc/net/snmp): %d. "+
-			"Retransmit timeouts: not reported by the tools (BenchmarkBulkQPs in verbs counts them).\n", h.qps, h.rcvbufΔ)
+		fmt.Fprintf(&b, "\nDuring the %d-QP runs: UDP RcvbufErrors (system-wide /proc/net/snmp) %d; "+
+			"retransmit timeouts %d and retry sequences %d (both processes' devices, from $SOFTROCE_STATS).\n",
+			h.qps, h.rcvbufΔ, h.qpTimeouts, h.qpRetries)
 	}
 	return b.String()
 }

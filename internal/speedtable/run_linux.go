@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/softroce/softroce/internal/toolkit"
 )
 
 // proc is one finished child process.
@@ -33,6 +35,18 @@ type runner struct {
 	// stops it at every call (both processes then batch differently).
 	perf string
 	tmp  string
+	// stats is the $SOFTROCE_STATS file the softroce processes append
+	// their devices' counters to.
+	stats string
+}
+
+// devStats sums the counters the last pair's devices wrote to r.stats.
+func (r *runner) devStats() map[string]uint64 {
+	b, err := os.ReadFile(r.stats)
+	if err != nil {
+		return map[string]uint64{}
+	}
+	return toolkit.ParseStats(string(b))
 }
 
 // start runs argv (a softroce command) in the background; wait returns its

@@ -125,9 +125,13 @@ func WithDevice(name, pcapPath string, f func(*ToolDevice) error) (err error) {
 	return f(td)
 }
 
-// Close closes the device and the capture file.
+// Close closes the device and the capture file, and appends the device's
+// counters to $SOFTROCE_STATS when it is set.
 func (t *ToolDevice) Close() error {
 	err := t.Dev.Close()
+	if serr := appendStats(t.Dev); err == nil {
+		err = serr
+	}
 	if t.Pcap != nil {
 		if cerr := t.Pcap.Close(); err == nil {
 			err = cerr
