@@ -12,8 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/softroce/softroce/internal/toolkit"
 )
 
 const (
@@ -267,7 +265,7 @@ func mainErr() int {
 	defer os.RemoveAll(tmp)
 	h.r = &runner{bin: *bin, tmp: tmp, stats: filepath.Join(tmp, "stats.txt")}
 	h.r.env = append(os.Environ(), "SOFTROCE_STATE="+filepath.Join(tmp, "links.json"),
-		toolkit.StatsEnv+"="+h.r.stats)
+		"SOFTROCE_STATS="+h.r.stats)
 	if *env != "" {
 		h.r.env = append(h.r.env, strings.Split(*env, ",")...)
 	}

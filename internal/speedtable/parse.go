@@ -243,3 +243,26 @@ func pairedRatio(a, b []float64) (float64, bool) {
 	}
 	return median(r), len(r) > 0
 }
+
+// parseStats sums, over the lines of a $SOFTROCE_STATS file (the tools'
+// devices' counters, internal/toolkit's StatsEnv), each counter's values;
+// other lines are skipped.
+func parseStats(text string) map[string]uint64 {
+	m := make(map[string]uint64)
+	for _, line := range strings.Split(text, "\n") {
+		_, rest, ok := strings.Cut(line, " counters:")
+		if !ok || !strings.HasPrefix(line, "device ") {
+			continue
+		}
+		for _, kv := range strings.Fields(rest) {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				continue
+			}
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+				m[k] += n
+			}
+		}
+	}
+	return m
+}

@@ -204,3 +204,14 @@ func TestPairedRatio(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStats(t *testing.T) {
+	text := "device 127.0.0.2 counters: TxPackets=7 RetryTimeouts=3\n" +
+		"something else: RetryTimeouts=100\n" +
+		"device 127.0.0.1 counters: RetryTimeouts=2 Bad=x\n"
+	got := parseStats(text)
+	want := map[string]uint64{"TxPackets": 7, "RetryTimeouts": 5}
+	if len(got) != len(want) || got["TxPackets"] != 7 || got["RetryTimeouts"] != 5 {
+		t.Errorf("parseStats = %v, want %v", got, want)
+	}
+}

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"github.com/softroce/softroce/internal/toolkit"
 )
 
 // proc is one finished child process.
@@ -46,7 +44,7 @@ func (r *runner) devStats() map[string]uint64 {
 	if err != nil {
 		return map[string]uint64{}
 	}
-	return toolkit.ParseStats(string(b))
+	return parseStats(string(b))
 }
 
 // start runs argv (a softroce command) in the background; wait returns its

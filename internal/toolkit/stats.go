@@ -13,8 +13,9 @@ import (
 //
 //	device NAME counters: RxPackets=123 RetryTimeouts=0 ...
 //
-// The speed table reads it to report retransmit timeouts; the tools' own
-// output stays that of their C originals.
+// The speed table reads it (internal/speedtable's parseStats) to report
+// retransmit timeouts; the tools' own output stays that of their C
+// originals.
 const StatsEnv = "SOFTROCE_STATS"
 
 // appendStats appends d's counters to $SOFTROCE_STATS when it is set. A
@@ -49,27 +50,4 @@ func StatsLine(d *verbs.Device) string {
 	})
 	b.WriteByte('\n')
 	return b.String()
-}
-
-// ParseStats sums, over the lines of a $SOFTROCE_STATS file, each counter's
-// values; lines that are not counter lines are skipped.
-func ParseStats(text string) map[string]uint64 {
-	m := make(map[string]uint64)
-	for _, line := range strings.Split(text, "\n") {
-		_, rest, ok := strings.Cut(line, " counters:")
-		if !ok || !strings.HasPrefix(line, "device ") {
-			continue
-		}
-		for _, kv := range strings.Fields(rest) {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				continue
-			}
-			var n uint64
-			if _, err := fmt.Sscan(v, &n); err == nil {
-				m[k] += n
-			}
-		}
-	}
-	return m
 }

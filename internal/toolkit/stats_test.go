@@ -40,10 +40,10 @@ func TestStatsFile(t *testing.T) {
 	if lines := strings.Count(string(text), "\n"); lines != 2 {
 		t.Fatalf("%d lines, want one per device:\n%s", lines, text)
 	}
-	got := ParseStats(string(text) + "unrelated line\n")
-	want := map[string]uint64{"RetryTimeouts": 5, "TxPackets": 7}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("ParseStats (-want +got):\n%s", diff)
+	want := "device " + a.Name() + " counters: TxPackets=7 RetryTimeouts=3\n" +
+		"device " + b.Name() + " counters: RetryTimeouts=2\n"
+	if diff := cmp.Diff(want, string(text)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", StatsEnv, diff)
 	}
 
 	t.Setenv(StatsEnv, filepath.Join(t.TempDir(), "missing", "stats"))
