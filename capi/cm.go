@@ -13,7 +13,6 @@ package main
 import "C"
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"os"
@@ -31,11 +30,15 @@ import (
 // struct rdma_cm_id (struct sr_cm_id) the records below fill in, events
 // built in C memory that stay valid until rdma_ack_cm_event frees them.
 
+// cmChanRec is an rdma_cm event channel: package cm's channel, whose fd
+// (an eventfd) holds 1 exactly while events wait (cm.EventChannel.SetLevel
+// sets and clears it as the agent queues and the program takes them), so
+// that the fd is readable as the kernel's ucma file is. Events become C
+// events only when the program takes them, on its own thread: no
+// goroutine stands between the agent and the program.
 type cmChanRec struct {
-	ch     *cm.EventChannel
-	stop   chan struct{}
-	done   chan struct{}
-	events eventQueue[*C.struct_sr_cm_event]
+	ch *cm.EventChannel
+	fd int
 }
 
 type cmIDRec struct {
@@ -165,13 +168,25 @@ func srgo_cm_attach(h C.uintptr_t) C.int {
 
 //export srgo_cm_create_channel
 func srgo_cm_create_channel(fd C.int, errp *C.int) C.uintptr_t {
-	r := &cmChanRec{ch: cm.NewEventChannel(), stop: make(chan struct{}), done: make(chan struct{})}
-	r.events.fd = int(fd)
-	hh := addOrFail(r, errp, func() { r.ch.Close() })
-	if hh != 0 {
-		go r.forward()
+	r := &cmChanRec{ch: cm.NewEventChannel(), fd: int(fd)}
+	r.ch.SetLevel(r.level)
+	return addOrFail(r, errp, func() { r.ch.Close() })
+}
+
+// level sets (one write) or clears (one read) the fd's count. Both run
+// under the channel's lock, so the count is 0 or 1 and a clearing read
+// never blocks.
+func (r *cmChanRec) level(ready bool) {
+	if ready {
+		signalFd(r.fd)
+		return
 	}
-	return hh
+	var b [8]byte
+	for {
+		if _, err := syscall.Read(r.fd, b[:]); err != syscall.EINTR {
+			return
+		}
+	}
 }
 
 //export srgo_cm_destroy_channel
@@ -182,51 +197,19 @@ func srgo_cm_destroy_channel(h C.uintptr_t) C.int {
 	}
 	handles.remove(uintptr(h))
 	r.ch.Close()
-	close(r.stop)
-	<-r.done
-	for e, ok := r.events.take(); ok; e, ok = r.events.take() {
-		C.sr_cm_free_event(e)
-	}
 	return 0
 }
 
-// forward turns the channel's events into C events, one eventfd count each.
-func (r *cmChanRec) forward() {
-	defer close(r.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-r.stop; cancel() }()
-	var batch []*C.struct_sr_cm_event
-	for {
-		ev, err := r.ch.Get(ctx)
-		if err != nil {
-			return
-		}
-		// What queued meanwhile goes with it, counted in one write.
-		for {
-			if ce := r.build(ev); ce != nil {
-				batch = append(batch, ce)
-			}
-			if r.ch.Len() == 0 {
-				break
-			}
-			if ev, err = r.ch.Get(ctx); err != nil {
-				break
-			}
-		}
-		r.events.pushAll(batch)
-		clear(batch)
-		batch = batch[:0]
-		if err != nil {
-			return
-		}
-	}
-}
-
-// build makes the C event for ev; a CONNECT_REQUEST gets a new C ID.
+// build makes the C event for ev; a CONNECT_REQUEST gets a new C ID. An
+// event of an ID the program destroyed meanwhile is dropped (nil), as the
+// kernel's rdma_destroy_id drops the ID's unread events.
 func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 	rec, _ := ev.ID.Context.(*cmIDRec)
 	if ev.Type == cm.EventConnectRequest {
 		lrec, ok := ev.Listen.Context.(*cmIDRec)
+		if ok && !live(lrec) {
+			ok = false
+		}
 		if !ok {
 			ev.ID.Reject(nil)
 			return nil
@@ -237,7 +220,7 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 			return nil
 		}
 	}
-	if rec == nil {
+	if rec == nil || !live(rec) {
 		return nil
 	}
 	ce := (*C.struct_sr_cm_event)(C.calloc(1, C.sizeof_struct_sr_cm_event))
@@ -330,18 +313,31 @@ func newPassiveID(id *cm.ID, l *cmIDRec) *cmIDRec {
 	return rec
 }
 
+// live reports whether the program has not destroyed the ID.
+func live(rec *cmIDRec) bool {
+	cur, ok := lookup[*cmIDRec](rec.h)
+	return ok && cur == rec
+}
+
+// srgo_cm_take_event takes the channel's oldest event as a C event: 0, or
+// 1 when none waits (the caller then waits for the fd).
+//
 //export srgo_cm_take_event
 func srgo_cm_take_event(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	r, ok := lookup[*cmChanRec](uintptr(h))
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	e, ok := r.events.take()
-	if !ok {
-		return 1
+	for {
+		ev, ok := r.ch.TryGet()
+		if !ok {
+			return 1
+		}
+		if ce := r.build(ev); ce != nil {
+			*out = &ce.ev
+			return 0
+		}
 	}
-	*out = &e.ev
-	return 0
 }
 
 //export srgo_cm_create_id

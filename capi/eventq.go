@@ -29,19 +29,6 @@ func (q *eventQueue[T]) push(v T) {
 	signalFd(q.fd)
 }
 
-// pushAll queues vs and counts them on the fd in one write: a reader
-// then takes a burst (a hundred connections' events) without a wake-up
-// per event.
-func (q *eventQueue[T]) pushAll(vs []T) {
-	if len(vs) == 0 {
-		return
-	}
-	q.mu.Lock()
-	q.items = append(q.items, vs...)
-	q.mu.Unlock()
-	addFd(q.fd, uint64(len(vs)))
-}
-
 // take returns the oldest event, if any.
 func (q *eventQueue[T]) take() (T, bool) {
 	q.mu.Lock()

@@ -9,6 +9,7 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,18 +374,17 @@ SR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 	return sr_err(ENOSYS);
 }
 
+/* rdma_get_cm_event takes the oldest event; with none, it waits for the
+ * channel's fd, which is readable exactly while events wait (EAGAIN if the
+ * program made it non-blocking, as the kernel's ucma file). */
 SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **event)
 {
-	uint64_t v;
 	int r;
 	if (!ch || !event)
 		return sr_err(EINVAL);
 	for (;;) {
-		ssize_t n = read(ch->fd, &v, sizeof(v));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n != sizeof(v))
-			return -1;
+		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+		int fl;
 		r = srgo_cm_take_event(((struct sr_cm_channel *)ch)->h, event);
 		if (r == 0) {
 			(*event)->id->event = *event;
@@ -399,6 +399,11 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 		}
 		if (r != 1)
 			return sr_err(r);
+		fl = fcntl(ch->fd, F_GETFL);
+		if (fl >= 0 && (fl & O_NONBLOCK))
+			return sr_err(EAGAIN);
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return -1;
 	}
 }
 

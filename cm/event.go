@@ -126,6 +126,8 @@ type EventChannel struct {
 	q      []*Event
 	ready  chan struct{}
 	closed bool
+	// level is SetLevel's function.
+	level func(bool)
 }
 
 // NewEventChannel creates an event channel (rdma_create_event_channel).
@@ -146,11 +148,53 @@ func (c *EventChannel) post(ev *Event) {
 		return
 	}
 	c.q = append(c.q, ev)
+	if len(c.q) == 1 && c.level != nil {
+		c.level(true)
+	}
 	c.mu.Unlock()
 	select {
 	case c.ready <- struct{}{}:
 	default:
 	}
+}
+
+// SetLevel registers f, which the channel then calls with true when an
+// event is queued on an empty channel and with false when Get, TryGet or
+// Close takes its last event: what an fd needs that must be readable
+// exactly while events wait, as the kernel's rdma_cm file is (the C
+// library's event channels), with no goroutine between the agent and the
+// fd. f runs with the channel's lock held, often with the agent's too: it
+// must be short and must not call the channel or the agent. Set it before
+// the channel has IDs.
+func (c *EventChannel) SetLevel(f func(ready bool)) {
+	c.mu.Lock()
+	c.level = f
+	c.mu.Unlock()
+}
+
+// TryGet returns the oldest queued event, if any, without waiting.
+func (c *EventChannel) TryGet() (*Event, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.q) == 0 {
+		return nil, false
+	}
+	return c.takeLocked(), true
+}
+
+// takeLocked removes and returns the oldest event (c.mu held, c.q not
+// empty).
+func (c *EventChannel) takeLocked() *Event {
+	ev := c.q[0]
+	c.q[0] = nil
+	c.q = c.q[1:]
+	if len(c.q) == 0 {
+		c.q = nil
+		if c.level != nil {
+			c.level(false)
+		}
+	}
+	return ev
 }
 
 // Get waits for the next event (rdma_get_cm_event). rdma_ack_cm_event has
@@ -159,12 +203,7 @@ func (c *EventChannel) Get(ctx context.Context) (*Event, error) {
 	for {
 		c.mu.Lock()
 		if len(c.q) > 0 {
-			ev := c.q[0]
-			c.q[0] = nil
-			c.q = c.q[1:]
-			if len(c.q) == 0 {
-				c.q = nil
-			}
+			ev := c.takeLocked()
 			c.mu.Unlock()
 			return ev, nil
 		}
@@ -198,6 +237,9 @@ func (c *EventChannel) Close() error {
 	c.closed = true
 	q := c.q
 	c.q = nil
+	if len(q) > 0 && c.level != nil {
+		c.level(false)
+	}
 	c.mu.Unlock()
 	select {
 	case c.ready <- struct{}{}:

@@ -51,3 +51,35 @@ func TestGRHSource(t *testing.T) {
 		t.Errorf("IPv6 GRH: %v", a)
 	}
 }
+
+// TestEventChannelLevel: SetLevel's function reports the edges of "events
+// wait" (queued on an empty channel; the last one taken by TryGet, Get or
+// Close), and TryGet takes in order without waiting.
+func TestEventChannelLevel(t *testing.T) {
+	c := NewEventChannel()
+	var edges []bool
+	c.SetLevel(func(on bool) { edges = append(edges, on) })
+	if _, ok := c.TryGet(); ok {
+		t.Fatal("TryGet on an empty channel returned an event")
+	}
+	c.post(&Event{Type: EventAddrResolved})
+	c.post(&Event{Type: EventRouteResolved})
+	if ev, ok := c.TryGet(); !ok || ev.Type != EventAddrResolved {
+		t.Fatalf("TryGet = %v, %v; want ADDR_RESOLVED", ev, ok)
+	}
+	if ev, err := c.Get(t.Context()); err != nil || ev.Type != EventRouteResolved {
+		t.Fatalf("Get = %v, %v; want ROUTE_RESOLVED", ev, err)
+	}
+	c.post(&Event{Type: EventEstablished})
+	c.Close()
+	c.Close()
+	want := []bool{true, false, true, false}
+	if len(edges) != len(want) {
+		t.Fatalf("edges %v, want %v", edges, want)
+	}
+	for i := range want {
+		if edges[i] != want[i] {
+			t.Fatalf("edges %v, want %v", edges, want)
+		}
+	}
+}
