@@ -137,6 +137,10 @@ type Stats struct {
 	DropUCResync    atomic.Uint64 // UC packets dropped while resynchronising (docs/protocol.md §6.2)
 	DropEvents      atomic.Uint64 // async or CQ events lost because the consumer lagged
 	DropUnsupported atomic.Uint64 // CNP and other ignored packets
+	// DropMcastLoopback counts the device's own multicast datagrams not
+	// delivered to its QPs: their sender was made with
+	// QPCreateBlockSelfMcastLB.
+	DropMcastLoopback atomic.Uint64
 }
 
 // Device is a software RDMA device on one link endpoint (struct ibv_context).

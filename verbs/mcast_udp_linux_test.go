@@ -166,3 +166,88 @@ func TestMulticastUDPClose(t *testing.T) {
 		t.Errorf("detach after a failed attach: %v, want EINVAL (not attached)", err)
 	}
 }
+
+// TestMulticastBlockSelfLoopback: a UD QP made with
+// QPCreateBlockSelfMcastLB sends to a group a QP of its own device and a
+// QP of another device (same host, another address) attach to: only the
+// other device's QP receives it, and the sender's device counts one
+// DropMcastLoopback; a datagram from a QP without the flag reaches both.
+// A create flag other than that one fails with EINVAL.
+func TestMulticastBlockSelfLoopback(t *testing.T) {
+	o := pairOpts{typ: QPTypeUD}
+	defaults(&o)
+	sep, err := udp.Listen(netip.MustParseAddrPort("127.0.0.5:0"), udp.WithAnyPort())
+	if err != nil {
+		t.Skip("UDP loopback unavailable:", err)
+	}
+	port := sep.LocalAddr().Port()
+	rep, err := udp.Listen(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.6"), port))
+	if err != nil {
+		sep.Close()
+		t.Skip("UDP loopback unavailable:", err)
+	}
+	s, r := newSide(t, sep, o), newSide(t, rep, o)
+	if _, err := s.pd.CreateQP(&QPInitAttr{QPType: QPTypeUD, SendCQ: s.scq, RecvCQ: s.scq,
+		CreateFlags: QPCreateBlockSelfMcastLB << 1}); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("create qp with an unknown create flag: %v, want EINVAL", err)
+	}
+	blocked, err := s.pd.CreateQP(&QPInitAttr{QPType: QPTypeUD, SendCQ: s.scq, RecvCQ: s.scq,
+		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}, CreateFlags: QPCreateBlockSelfMcastLB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := &side{dev: s.dev, pd: s.pd, scq: s.scq, rcq: s.scq, qp: blocked, buf: s.buf, mr: s.mr, port: s.port}
+	for _, x := range []*side{s, r, bs} {
+		connect(t, x, s, o)
+	}
+	group := netip.MustParseAddr("239.7.8.9")
+	for _, x := range []*side{s, r} {
+		if err := x.qp.AttachMcast(GIDFromAddr(group), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah, err := s.pd.CreateAH(&AHAttr{IsGlobal: true, PortNum: 1, DstPort: port,
+		GRH: GlobalRoute{DGID: GIDFromAddr(group), SGIDIndex: 1, HopLimit: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(qp *QP, id uint64, msg string) {
+		t.Helper()
+		copy(s.buf[8192+id*256:], msg)
+		post(t, qp, SendWR{WRID: id, Opcode: WRSend, Flags: SendSignaled, SGList: sge(s, 8192+int(id)*256, len(msg)),
+			AH: ah, RemoteQPN: MulticastQPN, RemoteQKey: 0x11111111})
+		if wc := waitWC(t, s.scq, 1, 5*time.Second); wc[0].Status != WCSuccess || wc[0].WRID != id {
+			t.Fatalf("send: %+v", wc[0])
+		}
+	}
+	recvd := func(x *side, from *QP, off int, msg string) {
+		t.Helper()
+		wc := waitWC(t, x.rcq, 1, 5*time.Second)[0]
+		if wc.Status != WCSuccess || wc.SrcQP != from.QPN() {
+			t.Fatalf("%v: %+v", x.dev.LocalAddr(), wc)
+		}
+		if got := string(x.buf[off+40 : off+40+len(msg)]); got != msg {
+			t.Errorf("%v received %q, want %q", x.dev.LocalAddr(), got, msg)
+		}
+	}
+	postRecv(t, s, 1, 0, 256)
+	postRecv(t, r, 1, 0, 256)
+	send(blocked, 1, "not to myself")
+	recvd(r, blocked, 0, "not to myself")
+	deadline := time.Now().Add(5 * time.Second)
+	for s.dev.Stats().DropMcastLoopback.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := s.dev.Stats().DropMcastLoopback.Load(); n != 1 {
+		t.Errorf("DropMcastLoopback = %d, want 1", n)
+	}
+	if n := s.rcq.Len(); n != 0 {
+		t.Fatalf("a QP of the sender's device received the blocked datagram (%d completions)", n)
+	}
+	// The receive WR posted above is still there: a plain sender's
+	// datagram takes it.
+	postRecv(t, r, 2, 256, 256)
+	send(s.qp, 2, "to all")
+	recvd(s, s.qp, 0, "to all")
+	recvd(r, s.qp, 256, "to all")
+}

@@ -73,6 +73,9 @@ type QP struct {
 	srq    *SRQ
 	sigAll bool
 	cap    QPCap
+	// noMcastLB: the QP's multicast datagrams are not delivered to this
+	// device's QPs (QPCreateBlockSelfMcastLB; recv.go multicastInput).
+	noMcastLB bool
 
 	mu    sync.Mutex
 	state QPState
@@ -136,6 +139,9 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 	default:
 		return nil, newErr("create qp", "QP type must be RC, UC or UD", syscall.EOPNOTSUPP)
 	}
+	if attr.CreateFlags&^QPCreateBlockSelfMcastLB != 0 {
+		return nil, newErr("create qp", "unsupported create flags (only IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)", syscall.EINVAL)
+	}
 	c := attr.Cap
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, newErr("create qp", "send_cq and recv_cq are required", syscall.EINVAL)
@@ -163,7 +169,7 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 	// rxe reports the inline size it really supports.
 	c.MaxInlineData = MaxInline
 	qp := &QP{dev: d, pd: pd, ctx: attr.Context, typ: attr.QPType, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ,
-		srq: attr.SRQ, sigAll: attr.SQSigAll, cap: c}
+		srq: attr.SRQ, sigAll: attr.SQSigAll, cap: c, noMcastLB: attr.CreateFlags&QPCreateBlockSelfMcastLB != 0}
 	qp.sq = make([]sendWQE, c.MaxSendWR)
 	if attr.SRQ == nil {
 		qp.rq.ring = make([]recvWQE, c.MaxRecvWR)

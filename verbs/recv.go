@@ -239,6 +239,14 @@ const MulticastQPN = 0xFFFFFF
 // QP attached to the group its destination address names (docs/protocol.md §6.3).
 func (d *Device) multicastInput(lp *link.Packet, p *wire.Packet, batched bool) {
 	g := lp.Dst.Addr().Unmap()
+	// The link loops the device's own datagrams back; one from a QP made
+	// with QPCreateBlockSelfMcastLB stops here.
+	if p.Mask&wire.HasDETH != 0 && lp.Src.Addr().Unmap() == d.local.Addr().Unmap() {
+		if s := d.qps.get(p.DETH.SrcQP); s != nil && s.noMcastLB {
+			d.stats.DropMcastLoopback.Add(1)
+			return
+		}
+	}
 	d.qpMu.RLock()
 	qps := d.mcast[g]
 	var local [maxMcastQPs]*QP

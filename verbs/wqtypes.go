@@ -344,7 +344,21 @@ type QPInitAttr struct {
 	QPType QPType
 	// SQSigAll makes every send WR signaled.
 	SQSigAll bool
+	// CreateFlags are ibv_create_qp_ex's create_flags; only
+	// QPCreateBlockSelfMcastLB is supported (another bit: EINVAL).
+	CreateFlags QPCreateFlags
 }
+
+// QPCreateFlags are QP creation flags (enum ibv_qp_create_flags values).
+type QPCreateFlags uint32
+
+// QPCreateBlockSelfMcastLB (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) blocks the
+// multicast loopback of the QP's own datagrams, as mlx5's block_lb_mc
+// does: a datagram the QP sends to a multicast group is not delivered to
+// any QP of the same device (the sender's own, or another attached to the
+// group there), while other devices, on this host or others, still
+// receive it. rxe does not support the flag (EOPNOTSUPP).
+const QPCreateBlockSelfMcastLB QPCreateFlags = 1 << 1
 
 // AttrMask selects QPAttr fields in ModifyQP / QueryQP (enum ibv_qp_attr_mask values).
 type AttrMask uint32
