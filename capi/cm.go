@@ -580,14 +580,14 @@ func srgo_cm_init_qp_attr(h C.uintptr_t, a *C.struct_ibv_qp_attr, mask *C.int) C
 // srgo_create_qp does.
 //
 //export srgo_cm_create_qp
-func srgo_cm_create_qp(h, pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
+func srgo_cm_create_qp(h, pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, flags C.uint32_t, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
 	qpn *C.uint32_t, errp *C.int) C.uintptr_t {
 	r, ok := cmID(h)
 	if !ok {
 		*errp = C.int(syscall.EINVAL)
 		return 0
 	}
-	return createQP(pdh, a, scq, rcq, srqh, cqp, qpn, errp, func(pd *verbs.PD, ia *verbs.QPInitAttr) (*verbs.QP, error) {
+	return createQP(pdh, a, flags, scq, rcq, srqh, cqp, qpn, errp, func(pd *verbs.PD, ia *verbs.QPInitAttr) (*verbs.QP, error) {
 		return r.id.CreateQP(pd, ia)
 	})
 }

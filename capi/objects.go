@@ -629,17 +629,17 @@ func convertSGEs(dst []verbs.SGE, src *cSGE, n int) []verbs.SGE {
 // ---- QP ----
 
 //export srgo_create_qp
-func srgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
+func srgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, flags C.uint32_t, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
 	qpn *C.uint32_t, errp *C.int) C.uintptr_t {
-	return createQP(pdh, a, scq, rcq, srqh, cqp, qpn, errp, func(pd *verbs.PD, ia *verbs.QPInitAttr) (*verbs.QP, error) {
+	return createQP(pdh, a, flags, scq, rcq, srqh, cqp, qpn, errp, func(pd *verbs.PD, ia *verbs.QPInitAttr) (*verbs.QP, error) {
 		return pd.CreateQP(ia)
 	})
 }
 
 // createQP creates a QP with create (PD.CreateQP, or an rdma_cm ID's
-// CreateQP) from the C attributes, writes back the capabilities granted,
-// and returns its handle.
-func createQP(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
+// CreateQP) from the C attributes and ibv_create_qp_ex's create_flags,
+// writes back the capabilities granted, and returns its handle.
+func createQP(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, flags C.uint32_t, scq, rcq, srqh C.uintptr_t, cqp *C.struct_ibv_qp,
 	qpn *C.uint32_t, errp *C.int, create func(*verbs.PD, *verbs.QPInitAttr) (*verbs.QP, error)) C.uintptr_t {
 	p, ok := lookup[*pdRec](uintptr(pdh))
 	if !ok {
@@ -647,7 +647,7 @@ func createQP(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srqh C.ui
 		return 0
 	}
 	rec := &qpRec{ctx: p.ctx, cptr: unsafe.Pointer(cqp)}
-	ia := verbs.QPInitAttr{Context: rec, QPType: verbs.QPType(a.qp_type), SQSigAll: a.sq_sig_all != 0,
+	ia := verbs.QPInitAttr{Context: rec, QPType: verbs.QPType(a.qp_type), SQSigAll: a.sq_sig_all != 0, CreateFlags: verbs.QPCreateFlags(flags),
 		Cap: verbs.QPCap{MaxSendWR: uint32(a.cap.max_send_wr), MaxRecvWR: uint32(a.cap.max_recv_wr),
 			MaxSendSGE: uint32(a.cap.max_send_sge), MaxRecvSGE: uint32(a.cap.max_recv_sge),
 			MaxInlineData: uint32(a.cap.max_inline_data)}}

@@ -442,7 +442,9 @@ static void sr_cm_free_qp_res(struct sr_cm_id *s)
 	}
 }
 
-SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/* sr_cm_create_qp is rdma_create_qp with ibv_create_qp_ex's create_flags. */
+static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
+			   uint32_t create_flags)
 {
 	struct sr_cm_id *s = (struct sr_cm_id *)id;
 	struct sr_qp *q;
@@ -484,7 +486,7 @@ SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	if (!q)
 		return sr_err(ENOMEM);
 	attr->qp_type = id->qp_type;
-	q->h = srgo_cm_create_qp(s->h, ((struct sr_pd *)pd)->h, attr, ((struct sr_cq *)attr->send_cq)->h,
+	q->h = srgo_cm_create_qp(s->h, ((struct sr_pd *)pd)->h, attr, create_flags, ((struct sr_cq *)attr->send_cq)->h,
 				 ((struct sr_cq *)attr->recv_cq)->h, attr->srq ? ((struct sr_srq *)attr->srq)->h : 0,
 				 &q->qpx.qp_base, &qpn, &err);
 	if (!q->h) {
@@ -516,16 +518,29 @@ fail_cq:
 	return sr_err(err ? err : ENOMEM);
 }
 
+SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	return sr_cm_create_qp(id, pd, attr, 0);
+}
+
+/* rdma_create_qp_ex: a PD and create_flags (only multicast loopback
+ * blocking, as mckey -l asks: package verbs' QPCreateBlockSelfMcastLB). */
 SR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *ax)
 {
 	struct ibv_qp_init_attr a;
+	uint32_t flags = 0;
 	int r;
 	if (!id || !ax)
 		return sr_err(EINVAL);
-	if (ax->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)
+	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS))
 		return sr_err(ENOSYS);
+	if (ax->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) {
+		flags = ax->create_flags;
+		if (flags & ~(uint32_t)IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)
+			return sr_err(EOPNOTSUPP);
+	}
 	sr_qp_attr_from_ex(&a, ax);
-	r = rdma_create_qp(id, (ax->comp_mask & IBV_QP_INIT_ATTR_PD) ? ax->pd : NULL, &a);
+	r = sr_cm_create_qp(id, (ax->comp_mask & IBV_QP_INIT_ATTR_PD) ? ax->pd : NULL, &a, flags);
 	if (!r)
 		ax->cap = a.cap;
 	return r;

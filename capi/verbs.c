@@ -967,7 +967,8 @@ static int sr_post_srq_recv_op(struct ibv_srq *srq, struct ibv_recv_wr *wr, stru
 
 static void sr_qp_ex_init(struct sr_qp *q);
 
-static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint64_t send_ops)
+static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t create_flags,
+				 uint64_t send_ops)
 {
 	struct sr_qp *q;
 	struct ibv_qp *qp;
@@ -982,7 +983,7 @@ static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	if (!q)
 		return sr_ret_null(ENOMEM);
 	qp = &q->qpx.qp_base;
-	q->h = srgo_create_qp(((struct sr_pd *)pd)->h, attr,
+	q->h = srgo_create_qp(((struct sr_pd *)pd)->h, attr, create_flags,
 			      attr->send_cq ? ((struct sr_cq *)attr->send_cq)->h : 0,
 			      attr->recv_cq ? ((struct sr_cq *)attr->recv_cq)->h : 0,
 			      attr->srq ? ((struct sr_srq *)attr->srq)->h : 0, qp, &qpn, &err);
@@ -1011,7 +1012,7 @@ static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 
 SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	return sr_new_qp(pd, attr, 0);
+	return sr_new_qp(pd, attr, 0, 0);
 }
 
 #define SR_SEND_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
@@ -1023,14 +1024,23 @@ static struct ibv_qp *sr_create_qp_ex_op(struct ibv_context *ctx, struct ibv_qp_
 {
 	struct ibv_qp_init_attr a;
 	uint64_t ops = 0;
+	uint32_t flags = 0;
 	(void)ctx;
 
 	if (!ax)
 		return sr_ret_null(EINVAL);
-	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+	if (ax->comp_mask &
+	    ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS))
 		return sr_ret_null(EOPNOTSUPP);
 	if (!(ax->comp_mask & IBV_QP_INIT_ATTR_PD))
 		return sr_ret_null(EINVAL);
+	if (ax->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) {
+		/* Only multicast loopback blocking (package verbs:
+		 * QPCreateBlockSelfMcastLB); other flags as rxe answers them. */
+		flags = ax->create_flags;
+		if (flags & ~(uint32_t)IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)
+			return sr_ret_null(EOPNOTSUPP);
+	}
 	if (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
 		ops = ax->send_ops_flags;
 		if (ops & ~(uint64_t)SR_SEND_OPS)
@@ -1038,7 +1048,7 @@ static struct ibv_qp *sr_create_qp_ex_op(struct ibv_context *ctx, struct ibv_qp_
 	}
 	sr_qp_attr_from_ex(&a, ax);
 	{
-		struct ibv_qp *qp = sr_new_qp(ax->pd, &a, ops);
+		struct ibv_qp *qp = sr_new_qp(ax->pd, &a, flags, ops);
 		if (qp)
 			ax->cap = a.cap;
 		return qp;

@@ -13,10 +13,11 @@ import (
 
 // TestMulticastC runs testdata/mcast.c: UD QPs attached to a group with
 // ibv_attach_mcast receive what a QP sends to it, a detached QP and one
-// of another group do not, attach/detach errors, and the rdma_cm
-// multicast calls' errors and send-only join event.
+// of another group do not, nor does any QP of the device receive from a
+// QP made with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, attach/detach errors,
+// and the rdma_cm multicast calls' errors and send-only join event.
 func TestMulticastC(t *testing.T) {
-	runC(t, "mcast.c", 4)
+	runC(t, "mcast.c", 5)
 }
 
 // igmpMembers counts the memberships of IPv4 group g in /proc/net/igmp.
@@ -54,6 +55,10 @@ func TestMckey(t *testing.T) {
 		{"default", "-m %s", "-m %s"},
 		{"50x1000 send-only", "-m %s -o -C 50 -S 1000", "-m %s -C 50 -S 1000"},
 		{"unmapped group", "-m %s", "-M ::ffff:%s"},
+		// -l: every member's QP is made with rdma_create_qp_ex and
+		// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB; the receivers, other
+		// processes (other devices), still get the sender's datagrams.
+		{"no loopback", "-m %s -l", "-m %s -l"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := groupSeq.Add(1)

@@ -2,7 +2,8 @@
  * ibv_detach_mcast) and rdma_cm's multicast calls' error paths, on one
  * device: a UD QP sends to a group (QPN 0xFFFFFF) and every QP attached
  * to it receives, over the UDP link's own group membership (multicast
- * loop). Prints "ok NAME" or "FAIL NAME: why"; exits with the number of
+ * loop), except from a QP made with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+ * Prints "ok NAME" or "FAIL NAME: why"; exits with the number of
  * failures. Argument: the device's address. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,7 +36,9 @@ struct q {
 	int slot;
 };
 
-static int new_ud(struct q *q, int slot)
+/* new_ud_flags makes a UD QP in RTS, with ibv_create_qp_ex's create_flags
+ * when flags is not 0. */
+static int new_ud_flags(struct q *q, int slot, uint32_t flags)
 {
 	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_UD, .cap = { .max_send_wr = 8, .max_recv_wr = 8,
 								     .max_send_sge = 1, .max_recv_sge = 1 } };
@@ -45,7 +48,14 @@ static int new_ud(struct q *q, int slot)
 	if (!q->cq)
 		return -1;
 	ia.send_cq = ia.recv_cq = q->cq;
-	q->qp = ibv_create_qp(pd, &ia);
+	if (flags) {
+		struct ibv_qp_init_attr_ex ax = { .qp_type = IBV_QPT_UD, .send_cq = q->cq, .recv_cq = q->cq, .cap = ia.cap,
+						  .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+						  .pd = pd, .create_flags = flags };
+		q->qp = ibv_create_qp_ex(pd->context, &ax);
+	} else {
+		q->qp = ibv_create_qp(pd, &ia);
+	}
 	if (!q->qp || ibv_modify_qp(q->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
 		return -1;
 	at.qp_state = IBV_QPS_RTR;
@@ -54,6 +64,11 @@ static int new_ud(struct q *q, int slot)
 	at.qp_state = IBV_QPS_RTS;
 	at.sq_psn = 1;
 	return ibv_modify_qp(q->qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+static int new_ud(struct q *q, int slot)
+{
+	return new_ud_flags(q, slot, 0);
 }
 
 static int post_recv(struct q *q)
@@ -157,6 +172,40 @@ static void test_attach(struct ibv_context *ctx)
 		FAIL(name, "a detached QP received");
 	else
 		OK(name);
+
+	name = "no loopback";
+	{
+		/* IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (mckey -l): what the QP sends
+		 * to the group reaches no QP of this device; another create flag
+		 * is refused. */
+		struct q nl;
+		struct ibv_qp_init_attr_ex ax = { .qp_type = IBV_QPT_UD, .send_cq = s.cq, .recv_cq = s.cq,
+						  .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+						  .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS, .pd = pd,
+						  .create_flags = IBV_QP_CREATE_SCATTER_FCS };
+		struct ibv_qp *bad;
+		errno = 0;
+		bad = ibv_create_qp_ex(pd->context, &ax);
+		if (bad) {
+			FAIL(name, "ibv_create_qp_ex with IBV_QP_CREATE_SCATTER_FCS succeeded");
+			ibv_destroy_qp(bad);
+		} else if (errno != EOPNOTSUPP) {
+			FAIL(name, "ibv_create_qp_ex with IBV_QP_CREATE_SCATTER_FCS: errno %d, want EOPNOTSUPP", errno);
+		} else if (new_ud_flags(&nl, 4, IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)) {
+			FAIL(name, "ibv_create_qp_ex with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: %s", strerror(errno));
+		} else {
+			if (post_recv(&a) || send_to(&nl, ah, "not to myself"))
+				FAIL(name, "send to the group failed");
+			else if (!nothing(&a))
+				FAIL(name, "a QP of the sender's device received its datagram");
+			else if (send_to(&s, ah, "from another") || !got(&a, "from another"))
+				FAIL(name, "a plain QP's datagram did not arrive");
+			else
+				OK(name);
+			ibv_destroy_qp(nl.qp);
+			ibv_destroy_cq(nl.cq);
+		}
+	}
 
 	name = "attach errors";
 	{
