@@ -45,8 +45,10 @@ type chanRec struct {
 	done   chan struct{}
 	events eventQueue[*cqRec] // completion events not yet taken
 
-	mu  sync.Mutex
-	cqs int // CQs using the channel
+	mu      sync.Mutex
+	cqs     int         // CQs using the channel
+	started atomic.Bool // forward runs (from the first ibv_req_notify_cq on one of its CQs); set under mu
+	stopped bool        // destroyed
 }
 
 type cqRec struct {
@@ -329,11 +331,23 @@ func srgo_create_comp_channel(h C.uintptr_t, fd C.int, errp *C.int) C.uintptr_t 
 	}
 	r := &chanRec{ctx: c, ch: d.CreateCompChannel(), stop: make(chan struct{}), done: make(chan struct{})}
 	r.events.fd = int(fd)
-	hh := addOrFail(r, errp, func() {})
-	if hh != 0 {
+	return addOrFail(r, errp, func() {})
+}
+
+// start starts forward, once: a channel gets CQ events only after a CQ of
+// its was armed, so the goroutine waits for the first ibv_req_notify_cq
+// (rdma_create_qp makes two channels per QP that most programs, cmtime's
+// server among them, never arm).
+func (r *chanRec) start() {
+	if r.started.Load() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started.Load() && !r.stopped {
+		r.started.Store(true)
 		go r.forward()
 	}
-	return hh
 }
 
 // forward turns the channel's CQ events into eventfd counts, one each.
@@ -359,13 +373,19 @@ func srgo_destroy_comp_channel(h C.uintptr_t) C.int {
 	}
 	r.mu.Lock()
 	busy := r.cqs > 0
+	started := r.started.Load()
+	if !busy {
+		r.stopped = true
+	}
 	r.mu.Unlock()
 	if busy {
 		return bad(syscall.EBUSY)
 	}
 	handles.remove(uintptr(h))
 	close(r.stop)
-	<-r.done
+	if started {
+		<-r.done
+	}
 	return 0
 }
 
@@ -512,6 +532,9 @@ func srgo_req_notify_cq(h C.uintptr_t, solicited C.int) C.int {
 	r, ok := lookup[*cqRec](uintptr(h))
 	if !ok {
 		return bad(syscall.EINVAL)
+	}
+	if r.ch != nil {
+		r.ch.start()
 	}
 	return cerr(r.cq.ReqNotify(solicited != 0))
 }

@@ -1,0 +1,124 @@
+package capitest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cmtimeSteps are cmtime's steps, in its table's order.
+var cmtimeSteps = []string{"create id", "bind addr", "resolve addr", "resolve route", "create qp", "connect", "disconnect", "destroy"}
+
+// cmtimeRow matches one row of cmtime's table: step, total ms, max ms,
+// min us, us per connection.
+var cmtimeRow = regexp.MustCompile(`(?m)^([a-z ]+?) *: +([-0-9.]+) +([-0-9.]+) *([-0-9.]+) +([-0-9.]+)$`)
+
+// TestSpeedCmtime measures stock cmtime -c 100 on the library (both
+// sides) against softroce's Go cmtime doing the same (SOFTROCE_MEASURE=1;
+// CI does not run it), step by step: each step's µs per connection and
+// the total of the steps' times (without bind addr, a step only the Go
+// client, given -b, has), in SOFTROCE_MEASURE_ROUNDS rounds (default 5)
+// alternating which goes first, with medians and the rate ratio Go/stock
+// of each (goal for connect and the total: ≥ 0.9).
+// SOFTROCE_MEASURE_RT=1 runs both programs of each pair (never the go
+// command) under chrt -f 10: only ever both, since a client spinning at
+// real-time priority starves a server that is not.
+func TestSpeedCmtime(t *testing.T) {
+	if os.Getenv("SOFTROCE_MEASURE") != "1" {
+		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
+	}
+	needLib(t, "cmtime")
+	rt := func(argv []string) []string {
+		if os.Getenv("SOFTROCE_MEASURE_RT") != "1" {
+			return argv
+		}
+		return append([]string{"chrt", "-f", "10"}, argv...)
+	}
+	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
+	if rounds <= 0 {
+		rounds = 5
+	}
+	// run returns µs per connection by step, and the total in ms.
+	run := func(stock bool) (map[string]float64, float64) {
+		sa, ca := addrPair()
+		port := itoa(freePort(t))
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		server, client := []string{goTool, "cmtime", "-b", sa, "-p", port}, []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}
+		senv, cenv := env(""), env("")
+		if stock {
+			server, client = []string{"cmtime", "-b", sa, "-p", port}, []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
+			senv, cenv = env(sa), env(ca)
+		}
+		sp := start(t, ctx, senv, rt(server)...)
+		waitUDP(t, sa, sp)
+		cp := start(t, ctx, cenv, rt(client)...)
+		err := cp.wait()
+		sp.cmd.Process.Kill()
+		sp.wait()
+		per, total := map[string]float64{}, 0.0
+		for _, m := range cmtimeRow.FindAllStringSubmatch(cp.stdout.String(), -1) {
+			ms, _ := strconv.ParseFloat(m[2], 64)
+			us, _ := strconv.ParseFloat(m[5], 64)
+			per[m[1]] = us
+			if m[1] != "bind addr" {
+				total += ms
+			}
+		}
+		if err != nil || per["connect"] == 0 {
+			t.Fatalf("cmtime: %s", cp)
+		}
+		return per, total
+	}
+	stockStep, goStep := map[string][]float64{}, map[string][]float64{}
+	var stockTotal, goTotal []float64
+	for r := 0; r < rounds; r++ {
+		first := r%2 == 0
+		for _, stock := range []bool{first, !first} {
+			per, total := run(stock)
+			into, tot := goStep, &goTotal
+			if stock {
+				into, tot = stockStep, &stockTotal
+			}
+			for k, v := range per {
+				into[k] = append(into[k], v)
+			}
+			*tot = append(*tot, total)
+		}
+		load, _ := os.ReadFile("/proc/loadavg")
+		t.Logf("round %d (load %.4s): connect stock %.1f Go %.1f us/conn (%.2fx); total stock %.2f Go %.2f ms (%.2fx)", r+1, load,
+			stockStep["connect"][r], goStep["connect"][r], goStep["connect"][r]/stockStep["connect"][r],
+			stockTotal[r], goTotal[r], goTotal[r]/stockTotal[r])
+	}
+	med := func(v []float64) float64 {
+		if len(v) == 0 {
+			return 0
+		}
+		s := append([]float64(nil), v...)
+		sort.Float64s(s)
+		return s[len(s)/2]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "medians of %d rounds, us per connection (rate ratio Go/stock; goal for connect and total >= 0.9):\n", rounds)
+	fmt.Fprintf(&b, "%-14s %9s %9s %7s\n", "step", "stock", "Go", "ratio")
+	for _, s := range cmtimeSteps {
+		if len(stockStep[s]) == 0 && len(goStep[s]) == 0 {
+			continue
+		}
+		st, g := med(stockStep[s]), med(goStep[s])
+		ratio := "-"
+		if st > 0 && g > 0 {
+			ratio = fmt.Sprintf("%.2fx", g/st)
+		}
+		fmt.Fprintf(&b, "%-14s %9.2f %9.2f %7s\n", s, st, g, ratio)
+	}
+	st, g := med(stockTotal), med(goTotal)
+	fmt.Fprintf(&b, "%-14s %9.2f %9.2f %6.2fx (ms, all steps but bind addr)\n", "total", st, g, g/st)
+	t.Log(b.String())
+}
