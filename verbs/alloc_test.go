@@ -119,3 +119,36 @@ func TestSteadyStateAllocsUCUD(t *testing.T) {
 		}
 	}
 }
+
+// TestCompChannelQueueOnUse: a completion channel makes its event queue
+// (1024 slots) only when first used: creating one is its struct alone.
+// Events still arrive once the queue exists.
+func TestCompChannelQueueOnUse(t *testing.T) {
+	o := pairOpts{}
+	ea, _ := newPipePair(t, &o)
+	defaults(&o)
+	a := newSide(t, ea, o)
+	var ch *CompChannel
+	if n := testing.AllocsPerRun(100, func() { ch = a.dev.CreateCompChannel() }); n != 1 {
+		t.Errorf("CreateCompChannel: %v allocations, want 1 (the struct)", n)
+	}
+	if ch.ch != nil {
+		t.Fatal("an unused channel has its queue")
+	}
+	cq, err := a.dev.CreateCQ(4, nil, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	cq.push(&WC{WRID: 7}, false)
+	select {
+	case got := <-ch.C():
+		if got != cq {
+			t.Fatalf("event for %p, want %p", got, cq)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no completion event")
+	}
+}

@@ -10,20 +10,30 @@ import (
 // CompChannel is a completion event channel (ibv_comp_channel): armed CQs
 // attached to it deliver one event per arming.
 type CompChannel struct {
-	dev *Device
-	ch  chan *CQ
+	dev  *Device
+	once sync.Once
+	ch   chan *CQ // made by events, on first use
 }
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
+// Its queue of events (1024) is made when first used: a channel nobody
+// arms a CQ of, or waits on, costs no more than its struct (the C
+// library's rdma_create_qp makes two per QP, as librdmacm).
 func (d *Device) CreateCompChannel() *CompChannel {
-	return &CompChannel{dev: d, ch: make(chan *CQ, 1024)}
+	return &CompChannel{dev: d}
+}
+
+// events returns the channel's queue, made on first use.
+func (c *CompChannel) events() chan *CQ {
+	c.once.Do(func() { c.ch = make(chan *CQ, 1024) })
+	return c.ch
 }
 
 // GetCQEvent waits for the next CQ event (ibv_get_cq_event). Every event
 // must be acknowledged with CQ.AckEvents.
 func (c *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 	select {
-	case cq := <-c.ch:
+	case cq := <-c.events():
 		cq.mu.Lock()
 		cq.evReceived++
 		cq.mu.Unlock()
@@ -37,7 +47,7 @@ func (c *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 
 // C returns the channel events arrive on (for select loops); events read
 // from it directly count as received too.
-func (c *CompChannel) C() <-chan *CQ { return c.ch }
+func (c *CompChannel) C() <-chan *CQ { return c.events() }
 
 // CQ is a completion queue (ibv_cq).
 type CQ struct {
@@ -212,7 +222,7 @@ func (cq *CQ) push(wc *WC, solicited bool) bool {
 	cq.dev.rx.woke.Store(true)
 	if notify && cq.ch != nil {
 		select {
-		case cq.ch.ch <- cq:
+		case cq.ch.events() <- cq:
 		default:
 			cq.dev.stats.DropEvents.Add(1)
 		}
