@@ -44,11 +44,12 @@ func TestSpeedCmtime(t *testing.T) {
 	if rounds <= 0 {
 		rounds = 5
 	}
-	// run returns µs per connection by step, and the total in ms.
-	run := func(stock bool) (map[string]float64, float64) {
+	// try returns µs per connection by step, and the total in ms; nil
+	// for a run that failed or hung (killed after 20 s).
+	try := func(stock bool) (map[string]float64, float64, *proc) {
 		sa, ca := addrPair()
 		port := itoa(freePort(t))
-		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		server, client := []string{goTool, "cmtime", "-b", sa, "-p", port}, []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}
 		senv, cenv := env(""), env("")
@@ -72,9 +73,24 @@ func TestSpeedCmtime(t *testing.T) {
 			}
 		}
 		if err != nil || per["connect"] == 0 {
-			t.Fatalf("cmtime: %s", cp)
+			return nil, 0, cp
 		}
-		return per, total
+		return per, total, cp
+	}
+	// run retries a failed run twice: at real-time priority on a loaded
+	// host, one pair in ten (the Go tool's too) has hung in the disconnect
+	// step, a connection's DISCONNECTED never arriving.
+	run := func(stock bool) (map[string]float64, float64) {
+		for i := 0; ; i++ {
+			per, total, cp := try(stock)
+			if per != nil {
+				return per, total
+			}
+			if i == 2 {
+				t.Fatalf("cmtime failed three times: %s", cp)
+			}
+			t.Logf("cmtime failed, again: %s", cp)
+		}
 	}
 	stockStep, goStep := map[string][]float64{}, map[string][]float64{}
 	var stockTotal, goTotal []float64
