@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -287,6 +288,8 @@ func TestCQEvents(t *testing.T) {
 			da, db := lk.open(t)
 			a, b := connected(t, da, db, verbs.QPTypeRC)
 			ch := db.CreateCompChannel()
+			var notified atomic.Int32 // SetNotify: one call per event
+			ch.SetNotify(func() { notified.Add(1) })
 			cq := must[*verbs.CQ](t)(db.CreateCQ(64, nil, ch))
 			// A second QP pair whose receive CQ has the channel.
 			b2 := &end{dev: db, pd: b.pd, cq: cq, buf: b.buf, mr: b.mr}
@@ -305,6 +308,9 @@ func TestCQEvents(t *testing.T) {
 			if err != nil || got != cq {
 				t.Fatal(err)
 			}
+			if n := notified.Load(); n != 1 {
+				t.Fatalf("notify called %d times for one event", n)
+			}
 			poll(t, cq, 1)
 			// Solicited only: an unsolicited message raises no event, a solicited one does.
 			cq.ReqNotify(true)
@@ -322,6 +328,10 @@ func TestCQEvents(t *testing.T) {
 			if wc := poll(t, cq, 1); wc[0].WRID != 3 {
 				t.Fatalf("%+v", wc)
 			}
+			if n := notified.Load(); n != 2 {
+				t.Fatalf("notify called %d times for two events", n)
+			}
+			ch.SetNotify(nil)
 			wantErrno(t, cq.Destroy(), syscall.EBUSY) // unacked events, and a QP
 			cq.AckEvents(2)
 			b2.qp.Destroy()

@@ -10,9 +10,22 @@ import (
 // CompChannel is a completion event channel (ibv_comp_channel): armed CQs
 // attached to it deliver one event per arming.
 type CompChannel struct {
-	dev  *Device
-	once sync.Once
-	ch   chan *CQ // made by events, on first use
+	dev    *Device
+	once   sync.Once
+	ch     chan *CQ // made by events, on first use
+	notify atomic.Pointer[func()]
+}
+
+// SetNotify sets a function called after each event the channel receives,
+// on the goroutine that raised it (nil: none). It must not block: the C
+// library writes an eventfd there, so that a thread waiting outside Go
+// is woken by the kernel, without a hand-off through a goroutine.
+func (c *CompChannel) SetNotify(f func()) {
+	if f == nil {
+		c.notify.Store(nil)
+		return
+	}
+	c.notify.Store(&f)
 }
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -225,6 +238,9 @@ func (cq *CQ) push(wc *WC, solicited bool) bool {
 		case cq.ch.events() <- cq:
 		default:
 			cq.dev.stats.DropEvents.Add(1)
+		}
+		if f := cq.ch.notify.Load(); f != nil {
+			(*f)()
 		}
 	}
 	return true
