@@ -17,6 +17,10 @@
 //
 // Dial and Listen give a *Conn, a net.Conn (with deadlines, CloseWrite,
 // non-blocking mode and Poll for the C library's rpoll); IOMap and
-// IOWrite are riomap and riowrite. Datagram rsockets (SOCK_DGRAM) are not
-// implemented.
+// IOWrite are riomap and riowrite.
+//
+// ListenPacket gives a datagram rsocket (SOCK_DGRAM, a *PacketConn, a
+// net.PacketConn): rsocket.c's ds_* protocol, UD QPs beside a real UDP
+// socket that carries the first datagrams to a peer and learns its QP
+// (dsproto.go).
 package rsocket

@@ -1,7 +1,9 @@
 package rsocket
 
 import (
+	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"testing"
 )
 
@@ -70,6 +72,62 @@ func FuzzMessages(f *testing.F) {
 		}
 		if c.rqueued != 0 {
 			t.Fatalf("%d bytes left queued", c.rqueued)
+		}
+	})
+}
+
+// FuzzDSHeader: any bytes at the front of a received UD datagram decode
+// without panicking, and what decodes re-encodes to the same bytes.
+func FuzzDSHeader(f *testing.F) {
+	for _, h := range []DSHeader{
+		{Addr: netip.MustParseAddrPort("10.0.0.1:7174")},
+		{Addr: netip.MustParseAddrPort("[fe80::1]:7174"), FlowInfo: 0x12345},
+	} {
+		b := make([]byte, DSHeaderLen6)
+		f.Add(b[:h.Marshal(b)])
+	}
+	f.Add([]byte{4, 8, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, n, err := ParseDSHeader(b)
+		if err != nil {
+			return
+		}
+		if n != h.Len() || n > len(b) {
+			t.Fatalf("length %d, header says %d, %d bytes", n, h.Len(), len(b))
+		}
+		out := make([]byte, DSHeaderLen6)
+		if m := h.Marshal(out); !bytes.Equal(out[:m], b[:n]) {
+			t.Fatalf("re-encoded % x, want % x", out[:m], b[:n])
+		}
+	})
+}
+
+// FuzzDSUDPHeader: any datagram received on a datagram rsocket's UDP
+// socket decodes without panicking, and what decodes re-encodes to the
+// same bytes (the reserved byte and the QPN's top byte aside).
+func FuzzDSUDPHeader(f *testing.F) {
+	for _, h := range []DSUDPHeader{
+		{Op: OpData, QPN: 0x11, Addr: netip.MustParseAddr("10.0.0.1")},
+		{Op: OpCtrl, QPN: 0xFFFFFF, Addr: netip.MustParseAddr("fe80::1")},
+	} {
+		b := make([]byte, DSUDPHeaderLen6)
+		f.Add(b[:h.Marshal(b)], h.Addr.Is6())
+	}
+	f.Add([]byte{0x55, 0x55, 0x55, 0x55, 4}, false)
+	f.Fuzz(func(t *testing.T, b []byte, v6 bool) {
+		h, n, err := ParseDSUDPHeader(b, v6)
+		if err != nil {
+			return
+		}
+		if n != h.Len() || n > len(b) || h.Addr.Is6() != v6 {
+			t.Fatalf("length %d, header says %d, %d bytes, v6 %v", n, h.Len(), len(b), v6)
+		}
+		out := make([]byte, DSUDPHeaderLen6)
+		m := h.Marshal(out)
+		want := append([]byte(nil), b[:n]...)
+		want[7], want[8] = 0, 0
+		if !bytes.Equal(out[:m], want) {
+			t.Fatalf("re-encoded % x, want % x", out[:m], want)
 		}
 	})
 }
