@@ -115,15 +115,73 @@ SR_EXPORT int rclose(int socket)
 	return 0;
 }
 
+/* sr_rs_block waits until the socket's eventfd is written (the Go side
+ * armed the connection's completion events; the device's goroutine writes
+ * it), and clears it. The bound only guards against a lost wake-up. */
+static void sr_rs_block(int socket)
+{
+	struct pollfd p = { .fd = socket, .events = POLLIN };
+	uint64_t v;
+	if (poll(&p, 1, 100) > 0)
+		(void)!read(socket, &v, sizeof v);
+}
+
+/* A blocking receive or send waits here, in C, not inside Go: a thread
+ * parked in Go is woken by the device's goroutine handing it the
+ * processor (two thread wake-ups); a thread in poll(2) is woken by the
+ * kernel when the eventfd is written (one). The Go side says, through
+ * wait, that the socket is blocking and the call was made not to park. */
+static ssize_t sr_rs_recv(int socket, void *buf, size_t len, int flags)
+{
+	size_t got = 0;
+	for (;;) {
+		int wait = 0;
+		ssize_t n = srgo_rs_recv(socket, (char *)buf + got, len - got, flags, &wait);
+		if (n > 0) {
+			got += (size_t)n;
+			if (!wait || !(flags & MSG_WAITALL) || got == len)
+				return (ssize_t)got;
+			continue;
+		}
+		if (n == -EAGAIN && wait) {
+			sr_rs_block(socket);
+			continue;
+		}
+		return got ? (ssize_t)got : n;
+	}
+}
+
+static ssize_t sr_rs_send(int socket, void *buf, size_t len, int flags)
+{
+	size_t sent = 0;
+	for (;;) {
+		int wait = 0;
+		ssize_t n = srgo_rs_send(socket, (char *)buf + sent, len - sent, flags, &wait);
+		if (n > 0) {
+			sent += (size_t)n;
+			if (!wait || sent == len)
+				return (ssize_t)sent;
+			continue;
+		}
+		if (n == -EAGAIN && wait) {
+			sr_rs_block(socket);
+			continue;
+		}
+		return sent ? (ssize_t)sent : n;
+	}
+}
+
 SR_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
 {
-	return sr_rs_sret(srgo_rs_recv(socket, buf, len, flags));
+	return sr_rs_sret(sr_rs_recv(socket, buf, len, flags));
 }
 
 SR_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags,
 			    struct sockaddr *src_addr, socklen_t *addrlen)
 {
-	ssize_t n = sr_rs_sret(srgo_rs_recv(socket, buf, len, flags));
+	if (srgo_rs_is_dgram(socket))
+		return sr_rs_sret(srgo_rs_recvfrom(socket, buf, len, flags, src_addr, addrlen));
+	ssize_t n = sr_rs_sret(sr_rs_recv(socket, buf, len, flags));
 	if (n > 0 && src_addr && addrlen)
 		srgo_rs_name(socket, 1, src_addr, addrlen);
 	return n;
@@ -138,32 +196,33 @@ SR_EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags)
 	}
 	if (!msg->msg_iovlen)
 		return 0;
-	return sr_rs_sret(srgo_rs_recv(socket, msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len, msg->msg_flags));
+	return sr_rs_sret(sr_rs_recv(socket, msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len, msg->msg_flags));
 }
 
 SR_EXPORT ssize_t rread(int socket, void *buf, size_t count)
 {
-	return sr_rs_sret(srgo_rs_recv(socket, buf, count, 0));
+	return sr_rs_sret(sr_rs_recv(socket, buf, count, 0));
 }
 
 SR_EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt)
 {
 	if (iovcnt <= 0)
 		return 0;
-	return sr_rs_sret(srgo_rs_recv(socket, iov[0].iov_base, iov[0].iov_len, 0));
+	return sr_rs_sret(sr_rs_recv(socket, iov[0].iov_base, iov[0].iov_len, 0));
 }
 
 SR_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags)
 {
-	return sr_rs_sret(srgo_rs_send(socket, (void *)buf, len, flags));
+	return sr_rs_sret(sr_rs_send(socket, (void *)buf, len, flags));
 }
 
 SR_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags,
 			  const struct sockaddr *dest_addr, socklen_t addrlen)
 {
-	(void)dest_addr;
 	(void)addrlen;
-	return sr_rs_sret(srgo_rs_send(socket, (void *)buf, len, flags));
+	if (!dest_addr)
+		return sr_rs_sret(sr_rs_send(socket, (void *)buf, len, flags));
+	return sr_rs_sret(srgo_rs_sendto(socket, (void *)buf, len, flags, (struct sockaddr *)dest_addr));
 }
 
 SR_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags)
@@ -177,7 +236,7 @@ SR_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags)
 
 SR_EXPORT ssize_t rwrite(int socket, const void *buf, size_t count)
 {
-	return sr_rs_sret(srgo_rs_send(socket, (void *)buf, count, 0));
+	return sr_rs_sret(sr_rs_send(socket, (void *)buf, count, 0));
 }
 
 SR_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt)

@@ -49,6 +49,8 @@ type rsock struct {
 	flags    int // F_GETFL's value
 	l        *rsocket.Listener
 	c        *rsocket.Conn
+	dgram    bool                // SOCK_DGRAM
+	pc       *rsocket.PacketConn // a datagram socket's, once bound, connected or sent from
 	dialing  bool
 	dialDone chan struct{}
 	soErr    syscall.Errno // SO_ERROR, cleared when read
@@ -111,24 +113,52 @@ func srgo_rs_socket(domain, typ, proto C.int) C.int {
 	if domain != C.AF_INET && domain != C.AF_INET6 {
 		return -C.int(syscall.ENOTSUP)
 	}
-	if typ != C.SOCK_STREAM || (proto != 0 && proto != C.IPPROTO_TCP) {
-		if typ == C.SOCK_DGRAM {
-			warnOnce(&dgramSaid, "rsocket: datagram rsockets (SOCK_DGRAM) are not implemented by softroce's librdmacm yet")
-		}
+	dgram := typ == C.SOCK_DGRAM
+	if !(typ == C.SOCK_STREAM && (proto == 0 || proto == C.IPPROTO_TCP)) && !(dgram && (proto == 0 || proto == C.IPPROTO_UDP)) {
 		return -C.int(syscall.ENOTSUP)
 	}
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return -C.int(errnoOf(err, syscall.EMFILE))
 	}
-	r := &rsock{fd: fd, domain: int(domain), so: map[[2]int]int{}}
+	r := &rsock{fd: fd, domain: int(domain), dgram: dgram, so: map[[2]int]int{}}
 	rsocks.Store(fd, r)
 	return C.int(fd)
 }
 
-var dgramSaid sync.Once
+// packet returns the datagram socket's PacketConn, opening it (bound to
+// the device's address, any port) on first use (ds_init_ep); r.mu held.
+func (r *rsock) packet() (*rsocket.PacketConn, syscall.Errno) {
+	if r.pc != nil {
+		return r.pc, 0
+	}
+	if err := C.sr_rs_device(nil); err != 0 {
+		return nil, syscall.Errno(err)
+	}
+	src := firstSrc()
+	r.cfg.Src = src
+	pc, err := rsocket.ListenPacket(netip.AddrPortFrom(src, 0).String(), &r.cfg)
+	if err != nil {
+		return nil, rsErrno(err)
+	}
+	r.setPacket(pc)
+	return pc, 0
+}
 
-func warnOnce(o *sync.Once, msg string) { o.Do(func() { warn("%s", msg) }) }
+func (r *rsock) setPacket(pc *rsocket.PacketConn) {
+	pc.SetNonblock(r.nonblock)
+	pc.SetNotify(r.wake)
+	r.pc = pc
+}
+
+// dgramSock returns fd's datagram socket, or nil if fd is not one.
+func dgramSock(fd C.int) *rsock {
+	r, ok := rsLookup(fd)
+	if !ok || !r.dgram {
+		return nil
+	}
+	return r
+}
 
 //export srgo_rs_bind
 func srgo_rs_bind(fd C.int, sa *C.struct_sockaddr) C.int {
@@ -152,8 +182,20 @@ func srgo_rs_bind(fd C.int, sa *C.struct_sockaddr) C.int {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.l != nil || r.c != nil || r.dialing {
+	if r.l != nil || r.c != nil || r.dialing || r.pc != nil {
 		return C.int(syscall.EINVAL)
+	}
+	if r.dgram {
+		if !ap.Addr().IsUnspecified() && !ap.Addr().IsLoopback() {
+			r.cfg.Src = ap.Addr()
+		} else {
+			r.cfg.Src = firstSrc()
+		}
+		pc, err := rsocket.ListenPacket(ap.String(), &r.cfg)
+		if err != nil {
+			return C.int(rsErrno(err))
+		}
+		r.setPacket(pc)
 	}
 	r.bound = ap
 	return 0
@@ -167,6 +209,9 @@ func srgo_rs_listen(fd C.int, backlog C.int) C.int {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.dgram {
+		return C.int(syscall.EOPNOTSUPP)
+	}
 	if r.l != nil {
 		return 0
 	}
@@ -248,6 +293,14 @@ func srgo_rs_connect(fd C.int, sa *C.struct_sockaddr) C.int {
 	}
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	r.mu.Lock()
+	if r.dgram {
+		defer r.mu.Unlock()
+		pc, e := r.packet()
+		if pc == nil {
+			return C.int(e)
+		}
+		return C.int(rsErrno(pc.Connect(dst)))
+	}
 	switch {
 	case r.c != nil:
 		r.mu.Unlock()
@@ -322,16 +375,78 @@ func (r *rsock) conn() (*rsocket.Conn, syscall.Errno) {
 	return nil, syscall.ENOTCONN
 }
 
+// blockFlags returns a blocking call's flags; wait (nil for a caller
+// that cannot wait in C) is for a C side that waits itself.
+func (r *rsock) blockFlags(flags C.int, wait *C.int) int { return int(flags) }
+
+//export srgo_rs_recvfrom
+func srgo_rs_recvfrom(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, sa *C.struct_sockaddr, salen *C.socklen_t) C.ssize_t {
+	r := dgramSock(fd)
+	if r == nil {
+		return -C.ssize_t(syscall.EBADF)
+	}
+	r.mu.Lock()
+	pc := r.pc
+	dom := r.domain
+	r.mu.Unlock()
+	if pc == nil {
+		return -C.ssize_t(syscall.EINVAL) // not readable before bind, connect or sendto (ds_recvfrom)
+	}
+	k, src, err := pc.RecvFrom(unsafe.Slice((*byte)(buf), int(n)), int(flags))
+	if err != nil {
+		return -C.ssize_t(rsErrno(err))
+	}
+	if sa != nil && salen != nil {
+		putName(sa, salen, src, dom)
+	}
+	return C.ssize_t(k)
+}
+
+//export srgo_rs_sendto
+func srgo_rs_sendto(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, sa *C.struct_sockaddr) C.ssize_t {
+	r, ok := rsLookup(fd)
+	if !ok {
+		return -C.ssize_t(syscall.EBADF)
+	}
+	if !r.dgram {
+		if sa != nil {
+			return -C.ssize_t(syscall.EISCONN)
+		}
+		return srgo_rs_send(fd, buf, n, flags, nil)
+	}
+	var dst netip.AddrPort
+	if sa != nil {
+		var ok bool
+		if dst, ok = sockaddrToAddrPort(sa); !ok {
+			return -C.ssize_t(syscall.EAFNOSUPPORT)
+		}
+	}
+	r.mu.Lock()
+	pc, e := r.packet()
+	r.mu.Unlock()
+	if pc == nil {
+		return -C.ssize_t(e)
+	}
+	k, err := pc.SendTo(unsafe.Slice((*byte)(buf), int(n)), dst, int(flags))
+	if err != nil {
+		return -C.ssize_t(rsErrno(err))
+	}
+	return C.ssize_t(k)
+}
+
 //export srgo_rs_recv
-func srgo_rs_recv(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int) C.ssize_t {
-	_, c, e := rsConnected(fd)
+func srgo_rs_recv(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, wait *C.int) C.ssize_t {
+	if dgramSock(fd) != nil {
+		return srgo_rs_recvfrom(fd, buf, n, flags, nil, nil)
+	}
+	r, c, e := rsConnected(fd)
 	if c == nil {
 		return -C.ssize_t(e)
 	}
 	if n == 0 {
 		return 0
 	}
-	k, err := c.Recv(unsafe.Slice((*byte)(buf), int(n)), int(flags))
+	k, err := c.Recv(unsafe.Slice((*byte)(buf), int(n)), r.blockFlags(flags, wait))
 	if err != nil && k == 0 {
 		if err == io.EOF {
 			return 0
@@ -342,15 +457,18 @@ func srgo_rs_recv(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int) C.ssize
 }
 
 //export srgo_rs_send
-func srgo_rs_send(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int) C.ssize_t {
-	_, c, e := rsConnected(fd)
+func srgo_rs_send(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, wait *C.int) C.ssize_t {
+	if dgramSock(fd) != nil {
+		return srgo_rs_sendto(fd, buf, n, flags, nil)
+	}
+	r, c, e := rsConnected(fd)
 	if c == nil {
 		return -C.ssize_t(e)
 	}
 	if n == 0 {
 		return 0
 	}
-	k, err := c.Send(unsafe.Slice((*byte)(buf), int(n)), int(flags))
+	k, err := c.Send(unsafe.Slice((*byte)(buf), int(n)), r.blockFlags(flags, wait))
 	if err != nil && k == 0 {
 		return -C.ssize_t(rsErrno(err))
 	}
@@ -367,7 +485,7 @@ func srgo_rs_sendv(fd C.int, iov *C.struct_iovec, cnt C.int, flags C.int) C.ssiz
 		if v.iov_len == 0 {
 			continue
 		}
-		k := srgo_rs_send(fd, v.iov_base, v.iov_len, flags)
+		k := srgo_rs_send(fd, v.iov_base, v.iov_len, flags, nil)
 		if k < 0 {
 			if total > 0 {
 				return total
@@ -384,6 +502,9 @@ func srgo_rs_sendv(fd C.int, iov *C.struct_iovec, cnt C.int, flags C.int) C.ssiz
 
 //export srgo_rs_shutdown
 func srgo_rs_shutdown(fd C.int, how C.int) C.int {
+	if dgramSock(fd) != nil {
+		return 0
+	}
 	r, c, e := rsConnected(fd)
 	if c == nil {
 		return C.int(e)
@@ -407,9 +528,12 @@ func srgo_rs_close(fd C.int) C.int {
 		<-done // bounded by the dial's own timeout; after its last wake
 	}
 	r.mu.Lock()
-	l, c := r.l, r.c
-	r.l, r.c = nil, nil
+	l, c, pc := r.l, r.c, r.pc
+	r.l, r.c, r.pc = nil, nil, nil
 	r.mu.Unlock()
+	if pc != nil {
+		pc.Close()
+	}
 	if l != nil {
 		l.Close()
 	}
@@ -426,9 +550,13 @@ func srgo_rs_poll(fd C.int, events C.short, arm C.int) C.int {
 		return -1
 	}
 	r.mu.Lock()
-	l, c, dialing, soErr := r.l, r.c, r.dialing, r.soErr
+	l, c, dialing, soErr, pc := r.l, r.c, r.dialing, r.soErr, r.pc
 	r.mu.Unlock()
 	switch {
+	case pc != nil:
+		return C.int(pc.Poll(int(events), arm != 0))
+	case r.dgram:
+		return C.int(int(events) & rsocket.PollOut)
 	case l != nil:
 		return C.int(l.Poll(int(events)))
 	case c != nil:
@@ -453,6 +581,15 @@ func srgo_rs_name(fd C.int, peer C.int, sa *C.struct_sockaddr, n *C.socklen_t) C
 	r.mu.Lock()
 	var ap netip.AddrPort
 	switch {
+	case r.pc != nil && peer != 0:
+		ra := r.pc.RemoteAddr()
+		if ra == nil {
+			r.mu.Unlock()
+			return C.int(syscall.ENOTCONN)
+		}
+		ap = ra.(rsocket.Addr).AddrPort
+	case r.pc != nil:
+		ap = r.pc.LocalAddr().(rsocket.Addr).AddrPort
 	case r.c != nil && peer != 0:
 		ap = r.c.RemoteAddr().(rsocket.Addr).AddrPort
 	case r.c != nil:
@@ -467,6 +604,13 @@ func srgo_rs_name(fd C.int, peer C.int, sa *C.struct_sockaddr, n *C.socklen_t) C
 	}
 	dom := r.domain
 	r.mu.Unlock()
+	putName(sa, n, ap, dom)
+	return 0
+}
+
+// putName writes ap into sa (*n bytes at most) as a socket of domain dom
+// reports it, and sets *n to its full length.
+func putName(sa *C.struct_sockaddr, n *C.socklen_t, ap netip.AddrPort, dom int) {
 	var ss C.struct_sockaddr_storage
 	if dom == C.AF_INET6 && ap.Addr().Is4() {
 		ap = netip.AddrPortFrom(netip.AddrFrom16(ap.Addr().As16()), ap.Port())
@@ -481,7 +625,6 @@ func srgo_rs_name(fd C.int, peer C.int, sa *C.struct_sockaddr, n *C.socklen_t) C
 	}
 	C.memcpy(unsafe.Pointer(sa), unsafe.Pointer(&ss), C.size_t(min(size, *n)))
 	*n = size
-	return 0
 }
 
 func optInt(v unsafe.Pointer, n C.socklen_t) (int, bool) {
@@ -503,7 +646,7 @@ func srgo_rs_setsockopt(fd C.int, level, name C.int, v unsafe.Pointer, n C.sockl
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	open := r.c == nil && !r.dialing // buffers not allocated yet (a listener's: its next connections')
+	open := r.c == nil && !r.dialing && r.pc == nil // buffers not allocated yet (a listener's: its next connections')
 	if r.l != nil {
 		defer func() { r.l.SetConfig(&r.cfg) }()
 	}
@@ -727,6 +870,9 @@ func srgo_rs_fcntl(fd C.int, cmd C.int, arg C.int) C.int {
 		if r.l != nil {
 			r.l.SetNonblock(r.nonblock)
 		}
+		if r.pc != nil {
+			r.pc.SetNonblock(r.nonblock)
+		}
 		return 0
 	}
 	return -C.int(syscall.ENOTSUP)
@@ -784,4 +930,12 @@ func srgo_rs_iowrite(fd C.int, buf unsafe.Pointer, n C.size_t, offset C.off_t, f
 		return -C.ssize_t(rsErrno(err))
 	}
 	return C.ssize_t(k)
+}
+
+//export srgo_rs_is_dgram
+func srgo_rs_is_dgram(fd C.int) C.int {
+	if dgramSock(fd) != nil {
+		return 1
+	}
+	return 0
 }

@@ -81,7 +81,7 @@ func needLib(t testing.TB, progs ...string) {
 			switch {
 			case strings.HasPrefix(p, "ib_"):
 				pkg = "perftest"
-			case p == "rping" || p == "ucmatose" || p == "udaddy" || p == "mckey" || p == "rstream" || p == "riostream" || p == "rcopy":
+			case p == "rping" || p == "ucmatose" || p == "udaddy" || p == "mckey" || p == "rstream" || p == "riostream" || p == "rcopy" || p == "udpong":
 				pkg = "rdmacm-utils"
 			case p == "gcc" || p == "cc":
 				pkg = "gcc"

@@ -183,3 +183,46 @@ func TestCrossedRsocket(t *testing.T) {
 		})
 	}
 }
+
+// TestRsocketDgram runs testdata/rsocket_dgram.c: a pair of datagram
+// rsockets in one process (the first datagram over UDP, the rest over UD,
+// each reported from its sender's address), EMSGSIZE, EINVAL before an
+// address, and datagrams to a port with no rsocket (sent without an
+// error, lost: EAGAIN, rpoll times out in its time).
+func TestRsocketDgram(t *testing.T) {
+	runC(t, "rsocket_dgram.c", 4)
+}
+
+// udpongResult matches udpong's result: name, size, transfers, total,
+// time, Gb/sec, usec/xfer.
+var udpongResult = regexp.MustCompile(`(?m)^\S+ +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$`)
+
+// TestUdpong: rdma-core's udpong, unmodified, in pairs over the library's
+// datagram rsockets: its bandwidth mode and its echo (latency) mode,
+// non-blocking (the default), blocking and rpoll-driven.
+func TestUdpong(t *testing.T) {
+	needLib(t, "udpong")
+	for _, args := range []string{
+		"-C 300 -S 1000",
+		"-C 200 -S 64 -T e",
+		"-C 300 -S 2000 -T b",
+		"-C 200 -S 100 -T e -T b",
+		"-C 300 -S 500 -T a",
+		"-C 200 -S 64 -T e -T a",
+	} {
+		t.Run(args, func(t *testing.T) {
+			sa, ca := addrPair()
+			port := itoa(freePort(t))
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			sp := start(t, ctx, env(sa), append([]string{"udpong", "-b", sa, "-p", port}, strings.Fields(args)...)...)
+			defer func() { sp.cmd.Process.Kill(); sp.wait() }() // it serves until killed
+			waitUDP(t, sa, sp)
+			cp := start(t, ctx, env(ca), append([]string{"udpong", "-s", sa, "-p", port}, strings.Fields(args)...)...)
+			if err := cp.wait(); err != nil || !udpongResult.MatchString(cp.stdout.String()) {
+				t.Fatalf("client %s\nserver %s", cp, sp)
+			}
+			t.Logf("%s", udpongResult.FindString(cp.stdout.String()))
+		})
+	}
+}
