@@ -375,9 +375,22 @@ func (r *rsock) conn() (*rsocket.Conn, syscall.Errno) {
 	return nil, syscall.ENOTCONN
 }
 
-// blockFlags returns a blocking call's flags; wait (nil for a caller
-// that cannot wait in C) is for a C side that waits itself.
-func (r *rsock) blockFlags(flags C.int, wait *C.int) int { return int(flags) }
+// blockFlags turns a blocking call's flags into a non-blocking one's that
+// does not park (rsocket.MsgNoPark) and sets *wait: the C side then waits
+// in poll(2) on the socket's eventfd, which the device's goroutine writes
+// when a completion comes, and calls again. wait is nil for a caller that
+// cannot wait in C.
+func (r *rsock) blockFlags(flags C.int, wait *C.int) int {
+	f := int(flags)
+	r.mu.Lock()
+	nb := r.nonblock
+	r.mu.Unlock()
+	if wait != nil && !nb && f&C.MSG_DONTWAIT == 0 {
+		*wait = 1
+		f |= rsocket.MsgDontWait | rsocket.MsgNoPark
+	}
+	return f
+}
 
 //export srgo_rs_recvfrom
 func srgo_rs_recvfrom(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, sa *C.struct_sockaddr, salen *C.socklen_t) C.ssize_t {

@@ -382,10 +382,18 @@ func (c *Conn) signal() {
 // SetNotify sets a function called (from another goroutine) after every
 // event that may change what Poll reports: CQ events once armed by Poll,
 // the peer's disconnect, Close. The C library writes an eventfd there.
+//
+// f is also the connection's completion channel's notify function
+// (verbs.CompChannel.SetNotify), called on the device's goroutine as soon
+// as an armed CQ gets a completion: a call with MsgNoPark that returned
+// EAGAIN may be retried once f was called.
 func (c *Conn) SetNotify(f func()) {
 	c.mu.Lock()
 	c.notify = f
 	c.mu.Unlock()
+	if ch := c.cc.CompChannel; ch != nil {
+		ch.SetNotify(f)
+	}
 }
 
 // --- completion processing (rs_poll_cq) ---
@@ -573,6 +581,22 @@ func (c *Conn) haveData() bool { return c.rmsgHead != c.rmsgTail }
 // waitState is one call's progress through wait.
 type waitState struct {
 	parked bool
+	noPark bool // MsgNoPark
+}
+
+// takeEvents takes the completion events waiting on the channel (under
+// c.mu): the CQs need arming again.
+func (c *Conn) takeEvents() {
+	ch := c.cc.CompChannel.C()
+	for {
+		select {
+		case cq := <-ch:
+			cq.AckEvents(1)
+			c.armed = false
+		default:
+			return
+		}
+	}
 }
 
 // nbPark bounds how long a non-blocking call that finds nothing to do
@@ -592,13 +616,19 @@ const nbPark = time.Millisecond
 func (c *Conn) wait(deadline time.Time, nonblock bool, ws *waitState) error {
 	nb := nonblock || c.nonblk
 	if nb && ws.parked {
-		return &Error{Op: "rsocket", Reason: "would block", Errno: syscall.EAGAIN}
+		return errWouldBlock
 	}
 	if c.closing {
 		return net.ErrClosed
 	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return os.ErrDeadlineExceeded
+	}
+	if nb && ws.noPark {
+		c.takeEvents()
+		if c.armed {
+			return errWouldBlock
+		}
 	}
 	if !c.armed {
 		c.rcq.ReqNotify(false)
@@ -653,6 +683,15 @@ const (
 	MsgPeek     = 0x2  // MSG_PEEK
 	MsgDontWait = 0x40 // MSG_DONTWAIT
 	MsgWaitAll  = 0x100
+	// MsgNoPark, with MsgDontWait or in non-blocking mode, makes a call
+	// that finds nothing to do arm the completion events and fail with
+	// EAGAIN at once, instead of waiting up to a millisecond for the
+	// device first: for a caller that waits itself until the SetNotify
+	// function is called, then calls again (the C library's blocking
+	// rrecv and rsend wait in poll(2) on the socket's eventfd: a thread
+	// parked inside Go is woken through a goroutine and a hand-off of the
+	// processor, two thread wake-ups where the kernel's socket takes one).
+	MsgNoPark = 0x40000000
 )
 
 // Recv reads as rrecv does, with flags MsgPeek, MsgDontWait, MsgWaitAll.
@@ -665,7 +704,7 @@ func (c *Conn) Recv(p []byte, flags int) (int, error) {
 		return 0, nil
 	}
 	n := 0
-	var ws waitState
+	ws := waitState{noPark: flags&MsgNoPark != 0}
 	for {
 		for !c.haveData() {
 			c.progress()
@@ -765,12 +804,12 @@ func (c *Conn) Send(p []byte, flags int) (int, error) {
 	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.sendIOMaps(flags, &waitState{}); err != nil {
+	if err := c.sendIOMaps(flags, &waitState{noPark: flags&MsgNoPark != 0}); err != nil {
 		return 0, err
 	}
 	olen := olapStart
 	off := 0
-	var ws waitState
+	ws := waitState{noPark: flags&MsgNoPark != 0}
 	for off < len(p) {
 		if err := c.waitSend(flags, &ws); err != nil {
 			if off > 0 {

@@ -345,3 +345,51 @@ func TestScale(t *testing.T) {
 		}
 	}
 }
+
+// TestNoPark: a MsgNoPark call that finds nothing fails with EAGAIN, with
+// the connection armed so that the next completion calls the SetNotify
+// function (the C library's blocking calls then wait outside Go); called
+// again after it, the call gets the data.
+func TestNoPark(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			c, s := connect(t, lk.new(t), nil, nil)
+			notified := make(chan struct{}, 16)
+			s.SetNotify(func() {
+				select {
+				case notified <- struct{}{}:
+				default:
+				}
+			})
+			buf := make([]byte, 8)
+			for round := range 3 {
+				if _, err := s.Recv(buf, MsgDontWait|MsgNoPark); !errors.Is(err, syscall.EAGAIN) {
+					t.Fatalf("round %d: Recv on nothing: %v, want EAGAIN", round, err)
+				}
+				for len(notified) > 0 {
+					<-notified
+				}
+				if _, err := c.Write([]byte{byte(round)}); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-notified:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("round %d: no notification of the data", round)
+				}
+				n, err := s.Recv(buf, MsgDontWait|MsgNoPark)
+				for errors.Is(err, syscall.EAGAIN) { // a send completion's event came first
+					select {
+					case <-notified:
+					case <-time.After(5 * time.Second):
+						t.Fatalf("round %d: no notification of the data", round)
+					}
+					n, err = s.Recv(buf, MsgDontWait|MsgNoPark)
+				}
+				if err != nil || n != 1 || buf[0] != byte(round) {
+					t.Fatalf("round %d: Recv %d % x, %v", round, n, buf[:n], err)
+				}
+			}
+		})
+	}
+}
