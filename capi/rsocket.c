@@ -5,7 +5,9 @@
 // other file takes; the Go side maps the number to its socket, writes the
 // eventfd when the socket may have changed, and rpoll/rselect wait on it
 // beside the program's ordinary descriptors. Every call is one call into
-// Go; errno is set as librdmacm sets it.
+// Go, except a blocking rrecv/rsend on a stream socket, which waits here
+// on the eventfd between calls (sr_rs_recv); errno is set as librdmacm
+// sets it. Datagram sockets (SOCK_DGRAM) are eventfds too.
 
 #define _GNU_SOURCE
 #include <errno.h>
