@@ -242,3 +242,17 @@ func deadline(ctx context.Context) time.Time { d, _ := ctx.Deadline(); return d 
 func contextWithTimeout(t testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(t.Context(), d)
 }
+
+// measureRT wraps a measured program's argv for SOFTROCE_MEASURE_RT=1: the
+// program runs under chrt -f 10 (only the measured programs: never the go
+// command, which livelocks at that priority), below a timeout at priority
+// 20 that kills it after 90 s. A program spinning at real-time priority
+// (stock cmtime's client waits in a sched_yield loop) starves the threads
+// that deliver its packets and froze a 2-core host for half an hour once;
+// the timeout, above it, still runs.
+func measureRT(argv []string) []string {
+	if os.Getenv("SOFTROCE_MEASURE_RT") != "1" {
+		return argv
+	}
+	return append([]string{"chrt", "-f", "20", "timeout", "-s", "KILL", "90", "chrt", "-f", "10"}, argv...)
+}

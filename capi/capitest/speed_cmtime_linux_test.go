@@ -34,12 +34,6 @@ func TestSpeedCmtime(t *testing.T) {
 		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
 	}
 	needLib(t, "cmtime")
-	rt := func(argv []string) []string {
-		if os.Getenv("SOFTROCE_MEASURE_RT") != "1" {
-			return argv
-		}
-		return append([]string{"chrt", "-f", "10"}, argv...)
-	}
 	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
 	if rounds <= 0 {
 		rounds = 5
@@ -57,9 +51,9 @@ func TestSpeedCmtime(t *testing.T) {
 			server, client = []string{"cmtime", "-b", sa, "-p", port}, []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
 			senv, cenv = env(sa), env(ca)
 		}
-		sp := start(t, ctx, senv, rt(server)...)
+		sp := start(t, ctx, senv, measureRT(server)...)
 		waitUDP(t, sa, sp)
-		cp := start(t, ctx, cenv, rt(client)...)
+		cp := start(t, ctx, cenv, measureRT(client)...)
 		err := cp.wait()
 		sp.cmd.Process.Kill()
 		sp.wait()

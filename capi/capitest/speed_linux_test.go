@@ -28,12 +28,6 @@ func TestSpeed(t *testing.T) {
 	// SOFTROCE_MEASURE_RT=1 runs the measured programs (only them: never
 	// the go command, which livelocks at real-time priority) under chrt -f
 	// 10, which shields both sides alike from other jobs on a shared host.
-	rt := func(argv []string) []string {
-		if os.Getenv("SOFTROCE_MEASURE_RT") != "1" {
-			return argv
-		}
-		return append([]string{"chrt", "-f", "10"}, argv...)
-	}
 	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
 	if rounds <= 0 {
 		rounds = 3
@@ -46,10 +40,10 @@ func TestSpeed(t *testing.T) {
 		a := append(append([]string(nil), args...), "-p", itoa(port))
 		var s, c side
 		if stock {
-			s, c = side{rt(append([]string{"ib_" + tool}, a...)), env(sa)}, side{rt(append(append([]string{"ib_" + tool}, a...), sa)), env(ca)}
+			s, c = side{measureRT(append([]string{"ib_" + tool}, a...)), env(sa)}, side{measureRT(append(append([]string{"ib_" + tool}, a...), sa)), env(ca)}
 		} else {
-			s = side{rt(append(append([]string{goTool, tool}, a...), "-d", sa)), env("")}
-			c = side{rt(append(append([]string{goTool, tool}, a...), "-d", ca, sa)), env("")}
+			s = side{measureRT(append(append([]string{goTool, tool}, a...), "-d", sa)), env("")}
+			c = side{measureRT(append(append([]string{goTool, tool}, a...), "-d", ca, sa)), env("")}
 		}
 		_, cl := runPair(t, port, s, c, 120*time.Second)
 		m := re.FindStringSubmatch(cl.stdout.String())
@@ -76,9 +70,9 @@ func TestSpeed(t *testing.T) {
 			server, client = []string{"cmtime", "-b", sa, "-p", port}, []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
 			senv, cenv = env(sa), env(ca)
 		}
-		sp := start(t, ctx, senv, rt(server)...)
+		sp := start(t, ctx, senv, measureRT(server)...)
 		waitUDP(t, sa, sp)
-		cp := start(t, ctx, cenv, rt(client)...)
+		cp := start(t, ctx, cenv, measureRT(client)...)
 		err := cp.wait()
 		sp.cmd.Process.Kill()
 		sp.wait()
@@ -96,7 +90,7 @@ func TestSpeed(t *testing.T) {
 		latS = append(latS, measure(true, "send_lat", []string{"-s", "64", "-n", "5000"}, latRE))
 		latG = append(latG, measure(false, "send_lat", []string{"-s", "64", "-n", "5000"}, latRE))
 		a, _ := addrPair()
-		p := start(t, t.Context(), env(a), rt([]string{bin})...)
+		p := start(t, t.Context(), env(a), measureRT([]string{bin})...)
 		if err := p.wait(); err != nil {
 			t.Fatalf("%s", p)
 		}
