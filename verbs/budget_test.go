@@ -450,7 +450,7 @@ func TestBudgetWarnsWhenSmall(t *testing.T) {
 			if n := strings.Count(got, "send budget is smaller than one QP's send window"); n != map[bool]int{true: 1}[tc.warn] {
 				t.Fatalf("%d warnings, want %v:\n%s", n, tc.warn, got)
 			}
-			if tc.warn && !strings.Contains(got, "budget_packets=92 window_packets=256 receive_buffer_bytes=423936") {
+			if tc.warn && !strings.Contains(got, "budget_packets=92 window_packets=512 receive_buffer_bytes=423936") {
 				t.Errorf("warning without the numbers:\n%s", got)
 			}
 		})

@@ -100,7 +100,9 @@ func TestFaultMatrix(t *testing.T) {
 // each retry: the packets sent stay within a small multiple of the packets
 // needed (measured 1.9x-3.3x; rewinding on every new NAK PSN, as before,
 // sent 20x and more; rxe<->rxe 6.7x at 5%), and each retry sequence
-// resends at most a window.
+// resends at most a window. The 512-packet window (params.go) holds half of
+// a 1 MiB message at MTU 1024, and at 20 % reordering sends 4.5x-4.7x
+// where 256 sent 4.0x-4.4x: its bound is 5x.
 func TestReorderTraffic(t *testing.T) {
 	cases := []struct {
 		reorder, loss float64
@@ -109,7 +111,7 @@ func TestReorderTraffic(t *testing.T) {
 	}{
 		{0.05, 0, 4 << 20, 2.5},
 		{0.05, 0.01, 4 << 20, 3},
-		{0.20, 0, 1 << 20, 4.5},
+		{0.20, 0, 1 << 20, 5},
 		{0.20, 0.01, 1 << 20, 5},
 	}
 	for _, c := range cases {

@@ -62,16 +62,25 @@ const (
 // Requester limits (docs/protocol.md §5.4, §10.1).
 const (
 	// maxUnackedPSNs is the send window, the PSNs a requester may have
-	// unacknowledged: twice rxe's RXE_MAX_UNACKED_PSNS (128). A responder
-	// keeps no window, so the wire does not change; with rxe's AckReq
-	// cadence (every 65 packets) a window of 128 holds two ACK requests,
-	// and a 1 MiB WRITE stream between two processes often waited for the
-	// older one's ACK; 256 streams faster, 512 no better (docs/speed.md,
-	// "The send window and 256 QPs"). Retries halve it (comp.go).
-	maxUnackedPSNs = 256
-	// maxPktPerAck is how many packets a requester sends before it asks for
-	// an ACK (RXE_MAX_PKT_PER_ACK).
+	// unacknowledged: four times rxe's RXE_MAX_UNACKED_PSNS (128). A
+	// responder keeps no window, so the wire does not change. It holds
+	// four of the requester's ACK requests (ackReqEvery): a window of two
+	// requests made a 1 MiB WRITE stream between two processes wait for
+	// the older one's ACK (docs/speed.md, "The send window and 256 QPs",
+	// "The ACK clock"). Retries halve it (comp.go).
+	maxUnackedPSNs = 512
+	// maxPktPerAck is rxe's RXE_MAX_PKT_PER_ACK: its requester asks for
+	// an ACK after more than 64 packets without one. The send budget's
+	// least grant (budget.go).
 	maxPktPerAck = 64
+	// ackReqEvery is softroce's AckReq cadence inside a long message: an
+	// ACK request after more than ackReqEvery packets without one, twice
+	// rxe's. Every ACK wakes the sender's receive loop and costs both sides
+	// a system call; at 128 a 1 MiB WRITE stream at 4 KiB MTU draws two
+	// ACKs per MiB instead of four (docs/protocol.md §5.3, docs/speed.md,
+	// "The ACK clock"). Any responder answers exactly the AckReq packets,
+	// so the wire stays valid for rxe.
+	ackReqEvery = 128
 	// minAckTimeout is the shortest retransmit timeout, whatever the
 	// timeout code asks.
 	minAckTimeout = time.Millisecond

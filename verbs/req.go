@@ -171,7 +171,7 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			if d >= w {
 				return false
 			}
-			// A window narrowed after a retry closes before rxe's
+			// A window narrowed after a retry closes before the
 			// AckReq cadence asks for an ACK: ask at its edge.
 			edge = d == w-1 && w < maxUnackedPSNs
 			// A new packet comes out of the device's send budget
@@ -332,12 +332,12 @@ func nextOpcode(h *wire.Packet, w *sendWQE, first, last bool) wire.Opcode {
 
 // ackReq reports whether an RC packet asks for an ACK: always when must
 // (the message's last packet, or the edge of a narrowed window), else
-// after more than maxPktPerAck packets without one (docs/protocol.md §5.3),
-// exactly as rxe counts: ack = last || noack++ > 64.
+// after more than ackReqEvery packets without one (docs/protocol.md §5.3),
+// counted as rxe counts its 64: ack = last || noack++ > ackReqEvery.
 func (qp *QP) ackReq(must bool) bool {
 	ack := must
 	if !ack {
-		ack = qp.req.noAckPkts > maxPktPerAck
+		ack = qp.req.noAckPkts > ackReqEvery
 		qp.req.noAckPkts++
 	}
 	if ack {

@@ -326,7 +326,7 @@ func (qp *QP) accepted(p *wire.Packet, end bool) {
 	if p.BTH.AckReq && qp.state != QPStateErr {
 		if !end && qp.rxBatched {
 			// An ACK asked for inside a message opens the sender's window
-			// (rxe asks every 65 packets, its window is 128, softroce's 256): it leaves now,
+			// (rxe asks every 65 packets, its window is 128; softroce every 129, its window 512): it leaves now,
 			// not at the end of the batch.
 			qp.buildAck(p.BTH.PSN, wire.SyndromeACK, r.msn)
 			qp.dev.rx.kick = true

@@ -16,7 +16,7 @@ func TestSQDrain(t *testing.T) {
 		// the second start) before the QP is in SQD: PostSend returns as soon
 		// as the packets are queued.
 		a, b := newPair(t, pairOpts{faults: pipe.Faults{Delay: 100 * time.Millisecond}, timeout: 18})
-		w := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, 300000), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		w := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a, 0, 600000), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()} // more than a window
 		w.WRID = 1
 		w2 := w
 		w2.WRID = 2

@@ -370,10 +370,10 @@ func TestDoorbellBatching(t *testing.T) {
 }
 
 // TestUrgentMidMessageACK: an ACK a requester asks for inside a message
-// (every 65 packets; its window is 128) leaves as soon as its packet is
+// (every 129 packets, ackReqEvery) leaves as soon as its packet is
 // handled, not at the end of the received batch: b's first ACK goes out
-// when it has received about 66 packets, although the batch it is in
-// holds packets 65 to 128.
+// when it has received about 130 packets, although the batch it is in
+// holds packets 129 to 192.
 func TestUrgentMidMessageACK(t *testing.T) {
 	var mu sync.Mutex
 	var rxAtAck []uint64
@@ -398,10 +398,10 @@ func TestUrgentMidMessageACK(t *testing.T) {
 	rx0 := b.dev.Stats().RxPackets.Load()
 	sent0 := pipeSent(ea)
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: b.mr.RKey(),
-		RemoteAddr: b.mr.Addr(), SGList: sge(a, 0, 200*1024)}) // 200 packets at MTU 1024; the window sends 128
-	for deadline := time.Now().Add(5 * time.Second); pipeSent(ea)-sent0 < 128; {
+		RemoteAddr: b.mr.Addr(), SGList: sge(a, 0, 300*1024)}) // 300 packets at MTU 1024, all within the window
+	for deadline := time.Now().Add(5 * time.Second); pipeSent(ea)-sent0 < 300; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of 128 packets reached b's pipe", pipeSent(ea)-sent0)
+			t.Fatalf("%d of 300 packets reached b's pipe", pipeSent(ea)-sent0)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -414,8 +414,8 @@ func TestUrgentMidMessageACK(t *testing.T) {
 	if len(rxAtAck) == 0 {
 		t.Fatal("b sent no ACK")
 	}
-	if got := rxAtAck[0] - rx0; got > 100 {
-		t.Fatalf("b's first ACK left after %d packets received; the ACK request was in packet 66 (ACKs %v)", got, rxAtAck)
+	if got := rxAtAck[0] - rx0; got > 160 {
+		t.Fatalf("b's first ACK left after %d packets received; the ACK request was in packet 130 (ACKs %v)", got, rxAtAck)
 	}
 }
 
