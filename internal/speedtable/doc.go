@@ -11,7 +11,8 @@
 // processes per MiB (wait4's rusage), latency (typical and minimum), the
 // demo's in-process half round trip, the link/udp loopback benchmark as the
 // raw UDP ceiling (its rate, and its CPU per MiB against a TCP stream in the
-// same process: the floor under softroce's), and many QPs against one. System calls are counted in a
+// same process: the floor under softroce's, run every round and set against
+// the 1 MiB WRITE stream's CPU per MiB), and many QPs against one. System calls are counted in a
 // separate round: with perf stat (the raw_syscalls:sys_enter tracepoint,
 // counted in the kernel) where it works, else under strace -f -c, which
 // stops the processes at every call and so changes how they batch. The 1-minute load average is printed beside each

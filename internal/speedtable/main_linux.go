@@ -330,14 +330,16 @@ func mainErr() int {
 		if h.only["demo"] && ctx.Err() == nil {
 			h.demo(ctx, round)
 		}
+		if h.only["udp"] && ctx.Err() == nil {
+			// Every round, so that the CPU per MiB of the 1 MiB stream
+			// is read against the floor of the same minutes.
+			h.udp(ctx)
+		}
 	}
 	if h.only["strace"] && ctx.Err() == nil {
 		for _, k := range []string{"write_bw 1M", "tcp_bw 1M", "send_lat 64", "tcp_lat 64"} {
 			h.measure(ctx, "strace", k, true)
 		}
-	}
-	if h.only["udp"] && ctx.Err() == nil {
-		h.udp(ctx)
 	}
 	if ctx.Err() != nil {
 		h.fail("run", fmt.Errorf("interrupted"))
@@ -390,8 +392,14 @@ const (
 	udpTCPBench = "BenchmarkLoopback/tcp-1MiB"
 )
 
-// udp runs link/udp's loopback benchmarks once: the raw UDP path's rate, and
-// its CPU per MiB against a TCP stream in the same process.
+// udp runs link/udp's loopback benchmarks once (once per round): the raw UDP
+// path's rate, and its CPU per MiB against a TCP stream in the same process.
+// That CPU per MiB is the floor under the 1 MiB WRITE stream's: both ends'
+// CPU (getrusage of the one process there, wait4 of the two here), the
+// kernel's UDP path with GSO and GRO, the ICRC computed for every packet
+// sent and every received payload copied once; not the ICRC check, the
+// ACKs and the engine. Its MiB count whole RoCE datagrams (4,116 bytes per
+// 4 KiB payload), the stream's payload only: the floor reads 0.5 % low.
 func (h *harness) udp(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -467,6 +475,7 @@ func (h *harness) table() string {
 	}
 	row("raw UDP path's CPU per MiB vs a TCP stream, one process (link/udp Loopback: the floor under softroce's)", "udp", "udp", " µs", "%.0f", "udp", "cpu/MiB", "udp tcp", "cpu/MiB", 1)
 	row("CPU per MiB, both processes, 1 MiB WRITE stream vs TCP stream", "write_bw 1M", "tcp_bw 1M", " µs", "%.0f", "write_bw 1M", "cpu/MiB", "tcp_bw 1M", "cpu/MiB", 1)
+	row("CPU per MiB, both processes, 1 MiB WRITE stream vs the raw UDP floor above (goal ≤ 1.2×)", "write_bw 1M", "udp", " µs", "%.0f", "write_bw 1M", "cpu/MiB", "udp", "cpu/MiB", 1)
 	row("context switches per MiB, both processes", "write_bw 1M", "tcp_bw 1M", "", "%.1f", "write_bw 1M", "cs/MiB", "tcp_bw 1M", "cs/MiB", 1)
 	row("syscalls per MiB, both processes (traced round: perf stat, else strace)", "write_bw 1M strace", "tcp_bw 1M strace", "", "%.1f", "write_bw 1M", "calls/MiB", "tcp_bw 1M", "calls/MiB", 1)
 	row("`send_lat -s 64` vs `tcp_lat`, typical", "send_lat 64", "tcp_lat 64", " µs", "%.2f", "send_lat 64", "typical", "tcp_lat 64", "typical", 1)
