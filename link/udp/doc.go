@@ -83,8 +83,18 @@
 // (link.Capabilities.ReportsSource), so that taps record what the wire
 // carries.
 //
+// The bound socket is not registered with Go's netpoller itself (unless
+// Config.Netpoll): a reader waits on an epoll instance of the socket's own,
+// which the netpoller watches, with the socket registered there
+// edge-triggered. While a caller polls the socket (Endpoint.Poll, as the C
+// library's ibv_poll_cq does), ServeView takes the socket out of that
+// instance and sleeps in short steps until the poller goes quiet, so that
+// datagrams the poller takes wake no thread of the runtime (a registered
+// socket wakes one for every datagram that arrives; docs/speed.md, "UCX and
+// Open MPI over the C library").
+//
 // recvmmsg and sendmmsg never wait (MSG_DONTWAIT; waiting for the socket is
-// the netpoller's, through the connection's RawConn), so they are made as
+// the netpoller's, through the endpoint's RawConn), so they are made as
 // raw system calls, outside the runtime's system-call bookkeeping. Through
 // that bookkeeping, the first call after the process had gone idle woke the
 // runtime's parked monitor thread, which then polled: a 1 MiB RDMA WRITE

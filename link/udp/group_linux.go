@@ -93,17 +93,8 @@ func (e *Endpoint) bindGroup(cfg Config) error {
 		unix.Close(fd)
 		return fmt.Errorf("udp: group socket on %v: %w", cfg.Addr, err)
 	}
-	f := os.NewFile(uintptr(fd), "udp-group")
-	pc, err := net.FilePacketConn(f)
-	f.Close() // FilePacketConn holds a duplicate
-	if err != nil {
+	if err := e.adopt(fd, cfg.Netpoll); err != nil {
 		return fmt.Errorf("udp: group socket on %v: %w", cfg.Addr, err)
-	}
-	e.conn = pc.(*net.UDPConn)
-	e.rc, err = e.conn.SyscallConn()
-	if err != nil {
-		e.conn.Close()
-		return fmt.Errorf("udp: %w", err)
 	}
 	return nil
 }

@@ -196,16 +196,12 @@ func TestLinkLocalZone(t *testing.T) {
 // must never wait in the kernel (the runtime does not know the thread is in
 // a call). They pass MSG_DONTWAIT, so even on a socket put into blocking
 // mode a poll with nothing queued returns at once, and reads and writes
-// still work through the netpoller.
+// still work (waiting in poll(2), or the netpoller with Config.Netpoll).
 func TestMmsgNeverWaits(t *testing.T) {
 	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
 	for _, e := range []*Endpoint{a, b} {
-		rc, err := e.conn.SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
 		var serr error
-		if err := rc.Control(func(fd uintptr) { serr = unix.SetNonblock(int(fd), false) }); err != nil || serr != nil {
+		if err := e.rc.Control(func(fd uintptr) { serr = unix.SetNonblock(int(fd), false) }); err != nil || serr != nil {
 			t.Fatal(err, serr)
 		}
 	}

@@ -47,10 +47,59 @@ func epollWatched(t *testing.T) map[int]bool {
 	return watched
 }
 
+// epollWatchedInodes returns the inodes of the files registered with any
+// epoll instance of this process (the "ino:" field of the "tfd:" lines, in
+// hex): a socket is watched whichever duplicate of its descriptor was
+// registered.
+func epollWatchedInodes(t *testing.T) map[uint64]bool {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	watched := map[uint64]bool{}
+	for _, d := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + d.Name()); err != nil || l != "anon_inode:[eventpoll]" {
+			continue
+		}
+		b, err := os.ReadFile("/proc/self/fdinfo/" + d.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(line, "tfd:") {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "ino:"); ok {
+					if n, err := strconv.ParseUint(v, 16, 64); err == nil {
+						watched[n] = true
+					}
+				}
+			}
+		}
+	}
+	return watched
+}
+
+// sockInode returns the inode of endpoint e's bound socket.
+func sockInode(t *testing.T, e *Endpoint) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	var serr error
+	if err := e.rc.Control(func(fd uintptr) { serr = unix.Fstat(int(fd), &st) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	return st.Ino
+}
+
 // TestSendSocket: by default an endpoint sends from a second socket on its
 // address, with a port of its own that the datagrams carry (SendAddr), which
 // Go's netpoller does not watch (its sends would wake a parked netpoller
 // thread); SendFromBound sends from the bound socket. Close closes both.
+// (The bound socket is watched while a reader waits on it, and with
+// Config.Netpoll always, which shows that the check sees the netpoller;
+// TestServeStepsAside checks when it is not.)
 func TestSendSocket(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
 		t.Run(addr, func(t *testing.T) {
@@ -66,13 +115,17 @@ func TestSendSocket(t *testing.T) {
 			if _, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
 				t.Error("ICRC does not verify for the send socket's port")
 			}
-			var bound int
-			if err := a.rc.Control(func(fd uintptr) { bound = int(fd) }); err != nil {
+			np := listen(t, addr, WithNetpoll())
+			var npBound int
+			if err := np.rc.Control(func(fd uintptr) { npBound = int(fd) }); err != nil {
 				t.Fatal(err)
 			}
 			w := epollWatched(t)
-			if !w[bound] {
-				t.Fatalf("the bound socket (fd %d) is not among the epoll-watched descriptors %v: the check cannot see the netpoller", bound, w)
+			if !w[npBound] {
+				t.Fatalf("Netpoll: the bound socket (fd %d) is not among the epoll-watched descriptors %v: the check cannot see the netpoller", npBound, w)
+			}
+			if wi := epollWatchedInodes(t); !wi[sockInode(t, np)] {
+				t.Errorf("Netpoll: the bound socket's inode is not among the epoll-watched inodes %v", wi)
 			}
 			if w[a.tx.fd] {
 				t.Errorf("the send socket (fd %d) is watched by an epoll instance (the netpoller)", a.tx.fd)

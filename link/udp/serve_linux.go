@@ -31,6 +31,12 @@ import (
 // that came back short (the socket was drained) is followed by a wait, not
 // by another read.
 //
+// Without Config.Netpoll, while a caller polls the socket beside it (Poll,
+// at least pollBusy calls per pollAside), ServeView steps aside: it takes
+// the socket out of the netpoller and sleeps in steps of pollAside until
+// the poller goes quiet, so that datagrams the poller handles itself wake
+// no thread of the runtime (stepAside); then it reads and waits again.
+//
 // busyPoll > 0 keeps reading without waiting for that long after each
 // batch (yielding the processor between reads), as Config.BusyPoll of the
 // engine: a reply then needs no thread wake-up.
@@ -56,12 +62,24 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 	var (
 		ferr error
 		last time.Time // when the last batch ended (busy polling)
+		seen = e.polls.Load()
 	)
+	aside := e.sock != nil && busyPoll == 0
+	goAside := false
 	fn := func(fd uintptr) bool {
 		for {
 			if e.closed.Load() {
 				ferr = errClosed
 				return true
+			}
+			if aside {
+				p := e.polls.Load()
+				busy := p-seen >= pollBusy
+				seen = p
+				if busy {
+					goAside = true
+					return true
+				}
 			}
 			// A read and the handling of what it got are one step under
 			// rd, so that a Poll beside this loop cannot handle later
@@ -100,14 +118,55 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			}
 		}
 	}
-	if err := e.rc.Read(fn); err != nil {
-		if e.closed.Load() || errors.Is(err, net.ErrClosed) {
-			return errClosed
+	for {
+		if err := e.rc.Read(fn); err != nil {
+			if e.closed.Load() || errors.Is(err, net.ErrClosed) {
+				return errClosed
+			}
+			e.ctr.readErrors.Add(1)
+			return fmt.Errorf("udp: read: %w", err)
 		}
-		e.ctr.readErrors.Add(1)
-		return fmt.Errorf("udp: read: %w", err)
+		if !goAside {
+			return ferr
+		}
+		goAside = false
+		e.sock.unregister()
+		e.stepAside(&seen)
+		// Read once more (registering the socket again): the poller may
+		// have left datagrams.
 	}
-	return ferr
+}
+
+const (
+	// pollAside is the step ServeView sleeps in while a poller is busy
+	// (stepAside): what the poller leaves waits at most about this long
+	// after it goes quiet, and the sleeping thread costs a wake-up per
+	// step instead of one per datagram.
+	pollAside = 500 * time.Microsecond
+	// pollBusy is how many Poll calls per pollAside make a poller busy: a
+	// thread spinning on its completion queues makes hundreds.
+	pollBusy = 8
+)
+
+// stepAside is ServeView's while a poller is busy beside it (at least
+// pollBusy Poll calls since *seen), its socket out of the netpoller: it
+// sleeps pollAside, again while the poller stays busy, until the poller goes
+// quiet or the endpoint closes. The sleep is the runtime's (time.Sleep),
+// which leaves the goroutine's processor idle: a nanosleep(2) on the thread
+// kept it in a system call, which the runtime's monitor (sysmon) took back
+// every 20 µs and handed to another thread, several times the context
+// switches.
+func (e *Endpoint) stepAside(seen *uint64) {
+	for !e.closed.Load() {
+		e.ctr.asides.Add(1)
+		time.Sleep(pollAside)
+		p := e.polls.Load()
+		busy := p-*seen >= pollBusy
+		*seen = p
+		if !busy {
+			return
+		}
+	}
 }
 
 // handleRead decodes the k messages a recvmmsg of want messages got into
@@ -167,6 +226,7 @@ func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (in
 			}
 		}
 	}
+	e.polls.Add(1)
 	if !e.rd.TryLock() {
 		return 0, nil
 	}

@@ -99,6 +99,16 @@ type Config struct {
 	// default): every datagram leaves from SendAddr. Not with
 	// SendFromBound.
 	SourcePorts int
+	// Netpoll waits for the bound socket through Go's netpoller (a
+	// net.UDPConn), as the endpoint did before. By default the socket
+	// reaches the netpoller only while a reader waits on it (through an
+	// epoll instance of its own, where it is registered one-shot), and
+	// ServeView leaves the socket to a busy Poll caller, sleeping
+	// meanwhile. Registered with the netpoller, every datagram that makes
+	// the socket readable wakes a runtime thread, even one a polling
+	// caller then takes itself (docs/speed.md, "UCX and Open MPI over the
+	// C library").
+	Netpoll bool
 	// Logger receives rare events (buffer-size fallbacks, send errors);
 	// nil is silent.
 	Logger *slog.Logger
@@ -134,6 +144,10 @@ func WithSendFromBound() Option { return func(c *Config) { c.SendFromBound = tru
 // WithSourcePorts sends from per-QP UDP source ports, with at most n
 // sockets (Config.SourcePorts).
 func WithSourcePorts(n int) Option { return func(c *Config) { c.SourcePorts = n } }
+
+// WithNetpoll waits for the bound socket through Go's netpoller
+// (Config.Netpoll).
+func WithNetpoll() Option { return func(c *Config) { c.Netpoll = true } }
 
 // WithLogger sets the logger for rare events.
 func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
@@ -203,6 +217,7 @@ type Stats struct {
 	EmptyReads           uint64 // recvmmsg tries that found nothing waiting
 	Waits                uint64 // times a reader waited for the socket to become readable
 	SendWaits            uint64 // times a send waited for room in the send socket's buffer
+	Asides               uint64 // sleeps of ServeView stepping aside for a busy Poll caller
 	SourcePortSockets    uint64 // per-port send sockets opened (Config.SourcePorts)
 	SourcePortFallbacks  uint64 // datagrams sent from SendAddr because their port had no socket
 }
@@ -227,6 +242,7 @@ type counters struct {
 	emptyReads           atomic.Uint64
 	waits                atomic.Uint64
 	sendWaits            atomic.Uint64
+	asides               atomic.Uint64
 	portSockets          atomic.Uint64
 	portFallbacks        atomic.Uint64
 }
@@ -245,6 +261,7 @@ func (c *counters) snapshot() Stats {
 		Syscalls: c.syscalls.Load(), Gathered: c.gathered.Load(),
 		EmptyReads: c.emptyReads.Load(), Waits: c.waits.Load(),
 		SendWaits:         c.sendWaits.Load(),
+		Asides:            c.asides.Load(),
 		SourcePortSockets: c.portSockets.Load(), SourcePortFallbacks: c.portFallbacks.Load(),
 	}
 }

@@ -1,7 +1,6 @@
 package udp
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,8 @@ import (
 // Endpoint is a link.Endpoint over one UDP socket. ReadBatch and WriteBatch
 // may run concurrently with each other; each serializes its own callers.
 type Endpoint struct {
-	conn     *net.UDPConn
+	conn     *net.UDPConn // the bound socket with Config.Netpoll, else nil
+	sock     *rawSock     // the bound socket without Config.Netpoll, else nil
 	rc       syscall.RawConn
 	local    netip.AddrPort
 	txAddr   netip.AddrPort // the address datagrams are sent from (SendAddr)
@@ -56,6 +56,9 @@ type Endpoint struct {
 	// what it read: datagrams are handled in the order the socket gave them.
 	rd  sync.Mutex
 	prx *pollQueue // Poll's receive arrays (allocated on its first call)
+	// polls counts Poll calls: ServeView steps aside while they come often
+	// (stepAside).
+	polls atomic.Uint64
 	// zones caches IPv6 scope IDs' interface names (link-local senders).
 	zones struct {
 		mu sync.Mutex
@@ -99,8 +102,12 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	a := cfg.Addr.Addr()
 	port := uint16(cfg.Addr.Port())
-	if ua, ok := e.conn.LocalAddr().(*net.UDPAddr); ok {
-		port = uint16(ua.Port)
+	if e.conn != nil {
+		if ua, ok := e.conn.LocalAddr().(*net.UDPAddr); ok {
+			port = uint16(ua.Port)
+		}
+	} else if p, err := e.sock.localPort(); err == nil {
+		port = p
 	}
 	e.local = netip.AddrPortFrom(a, port)
 	e.mtu = cfg.MTU
@@ -238,10 +245,6 @@ func bindSocket(cfg Config) (*Endpoint, error) {
 	a := cfg.Addr.Addr()
 	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger, group: cfg.group, cfg: cfg}
 	e.tx.fd = -1
-	network := "udp4"
-	if e.is6 {
-		network = "udp6"
-	}
 	if a.Zone() != "" {
 		ifi, err := zoneIndex(a.Zone())
 		if err != nil {
@@ -252,27 +255,70 @@ func bindSocket(cfg Config) (*Endpoint, error) {
 	if cfg.group {
 		return e, e.bindGroup(cfg)
 	}
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) { serr = e.setOptions(int(fd), cfg.SocketBuffer) }); err != nil {
-			return err
-		}
-		return serr
-	}}
-	pc, err := lc.ListenPacket(context.Background(), network, cfg.Addr.String())
+	dom := unix.AF_INET
+	var sa unix.Sockaddr
+	if e.is6 {
+		dom = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Addr: a.As16(), Port: int(cfg.Addr.Port()), ZoneId: e.scope}
+	} else {
+		sa = &unix.SockaddrInet4{Addr: a.As4(), Port: int(cfg.Addr.Port())}
+	}
+	fd, err := unix.Socket(dom, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
+		return nil, fmt.Errorf("udp: listen on %v: %w", cfg.Addr, os.NewSyscallError("socket", err))
+	}
+	if e.is6 {
+		err = os.NewSyscallError("setsockopt IPV6_V6ONLY", unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1))
+	}
+	if err == nil {
+		// As the net package sets on its datagram sockets.
+		err = os.NewSyscallError("setsockopt SO_BROADCAST", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BROADCAST, 1))
+	}
+	if err == nil {
+		err = e.setOptions(fd, cfg.SocketBuffer)
+	}
+	if err == nil {
+		err = os.NewSyscallError("bind", unix.Bind(fd, sa))
+	}
+	if err != nil {
+		unix.Close(fd)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("udp: %v is in use (is the kernel's rdma_rxe loaded? it owns UDP port %d on every address): %w", cfg.Addr, wire.UDPPort, err)
 		}
 		return nil, fmt.Errorf("udp: listen on %v: %w", cfg.Addr, err)
 	}
+	if err := e.adopt(fd, cfg.Netpoll); err != nil {
+		return nil, fmt.Errorf("udp: listen on %v: %w", cfg.Addr, err)
+	}
+	return e, nil
+}
+
+// adopt makes bound socket fd the endpoint's: used through its descriptor
+// (rawSock), or with netpoll through a net.UDPConn, which registers it with
+// Go's netpoller (Config.Netpoll). fd is closed if that fails.
+func (e *Endpoint) adopt(fd int, netpoll bool) error {
+	if !netpoll {
+		s, err := newRawSock(fd)
+		if err != nil {
+			return err
+		}
+		e.sock, e.rc = s, s
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), "udp")
+	pc, err := net.FilePacketConn(f)
+	f.Close() // FilePacketConn holds a duplicate
+	if err != nil {
+		return err
+	}
 	e.conn = pc.(*net.UDPConn)
 	e.rc, err = e.conn.SyscallConn()
 	if err != nil {
 		e.conn.Close()
-		return nil, fmt.Errorf("udp: %w", err)
+		e.conn = nil
+		return err
 	}
-	return e, nil
+	return nil
 }
 
 // allocBatches allocates the receive and send message arrays of BatchSize
@@ -453,7 +499,10 @@ func (e *Endpoint) Close() error {
 	}
 	e.tx.maxPorts = 0
 	e.tx.mu.Unlock()
-	return errors.Join(e.conn.Close(), serr)
+	if e.conn != nil {
+		return errors.Join(e.conn.Close(), serr)
+	}
+	return errors.Join(e.sock.Close(), serr)
 }
 
 func (e *Endpoint) doRead(fd uintptr) bool {

@@ -1,0 +1,180 @@
+package udp
+
+import (
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/linktest"
+	"github.com/softroce/softroce/wire"
+)
+
+// TestServeStepsAside: without Config.Netpoll, while a caller polls the
+// socket in a loop (Poll) ServeView takes it out of the netpoller (no
+// epoll instance watches it) and sleeps, so datagrams the poller takes do
+// not wake it (no Waits while the poller is busy; Stats.Asides counts its
+// sleeps); when the poller stops, ServeView takes the socket back (watched
+// again) and handles what arrives; Close ends its sleep. With Netpoll it
+// does not step aside.
+func TestServeStepsAside(t *testing.T) {
+	for _, mode := range []struct {
+		name    string
+		opts    []Option
+		stepped bool
+	}{{"raw", nil, true}, {"netpoll", []Option{WithNetpoll()}, false}} {
+		t.Run(mode.name, func(t *testing.T) {
+			a, b := listen(t, "127.0.0.1:0", mode.opts...), listen(t, "127.0.0.1:0")
+			var served atomic.Int64
+			done := make(chan error, 1)
+			go func() {
+				done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) { served.Add(int64(len(pkts))) })
+			}()
+			psn := uint32(0)
+			send := func() {
+				t.Helper()
+				w := linktest.Packet(nil, 0x0A, psn, linktest.Payload(int(psn), 64))
+				psn++
+				wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+				if _, err := b.WriteBatch([]link.Packet{{Buf: w, N: len(w), Dst: a.LocalAddr()}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(10 * time.Millisecond) // ServeView waits on the empty socket
+			stop := make(chan struct{})
+			pollDone := make(chan struct{})
+			var polled atomic.Int64
+			go func() {
+				defer close(pollDone)
+				pkts := linktest.Batch(16, 8192)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					n, _ := a.Poll(pkts, func([]link.Packet) {})
+					polled.Add(int64(n))
+				}
+			}()
+			// The first datagram waits for ServeView: the poller's reads
+			// fail while the test holds the read lock (Poll's TryLock), so
+			// ServeView wakes for it and finds the poller busy. (Datagrams
+			// the poller takes at once need not wake ServeView at all.)
+			a.rd.Lock()
+			time.Sleep(5 * time.Millisecond) // the poller gets busy
+			send()
+			deadline := time.Now().Add(5 * time.Second)
+			for a.Stats().Asides == 0 && a.Stats().Waits == 0 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Microsecond)
+			}
+			a.rd.Unlock()
+			const n = 40
+			s0 := a.Stats()
+			for i := 0; i < n; i++ {
+				send()
+				time.Sleep(300 * time.Microsecond)
+			}
+			time.Sleep(5 * time.Millisecond)
+			// While it steps aside the socket is out of the netpoller.
+			watched := epollWatchedInodes(t)[sockInode(t, a)]
+			if watched == mode.stepped {
+				t.Errorf("the socket watched by the netpoller while a poller is busy: %v, want %v", watched, !mode.stepped)
+			}
+			s1 := a.Stats()
+			waits, asides := s1.Waits-s0.Waits, s1.Asides
+			t.Logf("%d datagrams: %d polled, %d served; ServeView waited %d times, slept %d times", n, polled.Load(), served.Load(), waits, asides)
+			if mode.stepped {
+				// A poller descheduled for a step on a loaded machine lets
+				// ServeView read (and wait) now and then.
+				if waits > n/8 || asides == 0 {
+					t.Errorf("ServeView waited on the socket %d times for %d datagrams a busy poller took (slept %d times): want it to step aside", waits, n, asides)
+				}
+			} else if asides != 0 {
+				t.Errorf("Netpoll: ServeView slept %d times, want 0", asides)
+			}
+			close(stop)
+			<-pollDone
+			before := served.Load()
+			send()
+			deadline = time.Now().Add(5 * time.Second)
+			for served.Load() == before && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if served.Load() == before {
+				t.Fatal("ServeView did not take back the socket within 5 s of the poller stopping")
+			}
+			if !epollWatchedInodes(t)[sockInode(t, a)] {
+				t.Error("ServeView waits again, but its socket is not watched by the netpoller")
+			}
+
+			// Close ends a sleep: keep the poller busy while closing.
+			stop = make(chan struct{})
+			pollDone = make(chan struct{})
+			go func() {
+				defer close(pollDone)
+				pkts := linktest.Batch(16, 8192)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := a.Poll(pkts, func([]link.Packet) {}); err != nil {
+						return
+					}
+				}
+			}()
+			time.Sleep(5 * time.Millisecond)
+			start := time.Now()
+			if err := a.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Errorf("ServeView after Close = %v, want net.ErrClosed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("ServeView did not return within 5 s of Close")
+			}
+			close(stop)
+			<-pollDone
+			t.Logf("Close and ServeView's return took %v", time.Since(start))
+		})
+	}
+}
+
+// TestCloseWakesReader: Close wakes a reader waiting on the socket at once,
+// and a second Close reports net.ErrClosed.
+func TestCloseWakesReader(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			a := listen(t, addr)
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.ReadBatch(linktest.Batch(4, 8192))
+				done <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // the reader waits
+			start := time.Now()
+			a.Close()
+			select {
+			case err := <-done:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Fatalf("ReadBatch after Close = %v, want net.ErrClosed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("ReadBatch still blocked 5 s after Close")
+			}
+			if d := time.Since(start); d >= rawWaitMs*time.Millisecond/2 {
+				t.Errorf("Close took %v to wake the reader: want it woken at once", d)
+			}
+			if err := a.sock.Close(); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("second close = %v, want net.ErrClosed", err)
+			}
+		})
+	}
+}
