@@ -41,22 +41,7 @@ func TestSpeedCmtime(t *testing.T) {
 	// try returns µs per connection by step, and the total in ms; nil
 	// for a run that failed or hung (killed after 20 s).
 	try := func(stock bool) (map[string]float64, float64, *proc) {
-		sa, ca := addrPair()
-		port := itoa(freePort(t))
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		server, client := []string{goTool, "cmtime", "-b", sa, "-p", port}, []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}
-		senv, cenv := env(""), env("")
-		if stock {
-			server, client = []string{"cmtime", "-b", sa, "-p", port}, []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
-			senv, cenv = env(sa), env(ca)
-		}
-		sp := start(t, ctx, senv, measureRT(server)...)
-		waitUDP(t, sa, sp)
-		cp := start(t, ctx, cenv, measureRT(client)...)
-		err := cp.wait()
-		sp.cmd.Process.Kill()
-		sp.wait()
+		cp, err := cmtimePair(t, stock, 20*time.Second)
 		per, total := map[string]float64{}, 0.0
 		for _, m := range cmtimeRow.FindAllStringSubmatch(cp.stdout.String(), -1) {
 			ms, _ := strconv.ParseFloat(m[2], 64)
@@ -131,4 +116,27 @@ func TestSpeedCmtime(t *testing.T) {
 	st, g := med(stockTotal), med(goTotal)
 	fmt.Fprintf(&b, "%-14s %9.2f %9.2f %6.2fx (ms, all steps but bind addr)\n", "total", st, g, g/st)
 	t.Log(b.String())
+}
+
+// cmtimePair runs cmtime -c 100 between a server and a client within
+// timeout, the stock program through the library or the Go tool (each at
+// real-time priority with SOFTROCE_MEASURE_RT), and returns the client.
+func cmtimePair(t *testing.T, stock bool, timeout time.Duration) (*proc, error) {
+	sa, ca := addrPair()
+	port := itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	server, client := []string{goTool, "cmtime", "-b", sa, "-p", port}, []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}
+	senv, cenv := env(""), env("")
+	if stock {
+		server, client = []string{"cmtime", "-b", sa, "-p", port}, []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
+		senv, cenv = env(sa), env(ca)
+	}
+	sp := start(t, ctx, senv, measureRT(server)...)
+	waitUDP(t, sa, sp)
+	cp := start(t, ctx, cenv, measureRT(client)...)
+	err := cp.wait()
+	sp.cmd.Process.Kill()
+	sp.wait()
+	return cp, err
 }

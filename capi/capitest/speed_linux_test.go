@@ -1,7 +1,6 @@
 package capitest
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,22 +59,7 @@ func TestSpeed(t *testing.T) {
 	pollRE := regexp.MustCompile(`empty_poll_ns ([0-9.]+)`)
 	cmtimeRE := regexp.MustCompile(`(?m)^connect +: +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9.]+)$`)
 	cmtime := func(stock bool) float64 {
-		sa, ca := addrPair()
-		port := itoa(freePort(t))
-		ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
-		defer cancel()
-		server, client := []string{goTool, "cmtime", "-b", sa, "-p", port}, []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}
-		senv, cenv := env(""), env("")
-		if stock {
-			server, client = []string{"cmtime", "-b", sa, "-p", port}, []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
-			senv, cenv = env(sa), env(ca)
-		}
-		sp := start(t, ctx, senv, measureRT(server)...)
-		waitUDP(t, sa, sp)
-		cp := start(t, ctx, cenv, measureRT(client)...)
-		err := cp.wait()
-		sp.cmd.Process.Kill()
-		sp.wait()
+		cp, err := cmtimePair(t, stock, 120*time.Second)
 		m := cmtimeRE.FindStringSubmatch(cp.stdout.String())
 		if err != nil || m == nil {
 			t.Fatalf("cmtime: %s", cp)
