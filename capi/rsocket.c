@@ -198,6 +198,17 @@ SR_EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags)
 	}
 	if (!msg->msg_iovlen)
 		return 0;
+	if (srgo_rs_is_dgram(socket)) {
+		/* A datagram socket says where the datagram came from, as
+		 * recvmsg(2) on UDP does (librdmacm's own datagram rsockets
+		 * have no rrecvmsg that works). */
+		socklen_t alen = msg->msg_namelen;
+		ssize_t n = sr_rs_sret(srgo_rs_recvfrom(socket, msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len,
+							 flags, msg->msg_name, msg->msg_name ? &alen : NULL));
+		if (n >= 0 && msg->msg_name)
+			msg->msg_namelen = alen;
+		return n;
+	}
 	return sr_rs_sret(sr_rs_recv(socket, msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len, msg->msg_flags));
 }
 
@@ -227,12 +238,40 @@ SR_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags,
 	return sr_rs_sret(srgo_rs_sendto(socket, (void *)buf, len, flags, (struct sockaddr *)dest_addr));
 }
 
+/* On a datagram socket the vectors make one datagram, as sendmsg(2) and
+ * writev(2) on UDP: gathered here (a datagram rsocket carries at most
+ * 2040 bytes; the Go side refuses more with EMSGSIZE) and sent to `to`, or
+ * to the connected peer when it is NULL. */
+static ssize_t sr_rs_dgram_sendv(int socket, const struct iovec *iov, int iovcnt, int flags, const void *to)
+{
+	char buf[4096];
+	size_t n = 0;
+
+	if (iovcnt < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > sizeof(buf) - n) {
+			errno = EMSGSIZE;
+			return -1;
+		}
+		memcpy(buf + n, iov[i].iov_base, iov[i].iov_len);
+		n += iov[i].iov_len;
+	}
+	if (to)
+		return sr_rs_sret(srgo_rs_sendto(socket, buf, n, flags, (struct sockaddr *)to));
+	return sr_rs_sret(sr_rs_send(socket, buf, n, flags));
+}
+
 SR_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags)
 {
 	if (msg->msg_control && msg->msg_controllen) {
 		errno = ENOTSUP;
 		return -1;
 	}
+	if (srgo_rs_is_dgram(socket))
+		return sr_rs_dgram_sendv(socket, msg->msg_iov, (int)msg->msg_iovlen, flags, msg->msg_name);
 	return sr_rs_sret(srgo_rs_sendv(socket, msg->msg_iov, (int)msg->msg_iovlen, flags));
 }
 
@@ -243,6 +282,8 @@ SR_EXPORT ssize_t rwrite(int socket, const void *buf, size_t count)
 
 SR_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt)
 {
+	if (srgo_rs_is_dgram(socket))
+		return sr_rs_dgram_sendv(socket, iov, iovcnt, 0, NULL);
 	return sr_rs_sret(srgo_rs_sendv(socket, (struct iovec *)iov, iovcnt, 0));
 }
 

@@ -186,11 +186,13 @@ func TestCrossedRsocket(t *testing.T) {
 
 // TestRsocketDgram runs testdata/rsocket_dgram.c: a pair of datagram
 // rsockets in one process (the first datagram over UDP, the rest over UD,
-// each reported from its sender's address), EMSGSIZE, EINVAL before an
+// each reported from its sender's address), rsendmsg and rwritev gathering
+// their vectors into one datagram, rrecvmsg naming its source, EMSGSIZE,
+// EINVAL before an
 // address, and datagrams to a port with no rsocket (sent without an
 // error, lost: EAGAIN, rpoll times out in its time).
 func TestRsocketDgram(t *testing.T) {
-	runC(t, "rsocket_dgram.c", 4)
+	runC(t, "rsocket_dgram.c", 5)
 }
 
 // udpongResult matches udpong's result: name, size, transfers, total,

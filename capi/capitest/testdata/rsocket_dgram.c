@@ -1,7 +1,8 @@
 /* rsocket_dgram.c: datagram rsockets (SOCK_DGRAM) through the library, in
  * one process on the device at argv[1]: a pair of sockets exchanging
  * datagrams (the first over UDP, the rest over UD), the source addresses
- * recvfrom reports, rpoll, and the failure paths: a datagram to a port
+ * recvfrom reports, rsendmsg/rwritev gathering their vectors into one
+ * datagram and rrecvmsg naming its source, rpoll, and the failure paths: a datagram to a port
  * with no rsocket (sent without an error and lost, as librdmacm's: a
  * read then finds nothing, rpoll times out), a datagram too long, a read
  * before the socket has an address. Prints "ok NAME" or "FAIL NAME: why";
@@ -96,6 +97,29 @@ int main(int argc, char **argv)
 			}
 		}
 		if (!err)
+			OK(n);
+	}
+
+	n = "dgram rsendmsg rrecvmsg";
+	{
+		struct iovec out[3] = { { "one,", 4 }, { "", 0 }, { "two", 4 } }, in = { buf, sizeof buf };
+		struct msghdr mo = { .msg_name = &sb, .msg_namelen = sizeof sb, .msg_iov = out, .msg_iovlen = 3 };
+		struct msghdr mi = { .msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &in, .msg_iovlen = 1 };
+		struct pollfd p = { .fd = b, .events = POLLIN };
+		ssize_t k;
+		memset(&from, 0, sizeof from);
+		if ((k = rsendmsg(a, &mo, 0)) != 8)
+			FAIL(n, "rsendmsg: %zd, errno %d, want 8 (one datagram of the three vectors)", k, errno);
+		else if (rpoll(&p, 1, 5000) != 1 || (k = rrecvmsg(b, &mi, 0)) != 8 || memcmp(buf, "one,two", 8))
+			FAIL(n, "rrecvmsg: %zd, errno %d, \"%.8s\"", k, errno, buf);
+		else if (mi.msg_namelen != sizeof from || from.sin_port != sa.sin_port ||
+			 from.sin_addr.s_addr != sa.sin_addr.s_addr)
+			FAIL(n, "rrecvmsg's source: namelen %u, port %d", (unsigned)mi.msg_namelen, ntohs(from.sin_port));
+		else if (rconnect(b, (struct sockaddr *)&sa, sizeof sa) || (k = rwritev(b, out, 3)) != 8)
+			FAIL(n, "rconnect, rwritev: %zd, errno %d", k, errno);
+		else if ((k = recv_wait(a, buf, sizeof buf, &from)) != 8 || memcmp(buf, "one,two", 8))
+			FAIL(n, "rwritev's datagram: %zd, errno %d", k, errno);
+		else
 			OK(n);
 	}
 
