@@ -308,6 +308,12 @@ func TestCQEvents(t *testing.T) {
 			if err != nil || got != cq {
 				t.Fatal(err)
 			}
+			// The notify function runs after the event is queued (a
+			// waiter it wakes must find the event), so it may still be
+			// on its way when GetCQEvent returns.
+			for deadline := time.Now().Add(5 * time.Second); notified.Load() == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 			if n := notified.Load(); n != 1 {
 				t.Fatalf("notify called %d times for one event", n)
 			}
