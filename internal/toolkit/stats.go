@@ -27,14 +27,14 @@ func appendStats(d *verbs.Device) error {
 	}
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		return fmt.Errorf("%s: %w", StatsEnv, err)
+		return fmt.Errorf("%s: %w; set it to a writable file or unset it", StatsEnv, err)
 	}
 	_, err = f.WriteString(StatsLine(d))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", StatsEnv, err)
+		return fmt.Errorf("%s: writing %s: %w", StatsEnv, name, err)
 	}
 	return nil
 }

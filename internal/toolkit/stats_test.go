@@ -47,7 +47,7 @@ func TestStatsFile(t *testing.T) {
 	}
 
 	t.Setenv(StatsEnv, filepath.Join(t.TempDir(), "missing", "stats"))
-	if err := appendStats(a); err == nil || !strings.Contains(err.Error(), StatsEnv) {
-		t.Errorf("unwritable file: err %v, want one naming %s", err, StatsEnv)
+	if err := appendStats(a); err == nil || !strings.Contains(err.Error(), StatsEnv) || !strings.Contains(err.Error(), "unset it") {
+		t.Errorf("unwritable file: err %v, want one naming %s and what to do", err, StatsEnv)
 	}
 }
