@@ -101,7 +101,11 @@ func TestReadGapReRequest(t *testing.T) {
 
 // TestReadTailReRequest: the last responses of a READ are lost; the next
 // READ's responses show it (a responder answers in order), and the first
-// READ's tail is asked for at once. Both complete in order.
+// READ's tail is asked for at once. Both complete in order. The second READ
+// may be posted after the first's responses arrived, when the answer it
+// waits for (as an ACK-clocked post) is lost: it leaves within the flush
+// delay, the only time the fake clock is moved by (no probe, no retransmit
+// timeout: stepFlush).
 func TestReadTailReRequest(t *testing.T) {
 	clk := clocktest.NewFake(time.Unix(0, 0))
 	// The first READ is PSNs 100-107, the second 108-115.
@@ -113,13 +117,16 @@ func TestReadTailReRequest(t *testing.T) {
 		post(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, i*8192, 8192),
 			RemoteAddr: b.mr.Addr() + uint64(i*8192), RKey: b.mr.RKey()})
 	}
-	wcs := waitWC(t, a.scq, 2, 10*time.Second)
+	wcs := stepFlush(t, clk, a.scq, 2)
 	for i, wc := range wcs {
 		if wc.Status != WCSuccess || wc.WRID != uint64(i) {
 			t.Fatalf("completion %d: %+v", i, wc)
 		}
 	}
 	mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+	if n, p := a.dev.Stats().RetryTimeouts.Load(), a.dev.Stats().LossProbes.Load(); n != 0 || p != 0 {
+		t.Fatalf("%d retransmit timeouts, %d loss probes", n, p)
+	}
 	var rr []wire.Packet
 	for _, p := range req.list() {
 		if p.BTH.Opcode == wire.RCReadRequest && p.BTH.PSN != 100 && p.BTH.PSN != 108 {
@@ -348,4 +355,31 @@ func TestSelectiveRequesterUnpaced(t *testing.T) {
 	if paced() {
 		t.Fatal("still paced after a duplicate READ for part of a READ")
 	}
+}
+
+// stepFlush waits (10 s at most) for n completions on cq, moving clk by
+// pollFlushDelay each millisecond, for at most a quarter of the least loss
+// probe wait: the flush timer fires, no probe or retransmit timer does.
+func stepFlush(t *testing.T, clk *clocktest.Fake, cq *CQ, n int) []WC {
+	t.Helper()
+	out := make([]WC, 0, n)
+	buf := make([]WC, n)
+	deadline := time.Now().Add(10 * time.Second)
+	var moved time.Duration
+	for len(out) < n {
+		k := cq.Poll(buf[:n-len(out)])
+		out = append(out, buf[:k]...)
+		if k > 0 {
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out with %d of %d completions: %+v", len(out), n, out)
+		}
+		time.Sleep(time.Millisecond)
+		if moved < minProbeTimeout/4 {
+			clk.Advance(pollFlushDelay)
+			moved += pollFlushDelay
+		}
+	}
+	return out
 }

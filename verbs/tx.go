@@ -246,10 +246,15 @@ func (d *Device) flushSoon() {
 	if t.n.Load() == 0 || t.flushArmed.Swap(true) {
 		return
 	}
+	// Posts call it too (postUnlock), so the timer is made under the
+	// queue's lock: its callback may run before AfterFunc returns.
+	t.mu.Lock()
 	if t.flushTimer == nil {
 		t.flushTimer = d.clock.AfterFunc(pollFlushDelay, d.flushTimerFired)
+		t.mu.Unlock()
 		return
 	}
+	t.mu.Unlock()
 	t.flushTimer.Reset(pollFlushDelay)
 }
 
@@ -300,13 +305,21 @@ func (qp *QP) flushUnlock() {
 
 // postUnlock ends PostSend: as flushUnlock, except that a post on an
 // ACK-clocked QP (clocked) leaves its packets in the queue for the
-// receive loop, unless the QP left RTS or stopped for an RNR wait. (Queued
-// packets may lend MR memory, zc.go: a deregistration or a provider's
-// revocation then sends the queue itself rather than wait for it.)
+// receive loop, unless the QP left RTS or stopped for an RNR wait. The
+// answer it waits for may have been lost (the tail of a READ's responses,
+// the ACK of a window): flushSoon bounds the wait to pollFlushDelay, not
+// the loss probe's 10 ms or more. (Queued packets may lend MR memory,
+// zc.go: a deregistration or a provider's revocation then sends the queue
+// itself rather than wait for it.)
 func (qp *QP) postUnlock(clocked bool) {
 	if clocked && qp.state == QPStateRTS && !qp.comp.rnrWait {
 		qp.stage()
-		qp.txOwed = false
+		if qp.txOwed {
+			qp.txOwed, qp.inPost = false, false
+			qp.mu.Unlock()
+			qp.dev.flushSoon()
+			return
+		}
 	}
 	qp.flushUnlock()
 }
