@@ -228,6 +228,7 @@ func srgo_close(h C.uintptr_t) C.int {
 	if os.Getenv(envDebug) != "" {
 		logStats(od.dev)
 	}
+	appendStats(od.dev, ag)
 	close(od.stop)
 	if ag != nil {
 		ag.Close()
@@ -596,6 +597,52 @@ func srgo_query_pkey(h C.uintptr_t, port C.uint8_t, idx C.int, pkey *C.uint16_t)
 	}
 	*pkey = C.uint16_t(v)
 	return 0
+}
+
+// With SOFTROCE_STATS=FILE (toolkit.StatsEnv) the library appends to FILE
+// the counters of every device it opened, and of the device's CM agent, as
+// the Go tools do: when the device closes, or when the program ends with
+// it still open (as rdma_cm programs and those killed by a signal do).
+func init() {
+	if os.Getenv(toolkit.StatsEnv) != "" {
+		onExit(appendOpenStats)
+	}
+}
+
+// statsWarned: an unwritable SOFTROCE_STATS file is reported once.
+var statsWarned atomic.Bool
+
+// appendStats appends the counter lines of d and of its agent a (nil:
+// none) to $SOFTROCE_STATS, if set.
+func appendStats(d *verbs.Device, a *cm.Agent) {
+	if os.Getenv(toolkit.StatsEnv) == "" {
+		return
+	}
+	text := toolkit.StatsLine(d)
+	if a != nil {
+		text += toolkit.AgentStatsLine(d, a)
+	}
+	if err := toolkit.AppendStats(text); err != nil && !statsWarned.Swap(true) {
+		warn("%v", err)
+	}
+}
+
+// appendOpenStats appends the counters of the devices still open (at the
+// program's end).
+func appendOpenStats() {
+	type pair struct {
+		d *verbs.Device
+		a *cm.Agent
+	}
+	var open []pair
+	devMu.Lock()
+	for _, od := range devsOpen {
+		open = append(open, pair{od.dev, agents[od.dev]})
+	}
+	devMu.Unlock()
+	for _, p := range open {
+		appendStats(p.d, p.a)
+	}
 }
 
 // logStats prints the device's non-zero counters on stderr (SOFTROCE_DEBUG).

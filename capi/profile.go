@@ -2,26 +2,13 @@
 
 package main
 
-/*
-#include <stdlib.h>
-
-extern void srgo_stop_profile(void);
-
-static void sr_profile_atexit(void) { srgo_stop_profile(); }
-
-static void sr_profile_register(void) { atexit(sr_profile_atexit); }
-*/
-import "C"
-
 import (
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 )
 
 // envCPUProfile names the file the library writes a Go CPU profile of the
@@ -54,21 +41,11 @@ func init() {
 		return
 	}
 	profile.f = f
-	C.sr_profile_register()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		s := <-sig
-		srgo_stop_profile()
-		signal.Reset(s)
-		syscall.Kill(os.Getpid(), s.(syscall.Signal))
-	}()
+	onExit(stopProfile)
 }
 
-// srgo_stop_profile ends the CPU profile (at exit, or on a signal).
-//
-//export srgo_stop_profile
-func srgo_stop_profile() {
+// stopProfile ends the CPU profile (at exit, or on a signal).
+func stopProfile() {
 	profile.once.Do(func() {
 		if profile.f != nil {
 			pprof.StopCPUProfile()

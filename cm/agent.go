@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -46,7 +47,15 @@ type Config struct {
 	// ServiceTimeout is the MRA service timeout (log2 of 4.096 µs units)
 	// announced to the peer. Default 24 (≈ 69 s), rdma_cm's CMA_CM_MRA_SETTING.
 	ServiceTimeout uint8
-	// RecvDepth is the number of receive buffers of the GSI QP (default 256).
+	// RecvDepth is the number of receive buffers of the GSI QP (default
+	// 4096, 1.2 MiB): MADs that find none are dropped and cost their
+	// sender a 6 s resend. A burst of requests as large as the default
+	// listen backlog (1024) must fit, with their RTUs, while the agent
+	// works through them, and the agent's goroutine, unlike the kernel's
+	// MAD handling, can be descheduled for milliseconds on a busy host
+	// (stock cmtime -c 1000 on two cores: up to 1,235 MADs waited at once;
+	// the kernel's ib_mad queues 512 per QP behind the network stack's own
+	// backlog).
 	RecvDepth int
 	// Resolve, if set, checks that dst can be reached from the device's
 	// address src, as rdma_resolve_addr's neighbour (ARP/ND) resolution
@@ -80,7 +89,7 @@ func (c *Config) normalize() {
 		c.ServiceTimeout = 31
 	}
 	if c.RecvDepth <= 0 {
-		c.RecvDepth = 256
+		c.RecvDepth = 4096
 	}
 }
 
@@ -136,6 +145,18 @@ type Stats struct {
 	// (ID.SetHalfOpen): spoofed REQs make them and never answer.
 	HalfOpenEvicted   atomic.Uint64 // dropped (REJ, UNREACHABLE) to make room for a newer one: the listener's half-open bound was reached
 	HalfOpenShortREPs atomic.Uint64 // REPs sent under pressure (the listener's half-open bound at least half taken): resent once at most
+}
+
+// Each calls f with the name and value of every counter, in declaration
+// order: for reports (the tools' and the C library's SOFTROCE_STATS), not
+// for hot paths.
+func (s *Stats) Each(f func(name string, v uint64)) {
+	v := reflect.ValueOf(s).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if c, ok := v.Field(i).Addr().Interface().(*atomic.Uint64); ok {
+			f(v.Type().Field(i).Name, c.Load())
+		}
+	}
 }
 
 // Agent runs the CM protocol on one device (its GSI QP). Attach creates it

@@ -95,7 +95,9 @@ type ID struct {
 type listenState struct {
 	backlog  int
 	pending  atomic.Int32 // requests not yet accepted or rejected
-	halfOpen atomic.Int32 // bound of its half-open connections (SetHalfOpen; 0: DefaultHalfOpen)
+	halfOpen atomic.Int32 // bound of its half-open connections (SetHalfOpen; 0: the default)
+	// defHalfOpen is the default bound: the backlog, at least DefaultHalfOpen.
+	defHalfOpen atomic.Int32
 }
 
 // passiveState is a passive ID's: the listener it came from, and the REP's
@@ -368,8 +370,8 @@ func findListener(a *Agent, ps mad.PortSpace, port uint16, dst netip.Addr) *ID {
 	return wild
 }
 
-// DefaultHalfOpen is a listening ID's default bound of half-open
-// connections (ID.SetHalfOpen).
+// DefaultHalfOpen is the least default bound of a listening ID's half-open
+// connections (ID.SetHalfOpen): its listen backlog, if larger.
 const DefaultHalfOpen = 128
 
 // SetHalfOpen bounds the listening ID's half-open connections, those
@@ -381,12 +383,12 @@ const DefaultHalfOpen = 128
 // comes, cannot keep real peers out, whose RTU arrives at once. While at
 // least half of the bound is taken, a new REP is resent once at most
 // (Stats.HalfOpenShortREPs) instead of as often as the REQ asks. n <= 0
-// means DefaultHalfOpen (128). softroce's own: rdma_cm has no such bound.
+// means the default: the listen backlog, at least DefaultHalfOpen (128),
+// so that a burst of real requests as large as the backlog (cmtime -c
+// 1000 against the default 1024) is not cut short by its own REPs.
+// softroce's own: rdma_cm has no such bound.
 func (id *ID) SetHalfOpen(n int) error {
-	if n <= 0 {
-		n = DefaultHalfOpen
-	}
-	id.listen.halfOpen.Store(int32(min(n, 1<<30)))
+	id.listen.halfOpen.Store(int32(min(max(n, 0), 1<<30)))
 	return nil
 }
 
@@ -395,7 +397,7 @@ func (id *ID) halfOpenMax() int {
 	if n := id.listen.halfOpen.Load(); n > 0 {
 		return int(n)
 	}
-	return DefaultHalfOpen
+	return int(max(id.listen.defHalfOpen.Load(), DefaultHalfOpen))
 }
 
 // Listen makes the ID listen for connection requests (rdma_listen); an
@@ -415,6 +417,7 @@ func (id *ID) Listen(backlog int) error {
 	reg.mu.Lock()
 	id.listen.backlog = backlog
 	reg.mu.Unlock()
+	id.listen.defHalfOpen.Store(int32(min(backlog, 1<<30)))
 	if a := id.agent; a != nil {
 		a.mu.Lock()
 		id.st = stListen

@@ -1,0 +1,65 @@
+//go:build linux && cgo && softroce_capi
+
+package main
+
+/*
+#include <stdlib.h>
+
+extern void srgo_run_exit(void);
+
+static void sr_exit_hook(void) { srgo_run_exit(); }
+
+static void sr_exit_register(void) { atexit(sr_exit_hook); }
+*/
+import "C"
+
+import (
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+)
+
+// The library's work at the program's end (the CPU profile, the counters
+// file): run once, when the program exits (exit or return from main) or
+// is stopped by SIGINT or SIGTERM, which are then re-raised. Only an
+// opt-in environment variable installs it: the signal handler changes
+// what those signals do to the program meanwhile.
+var exitHooks struct {
+	mu    sync.Mutex
+	fs    []func()
+	setup sync.Once
+	ran   sync.Once
+}
+
+// onExit adds f to the work done at the program's end.
+func onExit(f func()) {
+	exitHooks.mu.Lock()
+	exitHooks.fs = append(exitHooks.fs, f)
+	exitHooks.mu.Unlock()
+	exitHooks.setup.Do(func() {
+		C.sr_exit_register()
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			s := <-sig
+			srgo_run_exit()
+			signal.Reset(s)
+			syscall.Kill(os.Getpid(), s.(syscall.Signal))
+		}()
+	})
+}
+
+// srgo_run_exit runs the exit hooks, in the order they were added, once.
+//
+//export srgo_run_exit
+func srgo_run_exit() {
+	exitHooks.ran.Do(func() {
+		exitHooks.mu.Lock()
+		fs := exitHooks.fs
+		exitHooks.mu.Unlock()
+		for _, f := range fs {
+			f()
+		}
+	})
+}
