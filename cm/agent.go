@@ -291,10 +291,8 @@ func start(dev *verbs.Device, cfg *Config, listed bool) (*Agent, error) {
 	if a.rmr, err = a.pd.RegMR(a.rbuf, verbs.AccessLocalWrite); err != nil {
 		return fail(err)
 	}
-	for i := range depth {
-		if err = a.postRecv(uint64(i)); err != nil {
-			return fail(err)
-		}
+	if err = a.postRecvs(depth); err != nil {
+		return fail(err)
 	}
 	if err = a.rcq.ReqNotify(false); err != nil {
 		return fail(err)
@@ -308,6 +306,25 @@ func start(dev *verbs.Device, cfg *Config, listed bool) (*Agent, error) {
 	a.ctx, a.cancel = ctx, cancel
 	go a.loop(ctx)
 	return a, nil
+}
+
+// postRecvs posts the first n receive buffers, in batches.
+func (a *Agent) postRecvs(n int) error {
+	var wrs [64]verbs.RecvWR
+	var sges [64]verbs.SGE
+	for i := 0; i < n; {
+		k := min(n-i, len(wrs))
+		for j := range k {
+			slot := uint64(i + j)
+			sges[j] = verbs.SGE{Addr: a.rmr.Addr() + slot*recvSlot, Length: recvSlot, LKey: a.rmr.LKey()}
+			wrs[j] = verbs.RecvWR{WRID: slot, SGList: sges[j : j+1]}
+		}
+		if _, err := a.qp.PostRecv(wrs[:k]); err != nil {
+			return err
+		}
+		i += k
+	}
+	return nil
 }
 
 func (a *Agent) postRecv(slot uint64) error {

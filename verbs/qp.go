@@ -172,7 +172,7 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 		srq: attr.SRQ, sigAll: attr.SQSigAll, cap: c, noMcastLB: attr.CreateFlags&QPCreateBlockSelfMcastLB != 0}
 	qp.sq = make([]sendWQE, c.MaxSendWR)
 	if attr.SRQ == nil {
-		qp.rq.ring = make([]recvWQE, c.MaxRecvWR)
+		qp.rq = makeRecvRing(int(c.MaxRecvWR), int(c.MaxRecvSGE))
 	}
 	bs := min(max(d.ep.BatchSize(), 1), 32)
 	qp.txb = make([]link.Packet, bs)

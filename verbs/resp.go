@@ -731,12 +731,12 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 			return
 		}
 	} else {
-		pw := qp.rq.peek()
-		if pw == nil {
+		c, ok := qp.rq.peekCap()
+		if !ok {
 			st.DropNoRecv.Add(1)
 			return
 		}
-		if pw.cap < need {
+		if c < need {
 			st.DropLength.Add(1) // too small: dropped (docs/protocol.md §6.1)
 			return
 		}

@@ -14,47 +14,81 @@ type recvWQE struct {
 
 func (w *recvWQE) sges() []SGE { return w.sge[:w.nsge] }
 
-func (w *recvWQE) set(wr *RecvWR) {
-	w.wrid = wr.WRID
-	w.nsge = copy(w.sge[:], wr.SGList)
-	w.cap = 0
-	for _, s := range wr.SGList {
-		w.cap += uint64(s.Length)
-	}
+// recvRing is a fixed ring of receive WQEs. A slot's SGEs live in sges,
+// stride (the queue's max_sge) apiece, not in a MaxSGE array per slot: a
+// 4,096-deep queue of one-SGE WQEs (the CM's GSI QP) takes 96 KiB, not
+// 2.2 MiB, and its QP is made in microseconds.
+type recvRing struct {
+	ring    []recvSlot
+	sges    []SGE
+	stride  int
+	head, n int
 }
 
-// recvRing is a fixed ring of receive WQEs.
-type recvRing struct {
-	ring    []recvWQE
-	head, n int
+// recvSlot is a posted receive WQE in a recvRing (its SGEs in sges).
+type recvSlot struct {
+	wrid uint64
+	cap  uint64 // total bytes
+	nsge int
+}
+
+// makeRecvRing returns a ring of depth WQEs of at most maxSGE SGEs each.
+func makeRecvRing(depth, maxSGE int) recvRing {
+	maxSGE = max(maxSGE, 1)
+	return recvRing{ring: make([]recvSlot, depth), sges: make([]SGE, depth*maxSGE), stride: maxSGE}
 }
 
 func (r *recvRing) full() bool { return r.n == len(r.ring) }
 
+// push queues wr (len(wr.SGList) <= the ring's max_sge: the callers check).
 func (r *recvRing) push(wr *RecvWR) {
 	i := (r.head + r.n) % len(r.ring)
-	r.ring[i].set(wr)
+	s := &r.ring[i]
+	s.wrid = wr.WRID
+	s.nsge = copy(r.sges[i*r.stride:(i+1)*r.stride], wr.SGList)
+	s.cap = 0
+	for _, g := range wr.SGList {
+		s.cap += uint64(g.Length)
+	}
 	r.n++
 }
 
-func (r *recvRing) peek() *recvWQE {
+// peekCap returns the total bytes of the oldest WQE; false if none.
+func (r *recvRing) peekCap() (uint64, bool) {
 	if r.n == 0 {
-		return nil
+		return 0, false
 	}
-	return &r.ring[r.head]
+	return r.ring[r.head].cap, true
 }
 
+// pop dequeues the oldest WQE into dst (its SGEs copied: the slot may be
+// posted again while dst is in use).
 func (r *recvRing) pop(dst *recvWQE) bool {
 	if r.n == 0 {
 		return false
 	}
-	*dst = r.ring[r.head]
+	s := &r.ring[r.head]
+	dst.wrid, dst.cap = s.wrid, s.cap
+	o := r.head * r.stride
+	dst.nsge = copy(dst.sge[:], r.sges[o:o+s.nsge])
 	r.head++
 	if r.head == len(r.ring) {
 		r.head = 0
 	}
 	r.n--
 	return true
+}
+
+// resize moves the queued WQEs to a ring of depth slots.
+func (r *recvRing) resize(depth int) {
+	nr := makeRecvRing(depth, r.stride)
+	for i := 0; i < r.n; i++ {
+		j := (r.head + i) % len(r.ring)
+		nr.ring[i] = r.ring[j]
+		copy(nr.sges[i*r.stride:(i+1)*r.stride], r.sges[j*r.stride:(j+1)*r.stride])
+	}
+	nr.n = r.n
+	*r = nr
 }
 
 // SRQ is a shared receive queue (ibv_srq).
@@ -83,7 +117,7 @@ func (pd *PD) CreateSRQ(attr SRQAttr, ctx any) (*SRQ, error) {
 		return nil, err
 	}
 	s := &SRQ{dev: pd.dev, pd: pd, ctx: ctx, maxSGE: int(max(attr.MaxSGE, 1)), limit: attr.SRQLimit}
-	s.rq.ring = make([]recvWQE, attr.MaxWR)
+	s.rq = makeRecvRing(int(attr.MaxWR), s.maxSGE)
 	return s, nil
 }
 
@@ -131,11 +165,7 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 		if attr.MaxWR < uint32(s.rq.n) || attr.MaxWR < 1 || attr.MaxWR > maxQPWR {
 			return newErr("modify srq", "max_wr smaller than the WQEs posted, or above "+utoa(maxQPWR), syscall.EINVAL)
 		}
-		r := make([]recvWQE, attr.MaxWR)
-		for i := 0; i < s.rq.n; i++ {
-			r[i] = s.rq.ring[(s.rq.head+i)%len(s.rq.ring)]
-		}
-		s.rq.ring, s.rq.head = r, 0
+		s.rq.resize(int(attr.MaxWR))
 	}
 	if mask&SRQAttrLimit != 0 {
 		if attr.SRQLimit > uint32(len(s.rq.ring)) {
