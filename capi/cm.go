@@ -140,6 +140,37 @@ func srgo_cm_device(sa *C.struct_sockaddr, idx *C.int) C.int {
 	return C.int(syscall.EADDRNOTAVAIL)
 }
 
+// srgo_cm_preopen_device names the device rdma_create_event_channel may
+// open ahead of the program's first call (rdmacm.c's sr_cm_preopen): the
+// device SOFTROCE_ADDR names, bound to that address, or the first listed
+// device if it has an address of its own (a link's). Not the loopback
+// device's automatic address: a program's rdma_bind_addr picks that one.
+// Non-zero: none (or the device is open already).
+//
+//export srgo_cm_preopen_device
+func srgo_cm_preopen_device(idx *C.int) C.int {
+	loadDevices()
+	if devErr != nil || len(devList) == 0 {
+		return C.int(syscall.ENODEV)
+	}
+	if v := os.Getenv(envAddr); v != "" {
+		ap, err := toolkit.ParseDeviceAddr(v)
+		if err != nil {
+			return C.int(syscall.EINVAL)
+		}
+		var ss C.struct_sockaddr_storage
+		putSockaddr(&ss, netip.AddrPortFrom(ap.Addr().Unmap(), 0))
+		return srgo_cm_device((*C.struct_sockaddr)(unsafe.Pointer(&ss)), idx)
+	}
+	devMu.Lock()
+	defer devMu.Unlock()
+	if devList[0].auto || devsOpen[0] != nil {
+		return C.int(syscall.ENODEV)
+	}
+	*idx = 0
+	return 0
+}
+
 // srgo_cm_attach starts the CM on the device of context h (once).
 //
 //export srgo_cm_attach

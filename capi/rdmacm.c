@@ -103,6 +103,25 @@ static int sr_cm_ready(struct rdma_cm_id *id, struct sockaddr *sa)
 	return 0;
 }
 
+/* sr_cm_preopen opens the device whose address is known before the
+ * program names one (SOFTROCE_ADDR, or a link's device) and starts its
+ * CM, when the program creates its first event channel: the kernel's
+ * device and CM are always there, and a program's first rdma_resolve_addr
+ * or rdma_bind_addr does not then wait for a socket, the device and its
+ * CM agent (about 2 ms). Once per process; errors are left for the
+ * program's own calls to meet. */
+static void sr_cm_preopen(void)
+{
+	static int once;
+	struct ibv_context *c;
+	int idx;
+	if (__atomic_exchange_n(&once, 1, __ATOMIC_SEQ_CST) || srgo_cm_preopen_device(&idx))
+		return;
+	c = sr_cm_ctx(idx);
+	if (c)
+		(void)srgo_cm_attach(((struct sr_context *)((char *)c - offsetof(struct sr_context, vctx.context)))->h);
+}
+
 void sr_cm_free_event(struct sr_cm_event *e)
 {
 	free(e);
@@ -128,6 +147,7 @@ SR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 		errno = err;
 		return NULL;
 	}
+	sr_cm_preopen();
 	return &c->ch;
 }
 
