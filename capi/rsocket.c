@@ -119,12 +119,20 @@ SR_EXPORT int rclose(int socket)
 
 /* sr_rs_block waits until the socket's eventfd is written (the Go side
  * armed the connection's completion events; the device's goroutine writes
- * it), and clears it. The bound only guards against a lost wake-up. */
+ * it), and clears it, or until the device's link holds a datagram, which
+ * the next call then handles on this thread (srgo_rs_block). The bound
+ * only guards against a lost wake-up. */
 static void sr_rs_block(int socket)
 {
 	struct pollfd p = { .fd = socket, .events = POLLIN };
 	uint64_t v;
-	if (poll(&p, 1, 100) > 0)
+	int r = srgo_rs_block(socket); /* waits on the device's link too */
+	if (r < 0) {
+		if (poll(&p, 1, 100) > 0)
+			(void)!read(socket, &v, sizeof v);
+		return;
+	}
+	if (r & 1)
 		(void)!read(socket, &v, sizeof v);
 }
 

@@ -80,6 +80,40 @@ func rsConnected(fd C.int) (*rsock, *rsocket.Conn, syscall.Errno) {
 	return r, c, e
 }
 
+// srgo_rs_block waits for a blocking rrecv or rsend that found nothing to
+// do (rsocket.c's sr_rs_block): on the socket's device link, so that the
+// datagram that answers it wakes this thread alone and it handles it
+// itself (the next call polls the link: rsocket's poll mode), and on the
+// socket's eventfd (bit 0 of the result: readable; the caller clears it),
+// which the device's goroutine writes at a completion (bit 1: the link is
+// readable). -1: the link cannot be waited on; the caller waits on the
+// eventfd alone.
+//
+//export srgo_rs_block
+func srgo_rs_block(fd C.int) C.int {
+	_, c, _ := rsConnected(fd)
+	if c == nil {
+		return -1
+	}
+	link, other, ok := c.WaitLink(int(fd), rsBlockWait)
+	if !ok {
+		return -1
+	}
+	var r C.int
+	if other {
+		r |= 1
+	}
+	if link {
+		r |= 2
+	}
+	return r
+}
+
+// rsBlockWait bounds one wait of a blocking rsocket call (it waits again):
+// a lost wake-up costs at most this, and closing the device waits at most
+// this for a waiting thread.
+const rsBlockWait = 100 * time.Millisecond
+
 // wake writes the socket's eventfd: rpoll re-checks it.
 func (r *rsock) wake() {
 	var one = [8]byte{1}
@@ -87,6 +121,9 @@ func (r *rsock) wake() {
 }
 
 func rsErrno(err error) syscall.Errno {
+	if e, ok := err.(*rsocket.Error); ok && e.Errno != 0 {
+		return e.Errno // EAGAIN of a non-blocking call: no errors.Is walk per spin
+	}
 	switch {
 	case err == nil:
 		return 0

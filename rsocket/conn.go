@@ -379,6 +379,16 @@ func (c *Conn) signal() {
 	c.wake = make(chan struct{})
 }
 
+// WaitLink waits on the calling thread until the connection's device link
+// holds a datagram or fd (-1: none) is readable, at most timeout
+// (verbs.Device.WaitLink): for a caller that waits itself between calls
+// with MsgNoPark (the C library's blocking rrecv and rsend), whose next
+// call then handles the datagram on its own thread. ok is false when the
+// link cannot be waited on.
+func (c *Conn) WaitLink(fd int, timeout time.Duration) (link, other, ok bool) {
+	return c.qp.Device().WaitLink(fd, timeout)
+}
+
 // SetNotify sets a function called (from another goroutine) after every
 // event that may change what Poll reports: CQ events once armed by Poll,
 // the peer's disconnect, Close. The C library writes an eventfd there.
@@ -582,6 +592,7 @@ func (c *Conn) haveData() bool { return c.rmsgHead != c.rmsgTail }
 type waitState struct {
 	parked bool
 	noPark bool // MsgNoPark
+	polled bool // the call polled the device's link (PollLink)
 }
 
 // takeEvents takes the completion events waiting on the channel (under
@@ -600,16 +611,18 @@ func (c *Conn) takeEvents() {
 }
 
 // nbPark bounds how long a non-blocking call that finds nothing to do
-// waits for the device before it fails with EAGAIN. A program that spins
-// on EAGAIN (rstream does) would otherwise take from a software device
-// the CPU it needs to move the data: a spinning caller measured 30 times
-// slower than a blocking one.
+// waits for the device before it fails with EAGAIN, on a device whose link
+// cannot be polled (the in-memory pipe; a UDP device's is polled instead,
+// see wait). A program that spins on EAGAIN (rstream does) would otherwise
+// take from a software device the CPU it needs to move the data: a
+// spinning caller measured 30 times slower than a blocking one.
 const nbPark = time.Millisecond
 
 // wait blocks (releasing c.mu) until an event may have changed the
 // connection or the deadline passes. Callers loop: progress, test, wait.
-// It arms the CQs and sleeps; a non-blocking call sleeps at most nbPark
-// once, then fails with EAGAIN. It does not spin first as rsocket.c does
+// A non-blocking call on a device whose link can be polled polls it once
+// (poll mode) and then fails with EAGAIN; otherwise wait arms the CQs and
+// sleeps, a non-blocking call at most nbPark once, then fails with EAGAIN. It does not spin first as rsocket.c does
 // (polling_time): on a software device the spinning caller takes the
 // processor the device needs (a 64-byte ping-pong in one process took
 // 44 µs without a spin, 66 µs with 20 µs of spinning, 341 µs with 100).
@@ -623,6 +636,26 @@ func (c *Conn) wait(deadline time.Time, nonblock bool, ws *waitState) error {
 	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return os.ErrDeadlineExceeded
+	}
+	if nb && !ws.polled && c.qp.Device().CanPollLink() {
+		// Poll mode: a call that may not wait receives what the device's
+		// socket holds on the caller's thread (verbs.Device.PollLink), as
+		// the C library's ibv_poll_cq does, once; with nothing there it
+		// fails with EAGAIN at once, as a TCP socket does. A program that
+		// spins on EAGAIN (rstream) then drives the device itself instead
+		// of parking until the device's goroutine hands it a completion
+		// (three thread wake-ups a message).
+		ws.polled = true
+		dev := c.qp.Device()
+		c.mu.Unlock()
+		n := dev.PollLink()
+		c.mu.Lock()
+		if n > 0 {
+			return nil // progress again
+		}
+		if !ws.noPark {
+			return errWouldBlock
+		}
 	}
 	if nb && ws.noPark {
 		c.takeEvents()

@@ -332,7 +332,10 @@ func sgidIndex(q *dsQP) uint8 {
 // that came over UDP to the receive queue.
 func (pc *PacketConn) serveUDP() {
 	defer close(pc.done)
-	buf := make([]byte, sndLowat)
+	// A datagram of MaxDatagram bytes arrives behind a DS UDP header (16 or
+	// 28 bytes): a buffer of sndLowat cut its last bytes off (2,032 of
+	// 2,040 bytes read). Any UDP datagram fits; longer data is dropped.
+	buf := make([]byte, 1<<16)
 	for {
 		n, from, err := pc.udp.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -369,7 +372,7 @@ func (pc *PacketConn) handleUDP(b []byte, from netip.AddrPort) {
 		return
 	}
 	pc.Stats.ReceivedUDP.Add(1)
-	if pc.rqFull() {
+	if pc.rqFull() || len(b)-hl > MaxDatagram {
 		pc.Stats.Dropped.Add(1)
 		return
 	}
@@ -472,6 +475,13 @@ func (pc *PacketConn) onCompletion(q *dsQP, wc *verbs.WC) {
 		pc.Stats.Dropped.Add(1)
 		q.postRecv(off)
 		return
+	}
+	if d := pc.dests[h.Addr]; d != nil && d.ah == nil && wc.SrcQP != 0 {
+		// A peer we send to whose QP we have not learnt yet (its UDP
+		// answer still on its way: on a busy host it came after 8
+		// round trips) names it in the datagram itself: later
+		// datagrams to it go over UD. Learnt once, never replaced.
+		pc.setQPN(d, wc.SrcQP)
 	}
 	pc.rq[pc.rqTail] = dsMsg{qp: q, off: off + hl, n: n - hl, src: h.Addr}
 	pc.rqTail = pc.rqNext(pc.rqTail)

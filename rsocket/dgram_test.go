@@ -171,3 +171,24 @@ func TestPacketBadUDP(t *testing.T) {
 		t.Fatal("a bad datagram was queued")
 	}
 }
+
+// TestPacketFirstMaxOverUDP: a first datagram of MaxDatagram bytes, which
+// goes over UDP behind the DS UDP header (the peer's QP is not known yet),
+// arrives whole (a receive buffer of RS_SNDLOWAT cut it to 2,032 bytes).
+func TestPacketFirstMaxOverUDP(t *testing.T) {
+	a, b := packetPair(t, nil)
+	a.SetDeadline(time.Now().Add(10 * time.Second))
+	b.SetDeadline(time.Now().Add(10 * time.Second))
+	msg := bytes.Repeat([]byte{7}, MaxDatagram)
+	if n, err := a.WriteTo(msg, b.LocalAddr()); err != nil || n != len(msg) {
+		t.Fatalf("WriteTo: %d, %v", n, err)
+	}
+	buf := make([]byte, MaxDatagram+10)
+	n, _, err := b.ReadFrom(buf)
+	if err != nil || !bytes.Equal(buf[:n], msg) {
+		t.Fatalf("ReadFrom: %d bytes, %v; want %d", n, err, len(msg))
+	}
+	if a.Stats.SentUDP.Load() == 0 {
+		t.Fatal("the first datagram did not go over UDP")
+	}
+}

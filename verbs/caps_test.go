@@ -19,6 +19,9 @@ import (
 // passes on; and the tee records each zero-copy datagram whole. In a
 // bubble: no retransmission on a loaded machine adds datagrams.
 func TestTeeKeepsSendPath(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a build with the race detector sends no payload zero-copy (racedetect_on.go); the tests without -race cover it")
+	}
 	synctest.Test(t, func(t *testing.T) {
 		const rcvbuf = 300 * (1024 + budgetPktOverhead) // a budget of 300 MTU1024 packets
 		for _, noZC := range []bool{false, true} {

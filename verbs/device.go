@@ -204,7 +204,7 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 		d.clock = d.cfg.Clock
 	}
 	d.log = d.cfg.Logger
-	d.zc = link.CapabilitiesOf(ep).GatherWrite && !d.cfg.NoZeroCopySend
+	d.zc = link.CapabilitiesOf(ep).GatherWrite && !d.cfg.NoZeroCopySend && !raceEnabled
 	d.rxp.lp, _ = ep.(linkPoller)
 	d.local = ep.LocalAddr()
 	m := ep.MTU()

@@ -156,6 +156,32 @@ func (d *Device) PollLink() int {
 	return n
 }
 
+// linkWaiter is a link a program's thread can wait on for datagrams
+// itself (link/udp's WaitReadable).
+type linkWaiter interface {
+	WaitReadable(fd int, timeout time.Duration) (sock, other bool, err error)
+}
+
+// WaitLink waits on the calling goroutine's thread until the device's link
+// holds a datagram (for PollLink to take) or fd (-1: none) is readable, at
+// most timeout, and reports which. The device's receive loop steps aside
+// meanwhile, so that the datagram wakes this thread alone: for a program
+// thread that blocks for a completion and would otherwise be woken through
+// the device's goroutine, two thread wake-ups where a kernel socket takes
+// one (the C library's blocking rsocket calls). ok is false when the link
+// cannot be waited on (only link/udp can); nothing was waited for then.
+func (d *Device) WaitLink(fd int, timeout time.Duration) (link, other, ok bool) {
+	lw, isW := d.ep.(linkWaiter)
+	if !isW || d.rxp.lp == nil || d.closed.Load() {
+		return false, false, false
+	}
+	l, o, err := lw.WaitReadable(fd, timeout)
+	if err != nil {
+		return false, false, false
+	}
+	return l, o, true
+}
+
 // CanPollLink reports whether PollLink can receive from the device's link
 // (link/udp can; the in-memory pipe cannot, and PollLink then returns 0).
 func (d *Device) CanPollLink() bool { return d.rxp.lp != nil }

@@ -199,8 +199,19 @@ func (qp *QP) sendWQEPackets(w *sendWQE) bool {
 			}
 		}
 		p, pl := qp.newPacket(&h, plen, qp.dst, tos, ttl)
+		resend := wire.PSNDiff(psn, qp.req.sentPSN) < 0
 		if len(w.inline) > 0 || w.wr.Flags&SendInline != 0 {
 			copy(pl, w.inline[off:])
+		} else if resend {
+			// A resend (go-back-N, a loss probe) is copied, never lent
+			// (zc.go): the original may be acknowledged while this copy
+			// still waits in the device queue, and the WQE's completion
+			// lets the program reuse the memory the link would then read.
+			if !qp.dev.gather(qp.pd, w.wr.SGList, off, pl) {
+				qp.cancelPacket()
+				qp.failWQE(w, WCLocProtErr)
+				return false
+			}
 		} else if !qp.gatherPayload(p, pl, w.wr.SGList, off) {
 			qp.cancelPacket()
 			qp.failWQE(w, WCLocProtErr)

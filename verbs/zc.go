@@ -22,6 +22,9 @@ import (
 // packet holds a reference (zcRef) from when it is built until the device
 // queue has written it, which may be after PostSend returns (doorbell
 // batching leaves a post's packets for the next received batch).
+// Only a packet's first transmission lends: a resend is copied (req.go), as
+// its original may be acknowledged, and its WQE completed and its memory
+// reused by the program, before the resend is written.
 // Deregister and Rereg of a new buffer wait for the MR's references,
 // sending what is queued themselves; a provider region's read guard is held
 // too, so a revocation cannot unmap memory the kernel is about to read, and

@@ -31,6 +31,9 @@ func udpPair(t *testing.T, o pairOpts) (*side, *side) {
 // went zero-copy: every full packet of one SGE, the READ responses too, and
 // none of the others.
 func TestZeroCopySend(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a build with the race detector sends no payload zero-copy (racedetect_on.go); the tests without -race cover it")
+	}
 	for _, noZC := range []bool{false, true} {
 		a, b := udpPair(t, pairOpts{pmtu: wire.MTU1024, noZC: noZC})
 		if !a.dev.zc == !noZC {
@@ -102,6 +105,9 @@ func TestZeroCopySend(t *testing.T) {
 // checks that Deregister does not return until they have been written
 // (after which the caller may free the memory).
 func TestDeregisterWaitsForLentPackets(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a build with the race detector sends no payload zero-copy (racedetect_on.go); the tests without -race cover it")
+	}
 	// A 4 s retransmit timeout: no retry (which would read the MR again,
 	// deregistered by then) while the sender is held.
 	a, b := udpPair(t, pairOpts{pmtu: wire.MTU1024, timeout: 20})
@@ -155,6 +161,9 @@ func TestDeregisterWaitsForLentPackets(t *testing.T) {
 // provider's revocation sends them itself (mem.Region.OnDrain) and returns
 // at once instead of waiting for the retransmit timer (4 s here).
 func TestRevokeSendsLentPackets(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a build with the race detector sends no payload zero-copy (racedetect_on.go); the tests without -race cover it")
+	}
 	acc, region, devAddr := accelRegion(t)
 	a, b := udpPair(t, pairOpts{pmtu: wire.MTU1024, timeout: 20})
 	mr, err := a.pd.RegRegion(region, AccessLocalWrite)

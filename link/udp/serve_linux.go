@@ -74,7 +74,7 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			}
 			if aside {
 				p := e.polls.Load()
-				busy := p-seen >= pollBusy
+				busy := p-seen >= pollBusy || e.waited()
 				seen = p
 				if busy {
 					goAside = true
@@ -137,6 +137,67 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 	}
 }
 
+// WaitReadable waits on the calling thread, in poll(2), until the socket
+// holds a datagram or fd (another descriptor, such as an eventfd; -1 for
+// none) is readable, at most timeout; it reports which are. It reads
+// nothing: the caller then takes the datagrams with Poll. ServeView steps
+// aside while a thread waits here (as for a busy Poll caller), so that a
+// datagram wakes the waiting thread alone, not a thread of the runtime
+// too: a program thread blocked for a reply (the C library's blocking
+// rsocket calls) is woken once, as a kernel socket's reader is. Close waits
+// for a WaitReadable in progress to return (within timeout).
+func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool, err error) {
+	if e.closed.Load() {
+		return false, false, errClosed
+	}
+	e.waiters.Add(1)
+	defer func() {
+		e.waitEnd.Store(mono())
+		e.waiters.Add(-1)
+	}()
+	ms := int(min(max(timeout, 0)/time.Millisecond, 1<<30))
+	var perr error
+	cerr := e.rc.Control(func(s uintptr) {
+		fds := [2]unix.PollFd{{Fd: int32(s), Events: unix.POLLIN}, {Fd: int32(fd), Events: unix.POLLIN}}
+		n := 2
+		if fd < 0 {
+			n = 1
+		}
+		for {
+			_, perr = unix.Poll(fds[:n], ms)
+			if perr != unix.EINTR {
+				break
+			}
+		}
+		sock = fds[0].Revents != 0
+		other = n == 2 && fds[1].Revents != 0
+	})
+	if cerr != nil {
+		return false, false, errClosed
+	}
+	if perr != nil {
+		return false, false, os.NewSyscallError("poll", perr)
+	}
+	return sock, other, nil
+}
+
+// waited reports a thread waiting in WaitReadable, or one that returned
+// from it less than pollAside ago: the datagram that woke it is left for
+// its Poll, which follows.
+func (e *Endpoint) waited() bool {
+	if e.waiters.Load() > 0 {
+		return true
+	}
+	w := e.waitEnd.Load()
+	return w != 0 && mono()-w < int64(pollAside)
+}
+
+// monoStart anchors mono.
+var monoStart = time.Now()
+
+// mono returns monotonic nanoseconds (since monoStart).
+func mono() int64 { return int64(time.Since(monoStart)) }
+
 const (
 	// pollAside is the step ServeView sleeps in while a poller is busy
 	// (stepAside): what the poller leaves waits at most about this long
@@ -149,7 +210,8 @@ const (
 )
 
 // stepAside is ServeView's while a poller is busy beside it (at least
-// pollBusy Poll calls since *seen), its socket out of the netpoller: it
+// pollBusy Poll calls since *seen, or a thread waiting in WaitReadable),
+// its socket out of the netpoller: it
 // sleeps pollAside, again while the poller stays busy, until the poller goes
 // quiet or the endpoint closes. The sleep is the runtime's (time.Sleep),
 // which leaves the goroutine's processor idle: a nanosleep(2) on the thread
@@ -161,7 +223,7 @@ func (e *Endpoint) stepAside(seen *uint64) {
 		e.ctr.asides.Add(1)
 		time.Sleep(pollAside)
 		p := e.polls.Load()
-		busy := p-*seen >= pollBusy
+		busy := p-*seen >= pollBusy || e.waited()
 		*seen = p
 		if !busy {
 			return

@@ -59,6 +59,12 @@ type Endpoint struct {
 	// polls counts Poll calls: ServeView steps aside while they come often
 	// (stepAside).
 	polls atomic.Uint64
+	// waiters counts threads waiting on the socket in WaitReadable:
+	// ServeView stays aside while there are any.
+	waiters atomic.Int32
+	// waitEnd is when the last WaitReadable returned (mono): the datagram
+	// that woke it stays the waiter's, for its Poll, for pollAside more.
+	waitEnd atomic.Int64
 	// zones caches IPv6 scope IDs' interface names (link-local senders).
 	zones struct {
 		mu sync.Mutex

@@ -1,0 +1,79 @@
+package udp
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/linktest"
+	"github.com/softroce/softroce/wire"
+	"golang.org/x/sys/unix"
+)
+
+// TestWaitReadable: WaitReadable returns when the socket gets a datagram
+// (sock), when the other descriptor becomes readable (other), or at its
+// timeout (neither); it reads nothing, and while a thread waits in it
+// ServeView steps aside, so that the datagram is left for the waiter's
+// Poll (ServeView, waiting on the socket beside it, handles none of 20).
+// After Close it fails at once.
+func TestWaitReadable(t *testing.T) {
+	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	var served atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) { served.Add(int64(len(pkts))) })
+	}()
+	time.Sleep(10 * time.Millisecond) // ServeView waits on the empty socket
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+
+	if sock, other, err := a.WaitReadable(efd, 20*time.Millisecond); err != nil || sock || other {
+		t.Fatalf("idle: WaitReadable = %v, %v, %v; want the timeout", sock, other, err)
+	}
+	unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	if sock, other, err := a.WaitReadable(efd, 5*time.Second); err != nil || sock || !other {
+		t.Fatalf("eventfd written: WaitReadable = %v, %v, %v; want other", sock, other, err)
+	}
+	var v [8]byte
+	unix.Read(efd, v[:])
+
+	pkts := linktest.Batch(16, 8192)
+	got := 0
+	for psn := range uint32(20) {
+		res := make(chan [2]bool, 1)
+		go func() {
+			s, o, _ := a.WaitReadable(efd, 5*time.Second)
+			res <- [2]bool{s, o}
+		}()
+		for a.waiters.Load() == 0 { // the waiter counts itself before poll(2)
+			time.Sleep(100 * time.Microsecond)
+		}
+		w := linktest.Packet(nil, 0x0A, psn, linktest.Payload(int(psn), 64))
+		wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+		if _, err := b.WriteBatch([]link.Packet{{Buf: w, N: len(w), Dst: a.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-res; !r[0] || r[1] {
+			t.Fatalf("datagram %d: WaitReadable = %v; want sock only", psn, r)
+		}
+		n, err := a.Poll(pkts, func([]link.Packet) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if got != 20 || served.Load() != 0 {
+		t.Fatalf("the waiter's Poll got %d of 20 datagrams, ServeView %d", got, served.Load())
+	}
+	a.Close()
+	if err := <-done; err == nil {
+		t.Fatal("ServeView after Close: nil error")
+	}
+	if _, _, err := a.WaitReadable(-1, time.Second); err == nil {
+		t.Fatal("WaitReadable after Close: nil error")
+	}
+}

@@ -1,0 +1,53 @@
+package rsocket
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestNonblockingPollMode: on a device whose link can be polled (UDP), a
+// non-blocking call that finds nothing receives what the socket holds on
+// the caller's goroutine (verbs.Device.PollLink) and, with nothing there,
+// fails with EAGAIN at once instead of parking; a program spinning on
+// EAGAIN (rstream's default mode) then drives the device itself. 50
+// ping-pongs of non-blocking calls go through, some datagrams were handled
+// by the callers' polls (the device's RxPolled), and a Recv with nothing
+// to read returns EAGAIN.
+func TestNonblockingPollMode(t *testing.T) {
+	p := newUDPPair(t)
+	c, s := connect(t, p, nil, nil)
+	c.SetNonblock(true)
+	s.SetNonblock(true)
+	var b [64]byte
+	if _, err := c.Read(b[:]); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("Read with nothing sent: %v, want EAGAIN", err)
+	}
+	spin := func(f func() (int, error)) {
+		t.Helper()
+		end := time.Now().Add(10 * time.Second)
+		for {
+			n, err := f()
+			if n > 0 {
+				return
+			}
+			if !errors.Is(err, syscall.EAGAIN) {
+				t.Fatal(err)
+			}
+			if time.Now().After(end) {
+				t.Fatal("no data within 10 s of spinning")
+			}
+		}
+	}
+	polledBefore := p.da.Stats().RxPolled.Load() + p.db.Stats().RxPolled.Load()
+	for range 50 {
+		spin(func() (int, error) { return c.Write(b[:]) })
+		spin(func() (int, error) { return s.Read(b[:]) })
+		spin(func() (int, error) { return s.Write(b[:]) })
+		spin(func() (int, error) { return c.Read(b[:]) })
+	}
+	if n := p.da.Stats().RxPolled.Load() + p.db.Stats().RxPolled.Load() - polledBefore; n == 0 {
+		t.Fatal("no datagram handled by a non-blocking call's poll (RxPolled 0)")
+	}
+}

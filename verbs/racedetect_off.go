@@ -1,0 +1,6 @@
+//go:build !race
+
+package verbs
+
+// raceEnabled reports a build with the race detector (racedetect_on.go).
+const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build race
-
-package verbs
-
-const raceEnabled = true
