@@ -622,10 +622,11 @@ const nbPark = time.Millisecond
 // connection or the deadline passes. Callers loop: progress, test, wait.
 // A non-blocking call on a device whose link can be polled polls it once
 // (poll mode) and then fails with EAGAIN; otherwise wait arms the CQs and
-// sleeps, a non-blocking call at most nbPark once, then fails with EAGAIN. It does not spin first as rsocket.c does
-// (polling_time): on a software device the spinning caller takes the
-// processor the device needs (a 64-byte ping-pong in one process took
-// 44 µs without a spin, 66 µs with 20 µs of spinning, 341 µs with 100).
+// sleeps, a non-blocking call at most nbPark once, then fails with EAGAIN.
+// It does not spin first as rsocket.c does (polling_time): on a software
+// device the spinning caller takes the processor the device needs (a
+// 64-byte ping-pong in one process took 44 µs without a spin, 66 µs with
+// 20 µs of spinning, 341 µs with 100).
 func (c *Conn) wait(deadline time.Time, nonblock bool, ws *waitState) error {
 	nb := nonblock || c.nonblk
 	if nb && ws.parked {
