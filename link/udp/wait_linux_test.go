@@ -77,3 +77,30 @@ func TestWaitReadable(t *testing.T) {
 		t.Fatal("WaitReadable after Close: nil error")
 	}
 }
+
+// TestWaitReadableClose: Close ends a WaitReadable in progress at once
+// (shutdown(2) wakes its poll), not at its timeout, and does not wait for
+// it to time out either.
+func TestWaitReadableClose(t *testing.T) {
+	a := listen(t, "127.0.0.1:0")
+	ret := make(chan error, 1)
+	go func() {
+		_, _, err := a.WaitReadable(-1, time.Minute)
+		ret <- err
+	}()
+	for a.waiters.Load() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a WaitReadable of a minute")
+	}
+	select {
+	case <-ret:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitReadable still waiting 10 s after Close")
+	}
+}
