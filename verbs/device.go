@@ -204,6 +204,10 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 		d.clock = d.cfg.Clock
 	}
 	d.log = d.cfg.Logger
+	// flushSoon's timer, made stopped here so that its callers (the
+	// receive loop, posts) only Reset it.
+	d.tx.flushTimer = d.clock.AfterFunc(pollFlushDelay, d.flushTimerFired)
+	d.tx.flushTimer.Stop()
 	d.zc = link.CapabilitiesOf(ep).GatherWrite && !d.cfg.NoZeroCopySend && !raceEnabled
 	d.rxp.lp, _ = ep.(linkPoller)
 	d.local = ep.LocalAddr()

@@ -46,8 +46,7 @@ type txPath struct {
 	// ahead of it (enqueue), ackAhead of them so far.
 	tailAck  *QP
 	ackAhead int
-	// flushSoon's timer (created on first use, under rx.mu) and whether
-	// it is armed.
+	// flushSoon's timer (made stopped by Open) and whether it is armed.
 	flushTimer clock.Timer
 	flushArmed atomic.Bool
 }
@@ -246,15 +245,6 @@ func (d *Device) flushSoon() {
 	if t.n.Load() == 0 || t.flushArmed.Swap(true) {
 		return
 	}
-	// Posts call it too (postUnlock), so the timer is made under the
-	// queue's lock: its callback may run before AfterFunc returns.
-	t.mu.Lock()
-	if t.flushTimer == nil {
-		t.flushTimer = d.clock.AfterFunc(pollFlushDelay, d.flushTimerFired)
-		t.mu.Unlock()
-		return
-	}
-	t.mu.Unlock()
 	t.flushTimer.Reset(pollFlushDelay)
 }
 
