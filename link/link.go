@@ -1,6 +1,7 @@
 package link
 
 import (
+	"errors"
 	"net/netip"
 )
 
@@ -141,3 +142,20 @@ type GroupJoiner interface {
 	// group endpoints of one group each get every datagram.
 	JoinGroup(group netip.Addr) (Endpoint, error)
 }
+
+// StateWatcher is an Endpoint that can report the state of the network
+// interface it is bound on, as the kernel's rxe follows its netdev: a device
+// reports its port DOWN, with a port error event, while the interface is
+// down or has no carrier, and ACTIVE again when it comes back.
+type StateWatcher interface {
+	// WatchState calls f with the interface's state (true: up with carrier)
+	// once it is known, then at every change, from a goroutine of the
+	// endpoint, until the endpoint closes. It returns ErrNoState when the
+	// endpoint's address has no interface of its own to watch (a
+	// wildcard or loopback address, or a link with no interfaces).
+	WatchState(f func(up bool)) error
+}
+
+// ErrNoState is WatchState's answer for an endpoint with no interface
+// state to report.
+var ErrNoState = errors.New("link: no interface state to watch for this address")

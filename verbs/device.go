@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -155,25 +156,28 @@ type Device struct {
 	mtu   wire.MTU // active MTU
 	stats Stats
 
-	mu      sync.Mutex // PD numbers, lifecycle
-	nextPD  uint32
-	closed  atomic.Bool
-	done    chan struct{}
-	wg      sync.WaitGroup
-	tx      txPath     // the transmit path all QPs share (tx.go)
-	budget  sendBudget // packets RC QPs may have in flight, all together (budget.go)
-	zc      bool       // payloads of one MR are sent in place (zc.go)
-	atomMu  sync.Mutex // serialises remote atomics on this device
-	rx      rxState    // the receive loop's (recv.go)
-	rxp     rxPoller   // PollLink's (recv.go)
-	events  chan AsyncEvent
-	keys    keyTables // the MR and MW tables (mr.go, mw.go)
-	memOnce sync.Once
-	memReg  *mem.Registry
-	qpMu    sync.RWMutex         // serialises QP table writers; guards mcast
-	qps     *qpTable             // lookups are lock-free
-	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
-	mcl     mcastLinks           // the groups the link joined for them (mcast.go)
+	mu     sync.Mutex // PD numbers, lifecycle
+	nextPD uint32
+	closed atomic.Bool
+	// portDown: the link's interface is down; portKnown: its first
+	// report came (linkState).
+	portDown, portKnown atomic.Bool
+	done                chan struct{}
+	wg                  sync.WaitGroup
+	tx                  txPath     // the transmit path all QPs share (tx.go)
+	budget              sendBudget // packets RC QPs may have in flight, all together (budget.go)
+	zc                  bool       // payloads of one MR are sent in place (zc.go)
+	atomMu              sync.Mutex // serialises remote atomics on this device
+	rx                  rxState    // the receive loop's (recv.go)
+	rxp                 rxPoller   // PollLink's (recv.go)
+	events              chan AsyncEvent
+	keys                keyTables // the MR and MW tables (mr.go, mw.go)
+	memOnce             sync.Once
+	memReg              *mem.Registry
+	qpMu                sync.RWMutex         // serialises QP table writers; guards mcast
+	qps                 *qpTable             // lookups are lock-free
+	mcast               map[netip.Addr][]*QP // multicast groups (under qpMu)
+	mcl                 mcastLinks           // the groups the link joined for them (mcast.go)
 }
 
 // Open starts a device on a link endpoint (a UDP socket from link/udp or an
@@ -224,8 +228,42 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 	d.gids = makeGIDs(d.local.Addr(), d.cfg.MAC)
 	d.wg.Add(1)
 	go d.rxLoop()
-	d.event(AsyncEvent{Type: EventPortActive, Port: 1})
+	if w, ok := ep.(link.StateWatcher); ok {
+		if err := w.WatchState(d.linkState); err != nil && !errors.Is(err, link.ErrNoState) && d.log != nil {
+			d.log.Warn("verbs: the port will not follow its interface's state", "err", err)
+		}
+	}
+	if !d.portDown.Load() {
+		d.event(AsyncEvent{Type: EventPortActive, Port: 1})
+	}
 	return d, nil
+}
+
+// linkState follows the link's interface (link.StateWatcher), as rxe
+// follows its netdev: while the interface is down or has no carrier the
+// port is DOWN and a port error event is raised; when it is back, a port
+// active event. Traffic is left to the kernel meanwhile (sends to a down
+// interface fail and RC retries run out as over a lost path).
+//
+// The first report is the state at open (link/udp gives it before
+// WatchState returns): it raises no event of its own, and a device opened
+// on a down interface raises no port active event either.
+func (d *Device) linkState(up bool) {
+	if !d.portKnown.Swap(true) {
+		d.portDown.Store(!up)
+		return
+	}
+	if d.closed.Load() || d.portDown.Swap(!up) == !up {
+		return
+	}
+	ev := EventPortActive
+	if !up {
+		ev = EventPortErr
+	}
+	d.event(AsyncEvent{Type: ev, Port: 1})
+	if d.log != nil {
+		d.log.Info("verbs: port state follows the interface", "device", d.Name(), "up", up)
+	}
 }
 
 // makeGIDs builds the GID table: index 0 the link-local default GID from
@@ -311,13 +349,14 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, newErr("query port", "softroce devices have one port, number 1", syscall.EINVAL)
 	}
-	st := PortActive
-	if d.closed.Load() {
-		st = PortDown
+	// Physical state: 5 link up, 3 disabled (rxe's values for its netdev).
+	st, phys := PortActive, uint8(5)
+	if d.closed.Load() || d.portDown.Load() {
+		st, phys = PortDown, 3
 	}
 	return PortAttr{State: st, MaxMTU: wire.MTU4096, ActiveMTU: d.mtu, GIDTblLen: 1024,
 		PortCapFlags: portCapCMSup,
-		MaxMsgSz:     maxMsgSize, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: 5}, nil
+		MaxMsgSz:     maxMsgSize, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: phys}, nil
 }
 
 // QueryGID returns GID index i of port 1 (ibv_query_gid).

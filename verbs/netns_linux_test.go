@@ -2,8 +2,10 @@ package verbs_test
 
 import (
 	"bytes"
+	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/softroce/softroce/internal/netnstest"
 	"github.com/softroce/softroce/link/udp"
@@ -85,4 +87,87 @@ func TestTwoNamespaces(t *testing.T) {
 			t.Fatalf("%s data differs at byte %d", c.what, i)
 		}
 	}
+}
+
+// TestPortFollowsInterface: a device on a veth reports its port DOWN, with
+// a port error event, while its interface is down or has lost its carrier
+// (the peer end down), and ACTIVE, with a port active event, when it is
+// back, as rxe follows its netdev.
+func TestPortFollowsInterface(t *testing.T) {
+	pair := netnstest.NewPair(t, netnstest.Config{
+		Prefix: "srp",
+		IPv4:   [2]string{"10.199.1.1/24", "10.199.1.2/24"},
+	})
+	var ep *udp.Endpoint
+	if err := netnstest.Do(pair.NS[0], func() (err error) {
+		ep, err = udp.Listen(netip.MustParseAddrPort("10.199.1.1:4791"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := verbs.Open(ep, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// The event of the open itself.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if ev, err := d.GetAsyncEvent(ctx); err != nil || ev.Type != verbs.EventPortActive {
+		t.Fatalf("first event %+v, %v; want port active", ev, err)
+	}
+	expect := func(what string, typ verbs.EventType, st verbs.PortState, phys uint8) {
+		t.Helper()
+		ev, err := d.GetAsyncEvent(ctx)
+		if err != nil || ev.Type != typ || ev.Port != 1 {
+			t.Fatalf("%s: event %+v, %v; want %v on port 1", what, ev, err, typ)
+		}
+		pa, err := d.QueryPort(1)
+		if err != nil || pa.State != st || pa.PhysState != phys {
+			t.Fatalf("%s: port %v phys %d (%v); want %v phys %d", what, pa.State, pa.PhysState, err, st, phys)
+		}
+	}
+	// Nothing while the interface stays up.
+	select {
+	case ev := <-d.AsyncEvents():
+		t.Fatalf("event %+v with the interface up", ev)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if pa, _ := d.QueryPort(1); pa.State != verbs.PortActive {
+		t.Fatalf("port %v with the interface up", pa.State)
+	}
+	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "down")
+	expect("interface down", verbs.EventPortErr, verbs.PortDown, 3)
+	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "up")
+	expect("interface up", verbs.EventPortActive, verbs.PortActive, 5)
+	netnstest.IP(t, "-n", pair.NS[1], "link", "set", pair.Veth[1], "down")
+	expect("carrier lost", verbs.EventPortErr, verbs.PortDown, 3)
+	netnstest.IP(t, "-n", pair.NS[1], "link", "set", pair.Veth[1], "up")
+	expect("carrier back", verbs.EventPortActive, verbs.PortActive, 5)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Opened on a down interface: DOWN at once, and no port active event
+	// until it comes up.
+	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "down")
+	if err := netnstest.Do(pair.NS[0], func() (err error) {
+		ep, err = udp.Listen(netip.MustParseAddrPort("10.199.1.1:4791"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = verbs.Open(ep, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if pa, _ := d.QueryPort(1); pa.State != verbs.PortDown {
+		t.Fatalf("port %v on opening over a down interface", pa.State)
+	}
+	select {
+	case ev := <-d.AsyncEvents():
+		t.Fatalf("event %+v on opening over a down interface", ev)
+	case <-time.After(100 * time.Millisecond):
+	}
+	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "up")
+	expect("opened down, then up", verbs.EventPortActive, verbs.PortActive, 5)
 }

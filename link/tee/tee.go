@@ -51,9 +51,10 @@ type Endpoint struct {
 }
 
 var (
-	_ link.Endpoint    = (*Endpoint)(nil)
-	_ link.Capable     = (*Endpoint)(nil)
-	_ link.GroupJoiner = (*Endpoint)(nil)
+	_ link.Endpoint     = (*Endpoint)(nil)
+	_ link.Capable      = (*Endpoint)(nil)
+	_ link.GroupJoiner  = (*Endpoint)(nil)
+	_ link.StateWatcher = (*Endpoint)(nil)
 )
 
 // New wraps ep. fn may be nil (nothing is reported until SetFunc).
@@ -162,6 +163,15 @@ func (e *Endpoint) BatchSize() int { return e.inner.BatchSize() }
 
 // Close closes the inner endpoint.
 func (e *Endpoint) Close() error { return e.inner.Close() }
+
+// WatchState watches the inner endpoint's interface (link.StateWatcher);
+// an inner endpoint that cannot gives link.ErrNoState.
+func (e *Endpoint) WatchState(f func(up bool)) error {
+	if w, ok := e.inner.(link.StateWatcher); ok {
+		return w.WatchState(f)
+	}
+	return link.ErrNoState
+}
 
 // JoinGroup joins group through the inner endpoint (link.GroupJoiner) and
 // returns its group endpoint wrapped in a tee with this one's callback (as

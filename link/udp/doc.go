@@ -115,6 +115,11 @@
 // Neither needs privilege, and the loopback interface needs no MULTICAST
 // flag for IPv4.
 //
+// WatchState (link.StateWatcher) reports the bound interface's state, up
+// and running or not, through an rtnetlink socket opened with the endpoint
+// (in its network namespace; none for loopback and wildcard addresses): the
+// device's port follows it, as rxe's follows its netdev.
+//
 // io_uring was measured against recvmmsg/sendmmsg and not adopted: it made
 // half the system calls but cost more CPU per MiB and moved fewer bytes
 // (numbers and reasons in docs/speed.md).

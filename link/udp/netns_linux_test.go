@@ -217,3 +217,70 @@ func TestTwoHosts(t *testing.T) {
 		})
 	})
 }
+
+// TestWatchState: the state of a veth as it goes down and up (carrier
+// included), the first report at once, one call per endpoint, none for
+// loopback, and Close ending the watch.
+func TestWatchState(t *testing.T) {
+	lo, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), WithAnyPort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lo.WatchState(func(bool) {}); !errors.Is(err, link.ErrNoState) {
+		t.Errorf("WatchState on loopback: %v, want ErrNoState", err)
+	}
+	lo.Close()
+	pair := netnstest.NewPair(t, netnstest.Config{Prefix: "srw", IPv4: [2]string{"10.199.2.1/24", "10.199.2.2/24"}})
+	var e *Endpoint
+	if err := netnstest.Do(pair.NS[0], func() (err error) {
+		e, err = Listen(netip.MustParseAddrPort("10.199.2.1:4791"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	states := make(chan bool, 16)
+	// Watched from outside the namespace: the socket was opened in it.
+	if err := e.WatchState(func(up bool) { states <- up }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.WatchState(func(bool) {}); err == nil {
+		t.Error("a second WatchState succeeded")
+	}
+	want := func(what string, up bool) {
+		t.Helper()
+		select {
+		case got := <-states:
+			if got != up {
+				t.Fatalf("%s: up = %v, want %v", what, got, up)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no report in 5 s", what)
+		}
+	}
+	want("at once", true)
+	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "down")
+	want("down", false)
+	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "up")
+	want("up", true)
+	netnstest.IP(t, "-n", pair.NS[1], "link", "set", pair.Veth[1], "down")
+	want("peer down (no carrier)", false)
+	done := make(chan error, 1)
+	go func() { done <- e.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the watch")
+	}
+	netnstest.IP(t, "-n", pair.NS[1], "link", "set", pair.Veth[1], "up")
+	select {
+	case up := <-states:
+		t.Fatalf("report %v after Close", up)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := e.WatchState(func(bool) {}); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("WatchState after Close: %v, want net.ErrClosed", err)
+	}
+}

@@ -39,9 +39,10 @@ type Endpoint struct {
 	gro      bool        // UDP GRO enabled on the socket
 	rcvbuf   int         // SO_RCVBUF as granted (bytes, kernel accounting)
 	ctr      counters
-	cfg      Config // as opened (normalized): group endpoints copy it (JoinGroup)
-	group    bool   // a receive-only endpoint of a multicast group (JoinGroup)
-	mcIf     uint32 // IPv6: the index of the interface multicast leaves on (multicastIf)
+	cfg      Config     // as opened (normalized): group endpoints copy it (JoinGroup)
+	group    bool       // a receive-only endpoint of a multicast group (JoinGroup)
+	mcIf     uint32     // IPv6: the index of the interface multicast leaves on (multicastIf)
+	state    stateWatch // the bound interface's state (WatchState)
 
 	rx struct {
 		mu sync.Mutex
@@ -116,6 +117,7 @@ func Open(cfg Config) (*Endpoint, error) {
 		port = p
 	}
 	e.local = netip.AddrPortFrom(a, port)
+	e.openStateSocket(a)
 	e.mtu = cfg.MTU
 	if e.mtu == 0 {
 		e.mtu = interfaceMTU(a)
@@ -505,6 +507,7 @@ func (e *Endpoint) Close() error {
 	}
 	e.tx.maxPorts = 0
 	e.tx.mu.Unlock()
+	serr = errors.Join(serr, e.state.close())
 	if e.conn != nil {
 		return errors.Join(e.conn.Close(), serr)
 	}
