@@ -12,6 +12,25 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
+// openInNS opens a device on a UDP endpoint bound to addr in namespace ns,
+// closed when the test ends.
+func openInNS(t *testing.T, ns, addr string) *verbs.Device {
+	t.Helper()
+	var ep *udp.Endpoint
+	if err := netnstest.Do(ns, func() (err error) {
+		ep, err = udp.Listen(netip.MustParseAddrPort(addr))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := verbs.Open(ep, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // TestTwoNamespaces runs RC traffic between two network namespaces joined
 // by a veth pair, each device on port 4791 of its own address, as two hosts.
 func TestTwoNamespaces(t *testing.T) {
@@ -19,23 +38,7 @@ func TestTwoNamespaces(t *testing.T) {
 		Prefix: "sr",
 		IPv4:   [2]string{"10.199.0.1/24", "10.199.0.2/24"},
 	})
-	nsA, nsB := pair.NS[0], pair.NS[1]
-	open := func(ns, addr string) *verbs.Device {
-		var ep *udp.Endpoint
-		if err := netnstest.Do(ns, func() (err error) {
-			ep, err = udp.Listen(netip.MustParseAddrPort(addr))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		d, err := verbs.Open(ep, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	da, db := open(nsA, "10.199.0.1:4791"), open(nsB, "10.199.0.2:4791")
+	da, db := openInNS(t, pair.NS[0], "10.199.0.1:4791"), openInNS(t, pair.NS[1], "10.199.0.2:4791")
 	if m := da.ActiveMTU(); m != verbs.MTU1024 {
 		t.Errorf("active MTU %v on a 1500-byte veth, want 1024 (rxe)", m)
 	}
@@ -98,18 +101,7 @@ func TestPortFollowsInterface(t *testing.T) {
 		Prefix: "srp",
 		IPv4:   [2]string{"10.199.1.1/24", "10.199.1.2/24"},
 	})
-	var ep *udp.Endpoint
-	if err := netnstest.Do(pair.NS[0], func() (err error) {
-		ep, err = udp.Listen(netip.MustParseAddrPort("10.199.1.1:4791"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := verbs.Open(ep, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openInNS(t, pair.NS[0], "10.199.1.1:4791")
 	// The event of the open itself.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -150,16 +142,7 @@ func TestPortFollowsInterface(t *testing.T) {
 	// Opened on a down interface: DOWN at once, and no port active event
 	// until it comes up.
 	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "down")
-	if err := netnstest.Do(pair.NS[0], func() (err error) {
-		ep, err = udp.Listen(netip.MustParseAddrPort("10.199.1.1:4791"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if d, err = verbs.Open(ep, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d = openInNS(t, pair.NS[0], "10.199.1.1:4791")
 	if pa, _ := d.QueryPort(1); pa.State != verbs.PortDown {
 		t.Fatalf("port %v on opening over a down interface", pa.State)
 	}
