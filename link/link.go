@@ -159,3 +159,12 @@ type StateWatcher interface {
 // ErrNoState is WatchState's answer for an endpoint with no interface
 // state to report.
 var ErrNoState = errors.New("link: no interface state to watch for this address")
+
+// SpeedReporter is an Endpoint that knows the link speed of the network
+// interface it is bound on: a device reports the InfiniBand speed and width
+// rxe derives from it (verbs.Device.QueryPort).
+type SpeedReporter interface {
+	// LinkSpeed returns the interface's speed in Mb/s, 0 when it is not
+	// known (loopback, a link down, a driver that does not say).
+	LinkSpeed() int
+}

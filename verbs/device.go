@@ -354,9 +354,34 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	if d.closed.Load() || d.portDown.Load() {
 		st, phys = PortDown, 3
 	}
+	mbps := 0
+	if r, ok := d.ep.(link.SpeedReporter); ok && !d.closed.Load() {
+		mbps = r.LinkSpeed()
+	}
+	speed, width := ibSpeed(mbps)
 	return PortAttr{State: st, MaxMTU: wire.MTU4096, ActiveMTU: d.mtu, GIDTblLen: 1024,
 		PortCapFlags: portCapCMSup,
-		MaxMsgSz:     maxMsgSize, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: 1, ActiveWidth: 1, PhysState: phys}, nil
+		MaxMsgSz:     maxMsgSize, PKeyTblLen: 1, LinkLayer: 2, ActiveSpeed: speed, ActiveWidth: width, PhysState: phys}, nil
+}
+
+// ibSpeed maps an Ethernet link speed in Mb/s to the InfiniBand speed and
+// width a RoCE port reports, as the kernel's ib_get_eth_speed does for rxe
+// (an unknown speed, 0, counts as 1000). Values are enum ibv_port_attr's:
+// speed SDR 1, DDR 2, FDR10 8, EDR 32; width 1X 1, 4X 2.
+func ibSpeed(mbps int) (speed, width uint8) {
+	switch {
+	case mbps <= 1000:
+		return 1, 1 // 2.5 Gb/s: SDR 1X
+	case mbps <= 10000:
+		return 8, 1 // 10 Gb/s: FDR10 1X
+	case mbps <= 20000:
+		return 2, 2 // 20 Gb/s: DDR 4X
+	case mbps <= 25000:
+		return 32, 1 // 25 Gb/s: EDR 1X
+	case mbps <= 40000:
+		return 8, 2 // 40 Gb/s: FDR10 4X
+	}
+	return 32, 2 // 100 Gb/s: EDR 4X
 }
 
 // QueryGID returns GID index i of port 1 (ibv_query_gid).

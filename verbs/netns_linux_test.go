@@ -125,8 +125,9 @@ func TestPortFollowsInterface(t *testing.T) {
 		t.Fatalf("event %+v with the interface up", ev)
 	case <-time.After(100 * time.Millisecond):
 	}
-	if pa, _ := d.QueryPort(1); pa.State != verbs.PortActive {
-		t.Fatalf("port %v with the interface up", pa.State)
+	if pa, _ := d.QueryPort(1); pa.State != verbs.PortActive || pa.ActiveSpeed != 8 || pa.ActiveWidth != 1 {
+		t.Fatalf("port %v, speed %d width %d with the interface up; want active, FDR10 (8) 1X (1) as rxe on a 10 Gb/s veth",
+			pa.State, pa.ActiveSpeed, pa.ActiveWidth)
 	}
 	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "down")
 	expect("interface down", verbs.EventPortErr, verbs.PortDown, 3)

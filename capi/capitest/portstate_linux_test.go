@@ -14,7 +14,7 @@ import (
 // on a veth prints a port error event when the interface goes down and when
 // its carrier goes (the peer end down), and a port active event each time it
 // comes back, as over rxe; stock ibv_devinfo shows the port PORT_DOWN
-// meanwhile. Runs in network namespaces of its own (root).
+// meanwhile, and the veth's 10 Gb/s as rxe would (active_speed FDR10). Runs in network namespaces of its own (root).
 func TestPortEvents(t *testing.T) {
 	needLib(t, "ibv_asyncwatch", "ibv_devinfo")
 	p := netnstest.NewPair(t, netnstest.Config{Prefix: "srpe", IPv4: [2]string{"10.199.8.1/24", "10.199.8.2/24"}, Loopback: true})
@@ -57,19 +57,28 @@ func TestPortEvents(t *testing.T) {
 			t.Fatalf("%s: no line with %q in 10 s; stderr:\n%s", what, sub, stderr.String())
 		}
 	}
+	var speed string // active_speed, as the last portState read it
 	portState := func() string {
 		t.Helper()
-		argv := netnstest.Argv(p.NS[0], "ibv_devinfo")
+		argv := netnstest.Argv(p.NS[0], "ibv_devinfo", "-v")
 		c := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		c.Env = env("10.199.8.3") // an address of its own on the same veth
 		b, err := c.CombinedOutput()
 		if err != nil {
 			t.Fatalf("ibv_devinfo: %v\n%s", err, b)
 		}
+		state := ""
 		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "state:" {
-				return f[1]
+			f := strings.Fields(l)
+			if len(f) >= 2 && f[0] == "state:" {
+				state = f[1]
 			}
+			if len(f) >= 2 && f[0] == "active_speed:" {
+				speed = strings.Join(f[1:], " ")
+			}
+		}
+		if state != "" {
+			return state
 		}
 		t.Fatalf("no port state in ibv_devinfo's output:\n%s", b)
 		return ""
@@ -77,6 +86,9 @@ func TestPortEvents(t *testing.T) {
 	want("start", "async event FD")
 	if s := portState(); s != "PORT_ACTIVE" {
 		t.Fatalf("port %s with the interface up", s)
+	}
+	if speed != "10.0 Gbps (8)" { // rxe's for a veth (10,000 Mb/s): FDR10
+		t.Errorf("active_speed %q, want 10.0 Gbps (8)", speed)
 	}
 	netnstest.IP(t, "-n", p.NS[0], "link", "set", p.Veth[0], "down")
 	want("interface down", "IBV_EVENT_PORT_ERR (10), port 1")

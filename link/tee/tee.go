@@ -51,10 +51,11 @@ type Endpoint struct {
 }
 
 var (
-	_ link.Endpoint     = (*Endpoint)(nil)
-	_ link.Capable      = (*Endpoint)(nil)
-	_ link.GroupJoiner  = (*Endpoint)(nil)
-	_ link.StateWatcher = (*Endpoint)(nil)
+	_ link.Endpoint      = (*Endpoint)(nil)
+	_ link.Capable       = (*Endpoint)(nil)
+	_ link.GroupJoiner   = (*Endpoint)(nil)
+	_ link.StateWatcher  = (*Endpoint)(nil)
+	_ link.SpeedReporter = (*Endpoint)(nil)
 )
 
 // New wraps ep. fn may be nil (nothing is reported until SetFunc).
@@ -171,6 +172,14 @@ func (e *Endpoint) WatchState(f func(up bool)) error {
 		return w.WatchState(f)
 	}
 	return link.ErrNoState
+}
+
+// LinkSpeed is the inner endpoint's (link.SpeedReporter), 0 if it has none.
+func (e *Endpoint) LinkSpeed() int {
+	if r, ok := e.inner.(link.SpeedReporter); ok {
+		return r.LinkSpeed()
+	}
+	return 0
 }
 
 // JoinGroup joins group through the inner endpoint (link.GroupJoiner) and

@@ -118,7 +118,9 @@
 // WatchState (link.StateWatcher) reports the bound interface's state, up
 // and running or not, through an rtnetlink socket opened with the endpoint
 // (in its network namespace; none for loopback and wildcard addresses): the
-// device's port follows it, as rxe's follows its netdev.
+// device's port follows it, as rxe's follows its netdev. LinkSpeed
+// (link.SpeedReporter) is the interface's ethtool speed, asked on the
+// endpoint's own socket.
 //
 // io_uring was measured against recvmmsg/sendmmsg and not adopted: it made
 // half the system calls but cost more CPU per MiB and moved fewer bytes

@@ -229,6 +229,9 @@ func TestWatchState(t *testing.T) {
 	if err := lo.WatchState(func(bool) {}); !errors.Is(err, link.ErrNoState) {
 		t.Errorf("WatchState on loopback: %v, want ErrNoState", err)
 	}
+	if v := lo.LinkSpeed(); v != 0 {
+		t.Errorf("LinkSpeed on loopback = %d, want 0 (unknown)", v)
+	}
 	lo.Close()
 	pair := netnstest.NewPair(t, netnstest.Config{Prefix: "srw", IPv4: [2]string{"10.199.2.1/24", "10.199.2.2/24"}})
 	var e *Endpoint
@@ -258,6 +261,9 @@ func TestWatchState(t *testing.T) {
 		}
 	}
 	want("at once", true)
+	if v := e.LinkSpeed(); v != 10000 {
+		t.Errorf("LinkSpeed of a veth = %d Mb/s, want 10000 (its driver's)", v)
+	}
 	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "down")
 	want("down", false)
 	netnstest.IP(t, "-n", pair.NS[0], "link", "set", pair.Veth[0], "up")

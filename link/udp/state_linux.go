@@ -25,12 +25,13 @@ type stateWatch struct {
 	mu      sync.Mutex
 	f       *os.File // the rtnetlink socket; nil: nothing to watch
 	ifindex int32
+	ifname  string        // the interface's name, for LinkSpeed's ethtool request
 	done    chan struct{} // closed when the watching goroutine ends
 	last    int           // the state last reported: 1 up, 0 down, -1 none
 }
 
-// openStateSocket finds the interface holding a and opens the rtnetlink
-// socket for it. Wildcard and loopback addresses, group endpoints, and an
+// openStateSocket finds the interface holding a (its name kept for
+// LinkSpeed) and opens the rtnetlink socket for it. Wildcard and loopback addresses, group endpoints, and an
 // address no interface holds get none (WatchState: link.ErrNoState).
 func (e *Endpoint) openStateSocket(a netip.Addr) {
 	if e.group || a.IsUnspecified() || a.IsLoopback() {
@@ -42,6 +43,9 @@ func (e *Endpoint) openStateSocket(a netip.Addr) {
 	}
 	if idx == 0 {
 		return
+	}
+	if ifc, err := net.InterfaceByIndex(int(idx)); err == nil {
+		e.state.ifname = ifc.Name // for LinkSpeed
 	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
 	if err != nil {
