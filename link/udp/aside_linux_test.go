@@ -72,23 +72,31 @@ func TestServeStepsAside(t *testing.T) {
 			}
 			a.rd.Unlock()
 			const n = 40
-			s0 := a.Stats()
-			for i := 0; i < n; i++ {
-				send()
-				time.Sleep(300 * time.Microsecond)
+			var waits, asides uint64
+			var watched bool
+			// A poller descheduled for a step on a loaded machine lets
+			// ServeView read (and wait) now and then: a batch that shows it
+			// is followed by another, up to three.
+			for attempt := 1; attempt <= 3; attempt++ {
+				s0 := a.Stats()
+				for i := 0; i < n; i++ {
+					send()
+					time.Sleep(300 * time.Microsecond)
+				}
+				time.Sleep(5 * time.Millisecond)
+				// While it steps aside the socket is out of the netpoller.
+				watched = epollWatchedInodes(t)[sockInode(t, a)]
+				s1 := a.Stats()
+				waits, asides = s1.Waits-s0.Waits, s1.Asides
+				t.Logf("batch %d, %d datagrams: %d polled, %d served; ServeView waited %d times, slept %d times", attempt, n, polled.Load(), served.Load(), waits, asides)
+				if !mode.stepped || (!watched && waits <= n/8 && asides > 0) {
+					break
+				}
 			}
-			time.Sleep(5 * time.Millisecond)
-			// While it steps aside the socket is out of the netpoller.
-			watched := epollWatchedInodes(t)[sockInode(t, a)]
 			if watched == mode.stepped {
 				t.Errorf("the socket watched by the netpoller while a poller is busy: %v, want %v", watched, !mode.stepped)
 			}
-			s1 := a.Stats()
-			waits, asides := s1.Waits-s0.Waits, s1.Asides
-			t.Logf("%d datagrams: %d polled, %d served; ServeView waited %d times, slept %d times", n, polled.Load(), served.Load(), waits, asides)
 			if mode.stepped {
-				// A poller descheduled for a step on a loaded machine lets
-				// ServeView read (and wait) now and then.
 				if waits > n/8 || asides == 0 {
 					t.Errorf("ServeView waited on the socket %d times for %d datagrams a busy poller took (slept %d times): want it to step aside", waits, n, asides)
 				}
