@@ -434,6 +434,11 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				break;
 			}
 		}
+		/* One rsocket alone: wait on its device's socket too, as a
+		 * blocking call does (sr_rs_block), so that the datagram that
+		 * answers wakes this thread, which then receives it itself. */
+		if (nfds == 1 && isrs[0] && srgo_rs_wait(fds[0].fd, left) >= 0)
+			continue;
 		for (nfds_t i = 0; i < nfds; i++) {
 			rfds[i].fd = fds[i].fd;
 			rfds[i].events = isrs[i] ? POLLIN : fds[i].events;

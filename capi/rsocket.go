@@ -109,6 +109,33 @@ func srgo_rs_block(fd C.int) C.int {
 	return r
 }
 
+// srgo_rs_wait is srgo_rs_block for rpoll's wait on a single rsocket, at
+// most ms milliseconds (rsBlockWait when ms < 0 or longer).
+//
+//export srgo_rs_wait
+func srgo_rs_wait(fd C.int, ms C.int) C.int {
+	_, c, _ := rsConnected(fd)
+	if c == nil {
+		return -1
+	}
+	d := rsBlockWait
+	if ms >= 0 && time.Duration(ms)*time.Millisecond < d {
+		d = time.Duration(ms) * time.Millisecond
+	}
+	link, other, ok := c.WaitLink(int(fd), d)
+	if !ok {
+		return -1
+	}
+	var r C.int
+	if other {
+		r |= 1
+	}
+	if link {
+		r |= 2
+	}
+	return r
+}
+
 // rsBlockWait bounds one wait of a blocking rsocket call (it waits again):
 // a lost wake-up costs at most this, and closing the device waits at most
 // this for a waiting thread.

@@ -1106,14 +1106,31 @@ func (c *Conn) Err() error {
 
 // Poll reports which of events (PollIn, PollOut) are ready, and PollHup or
 // PollErr once the connection is down (rpoll's rs_poll_rs; PollHup only
-// once the data received is read). With arm, a
-// call that finds nothing ready arms the connection so that the next
+// once the data received is read). A call that finds nothing ready first
+// receives what the device's socket holds on the caller's thread
+// (verbs.Device.PollLink), as a non-blocking call does. With arm, a call
+// that still finds nothing ready arms the connection so that the next
 // change calls the SetNotify function.
 func (c *Conn) Poll(events int, arm bool) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.progress()
 	rev := c.revents(events)
+	if rev == 0 && !c.closing && c.qp.Device().CanPollLink() {
+		// Poll mode, as a non-blocking call's wait: what the device's
+		// socket holds is received on the caller's thread. A program
+		// that spins on rpoll with a zero timeout (rstream -T a) would
+		// otherwise take the processor from the device's goroutine, which
+		// alone moved the data: 64-byte transfers took 211 µs instead of 14.
+		dev := c.qp.Device()
+		c.mu.Unlock()
+		n := dev.PollLink()
+		c.mu.Lock()
+		if n > 0 {
+			c.progress()
+			rev = c.revents(events)
+		}
+	}
 	if rev == 0 && arm {
 		if !c.pollArmed {
 			c.pollArmed = true

@@ -51,3 +51,42 @@ func TestNonblockingPollMode(t *testing.T) {
 		t.Fatal("no datagram handled by a non-blocking call's poll (RxPolled 0)")
 	}
 }
+
+// TestPollDrivesLink: Poll (rpoll's check) that finds nothing ready
+// receives what the device's socket holds on the caller's thread, as a
+// non-blocking call does: a program spinning on rpoll with a zero timeout
+// (rstream -T a) moves the data itself instead of waiting for the device's
+// goroutine it keeps from running.
+func TestPollDrivesLink(t *testing.T) {
+	p := newUDPPair(t)
+	c, s := connect(t, p, nil, nil)
+	c.SetNonblock(true)
+	s.SetNonblock(true)
+	var b [64]byte
+	if rev := s.Poll(PollIn, false); rev&PollIn != 0 {
+		t.Fatalf("Poll before anything was sent = %#x, want no PollIn", rev)
+	}
+	polledBefore := p.db.Stats().RxPolled.Load()
+	for i := range 50 {
+		for {
+			if _, err := c.Write(b[:]); err == nil {
+				break
+			} else if !errors.Is(err, syscall.EAGAIN) {
+				t.Fatal(err)
+			}
+			c.Poll(PollOut, false)
+		}
+		end := time.Now().Add(10 * time.Second)
+		for s.Poll(PollIn, false)&PollIn == 0 {
+			if time.Now().After(end) {
+				t.Fatalf("message %d: not readable within 10 s of polling", i)
+			}
+		}
+		if _, err := s.Read(b[:]); err != nil {
+			t.Fatalf("message %d: Read after PollIn: %v", i, err)
+		}
+	}
+	if n := p.db.Stats().RxPolled.Load() - polledBefore; n == 0 {
+		t.Fatal("no datagram handled by Poll on the receiving side (RxPolled 0)")
+	}
+}

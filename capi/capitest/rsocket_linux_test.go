@@ -24,7 +24,8 @@ import (
 var resultLine = regexp.MustCompile(`(?m)^\S+ +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$`)
 
 // TestRsocketTools: rdma-core's rstream (bandwidth and latency, the
-// non-blocking default, blocking, rpoll-driven, data verified, keepalive)
+// non-blocking default, blocking, rpoll-driven spinning and waiting, data
+// verified, keepalive)
 // and riostream (riomap/riowrite), unmodified, in pairs over the library.
 func TestRsocketTools(t *testing.T) {
 	needLib(t, "rstream", "riostream")
@@ -33,6 +34,7 @@ func TestRsocketTools(t *testing.T) {
 		"rstream -S 64 -I 1000 -C 1",
 		"rstream -T b -S 65536 -C 200",
 		"rstream -T a -S 4096 -C 500",
+		"rstream -T a -T b -S 4096 -C 500 -T v", // rpoll waiting (no timeout) on one rsocket
 		"rstream -T v -S 100000 -C 50",
 		"rstream -T v -T b -S 3000 -C 200 -B 8192",
 		"rstream -k 1 -S 4096 -C 100",
