@@ -364,12 +364,23 @@ static uint64_t sr_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* srgo_rs_poll's bit for "polled the device's socket" (rsPolledLink). */
+#define SR_RS_POLLED_LINK 0x10000
+
+/* sr_rs_check: the first rsocket of the round that finds nothing ready
+ * polls the device's socket (receiving on this thread, as a non-blocking
+ * call does); the rest do not, a system call each (their device is almost
+ * always the same one). */
 static int sr_rs_check(struct pollfd *fds, nfds_t nfds, const char *isrs, int arm)
 {
-	int cnt = 0;
+	int cnt = 0, linked = 0;
 	for (nfds_t i = 0; i < nfds; i++) {
 		if (isrs[i]) {
-			int r = srgo_rs_poll(fds[i].fd, fds[i].events, arm);
+			int r = srgo_rs_poll(fds[i].fd, fds[i].events, arm, !linked);
+			if (r >= 0 && (r & SR_RS_POLLED_LINK)) {
+				linked = 1;
+				r &= ~SR_RS_POLLED_LINK;
+			}
 			fds[i].revents = r < 0 ? POLLNVAL : (short)r;
 		} else {
 			fds[i].revents = 0;

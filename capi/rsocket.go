@@ -136,6 +136,10 @@ func srgo_rs_wait(fd C.int, ms C.int) C.int {
 	return r
 }
 
+// rsPolledLink is the bit srgo_rs_poll adds to revents when it polled the
+// device's socket (SR_RS_POLLED_LINK in rsocket.c).
+const rsPolledLink = 0x10000
+
 // rsBlockWait bounds one wait of a blocking rsocket call (it waits again):
 // a lost wake-up costs at most this, and closing the device waits at most
 // this for a waiting thread.
@@ -620,8 +624,13 @@ func srgo_rs_close(fd C.int) C.int {
 	return 0
 }
 
+// srgo_rs_poll reports an rsocket's revents for rpoll; with link, a
+// connection that finds nothing ready first polls its device's socket, and
+// rsPolledLink in the result says so (rpoll then polls no more sockets of
+// the round: one system call per round, not per rsocket).
+//
 //export srgo_rs_poll
-func srgo_rs_poll(fd C.int, events C.short, arm C.int) C.int {
+func srgo_rs_poll(fd C.int, events C.short, arm, link C.int) C.int {
 	r, ok := rsLookup(fd)
 	if !ok {
 		return -1
@@ -637,7 +646,11 @@ func srgo_rs_poll(fd C.int, events C.short, arm C.int) C.int {
 	case l != nil:
 		return C.int(l.Poll(int(events)))
 	case c != nil:
-		return C.int(c.Poll(int(events), arm != 0))
+		rev, polled := c.PollLinked(int(events), arm != 0, link != 0)
+		if polled {
+			rev |= rsPolledLink
+		}
+		return C.int(rev)
 	case dialing:
 		return 0
 	case soErr != 0: // a failed connect: rs_connect_error

@@ -1112,11 +1112,20 @@ func (c *Conn) Err() error {
 // that still finds nothing ready arms the connection so that the next
 // change calls the SetNotify function.
 func (c *Conn) Poll(events int, arm bool) int {
+	rev, _ := c.PollLinked(events, arm, true)
+	return rev
+}
+
+// PollLinked is Poll, receiving from the device's socket only with link;
+// polled says it did. A caller checking many connections of one device
+// (the C library's rpoll) polls the device once per round, not once per
+// connection (a system call each).
+func (c *Conn) PollLinked(events int, arm, link bool) (rev int, polled bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.progress()
-	rev := c.revents(events)
-	if rev == 0 && !c.closing && c.qp.Device().CanPollLink() {
+	rev = c.revents(events)
+	if link && rev == 0 && !c.closing && c.qp.Device().CanPollLink() {
 		// Poll mode, as a non-blocking call's wait: what the device's
 		// socket holds is received on the caller's thread. A program
 		// that spins on rpoll with a zero timeout (rstream -T a) would
@@ -1126,6 +1135,7 @@ func (c *Conn) Poll(events int, arm bool) int {
 		c.mu.Unlock()
 		n := dev.PollLink()
 		c.mu.Lock()
+		polled = true
 		if n > 0 {
 			c.progress()
 			rev = c.revents(events)
@@ -1145,7 +1155,7 @@ func (c *Conn) Poll(events int, arm bool) int {
 			rev = c.revents(events)
 		}
 	}
-	return rev
+	return rev, polled
 }
 
 func (c *Conn) revents(events int) int {

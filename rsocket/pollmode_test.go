@@ -89,4 +89,27 @@ func TestPollDrivesLink(t *testing.T) {
 	if n := p.db.Stats().RxPolled.Load() - polledBefore; n == 0 {
 		t.Fatal("no datagram handled by Poll on the receiving side (RxPolled 0)")
 	}
+	// Without link (rpoll's other rsockets of a round) the socket is
+	// left alone: the device's goroutine delivers.
+	if _, err := c.Write(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	polledBefore = p.db.Stats().RxPolled.Load()
+	end := time.Now().Add(10 * time.Second)
+	for {
+		rev, polled := s.PollLinked(PollIn, false, false)
+		if polled {
+			t.Fatal("PollLinked without link polled the device's socket")
+		}
+		if rev&PollIn != 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("not readable within 10 s without polling the link")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if n := p.db.Stats().RxPolled.Load() - polledBefore; n != 0 {
+		t.Errorf("PollLinked without link: %d datagrams polled, want 0", n)
+	}
 }
