@@ -80,14 +80,28 @@ func TestCLibraryCMTools(t *testing.T) {
 
 // TestCLibraryRstream: stock rstream through the C library's rsockets
 // against the guest's stock rstream (librdmacm over the kernel's
-// rdma_cm and rxe), both roles: bandwidth, latency, and verified data.
+// rdma_cm and rxe), both roles: bandwidth, latency and verified data;
+// rpoll-driven (-T a) with the guest as server.
 func TestCLibraryRstream(t *testing.T) {
-	for _, args := range []string{"-S 1048576 -C 20", "-S 64 -I 200 -C 1", "-T v -S 100000 -C 10"} {
+	for _, args := range []string{"-S 1048576 -C 20", "-S 64 -I 200 -C 1", "-T v -S 100000 -C 10", "-T a -T v -S 65536 -C 50"} {
 		t.Run(args, func(t *testing.T) {
 			bothRoles(t, func(t *testing.T, softroceServer bool) {
 				need(t, true)
 				if cfg.capiLib == "" {
 					t.Fatalf("the C library could not be built: %v", cfg.capiErr)
+				}
+				if softroceServer && strings.HasPrefix(args, "-T a") {
+					// The guest's rsockets (rs_poll_rs) report POLLHUP as
+					// soon as the server's disconnect message is processed,
+					// the reply's data still unread, and rstream -T a exits
+					// 16 there: it lost that race against softroce's server
+					// every time, before and after the library's rpoll
+					// change, and waiting for the data's acknowledgement
+					// before the message did not help (the guest's program
+					// polls slower than a round trip). The library's own
+					// rsockets report POLLHUP once the data is read.
+					t.Log("not run: the guest's rstream -T a client races its own POLLHUP against the server's close (librdmacm's rs_poll_rs)")
+					return
 				}
 				g := bootGuest(t, 0)
 				t.Setenv(toolkit.StateEnv, filepath.Join(t.TempDir(), "links.json"))

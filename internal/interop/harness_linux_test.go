@@ -405,12 +405,19 @@ func runPairQuiet(t *testing.T, srv, cli endpoint, lk listenKind, limit time.Dur
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		run := runPairOnce(t, srv, cli, lk, limit)
-		if !guestRaced(srv, lk, run) || attempt == 6 {
+		if !guestRaced(srv, lk, run) || attempt == raceAttempts {
 			return run
 		}
 		t.Logf("attempt %d: the client's request beat the guest server's second rdma_listen (REJECTED, reason 8): again", attempt)
 	}
 }
+
+// raceAttempts bounds the runs of a pair lost to perftest -R's race
+// (guestRaced). The library's client lost it in 18 of 24 runs against the
+// guest's server (three runs of the test on each of two trees: 2 to 5 lost runs
+// before a won one), so 6 runs failed about one smoke run in six; 12 leave
+// about 3%.
+const raceAttempts = 12
 
 // guestRaced reports a run lost to a race of the stock perftest -R, not a
 // failure: its server listens twice over rdma_cm (the control connection,
