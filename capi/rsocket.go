@@ -90,24 +90,7 @@ func rsConnected(fd C.int) (*rsock, *rsocket.Conn, syscall.Errno) {
 // eventfd alone.
 //
 //export srgo_rs_block
-func srgo_rs_block(fd C.int) C.int {
-	_, c, _ := rsConnected(fd)
-	if c == nil {
-		return -1
-	}
-	link, other, ok := c.WaitLink(int(fd), rsBlockWait)
-	if !ok {
-		return -1
-	}
-	var r C.int
-	if other {
-		r |= 1
-	}
-	if link {
-		r |= 2
-	}
-	return r
-}
+func srgo_rs_block(fd C.int) C.int { return srgo_rs_wait(fd, -1) }
 
 // srgo_rs_wait is srgo_rs_block for rpoll's wait on a single rsocket, at
 // most ms milliseconds (rsBlockWait when ms < 0 or longer).
