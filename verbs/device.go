@@ -156,28 +156,29 @@ type Device struct {
 	mtu   wire.MTU // active MTU
 	stats Stats
 
-	mu     sync.Mutex // PD numbers, lifecycle
-	nextPD uint32
-	closed atomic.Bool
-	// portDown: the link's interface is down; portKnown: its first
-	// report came (linkState).
+	mu      sync.Mutex // PD numbers, lifecycle
+	nextPD  uint32
+	closed  atomic.Bool
+	done    chan struct{}
+	wg      sync.WaitGroup
+	tx      txPath     // the transmit path all QPs share (tx.go)
+	budget  sendBudget // packets RC QPs may have in flight, all together (budget.go)
+	zc      bool       // payloads of one MR are sent in place (zc.go)
+	atomMu  sync.Mutex // serialises remote atomics on this device
+	rx      rxState    // the receive loop's (recv.go)
+	rxp     rxPoller   // PollLink's (recv.go)
+	events  chan AsyncEvent
+	keys    keyTables // the MR and MW tables (mr.go, mw.go)
+	memOnce sync.Once
+	memReg  *mem.Registry
+	qpMu    sync.RWMutex         // serialises QP table writers; guards mcast
+	qps     *qpTable             // lookups are lock-free
+	mcast   map[netip.Addr][]*QP // multicast groups (under qpMu)
+	mcl     mcastLinks           // the groups the link joined for them (mcast.go)
+
+	// The link's interface is down (portDown); its first report came
+	// (portKnown). linkState sets them.
 	portDown, portKnown atomic.Bool
-	done                chan struct{}
-	wg                  sync.WaitGroup
-	tx                  txPath     // the transmit path all QPs share (tx.go)
-	budget              sendBudget // packets RC QPs may have in flight, all together (budget.go)
-	zc                  bool       // payloads of one MR are sent in place (zc.go)
-	atomMu              sync.Mutex // serialises remote atomics on this device
-	rx                  rxState    // the receive loop's (recv.go)
-	rxp                 rxPoller   // PollLink's (recv.go)
-	events              chan AsyncEvent
-	keys                keyTables // the MR and MW tables (mr.go, mw.go)
-	memOnce             sync.Once
-	memReg              *mem.Registry
-	qpMu                sync.RWMutex         // serialises QP table writers; guards mcast
-	qps                 *qpTable             // lookups are lock-free
-	mcast               map[netip.Addr][]*QP // multicast groups (under qpMu)
-	mcl                 mcastLinks           // the groups the link joined for them (mcast.go)
 }
 
 // Open starts a device on a link endpoint (a UDP socket from link/udp or an

@@ -78,9 +78,10 @@ func (e *Endpoint) WatchState(f func(up bool)) error {
 	if err := s.request(); err != nil {
 		return err
 	}
-	s.first(f)
+	buf := make([]byte, 32<<10) // first's, then watch's
+	s.first(f, buf)
 	s.done = make(chan struct{})
-	go s.watch(f)
+	go s.watch(f, buf)
 	return nil
 }
 
@@ -88,12 +89,11 @@ func (e *Endpoint) WatchState(f func(up bool)) error {
 // that the state is known when WatchState returns (a device opened on a
 // down interface is down at once). Without an answer by then, the watch
 // reports it when it comes.
-func (s *stateWatch) first(f func(up bool)) {
+func (s *stateWatch) first(f func(up bool), buf []byte) {
 	if s.f.SetReadDeadline(time.Now().Add(time.Second)) != nil {
 		return
 	}
 	defer s.f.SetReadDeadline(time.Time{})
-	buf := make([]byte, 32<<10)
 	for {
 		n, err := s.f.Read(buf)
 		if err != nil {
@@ -137,9 +137,8 @@ func (s *stateWatch) request() error {
 
 // watch reads link messages until the socket closes and calls f when the
 // interface's state changes (the first answer always).
-func (s *stateWatch) watch(f func(up bool)) {
+func (s *stateWatch) watch(f func(up bool), buf []byte) {
 	defer close(s.done)
-	buf := make([]byte, 32<<10)
 	for {
 		n, err := s.f.Read(buf)
 		if errors.Is(err, unix.ENOBUFS) {
