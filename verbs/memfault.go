@@ -3,6 +3,8 @@ package verbs
 import (
 	"encoding/binary"
 	"runtime/debug"
+
+	"github.com/softroce/softroce/wire"
 )
 
 // Registered memory may be unmapped by its owner while registered (a C
@@ -25,6 +27,14 @@ func memCopy(dst, src []byte) (ok bool) {
 	defer faultToFalse(debug.SetPanicOnFault(true), &ok)
 	copy(dst, src)
 	return true
+}
+
+// memCopyChecked is memCopy of p's payload into dst (its length) through
+// copyChecked: good reports the packet's ICRC check, if it was left for
+// the copy. After a fault the check has not run.
+func (d *Device) memCopyChecked(dst []byte, p *wire.Packet) (ok, good bool) {
+	defer faultToFalse(debug.SetPanicOnFault(true), &ok)
+	return true, d.copyChecked(p, dst)
 }
 
 // faultToFalse, deferred, restores the goroutine's panic-on-fault setting

@@ -26,6 +26,11 @@ type rxState struct {
 	woke atomic.Bool    // the batch completed work
 	kick bool           // a packet of the batch queued an ACK that must leave at once
 	icrc wire.ICRCCache // the receive loop's ICRC prefix of a stream's packets
+	// late: the packet being dispatched is an RC WRITE MIDDLE or LAST whose
+	// ICRC is not checked yet (checkLate): the responder checks it while it
+	// copies the payload into the MR, if nothing else happens before.
+	late   bool
+	lateLP *link.Packet
 }
 
 // rxLoop is the device's receive loop: it reads batches from the link and
@@ -223,39 +228,110 @@ func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 		return
 	}
 	if !d.cfg.NoICRCCheck {
-		var ok bool
-		if lp.IPHdrLen > 0 {
-			ok = wire.VerifyICRC(lp.IPHdr[:lp.IPHdrLen], lp.Src.Port(), lp.Dst.Port(), b)
-		} else if batched {
-			_, ok = d.rx.icrc.VerifyICRCAddrs(lp.Src, lp.Dst, b)
-		} else {
-			_, ok = wire.VerifyICRCAddrs(lp.Src, lp.Dst, b)
-		}
-		if !ok {
-			d.stats.ICRCErrors.Add(1)
-			return
+		switch {
+		case lp.IPHdrLen > 0:
+			if !wire.VerifyICRC(lp.IPHdr[:lp.IPHdrLen], lp.Src.Port(), lp.Dst.Port(), b) {
+				d.stats.ICRCErrors.Add(1)
+				return
+			}
+		case batched && checkLate(p):
+			d.rx.late, d.rx.lateLP = true, lp
+			defer d.endLate()
+		case batched:
+			if _, ok := d.rx.icrc.VerifyICRCAddrs(lp.Src, lp.Dst, b); !ok {
+				d.stats.ICRCErrors.Add(1)
+				return
+			}
+		default:
+			if _, ok := wire.VerifyICRCAddrs(lp.Src, lp.Dst, b); !ok {
+				d.stats.ICRCErrors.Add(1)
+				return
+			}
 		}
 	}
 	// P_Key must match 0xFFFF: low 15 bits equal and a full member (docs/protocol.md §2.1).
 	if p.BTH.PKey&0x7FFF != 0x7FFF {
-		d.stats.DropPKey.Add(1)
+		if d.checkNow() {
+			d.stats.DropPKey.Add(1)
+		}
 		return
 	}
 	qpn := p.BTH.DestQP
 	if qpn == 0 { // QP0 not supported (docs/protocol.md §2.1)
-		d.stats.DropNoQP.Add(1)
+		if d.checkNow() {
+			d.stats.DropNoQP.Add(1)
+		}
 		return
 	}
-	if qpn == MulticastQPN {
+	if qpn == MulticastQPN { // UD only: never checked late
 		d.multicastInput(lp, p, batched)
 		return
 	}
 	qp := d.qps.get(qpn)
 	if qp == nil {
-		d.stats.DropNoQP.Add(1)
+		if d.checkNow() {
+			d.stats.DropNoQP.Add(1)
+		}
 		return
 	}
 	qp.input(lp, p, batched)
+}
+
+// checkLate reports whether p's ICRC may be checked late, as the responder
+// copies its payload (wire.ICRCCache.VerifyICRCCopy): an RC WRITE MIDDLE, or
+// a LAST without immediate data, with a payload long enough to be worth it.
+// Such a packet's payload goes to the part of a WRITE in flight that it
+// names by its position in the message, which its retransmission rewrites
+// if it fails the check; what it would do otherwise waits for the check
+// (checkNow). A bulk RDMA WRITE is nearly all MIDDLE packets.
+func checkLate(p *wire.Packet) bool {
+	op := p.BTH.Opcode
+	return (op == wire.RCWriteMiddle || op == wire.RCWriteLast) && len(p.Payload) >= lateMin
+}
+
+// lateMin is the shortest payload whose ICRC is checked as it is copied.
+const lateMin = 1024
+
+// checkNow checks the ICRC of the packet being dispatched if it was left for
+// later, counting a failure, and reports whether it passed (true if it was
+// checked already).
+func (d *Device) checkNow() bool {
+	if !d.rx.late {
+		return true
+	}
+	d.rx.late = false
+	lp := d.rx.lateLP
+	if _, ok := d.rx.icrc.VerifyICRCAddrs(lp.Src, lp.Dst, lp.Bytes()); !ok {
+		d.stats.ICRCErrors.Add(1)
+		return false
+	}
+	return true
+}
+
+// copyChecked copies p's payload into to (its length) and reports whether
+// the ICRC of the packet being dispatched passed: checked during the copy
+// if it was left for later. The payload is copied either way.
+func (d *Device) copyChecked(p *wire.Packet, to []byte) bool {
+	if !d.rx.late {
+		copy(to, p.Payload)
+		return true
+	}
+	lp := d.rx.lateLP
+	b := lp.Bytes()
+	off := len(b) - wire.ICRCLen - int(p.BTH.PadCnt) - len(p.Payload)
+	_, ok := d.rx.icrc.VerifyICRCCopy(lp.Src, lp.Dst, b, off, to)
+	d.rx.late = false // not reached if the copy faults: checkNow checks then
+	if !ok {
+		d.stats.ICRCErrors.Add(1)
+		return false
+	}
+	return true
+}
+
+// endLate ends the dispatch of a packet whose ICRC was left for later: every
+// path checks it, by checkNow or copyChecked, before it acts on the packet.
+func (d *Device) endLate() {
+	d.rx.late, d.rx.lateLP = false, nil
 }
 
 // MulticastQPN is the destination QPN of multicast datagrams (docs/protocol.md §6.3).
@@ -292,6 +368,9 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 	qp.mu.Lock()
 	qp.rxBatched = batched
 	defer qp.inputDone(batched)
+	if qp.dev.rx.late && !qp.writeInPlace(lp, p) && !qp.dev.checkNow() {
+		return
+	}
 	st := &qp.dev.stats
 	// rxe receives from RTR on and drops packets for a side not yet ready (docs/protocol.md §5.9).
 	if qp.state < QPStateRTR || qp.state == QPStateErr || qp.dead {

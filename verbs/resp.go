@@ -469,14 +469,21 @@ func (qp *QP) respWrite(p *wire.Packet) {
 			mr, off = qp.rAcquire(r.wKey, r.wVA, uint64(n), AccessRemoteWrite)
 		}
 		if mr == nil {
-			qp.respFail(p, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			if qp.dev.checkNow() {
+				qp.respFail(p, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			}
 			return
 		}
-		ok := memCopy(mr.buf[off:off+n], p.Payload)
+		ok, good := qp.dev.memCopyChecked(mr.buf[off:off+n], p)
 		mr.release()
 		if !ok {
-			qp.respFail(p, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			if qp.dev.checkNow() {
+				qp.respFail(p, wire.SyndromeNAKRemAcc, WCRemAccessErr)
+			}
 			return
+		}
+		if !good {
+			return // failed its ICRC check, which was left for the copy
 		}
 		r.wVA += uint64(n)
 		r.wRem -= n
@@ -492,6 +499,28 @@ func (qp *QP) respWrite(p *wire.Packet) {
 		r.inMsg = msgWrite
 	}
 	qp.accepted(p, end)
+}
+
+// writeInPlace reports whether p, an RC WRITE MIDDLE or LAST whose ICRC
+// check was left for later (checkLate), goes from input straight to
+// respWrite's copy with nothing done before it: an RC QP receiving, past
+// its first packet, from its peer, p at the expected PSN with no sequence
+// NAK outstanding, inside a WRITE the QP allows, of the length the WRITE
+// expects. Any other packet is checked before input acts on it.
+func (qp *QP) writeInPlace(lp *link.Packet, p *wire.Packet) bool {
+	r := &qp.resp
+	n := len(p.Payload)
+	switch {
+	case qp.typ != QPTypeRC, qp.dead, qp.state < QPStateRTR, qp.state == QPStateErr,
+		qp.state == QPStateRTR && !qp.commEst,
+		lp.Src.Addr().Unmap() != qp.dst.Addr().Unmap(),
+		r.inMsg != msgWrite, r.nakSeqSent, p.BTH.PSN != r.ePSN,
+		qp.attr.QPAccessFlags&AccessRemoteWrite == 0:
+		return false
+	case p.Mask&wire.Middle != 0:
+		return n == qp.pmtu && r.wRem > qp.pmtu
+	}
+	return n == r.wRem && n <= qp.pmtu
 }
 
 // newRes takes the next responder resource, overwriting the oldest (docs/protocol.md §5.7, §10.3).

@@ -14,6 +14,9 @@ import "hash/crc32"
 //go:noescape
 func foldAVX512(s uint32, p *byte, n int) uint32
 
+//go:noescape
+func foldCopyAVX512(s uint32, dst, src *byte, n int) uint32
+
 func cpuid(leaf, sub uint32) (a, b, c, d uint32)
 
 func xgetbv0() uint32
@@ -48,6 +51,25 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 		n := len(p) &^ 255
 		crc = ^foldAVX512(^crc, &p[0], n)
 		p = p[n:]
+		if len(p) == 0 {
+			return crc
+		}
 	}
 	return crc32.Update(crc, crc32.IEEETable, p)
+}
+
+// crcCopy copies src into dst, which must be as long, and returns
+// crcUpdate(crc, src): one pass over src instead of two.
+func crcCopy(crc uint32, dst, src []byte) uint32 {
+	dst = dst[:len(src)]
+	if hasFold && len(src) >= foldMin {
+		n := len(src) &^ 255
+		crc = ^foldCopyAVX512(^crc, &dst[0], &src[0], n)
+		dst, src = dst[n:], src[n:]
+		if len(src) == 0 {
+			return crc
+		}
+	}
+	copy(dst, src)
+	return crc32.Update(crc, crc32.IEEETable, src)
 }

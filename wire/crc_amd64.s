@@ -121,6 +121,53 @@ done:
 	MOVL AX, ret+24(FP)
 	RET
 
+// func foldCopyAVX512(s uint32, dst, src *byte, n int) uint32 is
+// foldAVX512 over src that also stores each 64 bytes it loads to dst: the
+// copy rides on the fold's loads.
+TEXT ·foldCopyAVX512(SB), NOSPLIT, $0-36
+	MOVL s+0(FP), AX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ n+24(FP), CX
+	VMOVD AX, X0
+	VMOVDQU64 0(SI), Z1
+	VMOVDQU64 64(SI), Z2
+	VMOVDQU64 128(SI), Z3
+	VMOVDQU64 192(SI), Z4
+	VMOVDQU64 Z1, 0(DI)
+	VMOVDQU64 Z2, 64(DI)
+	VMOVDQU64 Z3, 128(DI)
+	VMOVDQU64 Z4, 192(DI)
+	VPXORQ Z0, Z1, Z1
+	VBROADCASTI32X4 fold2048<>(SB), Z0
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $256, CX
+	JZ   cdone
+
+cloop:
+	VMOVDQU64 0(SI), Z9
+	VMOVDQU64 64(SI), Z10
+	VMOVDQU64 128(SI), Z11
+	VMOVDQU64 192(SI), Z12
+	VMOVDQU64 Z9, 0(DI)
+	VMOVDQU64 Z10, 64(DI)
+	VMOVDQU64 Z11, 128(DI)
+	VMOVDQU64 Z12, 192(DI)
+	FOLD(Z1, Z5, Z9)
+	FOLD(Z2, Z6, Z10)
+	FOLD(Z3, Z7, Z11)
+	FOLD(Z4, Z8, Z12)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $256, CX
+	JNZ  cloop
+
+cdone:
+	REDUCE
+	MOVL AX, ret+32(FP)
+	RET
+
 // func cpuid(leaf, sub uint32) (a, b, c, d uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL leaf+0(FP), AX

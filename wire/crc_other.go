@@ -10,3 +10,10 @@ const hasFold = false
 func crcUpdate(crc uint32, p []byte) uint32 {
 	return crc32.Update(crc, crc32.IEEETable, p)
 }
+
+// crcCopy copies src into dst, which must be as long, and returns
+// crcUpdate(crc, src).
+func crcCopy(crc uint32, dst, src []byte) uint32 {
+	copy(dst[:len(src)], src)
+	return crc32.Update(crc, crc32.IEEETable, src)
+}

@@ -26,6 +26,15 @@ func TestCRCUpdate(t *testing.T) {
 				if got := crcUpdate(init, p); got != want {
 					t.Errorf("crcUpdate(%#x, %d bytes at %d) = %#x, want %#x", init, n, off, got, want)
 				}
+				// The copy lands at another alignment, and not one byte past.
+				dst := bytes.Repeat([]byte{0xEE}, n+9)
+				if got := crcCopy(init, dst[3:3+n], p); got != want {
+					t.Errorf("crcCopy(%#x, %d bytes at %d) = %#x, want %#x", init, n, off, got, want)
+				}
+				if !bytes.Equal(dst[3:3+n], p) || !bytes.Equal(dst[:3], []byte{0xEE, 0xEE, 0xEE}) ||
+					!bytes.Equal(dst[3+n:], bytes.Repeat([]byte{0xEE}, 6)) {
+					t.Errorf("crcCopy(%#x, %d bytes at %d): the copy differs from its source or spills", init, n, off)
+				}
 			}
 		}
 	}
@@ -46,10 +55,24 @@ func BenchmarkCRC(b *testing.B) {
 				crcUpdate(0, p)
 			}
 		})
+		dst := make([]byte, n)
+		b.Run("fold+copy/"+strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				crcUpdate(0, p)
+				copy(dst, p)
+			}
+		})
+		b.Run("foldcopy/"+strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				crcCopy(0, dst, p)
+			}
+		})
 	}
 }
 
-// FuzzCRCUpdate checks crcUpdate against hash/crc32.
+// FuzzCRCUpdate checks crcUpdate and crcCopy against hash/crc32.
 func FuzzCRCUpdate(f *testing.F) {
 	f.Add(uint32(0), make([]byte, 4096))
 	f.Add(uint32(0xFFFFFFFF), bytes.Repeat([]byte{0x5A}, 2048+255))
@@ -57,6 +80,10 @@ func FuzzCRCUpdate(f *testing.F) {
 		want := crc32.Update(init, crc32.IEEETable, p)
 		if got := crcUpdate(init, p); got != want {
 			t.Fatalf("crcUpdate(%#x, %d bytes) = %#x, want %#x", init, len(p), got, want)
+		}
+		dst := make([]byte, len(p))
+		if got := crcCopy(init, dst, p); got != want || !bytes.Equal(dst, p) {
+			t.Fatalf("crcCopy(%#x, %d bytes) = %#x (copy equal: %v), want %#x", init, len(p), got, bytes.Equal(dst, p), want)
 		}
 	})
 }

@@ -119,8 +119,32 @@ func (c *ICRCCache) VerifyICRCAddrs(src, dst netip.AddrPort, b []byte) (id uint1
 	if len(b) < ICRCLen+BTHLen {
 		return VerifyICRCAddrs(src, dst, b)
 	}
+	pkt := b[:len(b)-ICRCLen]
+	return c.solve(src, dst, b, afterPrefix(c.prefix(src, dst, 0, pkt, len(pkt)), pkt))
+}
+
+// VerifyICRCCopy is VerifyICRCAddrs that also copies the len(to) bytes of
+// b at off (a packet's payload, after its whole BTH) into to while it runs
+// the CRC over them: one pass over the payload instead of two. The copy is
+// made whatever the answer: to must be memory that a packet failing the
+// check may scribble on (a part of a message still in flight, which the
+// packet's retransmission rewrites). It copies nothing and reports false if
+// the bytes are not inside b's packet after its BTH.
+func (c *ICRCCache) VerifyICRCCopy(src, dst netip.AddrPort, b []byte, off int, to []byte) (id uint16, ok bool) {
+	n := len(to)
+	if off < BTHLen || off+n > len(b)-ICRCLen {
+		return 0, false
+	}
+	pkt := b[:len(b)-ICRCLen]
+	crc := afterPrefix(c.prefix(src, dst, 0, pkt, len(pkt)), pkt[:off])
+	crc = crcCopy(crc, to, pkt[off:off+n])
+	return c.solve(src, dst, b, crcUpdate(crc, pkt[off+n:]))
+}
+
+// solve finishes a check of b: c0 is its ICRC computed with IPv4
+// Identification 0 and DF set (the cache's prefix).
+func (c *ICRCCache) solve(src, dst netip.AddrPort, b []byte, c0 uint32) (id uint16, ok bool) {
 	pkt, rx := b[:len(b)-ICRCLen], GetICRC(b)
-	c0 := afterPrefix(c.prefix(src, dst, 0, pkt, len(pkt)), pkt)
 	if c0 == rx {
 		return 0, true
 	}

@@ -67,6 +67,19 @@ func TestICRCCache(t *testing.T) {
 		if gid != wid || gok != wok {
 			t.Fatalf("%d: VerifyICRCAddrs(%v, %v, %d bytes) = %d, %v; want %d, %v", i, src, dst, len(b), gid, gok, wid, wok)
 		}
+		if len(pkt) >= BTHLen {
+			// The payload after a BTH (and a RETH), up to a pad, copied.
+			off := []int{BTHLen, BTHLen + RETHLen}[rng.IntN(2)]
+			off = min(off, len(pkt))
+			end := max(len(pkt)-rng.IntN(4), off)
+			to := make([]byte, end-off)
+			if gid, gok := c.VerifyICRCCopy(src, dst, b, off, to); gid != wid || gok != wok {
+				t.Fatalf("%d: VerifyICRCCopy(%v, %v, %d bytes, %d at %d) = %d, %v; want %d, %v", i, src, dst, len(b), len(to), off, gid, gok, wid, wok)
+			}
+			if string(to) != string(b[off:end]) {
+				t.Fatalf("%d: VerifyICRCCopy copied other bytes", i)
+			}
+		}
 	}
 	if c.Hits == 0 || c.Misses == 0 {
 		t.Errorf("hits %d, misses %d: the test should exercise both", c.Hits, c.Misses)
