@@ -116,8 +116,12 @@ case $host in
 %s) dev=%s ;;
 *) echo "agent: unknown host $host" >&2; exit 1 ;;
 esac
+# Each host its own session directories: the hosts share one hostname and
+# one /tmp, and two daemons creating the same directory at once fail.
+export TMPDIR=%s/$host
+mkdir -p "$TMPDIR"
 exec ip netns exec "$host" %s exec -L %s -d "$dev" -- /bin/sh -c "$*"
-`, p.NS[0], p.Veth[0], p.NS[1], p.Veth[1], goTool, libDir)
+`, p.NS[0], p.Veth[0], p.NS[1], p.Veth[1], dir, goTool, libDir)
 	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
