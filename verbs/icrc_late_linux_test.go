@@ -3,8 +3,11 @@ package verbs
 import (
 	"bytes"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/softroce/softroce/wire"
 )
@@ -23,33 +26,11 @@ import (
 //   - the intact packets then finish the WRITE with the right bytes.
 func TestICRCCheckedLate(t *testing.T) {
 	_, b := udpPair(t, pairOpts{})
-	dst := b.dev.LocalAddr()
-	c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, net.UDPAddrFromAddrPort(dst))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	src := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	const seg = 1024 // pairOpts' default path MTU
 	data := make([]byte, 4*seg)
 	fill(data, 9)
-	sent := 0
-	send := func(op wire.Opcode, qpn, psn uint32, payload []byte, corrupt bool) {
-		t.Helper()
-		h := wire.Packet{BTH: wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qpn, PSN: psn}, Payload: payload}
-		if op == wire.RCWriteFirst {
-			h.RETH = wire.RETH{VA: b.mr.Addr(), RKey: b.mr.RKey(), Length: uint32(len(data))}
-		}
-		pkt := h.Append(nil) // the ICRC's 4 bytes included
-		wire.FillICRC(pkt, src, dst, uint16(sent*31))
-		if corrupt {
-			pkt[len(pkt)-5] ^= 0x40 // the payload's last byte
-		}
-		if _, err := c.Write(pkt); err != nil {
-			t.Fatal(err)
-		}
-		sent++
-	}
+	cr := newCrafter(t, b, b.mr.Addr(), b.mr.RKey(), len(data))
+	send := cr.send
 	// wait waits (bounded) until b's device has handled every datagram:
 	// taken in all and, by then, the ICRC errors counted (each after its
 	// packet's copy, which the test then reads).
@@ -58,11 +39,11 @@ func TestICRCCheckedLate(t *testing.T) {
 	wait := func(icrcErrors uint64) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for (st.RxPackets.Load()-base < uint64(sent) || st.ICRCErrors.Load() < icrcErrors) && time.Now().Before(deadline) {
+		for (st.RxPackets.Load()-base < uint64(cr.sent) || st.ICRCErrors.Load() < icrcErrors) && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Microsecond)
 		}
-		if got := st.RxPackets.Load() - base; got != uint64(sent) {
-			t.Fatalf("b received %d of %d datagrams in 10 s", got, sent)
+		if got := st.RxPackets.Load() - base; got != uint64(cr.sent) {
+			t.Fatalf("b received %d of %d datagrams in 10 s", got, cr.sent)
 		}
 	}
 	qpn := b.qp.QPN()
@@ -120,4 +101,91 @@ func (qp *QP) respPSNLocked() uint32 {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.resp.ePSN
+}
+
+// crafter sends RC WRITE packets to b's QP from an ordinary UDP socket at
+// its peer's address, as a requester would, with a valid ICRC or a
+// corrupted payload byte.
+type crafter struct {
+	t        *testing.T
+	c        *net.UDPConn
+	src, dst netip.AddrPort
+	va       uint64
+	rkey     uint32
+	length   int
+	sent     int
+}
+
+func newCrafter(t *testing.T, b *side, va uint64, rkey uint32, length int) *crafter {
+	t.Helper()
+	dst := b.dev.LocalAddr()
+	c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, net.UDPAddrFromAddrPort(dst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &crafter{t: t, c: c, src: c.LocalAddr().(*net.UDPAddr).AddrPort(), dst: dst, va: va, rkey: rkey, length: length}
+}
+
+// send sends one packet; a FIRST carries the RETH of the crafter's WRITE.
+func (cr *crafter) send(op wire.Opcode, qpn, psn uint32, payload []byte, corrupt bool) {
+	cr.t.Helper()
+	h := wire.Packet{BTH: wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qpn, PSN: psn}, Payload: payload}
+	if op == wire.RCWriteFirst {
+		h.RETH = wire.RETH{VA: cr.va, RKey: cr.rkey, Length: uint32(cr.length)}
+	}
+	pkt := h.Append(nil) // the ICRC's 4 bytes included
+	wire.FillICRC(pkt, cr.src, cr.dst, uint16(cr.sent*31))
+	if corrupt {
+		pkt[len(pkt)-5] ^= 0x40 // the payload's last byte
+	}
+	if _, err := cr.c.Write(pkt); err != nil {
+		cr.t.Fatal(err)
+	}
+	cr.sent++
+}
+
+// TestICRCCheckedLateFault: a WRITE MIDDLE whose MR was unmapped after the
+// WRITE began faults inside the copy that checks its ICRC. Intact, it is
+// a remote access error (NAK, QP in error), as without the late check;
+// corrupted, it is an ICRC error and nothing else.
+func TestICRCCheckedLateFault(t *testing.T) {
+	for _, corrupt := range []bool{false, true} {
+		t.Run(map[bool]string{false: "intact", true: "corrupted"}[corrupt], func(t *testing.T) {
+			_, b := udpPair(t, pairOpts{})
+			const seg, n = 1024, 1 << 16
+			m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mr, err := b.pd.RegMR(m, AccessLocalWrite|AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cr := newCrafter(t, b, mr.Addr(), mr.RKey(), 4*seg)
+			qpn, st := b.qp.QPN(), b.dev.Stats()
+			cr.send(wire.RCWriteFirst, qpn, 100, make([]byte, seg), false)
+			deadline := time.Now().Add(10 * time.Second)
+			for b.qp.respPSNLocked() != 101 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Microsecond)
+			}
+			if err := unix.Munmap(m); err != nil {
+				t.Fatal(err)
+			}
+			cr.send(wire.RCWriteMiddle, qpn, 101, make([]byte, seg), corrupt)
+			for st.ICRCErrors.Load()+st.NAKsSent.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Microsecond)
+			}
+			b.qp.mu.Lock()
+			state := b.qp.state
+			b.qp.mu.Unlock()
+			icrc, naks := st.ICRCErrors.Load(), st.NAKsSent.Load()
+			switch {
+			case corrupt && (icrc != 1 || naks != 0 || state != QPStateRTS):
+				t.Errorf("corrupted MIDDLE into unmapped memory: ICRC errors %d, NAKs %d, QP %v; want 1, 0, RTS", icrc, naks, state)
+			case !corrupt && (icrc != 0 || naks != 1 || state != QPStateErr):
+				t.Errorf("intact MIDDLE into unmapped memory: ICRC errors %d, NAKs %d, QP %v; want 0, 1, ERR", icrc, naks, state)
+			}
+		})
+	}
 }
