@@ -517,6 +517,9 @@ func (r *resources) bwClient(ctx context.Context, size int, prog *progress) (oob
 	stopProg := prog.run(b.totC.Load)
 	defer stopProg()
 	w := r.waiter(ctx, r.scq, r.sch)
+	if size >= parkAtOnceSize {
+		w.Spin = 1
+	}
 	var wc [16]verbs.WC
 	if b.c.warmUp && b.c.tool.verb != verbSend {
 		if err := r.warmUp(ctx, b.wrs, w); err != nil {
@@ -567,6 +570,14 @@ func (r *resources) bwClient(ctx context.Context, size int, prog *progress) (oob
 	}
 	return b.report(), nil
 }
+
+// parkAtOnceSize is the message size from which a bandwidth client parks
+// on its completion channel at its first empty poll instead of yielding
+// (toolkit.CQWaiter): its completions come tens of microseconds apart, and
+// each yield runs the scheduler for nothing (a 1 MiB stream's sender spent
+// about 12 µs of CPU per MiB on them; docs/speed.md). Small messages keep
+// spinning: their completions come every few microseconds.
+const parkAtOnceSize = 64 << 10
 
 // bwRun is a bandwidth client's run of one size: what bwClient's loop
 // posts, counts and times, per QP.
