@@ -154,14 +154,7 @@ func TestICRCCheckedLateFault(t *testing.T) {
 		t.Run(map[bool]string{false: "intact", true: "corrupted"}[corrupt], func(t *testing.T) {
 			_, b := udpPair(t, pairOpts{})
 			const seg, n = 1024, 1 << 16
-			m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mr, err := b.pd.RegMR(m, AccessLocalWrite|AccessRemoteWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, mr := mmapMR(t, b.pd, n, AccessLocalWrite|AccessRemoteWrite)
 			cr := newCrafter(t, b, mr.Addr(), mr.RKey(), 4*seg)
 			qpn, st := b.qp.QPN(), b.dev.Stats()
 			cr.send(wire.RCWriteFirst, qpn, 100, make([]byte, seg), false)

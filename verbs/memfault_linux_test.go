@@ -13,14 +13,7 @@ func TestUnmappedMR(t *testing.T) {
 	const n = 1 << 16
 	t.Run("remote write into it", func(t *testing.T) {
 		a, b := newPair(t, pairOpts{bufSize: 8192})
-		m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr, err := b.pd.RegMR(m, AccessLocalWrite|AccessRemoteWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, mr := mmapMR(t, b.pd, n, AccessLocalWrite|AccessRemoteWrite)
 		addr := mr.Addr()
 		if err := unix.Munmap(m); err != nil {
 			t.Fatal(err)
@@ -34,14 +27,7 @@ func TestUnmappedMR(t *testing.T) {
 	})
 	t.Run("send from it", func(t *testing.T) {
 		a, b := newPair(t, pairOpts{bufSize: 8192, noZC: true})
-		m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr, err := a.pd.RegMR(m, AccessLocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, mr := mmapMR(t, a.pd, n, AccessLocalWrite)
 		if err := unix.Munmap(m); err != nil {
 			t.Fatal(err)
 		}
@@ -52,4 +38,19 @@ func TestUnmappedMR(t *testing.T) {
 		}
 		wantWC(t, a.scq, WCLocProtErr, WCSend)
 	})
+}
+
+// mmapMR registers n bytes of a fresh anonymous mapping, which the test
+// may unmap while the MR stays registered.
+func mmapMR(t *testing.T, pd *PD, n int, access Access) ([]byte, *MR) {
+	t.Helper()
+	m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(m, access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, mr
 }
