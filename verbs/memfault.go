@@ -29,12 +29,27 @@ func memCopy(dst, src []byte) (ok bool) {
 	return true
 }
 
-// memCopyChecked is memCopy of p's payload into dst (its length) through
-// copyChecked: good reports the packet's ICRC check, if it was left for
-// the copy. After a fault the check has not run.
+// memCopyChecked is memCopy of p's payload into dst (its length) that
+// also checks the ICRC of the packet being dispatched if it was left for
+// the copy (checkLate), in the same pass (wire.ICRCCache.VerifyICRCCopy);
+// good reports the check (true if it was done already). The payload is
+// copied either way. After a fault (ok false) the check has not run, and
+// checkNow does it.
 func (d *Device) memCopyChecked(dst []byte, p *wire.Packet) (ok, good bool) {
 	defer faultToFalse(debug.SetPanicOnFault(true), &ok)
-	return true, d.copyChecked(p, dst)
+	if !d.rx.late {
+		copy(dst, p.Payload)
+		return true, true
+	}
+	lp := d.rx.lateLP
+	b := lp.Bytes()
+	off := len(b) - wire.ICRCLen - int(p.BTH.PadCnt) - len(p.Payload)
+	_, good = d.rx.icrc.VerifyICRCCopy(lp.Src, lp.Dst, b, off, dst)
+	d.rx.late = false // not reached if the copy faults
+	if !good {
+		d.stats.ICRCErrors.Add(1)
+	}
+	return true, good
 }
 
 // faultToFalse, deferred, restores the goroutine's panic-on-fault setting
