@@ -340,6 +340,7 @@ func newPassiveID(id *cm.ID, l *cmIDRec) *cmIDRec {
 	devMu.Unlock()
 	if idx >= 0 {
 		c.id.verbs = C.sr_cm_ctx(C.int(idx))
+		c.id.pd = C.sr_cm_pd(C.int(idx))
 	}
 	return rec
 }

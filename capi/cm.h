@@ -16,7 +16,6 @@ struct sr_cm_id {
 	struct rdma_cm_id id;
 	uintptr_t h;
 	int own_cqs; /* rdma_create_qp made the CQs (and their channels) */
-	int own_pd;
 	/* A synchronous ID (no channel given): each call waits for its event on
 	 * a channel of the ID's own, as librdmacm's. */
 	int sync;
@@ -37,6 +36,7 @@ struct sr_cm_event {
 };
 
 struct ibv_context *sr_cm_ctx(int idx);
+struct ibv_pd *sr_cm_pd(int idx);
 void sr_cm_free_event(struct sr_cm_event *e);
 int sr_cm_sync_event(struct rdma_cm_id *id, int ret);
 

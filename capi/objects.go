@@ -77,12 +77,21 @@ type qpRec struct {
 	qp   *verbs.QP
 	cptr unsafe.Pointer
 
-	mu            sync.Mutex // the scratch below, for posting
-	swr           [postChunk]verbs.SendWR
-	rwr           [postChunk]verbs.RecvWR
-	sge           [postChunk][]verbs.SGE
-	inline        [postChunk][]byte
+	mu sync.Mutex // posting, with its scratch
+	// *postScratch is made at the QP's first post (about 4 KiB that a
+	// QP never posted to, as a connection only set up and torn down,
+	// does not carry).
+	*postScratch
 	asyncReported atomic.Uint32
+}
+
+// postScratch is where a QP's posts convert C work requests (under
+// qpRec.mu).
+type postScratch struct {
+	swr    [postChunk]verbs.SendWR
+	rwr    [postChunk]verbs.RecvWR
+	sge    [postChunk][]verbs.SGE
+	inline [postChunk][]byte
 }
 
 // postChunk is how many work requests of a C list are converted per call
@@ -822,6 +831,9 @@ func srgo_post_recv(h C.uintptr_t, wr *C.struct_ibv_recv_wr, nbad *C.int) C.int 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.postScratch == nil {
+		r.postScratch = new(postScratch)
+	}
 	n, e := postRecvList(&r.rwr, &r.sge, (*cRecvWR)(unsafe.Pointer(wr)), r.qp.PostRecv)
 	*nbad = C.int(n)
 	return e
@@ -835,6 +847,9 @@ func srgo_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, nbad *C.int) C.int 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.postScratch == nil {
+		r.postScratch = new(postScratch)
+	}
 	w := (*cSendWR)(unsafe.Pointer(wr))
 	done := 0
 	for w != nil {

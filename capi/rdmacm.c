@@ -58,9 +58,13 @@ static inline uintptr_t sr_id_h(struct rdma_cm_id *id)
 }
 
 /* The contexts rdma_cm IDs hand out as id->verbs: one per device, opened
- * on first use and kept for the process's life, as librdmacm's. */
+ * on first use and kept for the process's life, as librdmacm's; and each
+ * device's PD, which every ID on it hands out as id->pd from the moment
+ * it has a device (librdmacm's cma_dev->pd): an MR registered on one ID's
+ * pd serves the QPs of all of them, and rdma_create_qp with no PD uses it. */
 static pthread_mutex_t sr_cm_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ibv_context *sr_cm_ctxs[SR_MAX_DEVICES];
+static struct ibv_pd *sr_cm_pds[SR_MAX_DEVICES];
 
 struct ibv_context *sr_cm_ctx(int idx)
 {
@@ -77,8 +81,22 @@ struct ibv_context *sr_cm_ctx(int idx)
 		ibv_free_device_list(l);
 		sr_cm_ctxs[idx] = c;
 	}
+	if (c && !sr_cm_pds[idx])
+		sr_cm_pds[idx] = ibv_alloc_pd(c);
 	pthread_mutex_unlock(&sr_cm_mu);
 	return c;
+}
+
+/* sr_cm_pd is the PD of device idx's context (sr_cm_ctx made both). */
+struct ibv_pd *sr_cm_pd(int idx)
+{
+	struct ibv_pd *pd;
+	if (idx < 0 || idx >= SR_MAX_DEVICES)
+		return NULL;
+	pthread_mutex_lock(&sr_cm_mu);
+	pd = sr_cm_pds[idx];
+	pthread_mutex_unlock(&sr_cm_mu);
+	return pd;
 }
 
 /* sr_cm_ready gives id the device that owns address sa (NULL: the first),
@@ -99,6 +117,7 @@ static int sr_cm_ready(struct rdma_cm_id *id, struct sockaddr *sa)
 	if (err)
 		return err;
 	id->verbs = c;
+	id->pd = sr_cm_pd(idx);
 	id->port_num = 1;
 	return 0;
 }
@@ -455,53 +474,62 @@ static void sr_cm_free_qp_res(struct sr_cm_id *s)
 		id->send_cq_channel = id->recv_cq_channel = NULL;
 		s->own_cqs = 0;
 	}
-	if (s->own_pd && id->pd) {
-		ibv_dealloc_pd(id->pd);
-		id->pd = NULL;
-		s->own_pd = 0;
-	}
 }
 
 /* sr_cm_create_qp is rdma_create_qp with ibv_create_qp_ex's create_flags. */
-static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
+static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *uattr,
 			   uint32_t create_flags)
 {
 	struct sr_cm_id *s = (struct sr_cm_id *)id;
 	struct sr_qp *q;
 	int err = 0;
 	uint32_t qpn = 0;
+	struct ibv_qp_init_attr a, *attr = &a;
 
-	if (!id || !attr || !id->verbs)
+	if (!id || !uattr || !id->verbs)
+		return sr_err(EINVAL);
+	/* As librdmacm, the program's attributes stay as they were but for
+	 * cap, which gets the QP's: programs (cmtime) pass the same ones for
+	 * every ID. */
+	a = *uattr;
+	if (id->qp)
 		return sr_err(EINVAL);
 	if (!pd) {
-		if (!id->pd) {
-			id->pd = ibv_alloc_pd(id->verbs);
-			if (!id->pd)
-				return -1;
-			s->own_pd = 1;
-		}
 		pd = id->pd;
+		if (!pd)
+			return sr_err(ENODEV);
 	} else if (pd->context != id->verbs) {
 		return sr_err(EINVAL);
 	}
-	if (!attr->send_cq || !attr->recv_cq) {
-		/* As librdmacm: CQs (each with its channel) of the queues' sizes. */
+	if ((id->send_cq && attr->send_cq && id->send_cq != attr->send_cq) ||
+	    (id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq))
+		return sr_err(EINVAL);
+	/* As librdmacm: a CQ, with its channel, for each queue given none and
+	 * having none yet, of that queue's size. */
+	if (!attr->send_cq && !id->send_cq) {
+		s->own_cqs = 1;
 		id->send_cq_channel = ibv_create_comp_channel(id->verbs);
-		id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
-		if (!id->send_cq_channel || !id->recv_cq_channel)
+		if (!id->send_cq_channel)
 			goto fail_cq;
 		id->send_cq = ibv_create_cq(id->verbs, attr->cap.max_send_wr ? attr->cap.max_send_wr : 1, id,
 					    id->send_cq_channel, 0);
+		if (!id->send_cq)
+			goto fail_cq;
+	}
+	if (!attr->recv_cq && !id->recv_cq) {
+		s->own_cqs = 1;
+		id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
+		if (!id->recv_cq_channel)
+			goto fail_cq;
 		id->recv_cq = ibv_create_cq(id->verbs, attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1, id,
 					    id->recv_cq_channel, 0);
-		s->own_cqs = 1;
-		if (!id->send_cq || !id->recv_cq)
+		if (!id->recv_cq)
 			goto fail_cq;
-		if (!attr->send_cq)
-			attr->send_cq = id->send_cq;
-		if (!attr->recv_cq)
-			attr->recv_cq = id->recv_cq;
 	}
+	if (!attr->send_cq)
+		attr->send_cq = id->send_cq;
+	if (!attr->recv_cq)
+		attr->recv_cq = id->recv_cq;
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return sr_err(ENOMEM);
@@ -527,6 +555,8 @@ static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_
 	pthread_cond_init(&q->qpx.qp_base.cond, NULL);
 	pthread_mutex_init(&q->batch_mu, NULL);
 	id->qp = &q->qpx.qp_base;
+	id->pd = pd;
+	uattr->cap = a.cap;
 	/* As librdmacm: the QP's ECE (ibv_query_ece: EOPNOTSUPP here, as on
 	 * rxe, so none) replaces what rdma_set_local_ece set. */
 	s->local_ece.vendor_id = 0;

@@ -152,3 +152,28 @@ func TestCompChannelQueueOnUse(t *testing.T) {
 		t.Fatal("no completion event")
 	}
 }
+
+// TestQPStagingOnUse: a QP makes its transmit staging batch (a link.Packet
+// and a zcRef per slot, 6 KiB on a 32-datagram link) at its first packet,
+// so that the QPs a connection manager sets up and tears down, and QPs
+// that only receive, do not carry it. It sends once made.
+func TestQPStagingOnUse(t *testing.T) {
+	a, b := newPair(t, pairOpts{})
+	if a.qp.txb != nil || a.qp.txref != nil || b.qp.txb != nil {
+		t.Fatal("a QP that never sent has its staging batch")
+	}
+	postRecv(t, b, 1, 0, 64)
+	post(t, a.qp, SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a, 0, 64)})
+	if wc := waitWC(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("send: %v", wc.Status)
+	}
+	if wc := waitWC(t, b.rcq, 1, 5*time.Second)[0]; wc.Status != WCSuccess || wc.ByteLen != 64 {
+		t.Fatalf("receive: %v, %d bytes", wc.Status, wc.ByteLen)
+	}
+	a.qp.mu.Lock()
+	made := a.qp.txb != nil
+	a.qp.mu.Unlock()
+	if !made {
+		t.Fatal("a QP that sent has no staging batch")
+	}
+}

@@ -105,8 +105,8 @@ type QP struct {
 	resp respState
 
 	// Staging batch of the transmit path (tx.go), used under mu.
-	txb    []link.Packet
-	txref  []zcRef // what txb[i] lends (zero-copy send, zc.go)
+	txb    []link.Packet // made at the QP's first packet (txPacket)
+	txref  []zcRef       // what txb[i] lends (zero-copy send, zc.go)
 	txn    int
 	txOwed bool // packets handed to the device queue since the last flushUnlock
 	inPost bool // PostSend is running (its few packets may go ahead of the QP's queued ACK: tx.go)
@@ -174,9 +174,6 @@ func (pd *PD) createQP(attr *QPInitAttr, qpn uint32) (*QP, error) {
 	if attr.SRQ == nil {
 		qp.rq = makeRecvRing(int(c.MaxRecvWR), int(c.MaxRecvSGE))
 	}
-	bs := min(max(d.ep.BatchSize(), 1), 32)
-	qp.txb = make([]link.Packet, bs)
-	qp.txref = make([]zcRef, bs)
 	if err := d.addQP(qp, qpn); err != nil {
 		pd.unref()
 		return nil, err

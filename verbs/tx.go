@@ -317,6 +317,13 @@ func (qp *QP) postUnlock(clocked bool) {
 // txPacket returns the next staging slot (with a buffer), handing a full
 // staging batch over first.
 func (qp *QP) txPacket() *link.Packet {
+	if qp.txb == nil {
+		// Made at the first packet: a QP that never sends (a connection
+		// set up and torn down, a receive-only QP) does not carry it.
+		bs := min(max(qp.dev.ep.BatchSize(), 1), 32)
+		qp.txb = make([]link.Packet, bs)
+		qp.txref = make([]zcRef, bs)
+	}
 	if qp.txn == len(qp.txb) {
 		qp.stage()
 	}

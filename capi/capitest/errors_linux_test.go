@@ -63,11 +63,14 @@ func TestInterrupt(t *testing.T) {
 // data), private data both ways through accept, DISCONNECTED on both sides,
 // destroying IDs with events outstanding and a listener with a request
 // pending, EAGAIN from an empty non-blocking channel, ECE both ways and
-// rdma_reject_ece (REJECTED, status 35), rsockets' errnos (ENOTSUP,
+// rdma_reject_ece (REJECTED, status 35), the device's PD as every ID's
+// id->pd (an MR registered on the listener's serves an accepted QP, as
+// with librdmacm), rdma_create_qp making only the CQ not given and leaving
+// the program's attributes unchanged, rsockets' errnos (ENOTSUP,
 // ENOTCONN, ECONNREFUSED, EBADF, EAGAIN) and a non-blocking rsocket
 // connection through rpoll.
 func TestCMErrorPaths(t *testing.T) {
-	runC(t, "cm_errors.c", 10)
+	runC(t, "cm_errors.c", 12)
 }
 
 // runC builds testdata/file against the installed headers and the

@@ -4,7 +4,10 @@
  * status 28, the server's private data), an accepted connection with
  * private data both ways and a disconnect (DISCONNECTED on both sides),
  * a destroyed ID with its events outstanding, O_NONBLOCK on the channel fd
- * (EAGAIN), ECE both ways and rdma_reject_ece (status 35), and rsockets'
+ * (EAGAIN), ECE both ways and rdma_reject_ece (status 35), the device's PD
+ * shared by every ID (an MR on the listener's pd serves an accepted QP),
+ * rdma_create_qp making only the CQ a program left out and leaving the
+ * program's attributes as they were, and rsockets'
  * errors and a non-blocking rsocket connection. Prints "ok NAME" or "FAIL NAME: why";
  * exits with the number of failures. Argument: the device's address. */
 #define _GNU_SOURCE
@@ -76,6 +79,9 @@ static struct rdma_cm_id *client(const char *name, uint16_t port)
 	if (rdma_resolve_route(id, 2000) || !(ev = expect(name, RDMA_CM_EVENT_ROUTE_RESOLVED)))
 		return NULL;
 	rdma_ack_cm_event(ev);
+	/* As librdmacm: every ID on a device hands out the device's PD. */
+	if (!id->pd || id->pd->context != id->verbs)
+		FAIL(name, "id->pd %p after the address resolved", (void *)id->pd);
 	if (rdma_create_qp(id, NULL, &qa)) {
 		FAIL(name, "create_qp: %s", strerror(errno));
 		return NULL;
@@ -105,8 +111,8 @@ int main(int argc, char **argv)
 		printf("FAIL setup: bind/listen: %s\n", strerror(errno));
 		return 1;
 	}
-	if (!listen_id->verbs)
-		FAIL("bind", "id->verbs not set after rdma_bind_addr");
+	if (!listen_id->verbs || !listen_id->pd || listen_id->pd->context != listen_id->verbs)
+		FAIL("bind", "id->verbs %p, id->pd %p after rdma_bind_addr", (void *)listen_id->verbs, (void *)listen_id->pd);
 	else
 		OK("bind");
 
@@ -179,9 +185,27 @@ int main(int argc, char **argv)
 			if (ev->listen_id != listen_id || !srv->verbs)
 				FAIL(name, "request: listen_id %p (want %p), verbs %p", (void *)ev->listen_id, (void *)listen_id,
 				     (void *)srv->verbs);
+			if (srv->pd != listen_id->pd || c->pd != listen_id->pd)
+				FAIL(name, "PDs: request's %p, listener's %p, client's %p: want one, the device's",
+				     (void *)srv->pd, (void *)listen_id->pd, (void *)c->pd);
 			rdma_ack_cm_event(ev);
 			if (rdma_create_qp(srv, NULL, &qa))
 				FAIL(name, "server create_qp: %s", strerror(errno));
+			else if (srv->qp->pd != srv->pd || !srv->send_cq || !srv->recv_cq || srv->send_cq == srv->recv_cq)
+				FAIL(name, "server QP: pd %p (id's %p), CQs %p %p", (void *)srv->qp->pd, (void *)srv->pd,
+				     (void *)srv->send_cq, (void *)srv->recv_cq);
+			/* A buffer registered once on the listener's pd serves the
+			 * accepted connection's QP, as with librdmacm. */
+			static char rbuf[64], sbuf[64] = "shared pd";
+			struct ibv_mr *rmr = ibv_reg_mr(listen_id->pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+			struct ibv_mr *smr = ibv_reg_mr(c->pd, sbuf, sizeof(sbuf), 0);
+			struct ibv_sge rsge = { .addr = (uintptr_t)rbuf, .length = sizeof(rbuf), .lkey = rmr ? rmr->lkey : 0 };
+			struct ibv_sge ssge = { .addr = (uintptr_t)sbuf, .length = 10, .lkey = smr ? smr->lkey : 0 };
+			struct ibv_recv_wr rwr = { .wr_id = 7, .sg_list = &rsge, .num_sge = 1 }, *rbad;
+			struct ibv_send_wr swr = { .wr_id = 8, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND,
+						   .send_flags = IBV_SEND_SIGNALED }, *sbad;
+			if (!rmr || !smr || !srv->qp || ibv_post_recv(srv->qp, &rwr, &rbad))
+				FAIL(name, "shared pd: register or post recv: %s", strerror(errno));
 			cp.private_data = "world";
 			if (rdma_accept(srv, &cp))
 				FAIL(name, "accept: %s", strerror(errno));
@@ -193,6 +217,23 @@ int main(int argc, char **argv)
 					FAIL(name, "reply's private data lost");
 				rdma_ack_cm_event(ev);
 			}
+			if (rmr && smr && srv->qp && c->qp && ibv_post_send(c->qp, &swr, &sbad) == 0) {
+				struct ibv_wc wc;
+				int got = 0, t;
+				for (t = 0; t < 100000 && !got; t++) {
+					got = ibv_poll_cq(srv->recv_cq, 1, &wc);
+					if (!got)
+						usleep(50);
+				}
+				if (got != 1 || wc.status != IBV_WC_SUCCESS || wc.wr_id != 7 || strcmp(rbuf, "shared pd"))
+					FAIL(name, "shared pd: receive %d, status %s, data \"%.10s\"", got,
+					     got == 1 ? ibv_wc_status_str(wc.status) : "-", rbuf);
+				else
+					OK("shared_pd");
+				for (t = 0; t < 100000 && ibv_poll_cq(c->send_cq, 1, &wc) == 0; t++)
+					usleep(50);
+			} else
+				FAIL(name, "shared pd: post send: %s", strerror(errno));
 			rdma_disconnect(c);
 			for (i = 0; i < 2 && (ev = next()); i++) {
 				if (ev->event == RDMA_CM_EVENT_DISCONNECTED)
@@ -205,9 +246,49 @@ int main(int argc, char **argv)
 				OK(name);
 			rdma_destroy_qp(srv);
 			rdma_destroy_id(srv);
+			if (rmr)
+				ibv_dereg_mr(rmr);
+			if (smr)
+				ibv_dereg_mr(smr);
 		}
 		rdma_destroy_qp(c);
 		rdma_destroy_id(c);
+	}
+
+	/* rdma_create_qp makes a CQ (and its channel) only for the queue given
+	 * none, as librdmacm; the PD is the ID's. */
+	name = "own_send_cq";
+	{
+		struct rdma_cm_id *id = NULL;
+		struct sockaddr_in dst = addr;
+		struct ibv_cq *cq = ibv_create_cq(listen_id->verbs, 4, NULL, NULL, 0);
+		struct ibv_qp_init_attr qa = { .send_cq = cq, .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+		dst.sin_port = htons(port);
+		if (!cq || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) ||
+		    !(ev = expect(name, RDMA_CM_EVENT_ADDR_RESOLVED)))
+			FAIL(name, "set-up: %s", strerror(errno));
+		else {
+			rdma_ack_cm_event(ev);
+			if (rdma_create_qp(id, NULL, &qa))
+				FAIL(name, "create_qp: %s", strerror(errno));
+			else if (qa.recv_cq || qa.send_cq != cq)
+				FAIL(name, "the program's attributes changed: recv_cq %p, send_cq %p", (void *)qa.recv_cq,
+				     (void *)qa.send_cq);
+			else if (id->send_cq || id->send_cq_channel || !id->recv_cq || !id->recv_cq_channel ||
+				 id->qp->send_cq != cq || id->qp->recv_cq != id->recv_cq || id->qp->pd != id->pd)
+				FAIL(name, "id's send CQ %p channel %p, recv CQ %p channel %p; QP's %p %p",
+				     (void *)id->send_cq, (void *)id->send_cq_channel, (void *)id->recv_cq,
+				     (void *)id->recv_cq_channel, (void *)id->qp->send_cq, (void *)id->qp->recv_cq);
+			else if (rdma_create_qp(id, NULL, &qa) != -1 || errno != EINVAL)
+				FAIL(name, "a second create_qp: errno %d, want EINVAL", errno);
+			else
+				OK(name);
+			rdma_destroy_qp(id);
+		}
+		if (id)
+			rdma_destroy_id(id);
+		if (cq)
+			ibv_destroy_cq(cq);
 	}
 
 	/* ECE: the client's rdma_set_local_ece reaches the server's
