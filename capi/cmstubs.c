@@ -1,7 +1,7 @@
 //go:build linux && cgo && softroce_capi
 
-// cmstubs.c: librdmacm's names softroce does not serve yet (SRQs on IDs,
-// the newer upstream nodes): each fails with ENOSYS and says so once on
+// cmstubs.c: librdmacm's names softroce does not serve yet (the newer
+// upstream nodes): each fails with ENOSYS and says so once on
 // stderr, so that programs that import them
 // load and run everything else. It includes no rdma_cma.h: the stubs take
 // no arguments.
@@ -24,16 +24,6 @@ static void sr_cm_unsupported(const char *name, int *said)
 
 #define SR_CM_STUB(name) \
 	SR_EXPORT int name(void) { static int said; sr_cm_unsupported(#name, &said); return -1; }
-#define SR_CM_STUB_PTR(name) \
-	SR_EXPORT void *name(void) { static int said; sr_cm_unsupported(#name, &said); return NULL; }
-#define SR_CM_STUB_VOID(name) \
-	SR_EXPORT void name(void) { }
-
-SR_CM_STUB(rdma_create_srq)
-SR_CM_STUB(rdma_create_srq_ex)
-SR_CM_STUB_VOID(rdma_destroy_srq)
-
-
 
 /* Newer upstream nodes (RDMACM_1.4, 1.5). */
 SR_CM_STUB(rdma_query_addrinfo)

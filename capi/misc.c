@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <stdbool.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include "capi.h"
 #include "_cgo_export.h"
@@ -185,6 +186,36 @@ SR_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
 		if (sr_rates[i].mbps == mbps)
 			return sr_rates[i].r;
 	return IBV_RATE_MAX;
+}
+
+/* ---- the descriptor table ----
+ * Every completion channel is an eventfd, and rdma_create_qp makes two per
+ * ID: a server that accepts a thousand connections opens two thousand.
+ * Linux grows a process's descriptor table by doubling, and in a process
+ * of more than one thread each doubling past 256 waits for an RCU grace
+ * period (about 10 ms on a 2-core VM), inside whatever call opened the
+ * descriptor: cmtime's create-qp or connect step. At load, while the
+ * process has one thread (before the Go runtime starts its own, hence the
+ * priority), the library grows the table once, which then waits for
+ * nothing: to 4,096 descriptors, or the soft RLIMIT_NOFILE if lower.
+ * The table costs 32 KiB of kernel memory; no descriptor stays open. */
+__attribute__((constructor(101))) static void sr_grow_fdtable(void)
+{
+	struct rlimit rl;
+	long want = 4096;
+	int base, fd;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < want)
+		want = (long)rl.rlim_cur;
+	if (want <= 256)
+		return;
+	base = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (base < 0)
+		return;
+	fd = fcntl(base, F_DUPFD_CLOEXEC, (int)want - 1);
+	if (fd >= 0)
+		close(fd);
+	close(base);
 }
 
 /* ---- fork without exec ----

@@ -530,6 +530,8 @@ static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_
 		attr->send_cq = id->send_cq;
 	if (!attr->recv_cq)
 		attr->recv_cq = id->recv_cq;
+	if (id->srq && !attr->srq)
+		attr->srq = id->srq;
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return sr_err(ENOMEM);
@@ -610,6 +612,63 @@ SR_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 	}
 	id->qp = NULL;
 	sr_cm_free_qp_res((struct sr_cm_id *)id);
+}
+
+/* ---- the ID's SRQ (rdma_verbs.h) ---- */
+
+/* rdma_create_srq_ex gives the ID a shared receive queue, on the ID's PD
+ * when given none: rdma_create_qp then gives it to the ID's QP, and
+ * rdma_post_recv(v) posts to it. An XRC SRQ needs XRC, which rxe lacks
+ * (EOPNOTSUPP). Unlike librdmacm, a second SRQ on one ID is refused
+ * (EINVAL) rather than leaking the first. */
+SR_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	struct ibv_srq *srq;
+	if (!id || !attr || !id->verbs || id->srq)
+		return sr_err(EINVAL);
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
+		return sr_err(EINVAL);
+	if (attr->srq_type != IBV_SRQT_BASIC)
+		return sr_err(EOPNOTSUPP);
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+		attr->pd = id->pd;
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+	}
+	if (!attr->pd)
+		return sr_err(ENODEV);
+	srq = ibv_create_srq_ex(id->verbs, attr);
+	if (!srq)
+		return -1;
+	if (!id->pd)
+		id->pd = attr->pd;
+	id->srq = srq;
+	return 0;
+}
+
+/* rdma_create_srq is rdma_create_srq_ex for a basic SRQ (an XRC one on an
+ * XRC_RECV ID, as librdmacm, which is refused); attr gets the SRQ's sizes. */
+SR_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct ibv_srq_init_attr_ex ax;
+	int r;
+	if (!id || !attr)
+		return sr_err(EINVAL);
+	memset(&ax, 0, sizeof(ax));
+	memcpy(&ax, attr, sizeof(*attr));
+	ax.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+	ax.srq_type = id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC;
+	ax.pd = pd;
+	r = rdma_create_srq_ex(id, &ax);
+	memcpy(attr, &ax, sizeof(*attr));
+	return r;
+}
+
+SR_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (!id || !id->srq)
+		return;
+	ibv_destroy_srq(id->srq);
+	id->srq = NULL;
 }
 
 /* ---- addresses ---- */
@@ -768,6 +827,8 @@ SR_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 		return;
 	if (id->qp)
 		rdma_destroy_qp(id);
+	if (id->srq)
+		rdma_destroy_srq(id);
 	rdma_destroy_id(id);
 }
 

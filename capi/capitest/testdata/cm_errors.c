@@ -7,7 +7,8 @@
  * (EAGAIN), ECE both ways and rdma_reject_ece (status 35), the device's PD
  * shared by every ID (an MR on the listener's pd serves an accepted QP),
  * rdma_create_qp making only the CQ a program left out and leaving the
- * program's attributes as they were, and rsockets'
+ * program's attributes as they were, an SRQ on an ID (rdma_create_srq,
+ * rdma_post_recv and rdma_get_recv_comp through it), and rsockets'
  * errors and a non-blocking rsocket connection. Prints "ok NAME" or "FAIL NAME: why";
  * exits with the number of failures. Argument: the device's address. */
 #define _GNU_SOURCE
@@ -20,6 +21,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
 
 static int failures;
@@ -289,6 +291,78 @@ int main(int argc, char **argv)
 			rdma_destroy_id(id);
 		if (cq)
 			ibv_destroy_cq(cq);
+	}
+
+	/* An SRQ on an ID (rdma_create_srq): on the ID's PD, given to the QP
+	 * rdma_create_qp makes, posted to by rdma_post_recv and read by
+	 * rdma_get_recv_comp; an XRC SRQ is refused. */
+	name = "srq";
+	{
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+		struct ibv_srq_init_attr_ex xa = { .comp_mask = IBV_SRQ_INIT_ATTR_TYPE, .srq_type = IBV_SRQT_XRC };
+		struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_send_sge = 1 } };
+		struct ibv_qp_init_attr sq = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+		static char rbuf[64], sbuf[64] = "via srq";
+		struct ibv_mr *rmr = NULL, *smr = NULL;
+		struct sockaddr_in dst = addr;
+		struct ibv_wc wc;
+		int est = 0, i;
+		c = srv = NULL;
+		dst.sin_port = htons(port);
+		memset(&cp, 0, sizeof(cp));
+		cp.retry_count = 7;
+		cp.rnr_retry_count = 7;
+		if (rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) || rdma_resolve_addr(c, NULL, (struct sockaddr *)&dst, 2000) ||
+		    !(ev = expect(name, RDMA_CM_EVENT_ADDR_RESOLVED)))
+			FAIL(name, "resolve: %s", strerror(errno));
+		else if (rdma_ack_cm_event(ev), rdma_resolve_route(c, 2000) || !(ev = expect(name, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+			FAIL(name, "route: %s", strerror(errno));
+		else if (rdma_ack_cm_event(ev), rdma_create_srq_ex(c, &xa) != -1 || errno != EOPNOTSUPP)
+			FAIL(name, "XRC SRQ: errno %d, want EOPNOTSUPP", errno);
+		else if (rdma_create_srq(c, NULL, &sa) || !c->srq || c->srq->pd != c->pd)
+			FAIL(name, "create_srq: %s (srq %p)", strerror(errno), (void *)c->srq);
+		else if (rdma_create_srq(c, NULL, &sa) != -1 || errno != EINVAL)
+			FAIL(name, "a second SRQ: errno %d, want EINVAL", errno);
+		else if (rdma_create_qp(c, NULL, &qa) || c->qp->srq != c->srq)
+			FAIL(name, "create_qp: %s (QP's srq %p, ID's %p)", strerror(errno), c->qp ? (void *)c->qp->srq : NULL,
+			     (void *)c->srq);
+		else if (!(rmr = rdma_reg_msgs(c, rbuf, sizeof(rbuf))) || rdma_post_recv(c, (void *)1, rbuf, sizeof(rbuf), rmr))
+			FAIL(name, "post recv to the SRQ: %s", strerror(errno));
+		else if (rdma_connect(c, &cp))
+			FAIL(name, "connect: %s", strerror(errno));
+		else if ((ev = expect(name, RDMA_CM_EVENT_CONNECT_REQUEST))) {
+			srv = ev->id;
+			rdma_ack_cm_event(ev);
+			if (rdma_create_qp(srv, NULL, &sq) || rdma_accept(srv, &cp))
+				FAIL(name, "accept: %s", strerror(errno));
+			for (i = 0; i < 2 && (ev = next()); i++) {
+				est += ev->event == RDMA_CM_EVENT_ESTABLISHED;
+				rdma_ack_cm_event(ev);
+			}
+			if (est != 2)
+				FAIL(name, "%d ESTABLISHED, want 2", est);
+			else if (!(smr = rdma_reg_msgs(srv, sbuf, sizeof(sbuf))) ||
+				 rdma_post_send(srv, (void *)2, sbuf, 8, smr, IBV_SEND_SIGNALED) ||
+				 rdma_get_send_comp(srv, &wc) != 1 || wc.status != IBV_WC_SUCCESS)
+				FAIL(name, "server send: %s", strerror(errno));
+			else if (rdma_get_recv_comp(c, &wc) != 1 || wc.status != IBV_WC_SUCCESS || wc.wr_id != 1 ||
+				 strcmp(rbuf, "via srq"))
+				FAIL(name, "receive through the SRQ: status %s, data \"%.8s\"", ibv_wc_status_str(wc.status), rbuf);
+			else
+				OK(name);
+			rdma_disconnect(srv);
+			for (i = 0; i < 2 && (ev = next()); i++)
+				rdma_ack_cm_event(ev);
+			rdma_destroy_qp(srv);
+			rdma_destroy_id(srv);
+		}
+		if (smr)
+			rdma_dereg_mr(smr);
+		if (c) {
+			rdma_destroy_ep(c); /* its QP and SRQ too */
+			if (rmr)
+				rdma_dereg_mr(rmr);
+		}
 	}
 
 	/* ECE: the client's rdma_set_local_ece reaches the server's

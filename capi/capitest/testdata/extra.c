@@ -1,6 +1,7 @@
 /* extra.c: parts of the API the stock tools do not reach: memory windows of
  * both types, the extended CQ's polling ops, the SRQ limit event, and
- * ibv_wr_* with a send list. Two RC QPs of one device talk to each other.
+ * ibv_wr_* with a send list; and the descriptor table the library grew at
+ * load (FDSize in /proc/self/status, before this program opens anything). Two RC QPs of one device talk to each other.
  * Prints "ok NAME" or "FAIL NAME: why"; exits with the number of failures.
  * Argument: the device's address (unused). */
 #define _GNU_SOURCE
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <infiniband/verbs.h>
 #include "qpconn.h"
 
@@ -246,9 +248,36 @@ static void test_srq_limit(void)
 		FAIL(name, "destroy_srq: %s", strerror(errno));
 }
 
+/* test_fdtable: the library grew the descriptor table to 4,096 slots (or
+ * the soft limit) at load, so that opening many completion channels never
+ * waits for the kernel to grow it (an RCU grace period per doubling in a
+ * process with threads). */
+static void test_fdtable(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long size = -1, want = 4096;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < want)
+		want = (long)rl.rlim_cur;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "FDSize: %ld", &size) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (want > 256 && size < want)
+		printf("FAIL fdtable: FDSize %ld at start, want at least %ld\n", size, want), failures++;
+	else
+		printf("ok fdtable\n");
+}
+
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_device **list;
+
+	test_fdtable();
+	list = ibv_get_device_list(NULL);
 	if (!list || !list[0] || !(ctx = ibv_open_device(list[0])) || ibv_query_gid(ctx, 1, 1, &gid)) {
 		printf("FAIL setup: %s\n", strerror(errno));
 		return 1;
