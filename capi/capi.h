@@ -13,7 +13,6 @@
 #include <infiniband/verbs.h>
 
 #define SR_MAX_DEVICES 64
-#define SR_WR_BATCH 64
 
 struct sr_device {
 	struct ibv_device dev;
@@ -69,22 +68,32 @@ struct sr_srq {
 	uint32_t srq_num;
 };
 
-/* The ibv_wr_* post API builds work requests here; wr_complete posts them. */
+/* The ibv_wr_* post API builds work requests in slots; wr_complete posts
+ * them. A slot is a struct sr_wr_slot, then its SGE array (max_sge), then
+ * its inline bytes (max_inline): the setters copy what they are given, as
+ * rxe copies into the WQE, so the program may reuse its buffers at once.
+ * The slot array grows with realloc, so slots hold no pointers into it
+ * while a batch is built: wr_complete links next and sg_list. */
+struct sr_wr_slot {
+	struct ibv_send_wr wr;
+	int32_t inl; /* bytes of inline data in the slot, or -1 */
+};
+
 struct sr_wr_batch {
-	int n;
-	int err;
-	struct ibv_send_wr wr[SR_WR_BATCH];
-	struct ibv_sge sge[SR_WR_BATCH];
-	struct ibv_sge *sgl[SR_WR_BATCH]; /* a list given by wr_set_sge_list */
-	char inl[SR_WR_BATCH][64];
-	struct ibv_sge inl_sge[SR_WR_BATCH];
+	int n;          /* slots used */
+	int cap;        /* slots allocated */
+	int err;        /* the first builder error: wr_complete returns it */
+	size_t stride;  /* bytes per slot */
+	uint32_t max_wr, max_sge, max_inline; /* the QP's send caps */
+	char *slots;
 };
 
 struct sr_qp {
 	struct ibv_qp_ex qpx; /* every QP is an ibv_qp_ex */
 	uintptr_t h;
-	struct sr_wr_batch *batch; /* the ibv_wr_* API, allocated on first use */
+	struct sr_wr_batch *batch; /* the ibv_wr_* API: set for a QP made with send ops */
 	pthread_mutex_t batch_mu;
+	int is_ex; /* made by the provider's create_qp_ex: ibv_qp_to_qp_ex answers it */
 };
 
 /* sr_wait_acked waits, as rdma-core's destroy calls do, until the program
@@ -103,6 +112,22 @@ static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint
 		pthread_cond_wait(cond, mu);
 	pthread_mutex_unlock(mu);
 }
+
+/* How a QP was made: by the provider's create_qp_ex (VERBS_QP_EX in
+ * rdma-core), and with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS (the ibv_wr_* ops). */
+#define SR_QP_EX 1
+#define SR_QP_SEND_OPS 2
+/* The ibv_wr_* operations the library serves. */
+#define SR_SEND_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+		     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
+		     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | \
+		     IBV_QP_EX_WITH_SEND_WITH_INV)
+
+/* sr_qp_ex_setup gives a new QP (caps cap) what how asks for: the ibv_wr_*
+ * ops and their batch, and the ibv_qp_ex view (verbs.c). ENOMEM or 0. */
+int sr_qp_ex_setup(struct sr_qp *q, const struct ibv_qp_cap *cap, int how);
+/* sr_wr_batch_free frees a QP's ibv_wr_* batch (NULL: nothing). */
+void sr_wr_batch_free(struct sr_wr_batch *b);
 
 /* sr_qp_attr_from_ex: the plain creation attributes inside extended ones. */
 static inline void sr_qp_attr_from_ex(struct ibv_qp_init_attr *a, const struct ibv_qp_init_attr_ex *ax)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -45,7 +46,21 @@ type cmIDRec struct {
 	id   *cm.ID
 	cptr *C.struct_sr_cm_id
 	h    uintptr
+	// Under evMu: the events handed to the program that count against
+	// this ID (its own; a CONNECT_REQUEST counts against its listener,
+	// as librdmacm's), those acknowledged, and whether the program has
+	// destroyed it (no more events then).
+	delivered, acked uint64
+	dead             bool
 }
+
+// evMu and evCond guard the IDs' event counts: rdma_destroy_id waits, as
+// librdmacm's, until every event that counts against the ID is
+// acknowledged, so that rdma_ack_cm_event never touches a freed ID.
+var (
+	evMu   sync.Mutex
+	evCond = sync.NewCond(&evMu)
+)
 
 // wantAddr is the address the next open of a device must bind (an
 // rdma_bind_addr before any context opened it), by device index.
@@ -254,7 +269,27 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 	if rec == nil || !live(rec) {
 		return nil
 	}
+	counted := rec
+	if ev.Type == cm.EventConnectRequest {
+		counted, _ = ev.Listen.Context.(*cmIDRec)
+	}
+	evMu.Lock()
+	if rec.dead || counted.dead {
+		evMu.Unlock()
+		if ev.Type == cm.EventConnectRequest {
+			ev.ID.Reject(nil)
+		}
+		return nil
+	}
+	counted.delivered++
+	evMu.Unlock()
+	if ev.Type == cm.EventEstablished && ev.ID.Listener() != nil {
+		// The kernel's rdma_cm reports the passive side's ESTABLISHED
+		// (the RTU) with no parameters and no private data.
+		ev.Param = cm.ConnParam{}
+	}
 	ce := (*C.struct_sr_cm_event)(C.calloc(1, C.sizeof_struct_sr_cm_event))
+	ce.counted = C.uintptr_t(counted.h)
 	ce.ev.id = &rec.cptr.id
 	if ev.Listen != nil {
 		if l, ok := ev.Listen.Context.(*cmIDRec); ok {
@@ -303,7 +338,25 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 	// The ID's addresses as the event leaves them.
 	putSockaddr(addrSlot(&rec.cptr.id.route.addr.anon0), rec.id.LocalAddr())
 	putSockaddr(addrSlot(&rec.cptr.id.route.addr.anon1), rec.id.RemoteAddr())
+	putRouteGIDs(rec)
 	return ce
+}
+
+// putRouteGIDs sets the route's GIDs (the IP addresses, IPv4-mapped) and
+// the default P_Key, as librdmacm's ucma_query_route fills
+// route.addr.addr.ibaddr on RoCE; an address not known yet leaves its GID
+// zero.
+func putRouteGIDs(rec *cmIDRec) {
+	ib := (*C.struct_rdma_ib_addr)(unsafe.Pointer(&rec.cptr.id.route.addr.addr))
+	if a := rec.id.LocalAddr().Addr(); a.IsValid() && !a.IsUnspecified() {
+		g := verbs.GIDFromAddr(a)
+		*(*[16]byte)(unsafe.Pointer(&ib.sgid)) = g
+	}
+	if a := rec.id.RemoteAddr().Addr(); a.IsValid() && !a.IsUnspecified() {
+		g := verbs.GIDFromAddr(a)
+		*(*[16]byte)(unsafe.Pointer(&ib.dgid)) = g
+	}
+	*(*[2]byte)(unsafe.Pointer(&ib.pkey)) = [2]byte{0xff, 0xff}
 }
 
 func cbool(b bool) C.uint8_t {
@@ -396,8 +449,50 @@ func srgo_cm_destroy_id(h C.uintptr_t) C.int {
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	handles.remove(uintptr(h))
+	evMu.Lock()
+	if r.dead {
+		evMu.Unlock()
+		return C.int(syscall.EINVAL)
+	}
+	r.dead = true
+	evMu.Unlock()
 	return cerr(r.id.Destroy())
+}
+
+// srgo_cm_wait_acked waits until the program has acknowledged every event
+// that counts against the ID, as librdmacm's rdma_destroy_id and
+// rdma_migrate_id do; with forget (rdma_destroy_id) it then forgets the
+// ID's handle.
+//
+//export srgo_cm_wait_acked
+func srgo_cm_wait_acked(h C.uintptr_t, forget C.int) {
+	r, ok := lookup[*cmIDRec](uintptr(h))
+	if !ok {
+		return
+	}
+	evMu.Lock()
+	for r.acked < r.delivered {
+		evCond.Wait()
+	}
+	evMu.Unlock()
+	if forget != 0 {
+		handles.remove(uintptr(h))
+	}
+}
+
+// srgo_cm_acked counts an acknowledged event against the ID it counted
+// against (rdma_ack_cm_event).
+//
+//export srgo_cm_acked
+func srgo_cm_acked(h C.uintptr_t) {
+	r, ok := lookup[*cmIDRec](uintptr(h))
+	if !ok {
+		return
+	}
+	evMu.Lock()
+	r.acked++
+	evMu.Unlock()
+	evCond.Broadcast()
 }
 
 func cmID(h C.uintptr_t) (*cmIDRec, bool) { return lookup[*cmIDRec](uintptr(h)) }
@@ -488,13 +583,50 @@ func connParam(p *C.struct_rdma_conn_param) *cm.ConnParam {
 	return cp
 }
 
+// maxRd is the device's max_qp_rd_atom and max_qp_init_rd_atom (rxe's),
+// what librdmacm takes for a connection's RDMA READ and atomic depths
+// when the program leaves them to it.
+const maxRd = 128
+
+// validRd is librdmacm's ucma_valid_param: on an RC (TCP port space) ID,
+// no parameters need a QP of the ID's own, and a depth above the device's
+// is refused unless it is RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xFF:
+// the device's).
+func validRd(r *cmIDRec, p *C.struct_rdma_conn_param) bool {
+	if r.cptr.id.ps != C.RDMA_PS_TCP {
+		return true
+	}
+	if p == nil {
+		return r.cptr.id.qp != nil
+	}
+	return (p.responder_resources == 0xFF || p.responder_resources <= maxRd) &&
+		(p.initiator_depth == 0xFF || p.initiator_depth <= maxRd)
+}
+
 //export srgo_cm_connect
 func srgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param, vendor, options C.uint32_t) C.int {
 	r, ok := cmID(h)
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	return cerr(r.id.Connect(withECE(connParam(p), vendor, options)))
+	if !validRd(r, p) {
+		return C.int(syscall.EINVAL)
+	}
+	// As librdmacm's rdma_connect: the device's depths when the program
+	// gives no parameters or asks for the maximum (0xFF), retry counts 7
+	// with no parameters.
+	cp := connParam(p)
+	if cp == nil {
+		cp = &cm.ConnParam{ResponderResources: maxRd, InitiatorDepth: maxRd, RetryCount: 7, RNRRetryCount: 7}
+	} else {
+		if p.responder_resources == 0xFF {
+			cp.ResponderResources = maxRd
+		}
+		if p.initiator_depth == 0xFF {
+			cp.InitiatorDepth = maxRd
+		}
+	}
+	return cerr(r.id.Connect(withECE(cp, vendor, options)))
 }
 
 // withECE adds ECE to a connection's parameters (nil: rdma_cm's defaults).
@@ -515,9 +647,24 @@ func srgo_cm_accept(h C.uintptr_t, p *C.struct_rdma_conn_param, vendor, options 
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
+	if !validRd(r, p) {
+		return C.int(syscall.EINVAL)
+	}
+	// As librdmacm's rdma_accept: with no parameters, or 0xFF, the depths
+	// the request offered (DefaultAcceptParam), at most the device's.
+	def := r.id.DefaultAcceptParam()
+	def.ResponderResources, def.InitiatorDepth = min(def.ResponderResources, maxRd), min(def.InitiatorDepth, maxRd)
 	cp := connParam(p)
-	if cp == nil && (vendor != 0 || options != 0) {
-		cp = r.id.DefaultAcceptParam()
+	if cp == nil {
+		def.RetryCount = 7
+		cp = def
+	} else {
+		if p.responder_resources == 0xFF {
+			cp.ResponderResources = def.ResponderResources
+		}
+		if p.initiator_depth == 0xFF {
+			cp.InitiatorDepth = def.InitiatorDepth
+		}
 	}
 	return cerr(r.id.Accept(withECE(cp, vendor, options)))
 }

@@ -33,6 +33,7 @@ struct sr_cm_id {
 struct sr_cm_event {
 	struct rdma_cm_event ev;
 	uint8_t pdata[256];
+	uintptr_t counted; /* the ID it counts against until acknowledged */
 };
 
 struct ibv_context *sr_cm_ctx(int idx);

@@ -133,7 +133,40 @@ func srgo_device_info(i C.int, name *C.char, n C.int, guid *C.uint64_t) C.int {
 }
 
 //export srgo_num_comp_vectors
-func srgo_num_comp_vectors() C.int { return 1 } // as rxe
+func srgo_num_comp_vectors() C.int { return C.int(possibleCPUs()) }
+
+// possibleCPUs is what rxe reports as num_comp_vectors (the kernel's
+// num_possible_cpus()): the CPUs /sys/devices/system/cpu/possible lists,
+// else runtime.NumCPU().
+var possibleCPUs = sync.OnceValue(func() int {
+	if b, err := os.ReadFile("/sys/devices/system/cpu/possible"); err == nil {
+		if n := countCPUList(strings.TrimSpace(string(b))); n > 0 {
+			return n
+		}
+	}
+	return max(runtime.NumCPU(), 1)
+})
+
+// countCPUList counts the CPUs of a kernel CPU list ("0-3,8,10-11"); 0 if
+// it does not parse.
+func countCPUList(s string) int {
+	n := 0
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return 0
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return 0
+			}
+		}
+		n += b - a + 1
+	}
+	return n
+}
 
 // devCtx is one ibv_context: its device and its async event queue.
 type devCtx struct {

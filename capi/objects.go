@@ -993,6 +993,18 @@ func srgo_mcast(h C.uintptr_t, gid *C.union_ibv_gid, lid C.uint16_t, attach C.in
 	return cerr(r.qp.DetachMcast(g, uint16(lid)))
 }
 
+// srgo_copy_in copies n bytes of program memory at src to dst (the
+// ibv_wr_* setters' copies): EFAULT, not a dead process, when src is not
+// mapped.
+//
+//export srgo_copy_in
+func srgo_copy_in(dst, src unsafe.Pointer, n C.size_t) C.int {
+	if !safeCopy(unsafe.Slice((*byte)(dst), int(n)), unsafe.Slice((*byte)(src), int(n))) {
+		return bad(syscall.EFAULT)
+	}
+	return 0
+}
+
 // safeCopy copies program memory that may not be mapped: false on a fault
 // instead of a dead process.
 func safeCopy(dst, src []byte) (ok bool) {

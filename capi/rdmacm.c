@@ -226,12 +226,16 @@ SR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	err = srgo_cm_destroy_id(s->h);
 	if (err)
 		return sr_err(err);
-	sr_cm_free_qp_res(s);
-	if (s->sync) {
-		if (id->event)
-			rdma_ack_cm_event(id->event);
-		rdma_destroy_event_channel(id->channel);
+	/* As librdmacm: the ID's own kept event, then wait until the program
+	 * has acknowledged every event of the ID it was handed. */
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
 	}
+	srgo_cm_wait_acked(s->h, 1);
+	sr_cm_free_qp_res(s);
+	if (s->sync)
+		rdma_destroy_event_channel(id->channel);
 	free(s);
 	return 0;
 }
@@ -319,9 +323,15 @@ SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	struct sr_cm_id *s = (struct sr_cm_id *)id;
+	int r;
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_sync(id, sr_err(srgo_cm_accept(sr_id_h(id), p, s->remote_ece.vendor_id, s->local_ece.options)));
+	r = sr_err(srgo_cm_accept(sr_id_h(id), p, s->remote_ece.vendor_id, s->local_ece.options));
+	/* A UD ID's accept (a SIDR_REP) has no event to wait for, even on a
+	 * synchronous ID (librdmacm returns before ucma_complete). */
+	if (id->qp_type == IBV_QPT_UD)
+		return r;
+	return sr_sync(id, r);
 }
 
 SR_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *pdata, uint8_t len)
@@ -379,15 +389,36 @@ SR_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 	return id ? 0 : sr_err(EINVAL);
 }
 
+/* rdma_migrate_id moves the ID's future events to ch; with no channel it
+ * makes the ID synchronous (a channel of its own), and a synchronous ID
+ * moved to a channel becomes asynchronous, its own channel destroyed (as
+ * librdmacm; rdma_create_ep's IDs are synchronous until moved). It waits
+ * until the events the program was handed for the ID are acknowledged. */
 SR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
 {
-	int err;
-	if (!id || !ch)
+	struct sr_cm_id *s = (struct sr_cm_id *)id;
+	int err, sync;
+	if (!id || (s->sync && !ch))
 		return sr_err(EINVAL);
+	sync = !ch;
+	if (sync && !(ch = rdma_create_event_channel()))
+		return -1;
 	err = srgo_cm_migrate(sr_id_h(id), ((struct sr_cm_channel *)ch)->h);
-	if (err)
+	if (err) {
+		if (sync)
+			rdma_destroy_event_channel(ch);
 		return sr_err(err);
+	}
+	if (s->sync) {
+		if (id->event) {
+			rdma_ack_cm_event(id->event);
+			id->event = NULL;
+		}
+		rdma_destroy_event_channel(id->channel);
+	}
+	s->sync = sync;
 	id->channel = ch;
+	srgo_cm_wait_acked(s->h, 0);
 	return 0;
 }
 
@@ -402,14 +433,23 @@ SR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 {
 	if (!id || !optval)
 		return sr_err(EINVAL);
-	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_TOS && optlen == sizeof(uint8_t))
+	if (level != RDMA_OPTION_ID)
+		return sr_err(ENOSYS);
+	/* The kernel's ucma_set_option_id: a known option of the wrong size is
+	 * EINVAL, an unknown one ENOSYS. */
+	switch (optname) {
+	case RDMA_OPTION_ID_TOS:
+		if (optlen != sizeof(uint8_t))
+			return sr_err(EINVAL);
 		return sr_err(srgo_cm_set_tos(sr_id_h(id), *(uint8_t *)optval));
-	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT && optlen == sizeof(uint8_t))
+	case RDMA_OPTION_ID_ACK_TIMEOUT:
+		if (optlen != sizeof(uint8_t))
+			return sr_err(EINVAL);
 		return sr_err(srgo_cm_set_ack_timeout(sr_id_h(id), *(uint8_t *)optval));
-	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_REUSEADDR && optlen == sizeof(int))
-		return 0;
-	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_AFONLY && optlen == sizeof(int))
-		return 0;
+	case RDMA_OPTION_ID_REUSEADDR:
+	case RDMA_OPTION_ID_AFONLY:
+		return optlen == sizeof(int) ? 0 : sr_err(EINVAL);
+	}
 	return sr_err(ENOSYS);
 }
 
@@ -425,10 +465,8 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 		int fl;
 		r = srgo_cm_take_event(((struct sr_cm_channel *)ch)->h, event);
-		if (r == 0) {
-			(*event)->id->event = *event;
+		if (r == 0)
 			return 0;
-		}
 		if (r == EINVAL) {
 			/* Another thread destroyed the channel while this one read it:
 			 * with the kernel's ucma file this read would never return
@@ -450,8 +488,10 @@ SR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
 	if (!event)
 		return sr_err(EINVAL);
-	if (event->id && event->id->event == event)
-		event->id->event = NULL;
+	/* It touches no ID but the one the event counts against, which
+	 * rdma_destroy_id keeps until then (the event's own ID may be gone:
+	 * a rejected request's, destroyed before the ack). */
+	srgo_cm_acked(((struct sr_cm_event *)event)->counted);
 	sr_cm_free_event((struct sr_cm_event *)event);
 	return 0;
 }
@@ -478,7 +518,7 @@ static void sr_cm_free_qp_res(struct sr_cm_id *s)
 
 /* sr_cm_create_qp is rdma_create_qp with ibv_create_qp_ex's create_flags. */
 static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *uattr,
-			   uint32_t create_flags)
+			   uint32_t create_flags, int how)
 {
 	struct sr_cm_id *s = (struct sr_cm_id *)id;
 	struct sr_qp *q;
@@ -488,9 +528,9 @@ static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_
 
 	if (!id || !uattr || !id->verbs)
 		return sr_err(EINVAL);
-	/* As librdmacm, the program's attributes stay as they were but for
-	 * cap, which gets the QP's: programs (cmtime) pass the same ones for
-	 * every ID. */
+	/* The QP type is the ID's (more lenient than librdmacm, which takes
+	 * the program's); what librdmacm writes back (it copies its whole
+	 * working copy over the program's struct) is set below. */
 	a = *uattr;
 	if (id->qp)
 		return sr_err(EINVAL);
@@ -543,6 +583,13 @@ static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_
 		free(q);
 		return sr_err(err);
 	}
+	if (sr_qp_ex_setup(q, &attr->cap, how)) {
+		uint32_t async = 0;
+		srgo_cm_destroy_qp(s->h, q->h, &async);
+		free(q);
+		errno = ENOMEM;
+		goto fail_cq;
+	}
 	q->qpx.qp_base.context = id->verbs;
 	q->qpx.qp_base.qp_context = attr->qp_context;
 	q->qpx.qp_base.pd = pd;
@@ -558,6 +605,12 @@ static int sr_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_
 	pthread_mutex_init(&q->batch_mu, NULL);
 	id->qp = &q->qpx.qp_base;
 	id->pd = pd;
+	/* As librdmacm: the program's struct gets the CQs and SRQ the QP uses
+	 * and its caps. A program that passes the same struct for every ID
+	 * (cmtime) so puts later QPs on the first ID's CQs, there as here. */
+	uattr->send_cq = a.send_cq;
+	uattr->recv_cq = a.recv_cq;
+	uattr->srq = a.srq;
 	uattr->cap = a.cap;
 	/* As librdmacm: the QP's ECE (ibv_query_ece: EOPNOTSUPP here, as on
 	 * rxe, so none) replaces what rdma_set_local_ece set. */
@@ -572,7 +625,9 @@ fail_cq:
 
 SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	return sr_cm_create_qp(id, pd, attr, 0);
+	/* librdmacm makes every QP through the provider's create_qp_ex, so
+	 * ibv_qp_to_qp_ex answers it (without the ibv_wr_* ops). */
+	return sr_cm_create_qp(id, pd, attr, 0, SR_QP_EX);
 }
 
 /* rdma_create_qp_ex: a PD and create_flags (only multicast loopback
@@ -581,20 +636,36 @@ SR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 {
 	struct ibv_qp_init_attr a;
 	uint32_t flags = 0;
-	int r;
+	int r, how = SR_QP_EX;
 	if (!id || !ax)
 		return sr_err(EINVAL);
-	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS))
-		return sr_err(ENOSYS);
+	/* What the library's ibv_create_qp_ex takes, as librdmacm hands the
+	 * attributes to the provider's. */
+	if (ax->comp_mask &
+	    ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+		return sr_err(EOPNOTSUPP);
 	if (ax->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) {
 		flags = ax->create_flags;
 		if (flags & ~(uint32_t)IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)
 			return sr_err(EOPNOTSUPP);
 	}
+	if (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		if (ax->send_ops_flags & ~(uint64_t)SR_SEND_OPS)
+			return sr_err(EOPNOTSUPP);
+		how |= SR_QP_SEND_OPS;
+	}
 	sr_qp_attr_from_ex(&a, ax);
-	r = sr_cm_create_qp(id, (ax->comp_mask & IBV_QP_INIT_ATTR_PD) ? ax->pd : NULL, &a, flags);
-	if (!r)
+	r = sr_cm_create_qp(id, (ax->comp_mask & IBV_QP_INIT_ATTR_PD) ? ax->pd : NULL, &a, flags, how);
+	if (!r) {
+		/* As librdmacm's rdma_create_qp_ex, which works on the program's
+		 * struct: the PD, CQs and SRQ the QP uses, and its caps. */
 		ax->cap = a.cap;
+		ax->pd = id->pd;
+		ax->comp_mask |= IBV_QP_INIT_ATTR_PD;
+		ax->send_cq = a.send_cq;
+		ax->recv_cq = a.recv_cq;
+		ax->srq = a.srq;
+	}
 	return r;
 }
 
@@ -607,7 +678,7 @@ SR_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 	q = (struct sr_qp *)id->qp;
 	if (srgo_cm_destroy_qp(sr_id_h(id), q->h, &async) == 0) {
 		sr_wait_acked(&id->qp->mutex, &id->qp->cond, &id->qp->events_completed, async);
-		free(q->batch);
+		sr_wr_batch_free(q->batch);
 		free(q);
 	}
 	id->qp = NULL;
@@ -722,50 +793,98 @@ SR_EXPORT void rdma_free_devices(struct ibv_context **list)
 }
 
 /* rdma_getaddrinfo: the system resolver's answer in librdmacm's shape. */
+/* sr_copy_addr copies an address into a new allocation. */
+static int sr_copy_addr(struct sockaddr **dst, socklen_t *dst_len, const struct sockaddr *src, socklen_t len)
+{
+	*dst = malloc(len);
+	if (!*dst)
+		return sr_err(ENOMEM);
+	memcpy(*dst, src, len);
+	*dst_len = len;
+	return 0;
+}
+
+/* rdma_getaddrinfo is librdmacm's: getaddrinfo with the hints' QP type and
+ * port space as socket type and protocol (and each derived from the other
+ * when left out), RAI_PASSIVE as AI_PASSIVE; a failed lookup returns
+ * getaddrinfo's EAI_ code, as programs expect (cmtime prints
+ * gai_strerror of it). With neither node nor service, the hints alone. */
 SR_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			       struct rdma_addrinfo **res)
 {
+	static const struct rdma_addrinfo none;
 	struct addrinfo h = { 0 }, *ai = NULL;
 	struct rdma_addrinfo *r;
-	int err;
+	int err = 0;
 
-	if (!res || (!node && !service))
+	if (!res || (!node && !service && !hints))
 		return sr_err(EINVAL);
-	if (hints) {
-		h.ai_family = hints->ai_family;
+	if (!hints)
+		hints = &none;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return sr_err(ENOMEM);
+	if (node || service) {
 		if (hints->ai_flags & RAI_PASSIVE)
-			h.ai_flags |= AI_PASSIVE;
+			h.ai_flags = AI_PASSIVE;
 		if (hints->ai_flags & RAI_NUMERICHOST)
 			h.ai_flags |= AI_NUMERICHOST;
-	}
-	h.ai_socktype = SOCK_STREAM;
-	err = getaddrinfo(node, service, &h, &ai);
-	if (err)
-		return sr_err(err == EAI_SYSTEM ? errno : EADDRNOTAVAIL);
-	r = calloc(1, sizeof(*r));
-	if (!r) {
-		freeaddrinfo(ai);
-		return sr_err(ENOMEM);
-	}
-	r->ai_flags = hints ? hints->ai_flags : 0;
-	r->ai_family = ai->ai_family;
-	r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
-	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
-	if (r->ai_flags & RAI_PASSIVE) {
-		r->ai_src_addr = malloc(ai->ai_addrlen);
-		memcpy(r->ai_src_addr, ai->ai_addr, ai->ai_addrlen);
-		r->ai_src_len = ai->ai_addrlen;
-	} else {
-		r->ai_dst_addr = malloc(ai->ai_addrlen);
-		memcpy(r->ai_dst_addr, ai->ai_addr, ai->ai_addrlen);
-		r->ai_dst_len = ai->ai_addrlen;
-		if (hints && hints->ai_src_addr && hints->ai_src_len) {
-			r->ai_src_addr = malloc(hints->ai_src_len);
-			memcpy(r->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-			r->ai_src_len = hints->ai_src_len;
+		if (hints->ai_family != AF_IB)
+			h.ai_family = hints->ai_family;
+		switch (hints->ai_qp_type) {
+		case IBV_QPT_RC:
+		case IBV_QPT_UC:
+		case IBV_QPT_XRC_SEND:
+		case IBV_QPT_XRC_RECV:
+			h.ai_socktype = SOCK_STREAM;
+			break;
+		case IBV_QPT_UD:
+			h.ai_socktype = SOCK_DGRAM;
+			break;
 		}
+		switch (hints->ai_port_space) {
+		case RDMA_PS_TCP:
+			h.ai_protocol = IPPROTO_TCP;
+			break;
+		case RDMA_PS_IPOIB:
+		case RDMA_PS_UDP:
+			h.ai_protocol = IPPROTO_UDP;
+			break;
+		case RDMA_PS_IB:
+			h.ai_protocol = h.ai_socktype == SOCK_DGRAM ? IPPROTO_UDP : h.ai_socktype ? IPPROTO_TCP : 0;
+			break;
+		}
+		err = getaddrinfo(node, service, &h, &ai);
+		if (err) {
+			free(r);
+			return err;
+		}
+		r->ai_qp_type = hints->ai_qp_type ? hints->ai_qp_type :
+				ai->ai_socktype == SOCK_DGRAM ? IBV_QPT_UD : IBV_QPT_RC;
+		r->ai_port_space = hints->ai_port_space ? hints->ai_port_space :
+				   ai->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP : RDMA_PS_TCP;
+		r->ai_family = ai->ai_family;
+		if (ai->ai_flags & AI_PASSIVE) {
+			r->ai_flags = RAI_PASSIVE;
+			err = sr_copy_addr(&r->ai_src_addr, &r->ai_src_len, ai->ai_addr, ai->ai_addrlen);
+		} else {
+			err = sr_copy_addr(&r->ai_dst_addr, &r->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
+		}
+		freeaddrinfo(ai);
+	} else {
+		r->ai_flags = hints->ai_flags;
+		r->ai_family = hints->ai_family;
+		r->ai_qp_type = hints->ai_qp_type;
+		r->ai_port_space = hints->ai_port_space;
+		if (hints->ai_dst_len)
+			err = sr_copy_addr(&r->ai_dst_addr, &r->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len);
 	}
-	freeaddrinfo(ai);
+	if (!err && !r->ai_src_len && hints->ai_src_len)
+		err = sr_copy_addr(&r->ai_src_addr, &r->ai_src_len, hints->ai_src_addr, hints->ai_src_len);
+	if (err) {
+		rdma_freeaddrinfo(r);
+		return err;
+	}
 	*res = r;
 	return 0;
 }
@@ -805,6 +924,8 @@ SR_EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res,
 			s->ep_pd = pd;
 			s->has_ep_attr = 1;
 		}
+		if (pd)
+			id->pd = pd; /* librdmacm's ucma_passive_ep */
 	} else {
 		if (rdma_resolve_addr(id, res->ai_src_addr, res->ai_dst_addr, 2000) || rdma_resolve_route(id, 2000))
 			goto fail;
@@ -837,7 +958,6 @@ SR_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **ou
 	struct sr_cm_id *l = (struct sr_cm_id *)listen;
 	struct rdma_cm_event *ev;
 	struct rdma_cm_id *id;
-	struct rdma_event_channel *ch;
 
 	if (!listen || !out)
 		return sr_err(EINVAL);
@@ -856,12 +976,10 @@ SR_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **ou
 	}
 	id = ev->id;
 	/* The new ID is synchronous too: a channel of its own. */
-	ch = rdma_create_event_channel();
-	if (!ch || rdma_migrate_id(id, ch)) {
+	if (rdma_migrate_id(id, NULL)) {
 		rdma_ack_cm_event(ev);
 		return -1;
 	}
-	((struct sr_cm_id *)id)->sync = 1;
 	if (l->has_ep_attr) {
 		struct ibv_qp_init_attr a = l->ep_attr;
 		if (rdma_create_qp(id, l->ep_pd, &a)) {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <arpa/inet.h>
 #include <sched.h>
@@ -436,6 +437,32 @@ SR_EXPORT void ibv_unimport_pd(struct ibv_pd *pd) { (void)pd; }
 
 /* ---- MR ---- */
 
+/* The access bits the kernel knows (ib_check_mr_access: up to
+ * FLUSH_PERSISTENT, and the optional range it may ignore). */
+#define SR_MR_ACCESS_KNOWN (((1u << 10) - 1) | (unsigned int)IBV_ACCESS_OPTIONAL_RANGE)
+
+/* sr_mapped reports whether every page of [addr, addr+length) is mapped in
+ * the process, as the kernel's pinning at registration finds out (EFAULT
+ * otherwise): mincore(2) fails with ENOMEM on an unmapped page. It asks in
+ * chunks with a fixed buffer, so a large range costs no allocation. */
+static int sr_mapped(const void *addr, size_t length)
+{
+	unsigned char vec[1024];
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t p = (uintptr_t)addr & ~(uintptr_t)(page - 1);
+	uintptr_t end = (uintptr_t)addr + length;
+
+	while (p < end) {
+		size_t n = (end - p + page - 1) / page;
+		if (n > sizeof(vec))
+			n = sizeof(vec);
+		if (mincore((void *)p, n * page, vec) != 0 && errno == ENOMEM)
+			return 0;
+		p += n * page;
+	}
+	return 1;
+}
+
 static struct ibv_mr *sr_reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access,
 			     int fd, uint64_t offset)
 {
@@ -447,6 +474,21 @@ static struct ibv_mr *sr_reg(struct ibv_pd *pd, void *addr, size_t length, uint6
 		return NULL;
 	if (!pd)
 		return sr_ret_null(EINVAL);
+	/* The kernel's checks at registration, in its order (uverbs reg_mr,
+	 * ib_check_mr_access, ib_umem_get). A read-only mapping registered
+	 * for writing is not detected (the kernel refuses it: EFAULT). */
+	if (fd < 0 && (((uintptr_t)addr ^ iova) & (uint64_t)(sysconf(_SC_PAGESIZE) - 1)))
+		return sr_ret_null(EINVAL);
+	if (access & ~SR_MR_ACCESS_KNOWN)
+		return sr_ret_null(EINVAL);
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return sr_ret_null(EOPNOTSUPP);
+	if (fd < 0) {
+		if (!length || (uintptr_t)addr + length < (uintptr_t)addr)
+			return sr_ret_null(EINVAL);
+		if (!sr_mapped(addr, length))
+			return sr_ret_null(EFAULT);
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return sr_ret_null(ENOMEM);
@@ -493,12 +535,13 @@ SR_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 {
 	int err;
 	uint32_t lkey = mr ? mr->lkey : 0, rkey = mr ? mr->rkey : 0;
-	if (!mr)
+	/* libibverbs' own input checks (v44 ibv_rereg_mr), errno EINVAL. */
+	if (!mr || (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS)) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) || ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)) {
+		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
-	if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS))
-		return IBV_REREG_MR_ERR_INPUT;
-	if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)
-		return IBV_REREG_MR_ERR_INPUT;
+	}
 	err = srgo_rereg_mr(((struct sr_mr *)mr)->h, flags, (flags & IBV_REREG_MR_CHANGE_PD) ? ((struct sr_pd *)pd)->h : 0,
 			    addr, length, access, &lkey, &rkey);
 	if (err) {
@@ -754,6 +797,10 @@ static int sr_poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 
 static int sr_req_notify_cq_op(struct ibv_cq *cq, int solicited_only)
 {
+	/* rxe: the kernel arms a CQ without a channel too, and nothing comes
+	 * of it; package verbs refuses that, so answer here. */
+	if (!cq->channel)
+		return 0;
 	return srgo_req_notify_cq(((struct sr_cq *)cq)->h, solicited_only);
 }
 
@@ -953,8 +1000,15 @@ SR_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 static int sr_post_srq_recv_op(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	int nbad = 0, err;
+	/* bad_wr is required (rxe writes it unchecked on an error) and cleared
+	 * first; an empty list posts nothing and succeeds, as rxe. */
+	if (!bad)
+		return EINVAL;
+	*bad = NULL;
+	if (!wr)
+		return 0;
 	err = srgo_post_srq_recv(((struct sr_srq *)srq)->h, wr, &nbad);
-	if (err && bad) {
+	if (err) {
 		struct ibv_recv_wr *w = wr;
 		while (nbad-- > 0 && w)
 			w = w->next;
@@ -966,9 +1020,23 @@ static int sr_post_srq_recv_op(struct ibv_srq *srq, struct ibv_recv_wr *wr, stru
 /* ---- QP ---- */
 
 static void sr_qp_ex_init(struct sr_qp *q);
+static struct sr_wr_batch *sr_wr_batch_new(const struct ibv_qp_cap *cap);
 
-static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t create_flags,
-				 uint64_t send_ops)
+
+int sr_qp_ex_setup(struct sr_qp *q, const struct ibv_qp_cap *cap, int how)
+{
+	if (how & SR_QP_SEND_OPS) {
+		q->batch = sr_wr_batch_new(cap);
+		if (!q->batch)
+			return ENOMEM;
+		sr_qp_ex_init(q);
+	}
+	q->is_ex = (how & SR_QP_EX) != 0;
+	q->qpx.comp_mask = 0;
+	return 0;
+}
+
+static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t create_flags, int how)
 {
 	struct sr_qp *q;
 	struct ibv_qp *qp;
@@ -1004,9 +1072,13 @@ static struct ibv_qp *sr_new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	pthread_mutex_init(&qp->mutex, NULL);
 	pthread_cond_init(&qp->cond, NULL);
 	pthread_mutex_init(&q->batch_mu, NULL);
-	if (send_ops)
-		sr_qp_ex_init(q);
-	q->qpx.comp_mask = 0;
+	/* attr->cap now holds the created QP's caps (srgo_create_qp). */
+	if (sr_qp_ex_setup(q, &attr->cap, how)) {
+		uint32_t async = 0;
+		srgo_destroy_qp(q->h, &async);
+		free(q);
+		return sr_ret_null(ENOMEM);
+	}
 	return qp;
 }
 
@@ -1015,16 +1087,13 @@ SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	return sr_new_qp(pd, attr, 0, 0);
 }
 
-#define SR_SEND_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-		     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
-		     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | \
-		     IBV_QP_EX_WITH_SEND_WITH_INV)
 
 static struct ibv_qp *sr_create_qp_ex_op(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *ax)
 {
 	struct ibv_qp_init_attr a;
 	uint64_t ops = 0;
 	uint32_t flags = 0;
+	int how = SR_QP_EX;
 	(void)ctx;
 
 	if (!ax)
@@ -1045,10 +1114,13 @@ static struct ibv_qp *sr_create_qp_ex_op(struct ibv_context *ctx, struct ibv_qp_
 		ops = ax->send_ops_flags;
 		if (ops & ~(uint64_t)SR_SEND_OPS)
 			return sr_ret_null(EOPNOTSUPP);
+		/* As rxe's set_qp_send_ops: the mask bit alone installs the
+		 * wr_start/complete/abort and setters, send_ops_flags 0 too. */
+		how |= SR_QP_SEND_OPS;
 	}
 	sr_qp_attr_from_ex(&a, ax);
 	{
-		struct ibv_qp *qp = sr_new_qp(ax->pd, &a, flags, ops);
+		struct ibv_qp *qp = sr_new_qp(ax->pd, &a, flags, how);
 		if (qp)
 			ax->cap = a.cap;
 		return qp;
@@ -1103,7 +1175,7 @@ SR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	if (err)
 		return err;
 	sr_wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, async);
-	free(q->batch);
+	sr_wr_batch_free(q->batch);
 	free(q);
 	return 0;
 }
@@ -1111,8 +1183,14 @@ SR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 static int sr_post_send_op(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	int nbad = 0, err;
+	/* As rxe: bad_wr is required and cleared first; an empty list is EINVAL. */
+	if (!bad)
+		return EINVAL;
+	*bad = NULL;
+	if (!wr)
+		return EINVAL;
 	err = srgo_post_send(((struct sr_qp *)qp)->h, wr, &nbad);
-	if (err && bad) {
+	if (err) {
 		struct ibv_send_wr *w = wr;
 		while (nbad-- > 0 && w)
 			w = w->next;
@@ -1124,8 +1202,14 @@ static int sr_post_send_op(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv
 static int sr_post_recv_op(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	int nbad = 0, err;
+	/* As rxe: bad_wr is required and cleared first; an empty list is EINVAL. */
+	if (!bad)
+		return EINVAL;
+	*bad = NULL;
+	if (!wr)
+		return EINVAL;
 	err = srgo_post_recv(((struct sr_qp *)qp)->h, wr, &nbad);
-	if (err && bad) {
+	if (err) {
 		struct ibv_recv_wr *w = wr;
 		while (nbad-- > 0 && w)
 			w = w->next;
@@ -1134,8 +1218,13 @@ static int sr_post_recv_op(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv
 	return err;
 }
 
+/* As rdma-core (VERBS_QP_EX): only a QP the provider's create_qp_ex made
+ * has an ibv_qp_ex; ibv_create_qp's (and ibv_create_qp_ex's with only
+ * IBV_QP_INIT_ATTR_PD, which verbs.h turns into ibv_create_qp) has none. */
 SR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
+	if (!qp || !((struct sr_qp *)qp)->is_ex)
+		return NULL;
 	return (struct ibv_qp_ex *)qp;
 }
 
@@ -1171,32 +1260,92 @@ SR_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 
 static inline struct sr_qp *sr_q(struct ibv_qp_ex *qx) { return (struct sr_qp *)qx; }
 
+/* The library's own bound on SGEs per work request (package verbs: MaxSGE). */
+#define SR_WR_MAX_SGE 32
+#define SR_WR_FIRST_SLOTS 16
+
+static inline struct sr_wr_slot *sr_slot(struct sr_wr_batch *b, int i)
+{
+	return (struct sr_wr_slot *)(b->slots + (size_t)i * b->stride);
+}
+
+static inline struct ibv_sge *sr_slot_sge(struct sr_wr_slot *s)
+{
+	return (struct ibv_sge *)(s + 1);
+}
+
+static inline char *sr_slot_inl(struct sr_wr_batch *b, struct sr_wr_slot *s)
+{
+	return (char *)(sr_slot_sge(s) + b->max_sge);
+}
+
+/* sr_wr_batch_new sizes the slots for the QP's send caps. */
+static struct sr_wr_batch *sr_wr_batch_new(const struct ibv_qp_cap *cap)
+{
+	struct sr_wr_batch *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->max_wr = cap->max_send_wr;
+	b->max_sge = cap->max_send_sge < 1 ? 1 : cap->max_send_sge > SR_WR_MAX_SGE ? SR_WR_MAX_SGE : cap->max_send_sge;
+	b->max_inline = cap->max_inline_data;
+	b->stride = (sizeof(struct sr_wr_slot) + b->max_sge * sizeof(struct ibv_sge) + b->max_inline + 7) & ~(size_t)7;
+	return b;
+}
+
+void sr_wr_batch_free(struct sr_wr_batch *b)
+{
+	if (b)
+		free(b->slots);
+	free(b);
+}
+
 static struct ibv_send_wr *sr_wr_new(struct ibv_qp_ex *qx, enum ibv_wr_opcode op)
 {
 	struct sr_wr_batch *b = sr_q(qx)->batch;
-	struct ibv_send_wr *w;
+	struct sr_wr_slot *s;
 	if (b->err)
 		return NULL;
-	if (b->n == SR_WR_BATCH) {
-		b->err = ENOMEM;
+	/* As rxe's check_qp_queue_full: one start/complete holds at most the
+	 * send queue's depth. */
+	if ((uint32_t)b->n >= b->max_wr) {
+		b->err = ENOSPC;
 		return NULL;
 	}
-	w = &b->wr[b->n];
-	memset(w, 0, sizeof(*w));
-	w->wr_id = qx->wr_id;
-	w->send_flags = qx->wr_flags;
-	w->opcode = op;
-	b->sgl[b->n] = NULL;
-	b->n++;
-	return w;
+	if (b->n == b->cap) {
+		int cap = b->cap ? b->cap * 2 : SR_WR_FIRST_SLOTS;
+		char *p;
+		if ((uint32_t)cap > b->max_wr)
+			cap = (int)b->max_wr;
+		p = realloc(b->slots, (size_t)cap * b->stride);
+		if (!p) {
+			b->err = ENOMEM;
+			return NULL;
+		}
+		b->slots = p;
+		b->cap = cap;
+	}
+	s = sr_slot(b, b->n++);
+	memset(&s->wr, 0, sizeof(s->wr));
+	s->inl = -1;
+	s->wr.wr_id = qx->wr_id;
+	s->wr.send_flags = qx->wr_flags;
+	s->wr.opcode = op;
+	return &s->wr;
 }
 
-static struct ibv_send_wr *sr_wr_cur(struct ibv_qp_ex *qx)
+/* sr_wr_last is the slot the setters adjust: the last one built. */
+static struct sr_wr_slot *sr_wr_last(struct ibv_qp_ex *qx)
 {
 	struct sr_wr_batch *b = sr_q(qx)->batch;
 	if (b->err || b->n == 0)
 		return NULL;
-	return &b->wr[b->n - 1];
+	return sr_slot(b, b->n - 1);
+}
+
+static struct ibv_send_wr *sr_wr_cur(struct ibv_qp_ex *qx)
+{
+	struct sr_wr_slot *s = sr_wr_last(qx);
+	return s ? &s->wr : NULL;
 }
 
 static void sr_wr_start(struct ibv_qp_ex *qx)
@@ -1212,13 +1361,20 @@ static int sr_wr_complete(struct ibv_qp_ex *qx)
 	struct sr_qp *q = sr_q(qx);
 	struct sr_wr_batch *b = q->batch;
 	int i, err = b->err, nbad = 0;
+	/* As rxe: after a builder error nothing of the batch is posted. */
 	if (!err && b->n > 0) {
+		/* The slots stay put from here to the post: link them now. */
 		for (i = 0; i < b->n; i++) {
-			b->wr[i].next = i + 1 < b->n ? &b->wr[i + 1] : NULL;
-			if (!b->wr[i].sg_list && b->wr[i].num_sge == 1)
-				b->wr[i].sg_list = &b->sge[i];
+			struct sr_wr_slot *s = sr_slot(b, i);
+			struct ibv_sge *sge = sr_slot_sge(s);
+			if (s->inl >= 0) {
+				sge[0] = (struct ibv_sge){ .addr = (uintptr_t)sr_slot_inl(b, s), .length = (uint32_t)s->inl };
+				s->wr.num_sge = 1;
+			}
+			s->wr.sg_list = s->wr.num_sge ? sge : NULL;
+			s->wr.next = i + 1 < b->n ? &sr_slot(b, i + 1)->wr : NULL;
 		}
-		err = srgo_post_send(q->h, &b->wr[0], &nbad);
+		err = srgo_post_send(q->h, &sr_slot(b, 0)->wr, &nbad);
 	}
 	b->n = 0;
 	b->err = 0;
@@ -1339,52 +1495,84 @@ static void sr_wr_set_xrc_srqn(struct ibv_qp_ex *qx, uint32_t srqn)
 
 static void sr_wr_set_sge(struct ibv_qp_ex *qx, uint32_t lkey, uint64_t addr, uint32_t length)
 {
-	struct sr_wr_batch *b = sr_q(qx)->batch;
-	struct ibv_send_wr *w = sr_wr_cur(qx);
-	if (!w)
+	struct sr_wr_slot *s = sr_wr_last(qx);
+	if (!s)
 		return;
-	b->sge[b->n - 1] = (struct ibv_sge){ .addr = addr, .length = length, .lkey = lkey };
-	w->sg_list = &b->sge[b->n - 1];
-	w->num_sge = 1;
+	sr_slot_sge(s)[0] = (struct ibv_sge){ .addr = addr, .length = length, .lkey = lkey };
+	s->wr.num_sge = 1;
+	s->inl = -1;
 }
 
 static void sr_wr_set_sge_list(struct ibv_qp_ex *qx, size_t n, const struct ibv_sge *sgl)
 {
-	struct ibv_send_wr *w = sr_wr_cur(qx);
-	if (!w)
+	struct sr_wr_batch *b = sr_q(qx)->batch;
+	struct sr_wr_slot *s = sr_wr_last(qx);
+	if (!s)
 		return;
-	/* The list must stay valid until wr_complete, as with a provider. */
-	w->sg_list = (struct ibv_sge *)sgl;
-	w->num_sge = (int)n;
+	if (n > b->max_sge) {
+		b->err = ENOSPC; /* as rxe: more than the QP's max_send_sge */
+		return;
+	}
+	if (n && !sgl) {
+		b->err = EINVAL;
+		return;
+	}
+	/* Copied now, as rxe copies into the WQE: the program may reuse sgl. */
+	if (n && srgo_copy_in(sr_slot_sge(s), (void *)sgl, n * sizeof(*sgl)) != 0) {
+		b->err = EFAULT;
+		return;
+	}
+	s->wr.num_sge = (int)n;
+	s->inl = -1;
+}
+
+/* sr_wr_inline_add appends len bytes at addr to the last slot's inline
+ * data (off bytes there already); it sets the batch error and returns -1
+ * past the QP's max_inline_data (ENOSPC, as rxe) or on unmapped memory. */
+static int sr_wr_inline_add(struct sr_wr_batch *b, struct sr_wr_slot *s, size_t off, const void *addr, size_t len)
+{
+	if (len > b->max_inline || off + len > b->max_inline) {
+		b->err = ENOSPC;
+		return -1;
+	}
+	if (len && srgo_copy_in(sr_slot_inl(b, s) + off, (void *)addr, len) != 0) {
+		b->err = EFAULT;
+		return -1;
+	}
+	return 0;
 }
 
 static void sr_wr_set_inline_data(struct ibv_qp_ex *qx, void *addr, size_t length)
 {
-	struct ibv_send_wr *w = sr_wr_cur(qx);
-	if (!w)
+	struct sr_wr_batch *b = sr_q(qx)->batch;
+	struct sr_wr_slot *s = sr_wr_last(qx);
+	if (!s)
 		return;
-	sr_wr_set_sge(qx, 0, (uintptr_t)addr, (uint32_t)length);
-	w->send_flags |= IBV_SEND_INLINE;
+	/* Copied now (ibv_wr_post(3): the buffer may be reused at once). */
+	if (sr_wr_inline_add(b, s, 0, addr, length))
+		return;
+	s->inl = (int32_t)length;
+	s->wr.send_flags |= IBV_SEND_INLINE;
 }
 
 static void sr_wr_set_inline_data_list(struct ibv_qp_ex *qx, size_t n, const struct ibv_data_buf *bufs)
 {
 	struct sr_wr_batch *b = sr_q(qx)->batch;
-	struct ibv_send_wr *w = sr_wr_cur(qx);
+	struct sr_wr_slot *s = sr_wr_last(qx);
 	size_t i, off = 0;
-	if (!w)
+	if (!s)
 		return;
-	/* Gather into the WR's own inline buffer now: the caller may reuse bufs. */
+	if (n && !bufs) {
+		b->err = EINVAL;
+		return;
+	}
 	for (i = 0; i < n; i++) {
-		if (off + bufs[i].length > sizeof(b->inl[0])) {
-			b->err = ENOMEM;
+		if (sr_wr_inline_add(b, s, off, bufs[i].addr, bufs[i].length))
 			return;
-		}
-		memcpy(b->inl[b->n - 1] + off, bufs[i].addr, bufs[i].length);
 		off += bufs[i].length;
 	}
-	sr_wr_set_sge(qx, 0, (uintptr_t)b->inl[b->n - 1], (uint32_t)off);
-	w->send_flags |= IBV_SEND_INLINE;
+	s->inl = (int32_t)off;
+	s->wr.send_flags |= IBV_SEND_INLINE;
 }
 
 static void sr_wr_atomic_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t addr, const void *val)
@@ -1396,7 +1584,6 @@ static void sr_wr_atomic_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t add
 static void sr_qp_ex_init(struct sr_qp *q)
 {
 	struct ibv_qp_ex *x = &q->qpx;
-	q->batch = calloc(1, sizeof(*q->batch));
 	x->wr_start = sr_wr_start;
 	x->wr_complete = sr_wr_complete;
 	x->wr_abort = sr_wr_abort;
@@ -1476,9 +1663,13 @@ SR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct 
 	ah_attr->sl = wc->sl;
 	ah_attr->src_path_bits = wc->dlid_path_bits;
 	ah_attr->port_num = port;
-	if (!(wc->wc_flags & IBV_WC_GRH) || !grh) {
-		/* RoCE needs the GRH (rdma-core: EPROTOTYPE without it on RoCE). */
-		errno = EPROTOTYPE;
+	if (grh)
+		ah_attr->grh.flow_label = ntohl(grh->version_tclass_flow) & 0xfffff;
+	/* As libibverbs: without a GRH the attributes are local (is_global 0). */
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return 0;
+	if (!grh) {
+		errno = EINVAL;
 		return -1;
 	}
 	{

@@ -66,8 +66,8 @@ func TestInterrupt(t *testing.T) {
 // pending, EAGAIN from an empty non-blocking channel, ECE both ways and
 // rdma_reject_ece (REJECTED, status 35), the device's PD as every ID's
 // id->pd (an MR registered on the listener's serves an accepted QP, as
-// with librdmacm), rdma_create_qp making only the CQ not given and leaving
-// the program's attributes unchanged, an SRQ on an ID (rdma_create_srq;
+// with librdmacm), rdma_create_qp making only the CQ not given and writing
+// the CQs it used back into the program's attributes (as librdmacm), an SRQ on an ID (rdma_create_srq;
 // rdma_post_recv and rdma_get_recv_comp through it; XRC refused),
 // rsockets' errnos (ENOTSUP,
 // ENOTCONN, ECONNREFUSED, EBADF, EAGAIN) and a non-blocking rsocket

@@ -6,8 +6,8 @@
  * a destroyed ID with its events outstanding, O_NONBLOCK on the channel fd
  * (EAGAIN), ECE both ways and rdma_reject_ece (status 35), the device's PD
  * shared by every ID (an MR on the listener's pd serves an accepted QP),
- * rdma_create_qp making only the CQ a program left out and leaving the
- * program's attributes as they were, an SRQ on an ID (rdma_create_srq,
+ * rdma_create_qp making only the CQ a program left out and writing back
+ * the CQs it used (as librdmacm), an SRQ on an ID (rdma_create_srq,
  * rdma_post_recv and rdma_get_recv_comp through it), and rsockets'
  * errors and a non-blocking rsocket connection. Prints "ok NAME" or "FAIL NAME: why";
  * exits with the number of failures. Argument: the device's address. */
@@ -273,9 +273,9 @@ int main(int argc, char **argv)
 			rdma_ack_cm_event(ev);
 			if (rdma_create_qp(id, NULL, &qa))
 				FAIL(name, "create_qp: %s", strerror(errno));
-			else if (qa.recv_cq || qa.send_cq != cq)
-				FAIL(name, "the program's attributes changed: recv_cq %p, send_cq %p", (void *)qa.recv_cq,
-				     (void *)qa.send_cq);
+			else if (qa.recv_cq != id->recv_cq || qa.send_cq != cq)
+				FAIL(name, "the program's attributes: recv_cq %p (want the ID's %p), send_cq %p (want %p)",
+				     (void *)qa.recv_cq, (void *)id->recv_cq, (void *)qa.send_cq, (void *)cq);
 			else if (id->send_cq || id->send_cq_channel || !id->recv_cq || !id->recv_cq_channel ||
 				 id->qp->send_cq != cq || id->qp->recv_cq != id->recv_cq || id->qp->pd != id->pd)
 				FAIL(name, "id's send CQ %p channel %p, recv CQ %p channel %p; QP's %p %p",
