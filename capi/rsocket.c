@@ -85,9 +85,27 @@ SR_EXPORT int rlisten(int socket, int backlog)
 	return sr_rs_ret(srgo_rs_listen(socket, backlog));
 }
 
+/* raccept waits, when the listener blocks, in poll(2) on its eventfd
+ * (written when a connection is ready), not inside Go: a signal then ends
+ * it with EINTR, as librdmacm's read of its accept queue. */
 SR_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
-	int fd = srgo_rs_accept(socket);
+	int fd;
+	for (;;) {
+		int wait = 0;
+		fd = srgo_rs_accept(socket, &wait);
+		if (fd == -EAGAIN && wait) {
+			struct pollfd p = { .fd = socket, .events = POLLIN };
+			uint64_t v;
+			int r = poll(&p, 1, 100); /* the bound guards against a lost wake-up */
+			if (r < 0 && errno == EINTR)
+				return -1;
+			if (r > 0)
+				(void)!read(socket, &v, sizeof v);
+			continue;
+		}
+		break;
+	}
 	if (fd < 0) {
 		errno = -fd;
 		return -1;
@@ -122,18 +140,24 @@ SR_EXPORT int rclose(int socket)
  * it), and clears it, or until the device's link holds a datagram, which
  * the next call then handles on this thread (srgo_rs_block). The bound
  * only guards against a lost wake-up. */
-static void sr_rs_block(int socket)
+static int sr_rs_block(int socket)
 {
 	struct pollfd p = { .fd = socket, .events = POLLIN };
 	uint64_t v;
 	int r = srgo_rs_block(socket); /* waits on the device's link too */
+	if (r == -2)
+		return -EINTR; /* a signal: the call returns EINTR, as librdmacm's */
 	if (r < 0) {
-		if (poll(&p, 1, 100) > 0)
+		r = poll(&p, 1, 100);
+		if (r < 0 && errno == EINTR)
+			return -EINTR;
+		if (r > 0)
 			(void)!read(socket, &v, sizeof v);
-		return;
+		return 0;
 	}
 	if (r & 1)
 		(void)!read(socket, &v, sizeof v);
+	return 0;
 }
 
 /* A blocking receive or send waits here, in C, not inside Go: a thread
@@ -154,7 +178,8 @@ static ssize_t sr_rs_recv(int socket, void *buf, size_t len, int flags)
 			continue;
 		}
 		if (n == -EAGAIN && wait) {
-			sr_rs_block(socket);
+			if (sr_rs_block(socket) == -EINTR)
+				return got ? (ssize_t)got : -EINTR;
 			continue;
 		}
 		return got ? (ssize_t)got : n;
@@ -174,7 +199,8 @@ static ssize_t sr_rs_send(int socket, void *buf, size_t len, int flags)
 			continue;
 		}
 		if (n == -EAGAIN && wait) {
-			sr_rs_block(socket);
+			if (sr_rs_block(socket) == -EINTR)
+				return sent ? (ssize_t)sent : -EINTR;
 			continue;
 		}
 		return sent ? (ssize_t)sent : n;
@@ -448,8 +474,16 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		/* One rsocket alone: wait on its device's socket too, as a
 		 * blocking call does (sr_rs_block), so that the datagram that
 		 * answers wakes this thread, which then receives it itself. */
-		if (nfds == 1 && isrs[0] && srgo_rs_wait(fds[0].fd, left) >= 0)
-			continue;
+		if (nfds == 1 && isrs[0]) {
+			int w = srgo_rs_wait(fds[0].fd, left);
+			if (w == -2) {
+				errno = EINTR;
+				ret = -1;
+				break;
+			}
+			if (w >= 0)
+				continue;
+		}
 		for (nfds_t i = 0; i < nfds; i++) {
 			rfds[i].fd = fds[i].fd;
 			rfds[i].events = isrs[i] ? POLLIN : fds[i].events;

@@ -53,9 +53,14 @@ type rsock struct {
 	pc       *rsocket.PacketConn // a datagram socket's, once bound, connected or sent from
 	dialing  bool
 	dialDone chan struct{}
-	soErr    syscall.Errno // SO_ERROR, cleared when read
-	so       map[[2]int]int
-	keepIdle int
+	// dialStop ends the dial in progress (rclose); dialFailed: the
+	// last connect failed (a new rconnect is ENOTCONN, as librdmacm's
+	// rs_connect_error state).
+	dialStop   context.CancelFunc
+	dialFailed bool
+	soErr      syscall.Errno // SO_ERROR, cleared when read
+	so         map[[2]int]int
+	keepIdle   int
 }
 
 var rsocks sync.Map // int -> *rsock
@@ -93,7 +98,9 @@ func rsConnected(fd C.int) (*rsock, *rsocket.Conn, syscall.Errno) {
 func srgo_rs_block(fd C.int) C.int { return srgo_rs_wait(fd, -1) }
 
 // srgo_rs_wait is srgo_rs_block for rpoll's wait on a single rsocket, at
-// most ms milliseconds (rsBlockWait when ms < 0 or longer).
+// most ms milliseconds (rsBlockWait when ms < 0 or longer). It returns
+// bit 0 for the socket's eventfd, bit 1 for the device's link, -2 when a
+// signal interrupted the wait, -1 when it could not wait.
 //
 //export srgo_rs_wait
 func srgo_rs_wait(fd C.int, ms C.int) C.int {
@@ -105,8 +112,11 @@ func srgo_rs_wait(fd C.int, ms C.int) C.int {
 	if ms >= 0 && time.Duration(ms)*time.Millisecond < d {
 		d = time.Duration(ms) * time.Millisecond
 	}
-	link, other, ok := c.WaitLink(int(fd), d)
-	if !ok {
+	link, other, err := c.WaitLink(int(fd), d)
+	if errors.Is(err, syscall.EINTR) {
+		return -2 // a signal: the blocking call returns EINTR
+	}
+	if err != nil {
 		return -1
 	}
 	var r C.int
@@ -300,19 +310,29 @@ func newConnSock(c *rsocket.Conn, from *rsock) (C.int, error) {
 	return C.int(fd), nil
 }
 
+// srgo_rs_accept takes a connection ready on a listening rsocket, without
+// waiting: -EAGAIN when none is, with *wait set when the listener blocks
+// (raccept then waits in C on the listener's eventfd and calls again).
+//
 //export srgo_rs_accept
-func srgo_rs_accept(fd C.int) C.int {
+func srgo_rs_accept(fd C.int, wait *C.int) C.int {
 	r, ok := rsLookup(fd)
 	if !ok {
 		return -C.int(syscall.EBADF)
 	}
 	r.mu.Lock()
-	l := r.l
+	l, nb := r.l, r.nonblock
 	r.mu.Unlock()
 	if l == nil {
 		return -C.int(syscall.EBADF) // librdmacm: not listening
 	}
-	c, err := l.AcceptRS(context.Background())
+	c, err := l.AcceptRS(doneCtx)
+	if errors.Is(err, context.Canceled) {
+		if !nb {
+			*wait = 1
+		}
+		return -C.int(syscall.EAGAIN)
+	}
 	if err != nil {
 		return -C.int(rsErrno(err))
 	}
@@ -323,6 +343,14 @@ func srgo_rs_accept(fd C.int) C.int {
 	}
 	return nfd
 }
+
+// doneCtx is a context already done: AcceptRS with it takes a ready
+// connection or returns at once.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // firstSrc is the address a connection dials from when unbound.
 func firstSrc() netip.Addr {
@@ -352,13 +380,19 @@ func srgo_rs_connect(fd C.int, sa *C.struct_sockaddr) C.int {
 		}
 		return C.int(rsErrno(pc.Connect(dst)))
 	}
+	// As librdmacm's rs_do_connect called again: 0 once connected (a
+	// program calls until it gets 0), EINPROGRESS while connecting,
+	// ENOTCONN after a failed attempt.
 	switch {
 	case r.c != nil:
 		r.mu.Unlock()
-		return C.int(syscall.EISCONN)
+		return 0
 	case r.dialing:
 		r.mu.Unlock()
-		return C.int(syscall.EALREADY)
+		return C.int(syscall.EINPROGRESS)
+	case r.dialFailed:
+		r.mu.Unlock()
+		return C.int(syscall.ENOTCONN)
 	case r.l != nil:
 		r.mu.Unlock()
 		return C.int(syscall.EINVAL)
@@ -377,15 +411,17 @@ func srgo_rs_connect(fd C.int, sa *C.struct_sockaddr) C.int {
 	r.dialDone = make(chan struct{})
 	done := r.dialDone
 	nb := r.nonblock
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	r.dialStop = cancel
 	r.mu.Unlock()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		c, err := rsocket.Dial(ctx, dst.String(), &cfg)
 		r.mu.Lock()
 		r.dialing = false
 		if err != nil {
 			r.soErr = rsErrno(err)
+			r.dialFailed = true
 		} else {
 			r.c = c
 			c.SetNonblock(r.nonblock)
@@ -586,10 +622,13 @@ func srgo_rs_close(fd C.int) C.int {
 	}
 	rsocks.Delete(int(fd))
 	r.mu.Lock()
-	done := r.dialDone
+	done, stop := r.dialDone, r.dialStop
 	r.mu.Unlock()
 	if done != nil {
-		<-done // bounded by the dial's own timeout; after its last wake
+		// As librdmacm's rclose, which frees a connecting socket at once:
+		// end the dial, then wait for its goroutine's last wake.
+		stop()
+		<-done
 	}
 	r.mu.Lock()
 	l, c, pc := r.l, r.c, r.pc

@@ -383,9 +383,10 @@ func (c *Conn) signal() {
 // holds a datagram or fd (-1: none) is readable, at most timeout
 // (verbs.Device.WaitLink): for a caller that waits itself between calls
 // with MsgNoPark (the C library's blocking rrecv and rsend), whose next
-// call then handles the datagram on its own thread. ok is false when the
-// link cannot be waited on.
-func (c *Conn) WaitLink(fd int, timeout time.Duration) (link, other, ok bool) {
+// call then handles the datagram on its own thread. It fails as
+// verbs.Device.WaitLink does: the link cannot be waited on, or
+// verbs.ErrInterrupted (EINTR) when a signal reached the thread.
+func (c *Conn) WaitLink(fd int, timeout time.Duration) (link, other bool, err error) {
 	return c.qp.Device().WaitLink(fd, timeout)
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softroce/softroce/link"
@@ -167,24 +168,40 @@ type linkWaiter interface {
 	WaitReadable(fd int, timeout time.Duration) (sock, other bool, err error)
 }
 
+// ErrInterrupted is WaitLink's error when a signal interrupted the wait
+// (errors.Is(err, syscall.EINTR)): a C caller returns EINTR, as a blocking
+// system call does.
+var ErrInterrupted = newErr("wait link", "interrupted by a signal", syscall.EINTR)
+
+// errNoLinkWait is WaitLink's error for a link that cannot be waited on.
+var errNoLinkWait = newErr("wait link", "the device's link cannot be waited on (only link/udp's can)", syscall.EOPNOTSUPP)
+
 // WaitLink waits on the calling goroutine's thread until the device's link
 // holds a datagram (for PollLink to take) or fd (-1: none) is readable, at
 // most timeout, and reports which. The device's receive loop steps aside
 // meanwhile, so that the datagram wakes this thread alone: for a program
 // thread that blocks for a completion and would otherwise be woken through
 // the device's goroutine, two thread wake-ups where a kernel socket takes
-// one (the C library's blocking rsocket calls). ok is false when the link
-// cannot be waited on (only link/udp can); nothing was waited for then.
-func (d *Device) WaitLink(fd int, timeout time.Duration) (link, other, ok bool) {
+// one (the C library's blocking rsocket calls). It fails, having waited
+// for nothing, when the link cannot be waited on (only link/udp's can;
+// EOPNOTSUPP) or the device is closed (ErrClosed), and with
+// ErrInterrupted when a signal reached the thread while it waited.
+func (d *Device) WaitLink(fd int, timeout time.Duration) (link, other bool, err error) {
 	lw, isW := d.ep.(linkWaiter)
-	if !isW || d.rxp.lp == nil || d.closed.Load() {
-		return false, false, false
+	if !isW || d.rxp.lp == nil {
+		return false, false, errNoLinkWait
+	}
+	if d.closed.Load() {
+		return false, false, ErrClosed
 	}
 	l, o, err := lw.WaitReadable(fd, timeout)
 	if err != nil {
-		return false, false, false
+		if errors.Is(err, syscall.EINTR) {
+			return false, false, ErrInterrupted
+		}
+		return false, false, err
 	}
-	return l, o, true
+	return l, o, nil
 }
 
 // CanPollLink reports whether PollLink can receive from the device's link

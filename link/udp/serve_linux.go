@@ -144,8 +144,9 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 // aside while a thread waits here (as for a busy Poll caller), so that a
 // datagram wakes the waiting thread alone, not a thread of the runtime
 // too: a program thread blocked for a reply (the C library's blocking
-// rsocket calls) is woken once, as a kernel socket's reader is. Close waits
-// for a WaitReadable in progress to return (within timeout).
+// rsocket calls) is woken once, as a kernel socket's reader is. A signal
+// that reaches the thread ends the wait with an error wrapping EINTR.
+// Close waits for a WaitReadable in progress to return (within timeout).
 func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool, err error) {
 	if e.closed.Load() {
 		return false, false, errClosed
@@ -163,12 +164,9 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 		if fd < 0 {
 			n = 1
 		}
-		for {
-			_, perr = unix.Poll(fds[:n], ms)
-			if perr != unix.EINTR {
-				break
-			}
-		}
+		// EINTR is returned, not retried: the waiting thread is a
+		// program's, whose signal handler should end its blocking call.
+		_, perr = unix.Poll(fds[:n], ms)
 		sock = fds[0].Revents != 0
 		other = n == 2 && fds[1].Revents != 0
 	})
