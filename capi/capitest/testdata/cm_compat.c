@@ -25,40 +25,9 @@
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include "cmcheck.h"
 
-static int failures;
 static struct sockaddr_in addr;
-static struct rdma_event_channel *ch;
-
-#define FAIL(name, ...) do { printf("FAIL %s: ", name); printf(__VA_ARGS__); printf("\n"); failures++; } while (0)
-#define OK(name) printf("ok %s\n", name)
-
-/* next waits up to 10 s for an event on channel c. */
-static struct rdma_cm_event *next_on(struct rdma_event_channel *c)
-{
-	struct pollfd p = { .fd = c->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-	if (poll(&p, 1, 10000) != 1)
-		return NULL;
-	if (rdma_get_cm_event(c, &ev))
-		return NULL;
-	return ev;
-}
-
-static struct rdma_cm_event *expect(const char *name, enum rdma_cm_event_type want)
-{
-	struct rdma_cm_event *ev = next_on(ch);
-	if (!ev) {
-		FAIL(name, "no event (want %s)", rdma_event_str(want));
-		return NULL;
-	}
-	if (ev->event != want) {
-		FAIL(name, "event %s status %d, want %s", rdma_event_str(ev->event), ev->status, rdma_event_str(want));
-		rdma_ack_cm_event(ev);
-		return NULL;
-	}
-	return ev;
-}
 
 /* resolved makes an ID on ch resolved toward port, its route too. */
 static struct rdma_cm_id *resolved(const char *name, uint16_t port)

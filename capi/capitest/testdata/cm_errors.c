@@ -22,42 +22,10 @@
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include "cmcheck.h"
 #include <rdma/rsocket.h>
 
-static int failures;
 static struct sockaddr_in addr;
-static struct rdma_event_channel *ch;
-
-#define FAIL(name, ...) do { printf("FAIL %s: ", name); printf(__VA_ARGS__); printf("\n"); failures++; } while (0)
-#define OK(name) printf("ok %s\n", name)
-
-/* next waits up to 10 s for an event. */
-static struct rdma_cm_event *next(void)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-	if (poll(&p, 1, 10000) != 1)
-		return NULL;
-	if (rdma_get_cm_event(ch, &ev))
-		return NULL;
-	return ev;
-}
-
-/* expect takes the next event and checks its type. */
-static struct rdma_cm_event *expect(const char *name, enum rdma_cm_event_type want)
-{
-	struct rdma_cm_event *ev = next();
-	if (!ev) {
-		FAIL(name, "no event (want %s)", rdma_event_str(want));
-		return NULL;
-	}
-	if (ev->event != want) {
-		FAIL(name, "event %s status %d, want %s", rdma_event_str(ev->event), ev->status, rdma_event_str(want));
-		rdma_ack_cm_event(ev);
-		return NULL;
-	}
-	return ev;
-}
 
 static struct rdma_cm_id *client(const char *name, uint16_t port)
 {
