@@ -383,6 +383,7 @@ func newPassiveID(id *cm.ID, l *cmIDRec) *cmIDRec {
 	c.id.ps = l.cptr.id.ps
 	c.id.qp_type = l.cptr.id.qp_type
 	c.id.port_num = 1
+	c.conn_started = 1
 	idx := -1
 	devMu.Lock()
 	for i, od := range devsOpen {

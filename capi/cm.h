@@ -16,6 +16,7 @@ struct sr_cm_id {
 	struct rdma_cm_id id;
 	uintptr_t h;
 	int own_cqs; /* rdma_create_qp made the CQs (and their channels) */
+	int conn_started; /* rdma_connect was called, or a request made the ID */
 	/* A synchronous ID (no channel given): each call waits for its event on
 	 * a channel of the ID's own, as librdmacm's. */
 	int sync;

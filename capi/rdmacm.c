@@ -315,9 +315,13 @@ SR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	struct sr_cm_id *s = (struct sr_cm_id *)id;
+	int r;
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_sync(id, sr_err(srgo_cm_connect(sr_id_h(id), p, s->local_ece.vendor_id, s->local_ece.options)));
+	r = sr_err(srgo_cm_connect(sr_id_h(id), p, s->local_ece.vendor_id, s->local_ece.options));
+	if (!r)
+		s->conn_started = 1;
+	return sr_sync(id, r);
 }
 
 SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
@@ -369,11 +373,26 @@ SR_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 	return 0;
 }
 
+/* rdma_disconnect: as the kernel's, an ID that has been through a
+ * connection attempt (rdma_connect, or a request it came from) answers 0
+ * whatever became of it (REJECTED, already disconnected), and its QP goes
+ * to the error state (librdmacm's ucma_shutdown); one that never had one
+ * is EINVAL. */
 SR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 {
+	struct sr_cm_id *s = (struct sr_cm_id *)id;
+	int err;
 	if (!id)
 		return sr_err(EINVAL);
-	return sr_err(srgo_cm_disconnect(sr_id_h(id)));
+	err = srgo_cm_disconnect(sr_id_h(id));
+	if (err == EINVAL && s->conn_started) {
+		if (id->qp) {
+			struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+			ibv_modify_qp(id->qp, &a, IBV_QP_STATE);
+		}
+		return 0;
+	}
+	return sr_err(err);
 }
 
 SR_EXPORT int rdma_establish(struct rdma_cm_id *id)

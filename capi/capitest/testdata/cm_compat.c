@@ -9,7 +9,7 @@
  * rdma_migrate_id turns a synchronous ID asynchronous and back; and
  * rdma_accept on a synchronous UD ID returns; rdma_getaddrinfo's QP type
  * and port space defaults and its EAI_ return; rdma_create_qp_ex with the
- * ibv_wr_* send ops. Prints "ok NAME" or
+ * ibv_wr_* send ops; rdma_disconnect after REJECTED. Prints "ok NAME" or
  * "FAIL NAME: why"; exits with the number of failures. Argument: the
  * device's address. */
 #define _GNU_SOURCE
@@ -406,6 +406,36 @@ static void test_create_qp_ex(uint16_t port)
 	rdma_destroy_id(d);
 }
 
+/* disconnect_after_reject: rdma_disconnect on an ID whose connect was
+ * rejected answers 0, as the kernel's, and moves its QP to the error
+ * state; on an ID that never connected it is EINVAL. */
+static void test_disconnect_after_reject(uint16_t port)
+{
+	const char *name = "disconnect_after_reject";
+	struct rdma_cm_id *c = resolved(name, port + 3), *d = resolved(name, port); /* port + 3: nobody listens */
+	struct ibv_qp_init_attr qa = qattr(), init;
+	struct rdma_cm_event *ev;
+	struct ibv_qp_attr at;
+	if (!c || !d)
+		return;
+	if (rdma_create_qp(c, NULL, &qa) || rdma_connect(c, NULL))
+		FAIL(name, "connect: %s", strerror(errno));
+	else if ((ev = expect(name, RDMA_CM_EVENT_REJECTED))) {
+		rdma_ack_cm_event(ev);
+		if (rdma_disconnect(c))
+			FAIL(name, "rdma_disconnect after REJECTED: errno %d, want 0", errno);
+		else if (ibv_query_qp(c->qp, &at, IBV_QP_STATE, &init) || at.qp_state != IBV_QPS_ERR)
+			FAIL(name, "QP state %d after rdma_disconnect, want ERR", at.qp_state);
+		else if (rdma_disconnect(d) != -1 || errno != EINVAL)
+			FAIL(name, "rdma_disconnect on an ID that never connected: errno %d, want EINVAL", errno);
+		else
+			OK(name);
+	}
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+	rdma_destroy_id(d);
+}
+
 /* getaddrinfo: the QP type and the port space each follow from the other
  * when one is given (through the socket type and protocol), and a failed
  * lookup returns getaddrinfo's EAI_ code (librdmacm's addrinfo.c). */
@@ -462,6 +492,7 @@ int main(int argc, char **argv)
 	test_ud_accept(argv[1], port);
 	test_getaddrinfo(argv[1]);
 	test_create_qp_ex(port);
+	test_disconnect_after_reject(port);
 	rdma_destroy_id(listen_id);
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	while (rdma_get_cm_event(ch, &ev) == 0)
