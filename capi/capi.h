@@ -123,6 +123,24 @@ static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint
 		     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | \
 		     IBV_QP_EX_WITH_SEND_WITH_INV)
 
+/* sr_send_ops is what rxe's check_qp_init_attr lets a QP of type t ask
+ * for: the library's RC set, UC's without READ and atomics, UD's SENDs
+ * alone; none for other types. */
+static inline uint64_t sr_send_ops(enum ibv_qp_type t)
+{
+	switch (t) {
+	case IBV_QPT_RC:
+		return SR_SEND_OPS;
+	case IBV_QPT_UC:
+		return IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+		       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
+	case IBV_QPT_UD:
+		return IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	default:
+		return 0;
+	}
+}
+
 /* sr_qp_ex_setup gives a new QP (caps cap) what how asks for: the ibv_wr_*
  * ops and their batch, and the ibv_qp_ex view (verbs.c). ENOMEM or 0. */
 int sr_qp_ex_setup(struct sr_qp *q, const struct ibv_qp_cap *cap, int how);

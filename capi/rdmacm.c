@@ -644,9 +644,9 @@ fail_cq:
 
 SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	/* librdmacm makes every QP through the provider's create_qp_ex, so
-	 * ibv_qp_to_qp_ex answers it (without the ibv_wr_* ops). */
-	return sr_cm_create_qp(id, pd, attr, 0, SR_QP_EX);
+	/* librdmacm's attributes then hold only the PD, with which
+	 * ibv_create_qp_ex takes the plain ibv_create_qp: not an ibv_qp_ex. */
+	return sr_cm_create_qp(id, pd, attr, 0, 0);
 }
 
 /* rdma_create_qp_ex: a PD and create_flags (only multicast loopback
@@ -655,9 +655,13 @@ SR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 {
 	struct ibv_qp_init_attr a;
 	uint32_t flags = 0;
-	int r, how = SR_QP_EX;
+	int r, how = 0;
 	if (!id || !ax)
 		return sr_err(EINVAL);
+	/* ibv_create_qp_ex takes the provider's create_qp_ex (an ibv_qp_ex)
+	 * only for attributes beyond the PD. */
+	if (ax->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)
+		how = SR_QP_EX;
 	/* What the library's ibv_create_qp_ex takes, as librdmacm hands the
 	 * attributes to the provider's. */
 	if (ax->comp_mask &
@@ -669,7 +673,7 @@ SR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 			return sr_err(EOPNOTSUPP);
 	}
 	if (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
-		if (ax->send_ops_flags & ~(uint64_t)SR_SEND_OPS)
+		if (ax->send_ops_flags & ~sr_send_ops(id->qp_type))
 			return sr_err(EOPNOTSUPP);
 		how |= SR_QP_SEND_OPS;
 	}

@@ -1112,7 +1112,8 @@ static struct ibv_qp *sr_create_qp_ex_op(struct ibv_context *ctx, struct ibv_qp_
 	}
 	if (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
 		ops = ax->send_ops_flags;
-		if (ops & ~(uint64_t)SR_SEND_OPS)
+		if ((ops & ~sr_send_ops(ax->qp_type)) ||
+		    (ax->qp_type != IBV_QPT_RC && ax->qp_type != IBV_QPT_UC && ax->qp_type != IBV_QPT_UD))
 			return sr_ret_null(EOPNOTSUPP);
 		/* As rxe's set_qp_send_ops: the mask bit alone installs the
 		 * wr_start/complete/abort and setters, send_ops_flags 0 too. */

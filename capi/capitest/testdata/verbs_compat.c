@@ -341,6 +341,40 @@ static void test_qp_to_qp_ex(void)
 }
 
 /* Arming a CQ without a completion channel: 0, as with rxe. */
+/* send_ops_per_type: the ibv_wr_* operations a QP may ask for depend on
+ * its type, as rxe's check_qp_init_attr: a UD QP only SENDs. */
+static void test_send_ops_per_type(void)
+{
+	const char *name = "send_ops_per_type";
+	struct ibv_qp_init_attr_ex ix;
+	struct ibv_qp *q;
+
+	memset(&ix, 0, sizeof(ix));
+	ix.send_cq = ix.recv_cq = scq;
+	ix.qp_type = IBV_QPT_UD;
+	ix.cap.max_send_wr = ix.cap.max_recv_wr = 4;
+	ix.cap.max_send_sge = ix.cap.max_recv_sge = 1;
+	ix.pd = pd;
+	ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ix.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+	errno = 0;
+	q = ibv_create_qp_ex(ctx, &ix);
+	if (q || errno != EOPNOTSUPP) {
+		FAIL(name, "UD with RDMA_WRITE: %p, errno %d, want NULL and EOPNOTSUPP", (void *)q, errno);
+		if (q)
+			ibv_destroy_qp(q);
+		return;
+	}
+	ix.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	q = ibv_create_qp_ex(ctx, &ix);
+	if (!q) {
+		FAIL(name, "UD with SEND and SEND_WITH_IMM: %s", strerror(errno));
+		return;
+	}
+	ibv_destroy_qp(q);
+	OK(name);
+}
+
 static void test_req_notify_nochannel(void)
 {
 	const char *name = "req_notify_nochannel";
@@ -646,6 +680,7 @@ int main(void)
 	test_wr_sge_list_copy();
 	test_wr_batch();
 	test_qp_to_qp_ex();
+	test_send_ops_per_type();
 	test_req_notify_nochannel();
 	test_comp_vectors();
 	test_reg_mr_checks();
