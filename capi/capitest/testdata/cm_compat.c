@@ -27,28 +27,6 @@
 #include <rdma/rdma_verbs.h>
 #include "cmcheck.h"
 
-static struct sockaddr_in addr;
-
-/* resolved makes an ID on ch resolved toward port, its route too. */
-static struct rdma_cm_id *resolved(const char *name, uint16_t port)
-{
-	struct rdma_cm_id *id;
-	struct rdma_cm_event *ev;
-	struct sockaddr_in dst = addr;
-	dst.sin_port = htons(port);
-	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000)) {
-		FAIL(name, "create/resolve: %s", strerror(errno));
-		return NULL;
-	}
-	if (!(ev = expect(name, RDMA_CM_EVENT_ADDR_RESOLVED)))
-		return NULL;
-	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(id, 2000) || !(ev = expect(name, RDMA_CM_EVENT_ROUTE_RESOLVED)))
-		return NULL;
-	rdma_ack_cm_event(ev);
-	return id;
-}
-
 static struct ibv_qp_init_attr qattr(void)
 {
 	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };

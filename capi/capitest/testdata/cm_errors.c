@@ -25,30 +25,14 @@
 #include "cmcheck.h"
 #include <rdma/rsocket.h>
 
-static struct sockaddr_in addr;
-
+/* client makes an ID resolved toward port, with a QP. */
 static struct rdma_cm_id *client(const char *name, uint16_t port)
 {
-	struct rdma_cm_id *id;
-	struct rdma_cm_event *ev;
-	struct sockaddr_in dst = addr;
+	struct rdma_cm_id *id = resolved(name, port);
 	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
 
-	dst.sin_port = htons(port);
-	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
-		FAIL(name, "create_id: %s", strerror(errno));
+	if (!id)
 		return NULL;
-	}
-	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000)) {
-		FAIL(name, "resolve_addr: %s", strerror(errno));
-		return NULL;
-	}
-	if (!(ev = expect(name, RDMA_CM_EVENT_ADDR_RESOLVED)))
-		return NULL;
-	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(id, 2000) || !(ev = expect(name, RDMA_CM_EVENT_ROUTE_RESOLVED)))
-		return NULL;
-	rdma_ack_cm_event(ev);
 	/* As librdmacm: every ID on a device hands out the device's PD. */
 	if (!id->pd || id->pd->context != id->verbs)
 		FAIL(name, "id->pd %p after the address resolved", (void *)id->pd);

@@ -1,15 +1,20 @@
 /* cmcheck.h: what the rdma_cm C tests share: their "ok NAME" / "FAIL NAME:
- * why" lines and failure count, the event channel under test, and taking
- * its next event with a bound. */
+ * why" lines and failure count, the event channel and device address under
+ * test, taking the channel's next event with a bound, and an ID resolved
+ * toward a port. */
 #ifndef CMCHECK_H
 #define CMCHECK_H
 
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <string.h>
+#include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
 static int failures;
 static struct rdma_event_channel *ch;
+static struct sockaddr_in addr; /* the device's; the tests set its port */
 
 #define FAIL(name, ...) do { printf("FAIL %s: ", name); printf(__VA_ARGS__); printf("\n"); failures++; } while (0)
 #define OK(name) printf("ok %s\n", name)
@@ -46,6 +51,26 @@ static inline struct rdma_cm_event *expect(const char *name, enum rdma_cm_event_
 		return NULL;
 	}
 	return ev;
+}
+
+/* resolved makes an ID on ch resolved toward port of addr, its route too. */
+static inline struct rdma_cm_id *resolved(const char *name, uint16_t port)
+{
+	struct rdma_cm_id *id;
+	struct rdma_cm_event *ev;
+	struct sockaddr_in dst = addr;
+	dst.sin_port = htons(port);
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000)) {
+		FAIL(name, "create/resolve: %s", strerror(errno));
+		return NULL;
+	}
+	if (!(ev = expect(name, RDMA_CM_EVENT_ADDR_RESOLVED)))
+		return NULL;
+	rdma_ack_cm_event(ev);
+	if (rdma_resolve_route(id, 2000) || !(ev = expect(name, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+		return NULL;
+	rdma_ack_cm_event(ev);
+	return id;
 }
 
 #endif
