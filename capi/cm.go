@@ -630,15 +630,12 @@ func srgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param, vendor, options
 	return cerr(r.id.Connect(withECE(cp, vendor, options)))
 }
 
-// withECE adds ECE to a connection's parameters (nil: rdma_cm's defaults).
+// withECE adds ECE to a connection's parameters (cp is never nil: connect
+// and accept fill in librdmacm's defaults first).
 func withECE(cp *cm.ConnParam, vendor, options C.uint32_t) *cm.ConnParam {
-	if vendor == 0 && options == 0 {
-		return cp
+	if vendor != 0 || options != 0 {
+		cp.ECE = cm.ECE{VendorID: uint32(vendor), Options: uint32(options)}
 	}
-	if cp == nil {
-		cp = &cm.ConnParam{RetryCount: 7, RNRRetryCount: 7}
-	}
-	cp.ECE = cm.ECE{VendorID: uint32(vendor), Options: uint32(options)}
 	return cp
 }
 

@@ -1,6 +1,8 @@
 package verbs
 
 import (
+	"errors"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -114,5 +116,19 @@ func TestPollLinkAllocs(t *testing.T) {
 	}
 	if n := allocsPerRun(200, round); n != 0 {
 		t.Errorf("%.2f allocations per polled SEND, want 0", n)
+	}
+}
+
+// TestWaitLinkUnsupported: a device on a link that cannot be waited on
+// (the in-memory pipe) fails WaitLink at once with EOPNOTSUPP, having
+// waited for nothing.
+func TestWaitLinkUnsupported(t *testing.T) {
+	a, _ := newPair(t, pairOpts{})
+	start := time.Now()
+	if _, _, err := a.dev.WaitLink(-1, time.Minute); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Fatalf("WaitLink on a pipe link = %v, want EOPNOTSUPP", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("WaitLink on a pipe link waited %v", d)
 	}
 }

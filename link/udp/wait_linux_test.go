@@ -1,6 +1,8 @@
 package udp
 
 import (
+	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,5 +107,38 @@ func TestWaitReadableClose(t *testing.T) {
 	case <-ret:
 	case <-time.After(10 * time.Second):
 		t.Fatal("WaitReadable still waiting 10 s after Close")
+	}
+}
+
+// TestWaitReadableSignal: a signal that reaches the waiting thread ends
+// the wait with an error wrapping EINTR (a C program's blocking rsocket
+// call then returns EINTR), instead of waiting on to the timeout.
+func TestWaitReadableSignal(t *testing.T) {
+	a := listen(t, "127.0.0.1:0")
+	ret := make(chan error, 1)
+	tid := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
+		_, _, err := a.WaitReadable(-1, time.Minute)
+		ret <- err
+	}()
+	id := <-tid
+	for a.waiters.Load() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	time.Sleep(10 * time.Millisecond) // inside poll(2)
+	// SIGURG: the Go runtime's own preemption signal, handled and harmless.
+	if err := unix.Tgkill(unix.Getpid(), id, unix.SIGURG); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ret:
+		if !errors.Is(err, unix.EINTR) {
+			t.Fatalf("WaitReadable = %v, want EINTR", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a signal did not end WaitReadable in 10 s")
 	}
 }
