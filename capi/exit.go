@@ -39,12 +39,27 @@ func onExit(f func()) {
 	exitHooks.mu.Unlock()
 	exitHooks.setup.Do(func() {
 		C.sr_exit_register()
+		// A signal the program ignores (as a shell's background job
+		// ignores SIGINT) stays ignored: catching it would end a
+		// program that meant to live through it.
+		var sigs []os.Signal
+		for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM} {
+			if !signal.Ignored(s) {
+				sigs = append(sigs, s)
+			}
+		}
+		if len(sigs) == 0 {
+			return
+		}
 		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(sig, sigs...)
 		go func() {
 			s := <-sig
 			srgo_run_exit()
-			signal.Reset(s)
+			// Both go back to what they did before, so that the
+			// re-raised one (or the other, arriving meanwhile)
+			// acts as it would have without the library.
+			signal.Reset(sigs...)
 			syscall.Kill(os.Getpid(), s.(syscall.Signal))
 		}()
 	})

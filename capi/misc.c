@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <stdbool.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 
 #include "capi.h"
@@ -216,6 +217,120 @@ __attribute__((constructor(101))) static void sr_grow_fdtable(void)
 	if (fd >= 0)
 		close(fd);
 	close(base);
+}
+
+/* ---- the program's signals stay on the program's threads ----
+ * A signal sent to the process goes to any thread that does not block it,
+ * the library's Go threads included, and a handler installed without
+ * SA_ONSTACK (perftest's SIGALRM for -D, most programs' handlers) then runs
+ * on the small stack of whatever goroutine that thread was running: the
+ * kernel's signal frame alone (about 3 KiB with AVX-512 state) overruns it
+ * and the library crashes some time later ("unknown caller pc"). The Go
+ * runtime gives every thread it makes the signal mask of the thread that
+ * started it, which is the thread loading the library, inside this
+ * constructor: so the constructor blocks every asynchronous signal before
+ * the runtime's own constructor runs (priority 101 comes first), and the
+ * one after it (sr_signals_back, unprioritized, linked after the runtime's)
+ * gives the loading thread its mask back. The runtime unblocks on its
+ * threads what it needs itself (SIGURG for preemption); the synchronous
+ * signals (a fault in the thread) and SIGPROF (per-thread CPU profiling)
+ * are never blocked; glibc keeps its internal ones. */
+static sigset_t sr_loader_mask;
+static int sr_loader_mask_saved;
+
+__attribute__((constructor(101))) static void sr_signals_aside(void)
+{
+	static const int keep[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT, SIGPIPE, SIGPROF, SIGURG};
+	sigset_t set;
+	size_t i;
+
+	sigfillset(&set);
+	for (i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+		sigdelset(&set, keep[i]);
+	if (pthread_sigmask(SIG_BLOCK, &set, &sr_loader_mask) == 0)
+		sr_loader_mask_saved = 1;
+}
+
+__attribute__((constructor)) static void sr_signals_back(void)
+{
+	if (sr_loader_mask_saved)
+		pthread_sigmask(SIG_SETMASK, &sr_loader_mask, NULL);
+	sr_loader_mask_saved = 0;
+}
+
+/* ---- the program's handlers run on the signal stack ----
+ * A program's thread that is inside the library (ibv_poll_cq in poll mode,
+ * a blocking rdma_get_cm_event) runs Go code, on a goroutine's stack of a
+ * few KiB; a signal it takes there runs the program's handler on that
+ * stack unless the handler was installed with SA_ONSTACK, as the Go
+ * runtime asks of every handler in a process it shares (it gives each
+ * such thread an alternate signal stack). Most programs do not: perftest's
+ * SIGALRM handler for -D reads /proc/stat with stdio, several KiB below a
+ * goroutine's stack, and ib_read_bw -D crashed in one run of two. So the
+ * library, when the program resolves these names to it (it comes before
+ * libc in the program's search order; the version is glibc's on x86-64),
+ * adds SA_ONSTACK to every handler installed through sigaction, signal,
+ * bsd_signal and sysv_signal, and installs it with glibc's own
+ * __sigaction. On a thread with no alternate stack the flag does nothing.
+ * signal() is glibc's BSD semantics (SA_RESTART, the signal blocked in its
+ * handler), without siginterrupt's record of signals that should not
+ * restart. sigset is left to glibc. */
+extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+
+static int sr_is_handler(const struct sigaction *act)
+{
+	if (act->sa_flags & SA_SIGINFO)
+		return act->sa_sigaction != NULL;
+	return act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN && act->sa_handler != SIG_ERR;
+}
+
+/* Each is a non-default version of glibc's name (one @): the dynamic linker
+ * binds programs' references to it, but a program linked against this
+ * library takes these names from libc as always, so that it still runs on
+ * rdma-core's libibverbs. */
+__asm__(".symver sr_sigaction, sigaction@GLIBC_2.2.5");
+__asm__(".symver sr_signal_bsd, signal@GLIBC_2.2.5");
+__asm__(".symver sr_bsd_signal, bsd_signal@GLIBC_2.2.5");
+__asm__(".symver sr_sysv_signal, sysv_signal@GLIBC_2.2.5");
+
+SR_EXPORT int sr_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	struct sigaction a;
+
+	if (act && sr_is_handler(act) && !(act->sa_flags & SA_ONSTACK)) {
+		a = *act;
+		a.sa_flags |= SA_ONSTACK;
+		act = &a;
+	}
+	return __sigaction(sig, act, old);
+}
+
+static sighandler_t sr_signal(int sig, sighandler_t h, int flags, int block_self)
+{
+	struct sigaction a, o;
+
+	if (h == SIG_ERR || sig <= 0 || sig >= NSIG) {
+		errno = EINVAL;
+		return SIG_ERR;
+	}
+	memset(&a, 0, sizeof(a));
+	a.sa_handler = h;
+	sigemptyset(&a.sa_mask);
+	if (block_self)
+		sigaddset(&a.sa_mask, sig);
+	a.sa_flags = flags;
+	if (sr_sigaction(sig, &a, &o) < 0)
+		return SIG_ERR;
+	return o.sa_handler;
+}
+
+SR_EXPORT sighandler_t sr_signal_bsd(int sig, sighandler_t h) { return sr_signal(sig, h, SA_RESTART, 1); }
+
+SR_EXPORT sighandler_t sr_bsd_signal(int sig, sighandler_t h) { return sr_signal(sig, h, SA_RESTART, 1); }
+
+SR_EXPORT sighandler_t sr_sysv_signal(int sig, sighandler_t h)
+{
+	return sr_signal(sig, h, SA_RESETHAND | SA_NODEFER, 0);
 }
 
 /* ---- fork without exec ----

@@ -38,6 +38,16 @@ func TestGuest(t *testing.T) {
 	runC(t, "guest.c", 2)
 }
 
+// TestSignals runs testdata/signals.c: the library's threads block the
+// program's signals while the loading thread keeps its mask, the library
+// adds SA_ONSTACK to the handlers installed through signal() and
+// sigaction(), and a stack-hungry SIGALRM handler firing every 200 µs
+// while the main thread polls a CQ inside the library (perftest's -D)
+// does not crash the program.
+func TestSignals(t *testing.T) {
+	runC(t, "signals.c", 5)
+}
+
 // TestInterrupt: Ctrl-C (SIGINT) ends a stock server waiting on the
 // library, as over rxe: the library installs no handler of its own.
 func TestInterrupt(t *testing.T) {

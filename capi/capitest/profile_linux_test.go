@@ -2,10 +2,13 @@ package capitest
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -41,4 +44,42 @@ func ls(dir string) []string {
 		n = append(n, e.Name())
 	}
 	return n
+}
+
+// TestCPUProfileSignals: with a profile asked for, a signal the program
+// ignores (a shell's background job ignores SIGINT) stays ignored, and
+// SIGTERM still ends it, the profile written first.
+func TestCPUProfileSignals(t *testing.T) {
+	needLib(t, "rping")
+	dir := t.TempDir()
+	a, _ := addrPair()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	port := freePort(t)
+	p := start(t, ctx, env(a, "SOFTROCE_CPUPROFILE="+filepath.Join(dir, "prof")),
+		"sh", "-c", `trap "" INT; exec rping -s -a `+a+` -p `+strconv.Itoa(port))
+	// The profile file is made as the library loads, just before the
+	// signal handling is set up.
+	prof := filepath.Join(dir, "prof")
+	waitReady(t, p, "start its profile", func() bool { _, err := os.Stat(prof); return err == nil })
+	time.Sleep(300 * time.Millisecond)
+	p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+		t.Fatalf("an ignored SIGINT ended the program:\n%s", p)
+	case <-time.After(500 * time.Millisecond):
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("SIGTERM did not end the program in 10 s:\n%s", p)
+	}
+	var ee *exec.ExitError
+	if !errors.As(p.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("want death by SIGTERM:\n%s", p)
+	}
+	if b, err := os.ReadFile(prof); err != nil || len(b) == 0 {
+		t.Fatalf("no profile (%v, %d bytes)", err, len(b))
+	}
 }
