@@ -25,7 +25,10 @@ type compState struct {
 	heardTimer bool // ... since the retransmit timer last fired
 	retryArmed bool
 	retryDue   time.Time   // when the armed retransmit timer expires (an earlier callback is stale)
+	retryFrom  time.Time   // when it was armed
 	retryTimer clock.Timer // the retransmit timer, and the loss probe's (syncTimer)
+	timerSet   bool        // retryTimer is set, to fire at timerAt (syncTimer)
+	timerAt    time.Time
 	rnrTimer   clock.Timer
 	rng        uint64 // retransmit jitter generator state
 	// Early loss recovery (recover.go).
@@ -469,9 +472,16 @@ func (qp *QP) dropBad() {
 // spoofed, of the wrong kind) must not call it: one every timeout would
 // keep a QP with a dead peer from ever failing.
 func (qp *QP) answered() {
-	qp.rearmRetry()
-	qp.comp.heard, qp.comp.heardTimer = true, true
-	qp.comp.heardAt = qp.dev.clock.Now()
+	now := qp.rxNow() // a READ's responses each come here, many to a receive batch
+	c := &qp.comp
+	// Answers of one batch share its time: the first re-armed the timer
+	// from it.
+	if c.retryArmed && !now.Equal(c.retryFrom) {
+		c.retryArmed = false
+		qp.armRetryAt(now)
+	}
+	c.heard, c.heardTimer = true, true
+	c.heardAt = now
 }
 
 // renewRetry renews the retry budgets and the timer backoff and widens a
@@ -491,8 +501,10 @@ func (qp *QP) progressed() {
 	qp.renewRetry()
 	qp.comp.rewound = false
 	qp.comp.nakPending = false
-	if qp.comp.retryArmed {
-		qp.comp.retryArmed = false // armRetry below restarts it from now
+	// armRetry below restarts it from now; in a receive batch, whose
+	// answers share its time (rxNow), the batch's first answer did.
+	if qp.comp.retryArmed && !qp.rxNow().Equal(qp.comp.retryFrom) {
+		qp.comp.retryArmed = false
 		qp.syncTimer()
 	}
 	qp.completeReady()

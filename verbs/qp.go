@@ -760,7 +760,7 @@ func (qp *QP) Destroy() error {
 }
 
 func (qp *QP) stopTimers() {
-	qp.comp.retryTimer.Stop()
+	qp.stopTimer()
 	qp.comp.rnrTimer.Stop()
 	qp.comp.probeArmed, qp.comp.probes, qp.comp.nakPending, qp.comp.probeAnswer, qp.comp.rttOn = false, 0, false, false, false
 	qp.comp.retryArmed = false

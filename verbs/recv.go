@@ -32,6 +32,11 @@ type rxState struct {
 	// copies the payload into the MR, if nothing else happens before.
 	late   bool
 	lateLP *link.Packet
+	// now is the time of the batch being handled, read at its first use
+	// (nowSet; QP.rxNow): a READ's responses arrive 64 to a batch, and
+	// each is an answer that restarts the retransmit timer.
+	now    time.Time
+	nowSet bool
 }
 
 // rxLoop is the device's receive loop: it reads batches from the link and
@@ -98,6 +103,7 @@ func (d *Device) handleBatch(batch []link.Packet, p *wire.Packet, yield bool) {
 		d.rx.mu.Unlock()
 		return // closing: the link is about to close (Close)
 	}
+	d.rx.nowSet = false
 	for i := range batch {
 		d.dispatch(&batch[i], p, true)
 		if d.rx.kick {
@@ -412,6 +418,19 @@ func (qp *QP) input(lp *link.Packet, p *wire.Packet, batched bool) {
 		return
 	}
 	qp.receive(p)
+}
+
+// rxNow returns the time: on the receive loop the batch's (read once per
+// batch), else the clock's.
+func (qp *QP) rxNow() time.Time {
+	if !qp.rxBatched {
+		return qp.dev.clock.Now()
+	}
+	r := &qp.dev.rx // input runs under r.mu when batched (handleBatch)
+	if !r.nowSet {
+		r.now, r.nowSet = qp.dev.clock.Now(), true
+	}
+	return r.now
 }
 
 // inputDone ends input: what the packet produced goes to the device's

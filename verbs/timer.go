@@ -64,26 +64,42 @@ func (qp *QP) retryWait() time.Duration {
 
 // armRetry starts the retransmit timer while packets are unanswered (if it
 // is not running); timeout 0 disables it (docs/protocol.md §5.5).
-func (qp *QP) armRetry() {
+func (qp *QP) armRetry() { qp.armRetryAt(time.Time{}) }
+
+// armRetryAt is armRetry with the time now if the caller has it (the zero
+// Time: rxNow's if needed).
+func (qp *QP) armRetryAt(now time.Time) {
 	if !qp.outstanding() || qp.attr.Timeout == 0 || qp.comp.rnrWait {
 		if qp.comp.retryArmed {
 			qp.comp.retryArmed = false
-			qp.syncTimer()
+			qp.syncTimerAt(now)
 		}
 		return
 	}
 	if !qp.comp.retryArmed {
 		qp.comp.retryArmed = true
-		d := qp.retryWait()
-		qp.comp.retryDue = qp.dev.clock.Now().Add(d)
-		qp.syncTimer()
+		if now.IsZero() {
+			now = qp.rxNow()
+		}
+		qp.comp.retryFrom = now
+		qp.comp.retryDue = now.Add(qp.retryWait())
+		qp.syncTimerAt(now)
 	}
 }
 
-// syncTimer sets the QP's timer to the earlier of the retransmit and the
-// loss probe deadlines that are armed, or stops it: the two share one
-// timer, so that a QP queues at most one on the device's heap.
-func (qp *QP) syncTimer() {
+// syncTimer makes the QP's timer fire by the earlier of the retransmit and
+// the loss probe deadlines that are armed: the two share one timer, so
+// that a QP queues at most one on the device's heap. A timer already set
+// to fire no later than that is left alone, and one with nothing armed is
+// left to fire: its callback finds nothing due and sets it again for what
+// is then armed (onRetryTimer). Moving a timer on the device's heap costs
+// a lock and a clock read, and every answer moves the retransmit deadline
+// later (answered), each response of a READ among them.
+func (qp *QP) syncTimer() { qp.syncTimerAt(time.Time{}) }
+
+// syncTimerAt is syncTimer with the time now if the caller has it (the
+// zero Time: rxNow's if needed).
+func (qp *QP) syncTimerAt(now time.Time) {
 	c := &qp.comp
 	var due time.Time
 	switch {
@@ -97,10 +113,22 @@ func (qp *QP) syncTimer() {
 	case c.probeArmed:
 		due = c.probeDue
 	default:
-		c.retryTimer.Stop()
 		return
 	}
-	c.retryTimer.Reset(due.Sub(qp.dev.clock.Now()))
+	if c.timerSet && !c.timerAt.After(due) {
+		return
+	}
+	if now.IsZero() {
+		now = qp.rxNow()
+	}
+	c.timerSet, c.timerAt = true, due
+	c.retryTimer.Reset(due.Sub(now))
+}
+
+// stopTimer stops the QP's timer (retransmit and probe).
+func (qp *QP) stopTimer() {
+	qp.comp.timerSet = false
+	qp.comp.retryTimer.Stop()
 }
 
 // rearmRetry restarts the running retransmit timer from now.
@@ -115,6 +143,10 @@ func (qp *QP) onRetryTimer() {
 	qp.mu.Lock()
 	defer qp.dev.kick() // also what posts left for an answer that did not come
 	defer qp.flushUnlock()
+	// The timer has fired. (If a Reset moved it since, this callback is
+	// stale and the heap still holds it: the next syncTimer sets it once
+	// more, which costs nothing but the Reset.)
+	qp.comp.timerSet = false
 	if !qp.sending() || qp.dev.closed.Load() {
 		return
 	}
@@ -193,7 +225,7 @@ func (qp *QP) onRNRTimer() {
 // (wire.RNRTimeout) before onRNRTimer resends (docs/protocol.md §5.6).
 func (qp *QP) waitRNR(code uint8) {
 	qp.comp.rnrWait = true
-	qp.comp.retryTimer.Stop()
+	qp.stopTimer()
 	qp.comp.retryArmed, qp.comp.probeArmed = false, false
 	qp.comp.rnrTimer.Reset(wire.RNRTimeout(code))
 }

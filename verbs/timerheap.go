@@ -55,8 +55,11 @@ func newTimerHeap() *timerHeap {
 	return &timerHeap{base: time.Now(), wake: w, armed: math.MaxInt64}
 }
 
-// Now returns the wall clock.
-func (h *timerHeap) Now() time.Time { return time.Now() }
+// Now returns the time: the heap's base plus the monotonic time since,
+// one clock read where time.Now makes two (wall and monotonic); the
+// result's wall clock does not follow a step of the system's, which
+// nothing here reads.
+func (h *timerHeap) Now() time.Time { return h.base.Add(time.Since(h.base)) }
 
 // now is the heap's time: nanoseconds since base.
 func (h *timerHeap) now() int64 { return int64(time.Since(h.base)) }
