@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <poll.h>
 #include <string.h>
 #include <infiniband/verbs.h>
 
@@ -104,6 +105,13 @@ struct sr_qp {
  * library's engine (Go's threads) did not survive the fork. It sets errno
  * to EOPNOTSUPP and returns 1 in such a child, 0 elsewhere (misc.c). */
 int sr_forked_child(const char *fn);
+
+/* sr_poll is poll(2) for the library's blocking waits on a program's
+ * thread: only the program's signals end it with EINTR. The Go runtime
+ * sends SIGURG (preemption) to a thread it saw running Go, and the thread
+ * may have gone back to C and into this wait by the time it lands; it and
+ * SIGPROF stay blocked for the wait (ppoll) and are taken after it. */
+int sr_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
 
 static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *done, uint32_t want)
 {

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/resource.h>
 
 #include "capi.h"
@@ -331,6 +332,23 @@ SR_EXPORT sighandler_t sr_bsd_signal(int sig, sighandler_t h) { return sr_signal
 SR_EXPORT sighandler_t sr_sysv_signal(int sig, sighandler_t h)
 {
 	return sr_signal(sig, h, SA_RESETHAND | SA_NODEFER, 0);
+}
+
+int sr_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
+{
+	struct timespec ts, *tp = NULL;
+	sigset_t m;
+
+	if (timeout_ms >= 0) {
+		ts.tv_sec = timeout_ms / 1000;
+		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+		tp = &ts;
+	}
+	if (pthread_sigmask(SIG_BLOCK, NULL, &m) != 0)
+		return poll(fds, n, timeout_ms);
+	sigaddset(&m, SIGURG);
+	sigaddset(&m, SIGPROF);
+	return ppoll(fds, n, tp, &m);
 }
 
 /* ---- fork without exec ----

@@ -97,7 +97,7 @@ SR_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 		if (fd == -EAGAIN && wait) {
 			struct pollfd p = { .fd = socket, .events = POLLIN };
 			uint64_t v;
-			int r = poll(&p, 1, 100); /* the bound guards against a lost wake-up */
+			int r = sr_poll(&p, 1, 100); /* the bound guards against a lost wake-up */
 			if (r < 0 && errno == EINTR)
 				return -1;
 			if (r > 0)
@@ -148,7 +148,7 @@ static int sr_rs_block(int socket)
 	if (r == -2)
 		return -EINTR; /* a signal: the call returns EINTR, as librdmacm's */
 	if (r < 0) {
-		r = poll(&p, 1, 100);
+		r = sr_poll(&p, 1, 100);
 		if (r < 0 && errno == EINTR)
 			return -EINTR;
 		if (r > 0)
@@ -441,7 +441,7 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		nrs += isrs[i];
 	}
 	if (!nrs) {
-		ret = poll(fds, nfds, timeout);
+		ret = sr_poll(fds, nfds, timeout);
 		goto out;
 	}
 	start = sr_now_us();
@@ -489,7 +489,7 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			rfds[i].events = isrs[i] ? POLLIN : fds[i].events;
 			rfds[i].revents = 0;
 		}
-		ret = poll(rfds, nfds, left);
+		ret = sr_poll(rfds, nfds, left);
 		if (ret < 0)
 			break;
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -166,7 +167,8 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 		}
 		// EINTR is returned, not retried: the waiting thread is a
 		// program's, whose signal handler should end its blocking call.
-		_, perr = unix.Poll(fds[:n], ms)
+		// But not the runtime's own signals (pollMask).
+		_, perr = pollMasked(fds[:n], ms)
 		sock = fds[0].Revents != 0
 		other = n == 2 && fds[1].Revents != 0
 	})
@@ -350,4 +352,32 @@ func (e *Endpoint) armRecv(rx *rxQueue, pkts []link.Packet) int {
 		h.Flags = 0
 	}
 	return n
+}
+
+// pollMasked is poll(2) that the Go runtime's own signals cannot end:
+// SIGURG (preemption, which the runtime may send to a thread it saw
+// running Go just before the thread went into this wait) and SIGPROF stay
+// blocked for the wait (ppoll) and are taken after it, so that EINTR means
+// a signal of the program's.
+func pollMasked(fds []unix.PollFd, ms int) (int, error) {
+	var m unix.Sigset_t
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, nil, &m); err != nil {
+		return unix.Poll(fds, ms)
+	}
+	for _, sig := range [...]unix.Signal{unix.SIGURG, unix.SIGPROF} {
+		m.Val[(sig-1)/64] |= 1 << ((uint(sig) - 1) % 64)
+	}
+	var ts *unix.Timespec
+	if ms >= 0 {
+		t := unix.NsecToTimespec(int64(ms) * int64(time.Millisecond))
+		ts = &t
+	}
+	// Not unix.Ppoll: it passes the mask's size as 0, which the kernel
+	// refuses (EINVAL) for a non-nil mask; the kernel's sigset is 8 bytes.
+	r, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(ts)), uintptr(unsafe.Pointer(&m)), 8, 0)
+	if e != 0 {
+		return int(r), e
+	}
+	return int(r), nil
 }

@@ -2,6 +2,8 @@ package udp
 
 import (
 	"errors"
+	"os"
+	"os/signal"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -110,10 +112,14 @@ func TestWaitReadableClose(t *testing.T) {
 	}
 }
 
-// TestWaitReadableSignal: a signal that reaches the waiting thread ends
-// the wait with an error wrapping EINTR (a C program's blocking rsocket
-// call then returns EINTR), instead of waiting on to the timeout.
+// TestWaitReadableSignal: a signal of the program's that reaches the
+// waiting thread ends the wait with an error wrapping EINTR (a C
+// program's blocking rsocket call then returns EINTR), instead of waiting
+// on to the timeout; the runtime's preemption signal (SIGURG) does not.
 func TestWaitReadableSignal(t *testing.T) {
+	usr := make(chan os.Signal, 1)
+	signal.Notify(usr, unix.SIGUSR1)
+	defer signal.Stop(usr)
 	a := listen(t, "127.0.0.1:0")
 	ret := make(chan error, 1)
 	tid := make(chan int, 1)
@@ -131,6 +137,14 @@ func TestWaitReadableSignal(t *testing.T) {
 	time.Sleep(10 * time.Millisecond) // inside poll(2)
 	// SIGURG: the Go runtime's own preemption signal, handled and harmless.
 	if err := unix.Tgkill(unix.Getpid(), id, unix.SIGURG); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ret:
+		t.Fatalf("SIGURG ended WaitReadable: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := unix.Tgkill(unix.Getpid(), id, unix.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	select {
