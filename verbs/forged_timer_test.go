@@ -170,7 +170,7 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 			t.Fatal("the fake clock did not fire the retransmit timer in 10 s")
 		}
 	}
-	a.qp.rearmRetry() // an answer arrives first: restart the timer from now
+	a.qp.answered() // an answer arrives first: restart the timer from now
 	a.qp.mu.Unlock()
 	select {
 	case <-done:
@@ -186,6 +186,46 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 	a.qp.mu.Unlock()
 	if !armed {
 		t.Error("the restarted retransmit timer is no longer armed")
+	}
+}
+
+// TestRetryTimerMovedLater: an answer moves the retransmit deadline later
+// without moving the timer on the clock (syncTimer); the timer then fires
+// at the old deadline, finds nothing due and must set itself again for the
+// new one, where a peer that went silent after the answer is found out.
+// Without that re-arm the QP would never time out.
+func TestRetryTimerMovedLater(t *testing.T) {
+	clk, a, _, _ := deadPeerPair(t, 7)
+	a.qp.mu.Lock()
+	a.qp.comp.probeArmed = false // the loss probe shares the timer: off
+	a.qp.syncTimer()
+	a.qp.mu.Unlock()
+	ft := a.qp.comp.retryTimer
+	due, active := clk.Until(ft)
+	if !active {
+		t.Fatal("retransmit timer not armed with a SEND outstanding")
+	}
+	clk.Advance(due / 2)
+	a.qp.mu.Lock()
+	a.qp.answered() // restarts the retransmit timer from now: deadline due/2 later
+	a.qp.mu.Unlock()
+	if left, _ := clk.Until(ft); left != due-due/2 {
+		t.Errorf("the answer moved the timer on the clock: %v left, want %v (it only moves earlier)", left, due-due/2)
+	}
+	clk.Advance(due - due/2) // the old deadline: the callback runs early
+	st := a.dev.Stats()
+	if n, d, r := st.RetryTimeouts.Load(), st.RetryDeferred.Load(), st.Retransmits.Load(); n+d+r != 0 {
+		t.Fatalf("an expiry at the old deadline: %d timeouts, %d deferred, %d retransmits", n, d, r)
+	}
+	left, active := clk.Until(ft)
+	if !active || left <= 0 {
+		t.Fatalf("the early callback did not set the timer again (active %v, %v left)", active, left)
+	}
+	clk.Advance(left)
+	// The first expiry after an answer is deferred once (timer.go); either
+	// way it is the timer acting.
+	if n, d, r := st.RetryTimeouts.Load(), st.RetryDeferred.Load(), st.Retransmits.Load(); n+d+r == 0 {
+		t.Fatal("no expiry at the moved deadline")
 	}
 }
 

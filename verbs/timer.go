@@ -131,14 +131,6 @@ func (qp *QP) stopTimer() {
 	qp.comp.retryTimer.Stop()
 }
 
-// rearmRetry restarts the running retransmit timer from now.
-func (qp *QP) rearmRetry() {
-	if qp.comp.retryArmed {
-		qp.comp.retryArmed = false
-		qp.armRetry()
-	}
-}
-
 func (qp *QP) onRetryTimer() {
 	qp.mu.Lock()
 	defer qp.dev.kick() // also what posts left for an answer that did not come
