@@ -63,6 +63,14 @@ type Config struct {
 	// ADDR_ERROR with the errno it returns (ETIMEDOUT when ctx ends). Nil:
 	// every address of the device's family resolves at once.
 	Resolve func(ctx context.Context, src, dst netip.Addr) error
+	// Resolved, if set with Resolve, reports whether dst needs no lookup
+	// (Resolve would return nil at once: a local or loopback address, or a
+	// neighbour entry already complete). ID.ResolveAddr then posts
+	// ADDR_RESOLVED before it returns, as it does without Resolve, instead
+	// of running Resolve on a goroutine of its own: one thread hand-off
+	// less for the event (stock cmtime through the C library: 33-43 µs per
+	// resolution awaited, against under 1 µs).
+	Resolved func(src, dst netip.Addr) bool
 	// Logger receives debug logs of every MAD (nil: silent).
 	Logger *slog.Logger
 }

@@ -433,7 +433,8 @@ func (id *ID) Listen(backlog int) error {
 // reaches dst. It posts ADDR_RESOLVED, or ADDR_ERROR when no attached
 // device fits. With a Config.Resolve on the device's agent, dst must also
 // answer it within timeout (default 2 s, as the rdma_cm tools use), else
-// ADDR_ERROR with status -ETIMEDOUT, as when ARP gets no answer.
+// ADDR_ERROR with status -ETIMEDOUT, as when ARP gets no answer; an
+// address Config.Resolved vouches for resolves before ResolveAddr returns.
 func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
 	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
 		return newErr("resolve addr", "destination address missing", syscall.EINVAL)
@@ -468,7 +469,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		}
 	}
 	id.remote = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
-	if a.cfg.Resolve != nil && id.remote.Addr() != a.addr {
+	if a.cfg.Resolve != nil && id.remote.Addr() != a.addr && (a.cfg.Resolved == nil || !a.cfg.Resolved(a.addr, id.remote.Addr())) {
 		if timeout <= 0 {
 			timeout = 2 * time.Second
 		}

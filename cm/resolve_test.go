@@ -176,3 +176,45 @@ func TestResolveAddrEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveAddrResolved: with Config.Resolved saying dst needs no
+// lookup, ResolveAddr posts ADDR_RESOLVED before it returns and never
+// calls Resolve; an address it does not vouch for still goes through
+// Resolve.
+func TestResolveAddrResolved(t *testing.T) {
+	looked := make(chan netip.Addr, 4)
+	near := netip.MustParseAddr("10.98.0.97")
+	cfg := testConfig()
+	cfg.Resolve = func(ctx context.Context, src, dst netip.Addr) error {
+		looked <- dst
+		return nil
+	}
+	var vouched netip.Addr
+	cfg.Resolved = func(src, dst netip.Addr) bool { return dst == vouched }
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+	vouched = p.addrB()
+	ch := NewEventChannel()
+	defer ch.Close()
+	id, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+	defer id.Destroy()
+	if err := id.ResolveAddr(netip.AddrPortFrom(p.addrA(), 0), netip.AddrPortFrom(p.addrB(), 7000), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := ch.TryGet(); !ok || ev.Type != EventAddrResolved {
+		t.Fatalf("no ADDR_RESOLVED waiting when ResolveAddr returned: %v %v", ev, ok)
+	}
+	select {
+	case dst := <-looked:
+		t.Fatalf("Resolve called for %v", dst)
+	default:
+	}
+	id2, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+	defer id2.Destroy()
+	if err := id2.ResolveAddr(netip.AddrPortFrom(p.addrA(), 0), netip.AddrPortFrom(near, 7000), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, EventAddrResolved)
+	if dst := <-looked; dst != near {
+		t.Errorf("Resolve asked for %v, want %v", dst, near)
+	}
+}

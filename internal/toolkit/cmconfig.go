@@ -17,7 +17,7 @@ func AgentConfig() *cm.Config {
 		c = *CMConfig
 	}
 	if c.Resolve == nil && NeighResolve != nil {
-		c.Resolve = NeighResolve
+		c.Resolve, c.Resolved = NeighResolve, NeighResolved
 	}
 	if c.Logger == nil {
 		c.Logger = Logger

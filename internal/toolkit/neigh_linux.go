@@ -21,13 +21,21 @@ import (
 // destinations resolve at once.
 var NeighResolve = ResolveNeigh
 
+// NeighResolved (NeighDone) is the tools' cm.Config.Resolved on Linux.
+var NeighResolved = NeighDone
+
+// NeighDone reports whether ResolveNeigh would succeed at once for dst:
+// not on-link IPv4 (local, loopback, routed, IPv6), or its neighbour
+// entry complete. rdma_resolve_addr then reports ADDR_RESOLVED without a
+// goroutine's hand-off.
+func NeighDone(src, dst netip.Addr) bool {
+	return !dst.Is4() || dst.IsLoopback() || !OnLink(dst) || ArpComplete(dst)
+}
+
 // ResolveNeigh is NeighResolve on Linux: it makes the kernel resolve dst (as
 // rdma_resolve_addr's ARP does) and waits until that is done or ctx ends.
 func ResolveNeigh(ctx context.Context, src, dst netip.Addr) error {
-	if !dst.Is4() || dst.IsLoopback() || !OnLink(dst) {
-		return nil
-	}
-	if ArpComplete(dst) {
+	if NeighDone(src, dst) {
 		return nil
 	}
 	var laddr *net.UDPAddr

@@ -9,3 +9,6 @@ import (
 
 // NeighResolve is nil off Linux: every address resolves.
 var NeighResolve func(ctx context.Context, src, dst netip.Addr) error
+
+// NeighResolved is nil off Linux, as NeighResolve.
+var NeighResolved func(src, dst netip.Addr) bool
