@@ -426,6 +426,63 @@ func srgo_cm_take_event(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	}
 }
 
+// srgo_cm_wait is a blocking rdma_get_cm_event's wait when no event waits:
+// on the link of the device the process's CM runs on (when it runs on
+// exactly one) and on the channel's fd together (verbs.Device.WaitLink),
+// so that the datagram of a MAD wakes this thread alone, as the kernel's
+// ucma file wakes its reader once; what the link then holds this thread
+// handles itself (verbs.Device.PollLink, cm.Agent.Poll), which queues the
+// event without the device's and the agent's goroutines in between (a
+// datagram for another of the device's QPs is handled here too). It
+// returns 0 when the caller should take again, -2 when a signal
+// interrupted the wait, and -1 when it cannot wait on a link (the caller
+// waits on the fd alone).
+//
+//export srgo_cm_wait
+func srgo_cm_wait(h C.uintptr_t) C.int {
+	r, ok := lookup[*cmChanRec](uintptr(h))
+	if !ok {
+		return -1
+	}
+	a := soleAgent()
+	if a == nil || !a.Device().CanPollLink() {
+		return -1
+	}
+	dev := a.Device()
+	if dev.PollLink()+a.Poll() > 0 {
+		a.Poll()
+		return 0
+	}
+	_, _, err := dev.WaitLink(r.fd, cmWaitMax)
+	if errors.Is(err, syscall.EINTR) {
+		return -2
+	}
+	if err != nil {
+		return -1
+	}
+	dev.PollLink()
+	a.Poll()
+	return 0
+}
+
+// cmWaitMax bounds one srgo_cm_wait (the caller waits again): a lost
+// wake-up costs at most this, and closing the device waits at most this
+// for a waiting thread.
+const cmWaitMax = 100 * time.Millisecond
+
+// soleAgent returns the CM agent when exactly one device runs one.
+func soleAgent() *cm.Agent {
+	devMu.Lock()
+	defer devMu.Unlock()
+	if len(agents) != 1 {
+		return nil
+	}
+	for _, a := range agents {
+		return a
+	}
+	return nil
+}
+
 //export srgo_cm_create_id
 func srgo_cm_create_id(chh C.uintptr_t, c *C.struct_sr_cm_id, ps C.int, errp *C.int) C.uintptr_t {
 	r, ok := lookup[*cmChanRec](uintptr(chh))

@@ -474,7 +474,8 @@ SR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 
 /* rdma_get_cm_event takes the oldest event; with none, it waits for the
  * channel's fd, which is readable exactly while events wait (EAGAIN if the
- * program made it non-blocking, as the kernel's ucma file). */
+ * program made it non-blocking, as the kernel's ucma file), and on the
+ * device's link, whose datagrams it then handles itself (srgo_cm_wait). */
 SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **event)
 {
 	int r;
@@ -498,6 +499,11 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 		fl = fcntl(ch->fd, F_GETFL);
 		if (fl >= 0 && (fl & O_NONBLOCK))
 			return sr_err(EAGAIN);
+		/* Wait on the device's link and the fd together, handling what
+		 * arrives on this thread (srgo_cm_wait); a signal, as in poll
+		 * below, only makes it look again. */
+		if (srgo_cm_wait(((struct sr_cm_channel *)ch)->h) != -1)
+			continue;
 		if (poll(&p, 1, -1) < 0 && errno != EINTR)
 			return -1;
 	}

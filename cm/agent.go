@@ -73,6 +73,10 @@ type Config struct {
 	Resolved func(src, dst netip.Addr) bool
 	// Logger receives debug logs of every MAD (nil: silent).
 	Logger *slog.Logger
+
+	// pollOnly (tests): the agent's goroutine does not run, and received
+	// MADs are handled only when Poll is called.
+	pollOnly bool
 }
 
 func (c *Config) normalize() {
@@ -199,6 +203,11 @@ type Agent struct {
 
 	stats Stats
 
+	// inMu serializes the handling of received MADs: the agent's goroutine
+	// and Poll's callers take turns, so that MADs are handled in the order
+	// they arrived.
+	inMu sync.Mutex
+
 	mu       sync.Mutex
 	closed   bool
 	byLocal  map[uint32]*ID      // local comm ID (and SIDR request ID) -> ID
@@ -312,7 +321,11 @@ func start(dev *verbs.Device, cfg *Config, listed bool) (*Agent, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx, a.cancel = ctx, cancel
-	go a.loop(ctx)
+	if a.cfg.pollOnly {
+		close(a.done)
+	} else {
+		go a.loop(ctx)
+	}
 	return a, nil
 }
 
@@ -380,6 +393,8 @@ func (a *Agent) Close() error {
 	}
 	a.cancel()
 	<-a.done
+	a.inMu.Lock() // a Poll in progress ends first; later ones see closed
+	defer a.inMu.Unlock()
 	a.mu.Lock()
 	a.release()
 	a.mu.Unlock()
@@ -421,15 +436,9 @@ func (a *Agent) loop(ctx context.Context) {
 	defer close(a.done)
 	wcs := make([]verbs.WC, 32)
 	for {
-		for {
-			n := a.rcq.Poll(wcs)
-			for i := range n {
-				a.completion(&wcs[i])
-			}
-			if n < len(wcs) {
-				break
-			}
-		}
+		a.inMu.Lock()
+		a.drain(wcs)
+		a.inMu.Unlock()
 		cq, err := a.cc.GetCQEvent(ctx)
 		if err != nil {
 			return
@@ -439,6 +448,41 @@ func (a *Agent) loop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// drain handles every MAD the GSI QP holds (under inMu) and returns how
+// many it took.
+func (a *Agent) drain(wcs []verbs.WC) int {
+	total := 0
+	for {
+		n := a.rcq.Poll(wcs)
+		for i := range n {
+			a.completion(&wcs[i])
+		}
+		total += n
+		if n < len(wcs) {
+			return total
+		}
+	}
+}
+
+// Poll handles, on the calling goroutine, the MADs the agent's GSI QP has
+// received so far, and returns how many: 0 when none waited or the
+// agent's goroutine is handling them. With verbs.Device.PollLink before it,
+// a thread that waits for CM events on the device's link itself (the C
+// library's rdma_get_cm_event) turns a datagram into its event without
+// the device's and the agent's goroutines in between. It does not
+// allocate.
+func (a *Agent) Poll() int {
+	if !a.inMu.TryLock() {
+		return 0
+	}
+	defer a.inMu.Unlock()
+	if a.isClosed() {
+		return 0
+	}
+	var wcs [8]verbs.WC
+	return a.drain(wcs[:])
 }
 
 func (a *Agent) completion(wc *verbs.WC) {

@@ -325,4 +325,17 @@ func TestCmtimeBurst(t *testing.T) {
 	if strings.Contains(s, "DropNoRecv=") {
 		t.Errorf("MADs dropped for want of a receive buffer:\n%s", s)
 	}
+	// The client's event thread, blocked in rdma_get_cm_event, waits on
+	// the device's socket and handles what arrives itself (srgo_cm_wait):
+	// nothing else in cmtime polls. At least a tenth of the datagrams
+	// (most, when the thread is not busy with a burst's events).
+	dev := map[string]uint64{}
+	for _, kv := range strings.Fields(regexp.MustCompile(`(?m)^device \S+ counters:.*$`).FindString(s)) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			dev[k], _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	if dev["RxPolled"]*10 < dev["RxPackets"] {
+		t.Errorf("the event thread handled %d of %d datagrams, want at least a tenth:\n%s", dev["RxPolled"], dev["RxPackets"], s)
+	}
 }

@@ -155,7 +155,9 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 	e.waiters.Add(1)
 	defer func() {
 		e.waitEnd.Store(mono())
-		e.waiters.Add(-1)
+		if e.waiters.Add(-1) == 0 {
+			e.signalWaitGone()
+		}
 	}()
 	ms := int(min(max(timeout, 0)/time.Millisecond, 1<<30))
 	var perr error
@@ -179,6 +181,18 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 		return false, false, os.NewSyscallError("poll", perr)
 	}
 	return sock, other, nil
+}
+
+// signalWaitGone wakes a ServeView sleeping aside while threads waited
+// (stepAside); a signal nobody takes yet is kept, once.
+func (e *Endpoint) signalWaitGone() {
+	if e.waitGone == nil {
+		return
+	}
+	select {
+	case e.waitGone <- struct{}{}:
+	default:
+	}
 }
 
 // waited reports a thread waiting in WaitReadable, or one that returned
@@ -221,6 +235,13 @@ const (
 func (e *Endpoint) stepAside(seen *uint64) {
 	for !e.closed.Load() {
 		e.ctr.asides.Add(1)
+		if e.waiters.Load() > 0 && e.waitGone != nil {
+			// A thread waits on the socket (WaitReadable) and takes what
+			// arrives: sleep until it leaves, not a step at a time (a
+			// program's thread may wait for CM events all its life).
+			<-e.waitGone
+			continue
+		}
 		time.Sleep(pollAside)
 		p := e.polls.Load()
 		busy := p-*seen >= pollBusy || e.waited()

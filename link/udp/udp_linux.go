@@ -66,6 +66,10 @@ type Endpoint struct {
 	// waitEnd is when the last WaitReadable returned (mono): the datagram
 	// that woke it stays the waiter's, for its Poll, for pollAside more.
 	waitEnd atomic.Int64
+	// waitGone is signalled when the last waiter leaves WaitReadable (and
+	// at Close): ServeView, aside, sleeps on it while a thread waits
+	// instead of waking every pollAside.
+	waitGone chan struct{}
 	// zones caches IPv6 scope IDs' interface names (link-local senders).
 	zones struct {
 		mu sync.Mutex
@@ -251,7 +255,8 @@ func (e *Endpoint) portSocket(port uint16) (int, bool) {
 // bindSocket creates the socket with its options (setOptions) and binds it.
 func bindSocket(cfg Config) (*Endpoint, error) {
 	a := cfg.Addr.Addr()
-	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger, group: cfg.group, cfg: cfg}
+	e := &Endpoint{is6: a.Is6(), wildcard: a.IsUnspecified(), batch: cfg.BatchSize, log: cfg.Logger, group: cfg.group, cfg: cfg,
+		waitGone: make(chan struct{}, 1)}
 	e.tx.fd = -1
 	if a.Zone() != "" {
 		ifi, err := zoneIndex(a.Zone())
@@ -491,6 +496,7 @@ func (e *Endpoint) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	e.signalWaitGone()
 	var serr error
 	// A send in progress holds tx.mu, and gives up a wait for room within
 	// sendPollMs: the descriptor is not closed under it (nor reused).

@@ -156,3 +156,73 @@ func TestWaitReadableSignal(t *testing.T) {
 		t.Fatal("a signal did not end WaitReadable in 10 s")
 	}
 }
+
+// TestWaitReadableAsideSleeps: while a thread waits in WaitReadable,
+// ServeView, aside, sleeps until the waiter leaves instead of waking every
+// pollAside (a program's thread may wait for CM events all its life: 2,000
+// wake-ups a second for nothing), and once the waiter has gone it reads
+// again.
+func TestWaitReadableAsideSleeps(t *testing.T) {
+	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	var served atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) { served.Add(int64(len(pkts))) })
+	}()
+	defer func() { a.Close(); <-done }()
+	time.Sleep(10 * time.Millisecond) // ServeView waits on the empty socket
+	send := func(psn uint32) {
+		w := linktest.Packet(nil, 0x0A, psn, linktest.Payload(int(psn), 64))
+		wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+		if _, err := b.WriteBatch([]link.Packet{{Buf: w, N: len(w), Dst: a.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A thread waits, takes the datagram that woke it (as the C library's
+	// rdma_get_cm_event does) and waits again, 100 ms, for nothing: the
+	// datagram sent ServeView aside, and it sleeps through the second wait.
+	type result struct {
+		sock, idle bool
+		polled     int
+		asides     uint64
+		err        error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var r result
+		pkts := linktest.Batch(16, 8192)
+		if r.sock, _, r.err = a.WaitReadable(-1, 5*time.Second); r.err == nil {
+			r.polled, r.err = a.Poll(pkts, func([]link.Packet) {})
+		}
+		if r.err == nil {
+			s0 := a.Stats().Asides
+			var sock bool
+			sock, _, r.err = a.WaitReadable(-1, 100*time.Millisecond)
+			r.idle, r.asides = !sock, a.Stats().Asides-s0
+		}
+		res <- r
+	}()
+	for a.waiters.Load() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	send(1)
+	r := <-res
+	if r.err != nil || !r.sock || r.polled+int(served.Load()) != 1 || !r.idle {
+		t.Fatalf("waiter: %+v, ServeView served %d", r, served.Load())
+	}
+	if served.Load() != 0 {
+		t.Skipf("ServeView read the datagram before it saw the waiter (a loaded runner): nothing to measure")
+	}
+	if r.asides > 5 {
+		t.Errorf("ServeView woke %d times while a thread waited 100 ms, want at most 5 (a step every %v is %d)", r.asides, pollAside, 100*time.Millisecond/pollAside)
+	}
+	// The waiter gone, ServeView reads again.
+	send(2)
+	deadline := time.Now().Add(5 * time.Second)
+	for served.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if served.Load() != 1 {
+		t.Fatalf("ServeView served %d datagrams after the waiter left, want 1", served.Load())
+	}
+}
