@@ -8,11 +8,13 @@ package main
 import "C"
 
 import (
+	"errors"
 	"math/bits"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/softroce/softroce/verbs"
@@ -41,14 +43,10 @@ type ahRec struct {
 type chanRec struct {
 	ctx    *devCtx
 	ch     *verbs.CompChannel
-	stop   chan struct{}
-	done   chan struct{}
 	events eventQueue[*cqRec] // completion events not yet taken
 
-	mu      sync.Mutex
-	cqs     int         // CQs using the channel
-	started atomic.Bool // forward runs (from the first ibv_req_notify_cq on one of its CQs); set under mu
-	stopped bool        // destroyed
+	mu  sync.Mutex
+	cqs int // CQs using the channel
 }
 
 type cqRec struct {
@@ -338,38 +336,26 @@ func srgo_create_comp_channel(h C.uintptr_t, fd C.int, errp *C.int) C.uintptr_t 
 		*errp = bad(syscall.EINVAL)
 		return 0
 	}
-	r := &chanRec{ctx: c, ch: d.CreateCompChannel(), stop: make(chan struct{}), done: make(chan struct{})}
+	r := &chanRec{ctx: c, ch: d.CreateCompChannel()}
 	r.events.fd = int(fd)
-	return addOrFail(r, errp, func() {})
+	r.ch.SetNotify(r.forward)
+	return addOrFail(r, errp, func() { r.ch.SetNotify(nil) })
 }
 
-// start starts forward, once: a channel gets CQ events only after a CQ of
-// its was armed, so the goroutine waits for the first ibv_req_notify_cq
-// (rdma_create_qp makes two channels per QP that most programs, cmtime's
-// server among them, never arm).
-func (r *chanRec) start() {
-	if r.started.Load() {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.started.Load() && !r.stopped {
-		r.started.Store(true)
-		go r.forward()
-	}
-}
-
-// forward turns the channel's CQ events into eventfd counts, one each.
+// forward turns the channel's CQ events into eventfd counts, one each, on
+// the goroutine that raised them (verbs.CompChannel.SetNotify: the device's
+// receive goroutine, or a program's thread polling the link), so that the
+// thread waiting in ibv_get_cq_event is woken by the kernel with no
+// goroutine in between.
 func (r *chanRec) forward() {
-	defer close(r.done)
 	for {
 		select {
-		case <-r.stop:
-			return
 		case cq := <-r.ch.C():
 			if rec, ok := cq.Context().(*cqRec); ok {
 				r.events.push(rec)
 			}
+		default:
+			return
 		}
 	}
 }
@@ -382,21 +368,53 @@ func srgo_destroy_comp_channel(h C.uintptr_t) C.int {
 	}
 	r.mu.Lock()
 	busy := r.cqs > 0
-	started := r.started.Load()
-	if !busy {
-		r.stopped = true
-	}
 	r.mu.Unlock()
 	if busy {
 		return bad(syscall.EBUSY)
 	}
 	handles.remove(uintptr(h))
-	close(r.stop)
-	if started {
-		<-r.done
-	}
+	r.ch.SetNotify(nil)
 	return 0
 }
+
+// srgo_cc_wait is a blocking ibv_get_cq_event's wait when no event waits:
+// on the device's link and the channel's fd together
+// (verbs.Device.WaitLink), handling what the link then holds on this
+// thread (verbs.Device.PollLink), which raises the events of the CQs it
+// completes (at the end of the batch, on this thread: chanRec.forward
+// writes the fd). One thread wake-up per event where the device's receive
+// goroutine and this thread took two. It returns 0 when the caller should
+// look again, -2 when a signal interrupted the wait, -1 when it cannot
+// wait on the link (the caller then blocks on the fd alone).
+//
+//export srgo_cc_wait
+func srgo_cc_wait(h C.uintptr_t) C.int {
+	r, ok := lookup[*chanRec](uintptr(h))
+	if !ok {
+		return -1
+	}
+	dev := r.ctx.od.dev
+	if !dev.CanPollLink() {
+		return -1
+	}
+	if dev.PollLink() > 0 {
+		return 0
+	}
+	_, _, err := dev.WaitLink(r.events.fd, ccWaitMax)
+	if errors.Is(err, syscall.EINTR) {
+		return -2
+	}
+	if err != nil {
+		return -1
+	}
+	dev.PollLink()
+	return 0
+}
+
+// ccWaitMax bounds one srgo_cc_wait (the caller waits again): a lost
+// wake-up costs at most this, and closing the device waits at most this
+// for a waiting thread.
+const ccWaitMax = 100 * time.Millisecond
 
 //export srgo_take_cq_event
 func srgo_take_cq_event(h C.uintptr_t, out **C.struct_ibv_cq) C.int {
@@ -541,9 +559,6 @@ func srgo_req_notify_cq(h C.uintptr_t, solicited C.int) C.int {
 	r, ok := lookup[*cqRec](uintptr(h))
 	if !ok {
 		return bad(syscall.EINVAL)
-	}
-	if r.ch != nil {
-		r.ch.start()
 	}
 	return cerr(r.cq.ReqNotify(solicited != 0))
 }

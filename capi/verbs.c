@@ -808,11 +808,22 @@ SR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 {
 	uint64_t v;
 	struct ibv_cq *got = NULL;
+	int fl;
 
 	if (!channel)
 		return -1;
+	fl = fcntl(channel->fd, F_GETFL);
 	for (;;) {
-		ssize_t r = read(channel->fd, &v, sizeof(v));
+		ssize_t r;
+		/* A blocking channel with no event yet: wait on the device's link
+		 * too and handle what arrives on this thread (srgo_cc_wait); a
+		 * signal, as in read below, only makes it look again. */
+		if (fl >= 0 && !(fl & O_NONBLOCK)) {
+			struct pollfd p = { .fd = channel->fd, .events = POLLIN };
+			if (poll(&p, 1, 0) == 0 && srgo_cc_wait(sr_ch_h(channel)) != -1)
+				continue;
+		}
+		r = read(channel->fd, &v, sizeof(v));
 		if (r == sizeof(v))
 			break;
 		if (r < 0 && errno == EINTR)

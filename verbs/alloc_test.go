@@ -142,7 +142,7 @@ func TestCompChannelQueueOnUse(t *testing.T) {
 	if err := cq.ReqNotify(false); err != nil {
 		t.Fatal(err)
 	}
-	cq.push(&WC{WRID: 7}, false)
+	cq.push(&WC{WRID: 7}, false, false)
 	select {
 	case got := <-ch.C():
 		if got != cq {

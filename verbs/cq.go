@@ -144,7 +144,10 @@ func (cq *CQ) Len() int { cq.mu.Lock(); defer cq.mu.Unlock(); return cq.n }
 
 // ReqNotify arms the CQ (ibv_req_notify_cq): the next completion (or, with
 // solicitedOnly, the next solicited or error completion) sends one event to
-// the completion channel.
+// the completion channel. A completion the receive loop makes sends its
+// event at the end of the batch of datagrams it belongs to, once every
+// completion of the batch is in its CQ, as a NIC interrupts after writing
+// its CQEs.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if cq.ch == nil {
 		return newErr("req notify cq", "CQ has no completion channel", syscall.EINVAL)
@@ -207,7 +210,10 @@ func (cq *CQ) Destroy() error {
 
 // push adds a completion. It returns false on overflow: the CQ error event
 // is raised and the caller moves its QP to ERR (docs/protocol.md §5.7: receive CQ full).
-func (cq *CQ) push(wc *WC, solicited bool) bool {
+// batched: the receive loop is handling a batch (QP.rxBatched, under the
+// device's rx.mu), and the completion event waits for the batch's end
+// (Device.raiseEvents).
+func (cq *CQ) push(wc *WC, solicited, batched bool) bool {
 	cq.mu.Lock()
 	if cq.n == len(cq.ring) {
 		first := !cq.overflowed
@@ -234,14 +240,23 @@ func (cq *CQ) push(wc *WC, solicited bool) bool {
 	cq.mu.Unlock()
 	cq.dev.rx.woke.Store(true)
 	if notify && cq.ch != nil {
-		select {
-		case cq.ch.events() <- cq:
-		default:
-			cq.dev.stats.DropEvents.Add(1)
+		if batched {
+			cq.dev.rx.events = append(cq.dev.rx.events, cq)
+			return true
 		}
-		if f := cq.ch.notify.Load(); f != nil {
-			(*f)()
-		}
+		cq.raise()
 	}
 	return true
+}
+
+// raise delivers a completion event to the CQ's channel.
+func (cq *CQ) raise() {
+	select {
+	case cq.ch.events() <- cq:
+	default:
+		cq.dev.stats.DropEvents.Add(1)
+	}
+	if f := cq.ch.notify.Load(); f != nil {
+		(*f)()
+	}
 }

@@ -19,6 +19,7 @@ type side struct {
 	pd   *PD
 	scq  *CQ
 	rcq  *CQ
+	cc   *CompChannel // both CQs' channel (pairOpts.channel)
 	qp   *QP
 	buf  []byte
 	mr   *MR
@@ -48,6 +49,7 @@ type pairOpts struct {
 	busyPoll time.Duration
 	lateSGE  bool // Config.LateSGECheck
 	hooks    *testHooks
+	channel  bool // both CQs of each side on one completion channel (side.cc)
 }
 
 func newPipePair(t testing.TB, o *pairOpts) (link.Endpoint, link.Endpoint) {
@@ -136,10 +138,13 @@ func newSide(t testing.TB, ep link.Endpoint, o pairOpts) *side {
 	if s.pd, err = d.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if s.scq, err = d.CreateCQ(4096, nil, nil); err != nil {
+	if o.channel {
+		s.cc = d.CreateCompChannel()
+	}
+	if s.scq, err = d.CreateCQ(4096, nil, s.cc); err != nil {
 		t.Fatal(err)
 	}
-	if s.rcq, err = d.CreateCQ(4096, nil, nil); err != nil {
+	if s.rcq, err = d.CreateCQ(4096, nil, s.cc); err != nil {
 		t.Fatal(err)
 	}
 	init := &QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, QPType: o.typ,

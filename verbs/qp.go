@@ -807,7 +807,7 @@ func (qp *QP) flushRecv() {
 	var w recvWQE
 	for qp.rq.pop(&w) {
 		wc := WC{WRID: w.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}
-		qp.recvCQ.push(&wc, false)
+		qp.recvCQ.push(&wc, false, false)
 	}
 }
 
@@ -825,7 +825,7 @@ func (qp *QP) completeHead() {
 				wc.ByteLen = 8
 			}
 		}
-		if !qp.sendCQ.push(&wc, false) && qp.state != QPStateErr {
+		if !qp.sendCQ.push(&wc, false, qp.rxBatched) && qp.state != QPStateErr {
 			qp.sqHead++
 			if qp.req.idx < qp.sqHead {
 				qp.req.idx, qp.req.pkt = qp.sqHead, 0

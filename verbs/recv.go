@@ -37,6 +37,23 @@ type rxState struct {
 	// each is an answer that restarts the retransmit timer.
 	now    time.Time
 	nowSet bool
+	// events are the CQ events the batch raised (CQ.push with batched):
+	// raised at its end, once every completion it makes is in its CQ, as
+	// a NIC interrupts after writing its CQEs (raiseEvents).
+	events []*CQ
+}
+
+// raiseEvents raises the CQ events the batch being ended deferred (under
+// rx.mu): a reply and the ACK of the message it answers arrive in one
+// batch (one UDP GSO buffer), and a program woken by the reply's event
+// finds the send completion the ACK makes in its CQ too (perftest's event
+// mode waits on one channel for both CQs and polls each once per event).
+func (d *Device) raiseEvents() {
+	for i, cq := range d.rx.events {
+		cq.raise()
+		d.rx.events[i] = nil
+	}
+	d.rx.events = d.rx.events[:0]
 }
 
 // rxLoop is the device's receive loop: it reads batches from the link and

@@ -94,7 +94,7 @@ func (qp *QP) pushRecvWC(w *recvWQE, st WCStatus, op WCOpcode, n uint32, imm uin
 	if st != WCSuccess {
 		wc.ByteLen, wc.Flags, wc.ImmData = 0, 0, 0
 	}
-	if !qp.recvCQ.push(&wc, se) {
+	if !qp.recvCQ.push(&wc, se, qp.rxBatched) {
 		// Receive CQ overflow: QP to ERR without a NAK (docs/protocol.md §5.7).
 		qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
 		qp.toError()
@@ -783,7 +783,7 @@ func (qp *QP) udReceive(lp *link.Packet, p *wire.Packet) {
 	}
 	wc := WC{WRID: w.wrid, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(need), ImmData: p.Imm,
 		QPNum: qp.qpn, SrcQP: p.DETH.SrcQP, Flags: fl, SL: rocePktType(lp)}
-	if !qp.recvCQ.push(&wc, p.BTH.SE) {
+	if !qp.recvCQ.push(&wc, p.BTH.SE, qp.rxBatched) {
 		qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
 		qp.toError()
 	}

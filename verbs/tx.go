@@ -203,6 +203,7 @@ func (d *Device) write(pkts []link.Packet) {
 // a reply leaves with the ACK in one system call (flushSoon bounds the
 // wait).
 func (d *Device) endBatch(yield bool) {
+	d.raiseEvents()
 	for i, qp := range d.rx.ackq {
 		qp.mu.Lock()
 		qp.resp.ackQueued = false

@@ -1,7 +1,10 @@
 package capitest
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +151,38 @@ func TestCrossed(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestEventWaitOnLink: a program blocked in ibv_get_cq_event waits on the
+// device's socket too and handles the datagram that arrives on its own
+// thread (srgo_cc_wait), instead of being woken by the device's receive
+// goroutine: stock ib_send_lat -e's client handles at least half of its
+// datagrams itself (all of them here; none before) and completes. Before
+// the completion events were raised at the end of the receive batch, this
+// hung perftest's event mode within 50 messages (a reply's event came
+// before the send completion of the ACK behind it).
+func TestEventWaitOnLink(t *testing.T) {
+	needLib(t, "ib_send_lat")
+	sa, ca := addrPair()
+	port := freePort(t)
+	stats := filepath.Join(t.TempDir(), "client")
+	argv := []string{"ib_send_lat", "-e", "-s", "8", "-n", "2000", "-p", itoa(port)}
+	_, c := runPair(t, port, side{argv, env(sa)}, side{append(argv, "127.0.0.1"), env(ca, "SOFTROCE_STATS="+stats)}, 60*time.Second)
+	if !regexp.MustCompile(`(?m)^ +8 +2000 +[0-9.]+`).MatchString(c.stdout.String()) {
+		t.Fatalf("client printed no result line:\n%s", c)
+	}
+	b, err := os.ReadFile(stats)
+	if err != nil {
+		t.Fatalf("no SOFTROCE_STATS file: %v", err)
+	}
+	dev := map[string]uint64{}
+	for _, kv := range strings.Fields(regexp.MustCompile(`(?m)^device \S+ counters:.*$`).FindString(string(b))) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			dev[k], _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	if dev["RxPackets"] < 2000 || dev["RxPolled"]*2 < dev["RxPackets"] {
+		t.Errorf("the client's thread handled %d of %d datagrams itself, want at least half:\n%s", dev["RxPolled"], dev["RxPackets"], b)
 	}
 }

@@ -145,34 +145,48 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 // aside while a thread waits here (as for a busy Poll caller), so that a
 // datagram wakes the waiting thread alone, not a thread of the runtime
 // too: a program thread blocked for a reply (the C library's blocking
-// rsocket calls) is woken once, as a kernel socket's reader is. A signal
-// that reaches the thread ends the wait with an error wrapping EINTR.
-// Close waits for a WaitReadable in progress to return (within timeout).
+// rsocket calls) is woken once, as a kernel socket's reader is. One thread
+// at a time watches the socket: while one does, another that gives an fd
+// waits on its fd alone (sock is then false), and is woken through it by
+// what the watching thread handles (rping's CM thread and its CQ thread:
+// one wake-up per datagram, not two). A signal that reaches the thread
+// ends the wait with an error wrapping EINTR. Close waits for a
+// WaitReadable in progress to return (within timeout).
 func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool, err error) {
 	if e.closed.Load() {
 		return false, false, errClosed
 	}
-	e.waiters.Add(1)
-	defer func() {
-		e.waitEnd.Store(mono())
-		if e.waiters.Add(-1) == 0 {
-			e.signalWaitGone()
-		}
-	}()
+	watch := true
+	if fd < 0 {
+		e.waiters.Add(1)
+	} else {
+		watch = e.waiters.CompareAndSwap(0, 1)
+	}
+	if watch {
+		defer func() {
+			e.waitEnd.Store(mono())
+			if e.waiters.Add(-1) == 0 {
+				e.signalWaitGone()
+			}
+		}()
+	}
 	ms := int(min(max(timeout, 0)/time.Millisecond, 1<<30))
 	var perr error
 	cerr := e.rc.Control(func(s uintptr) {
 		fds := [2]unix.PollFd{{Fd: int32(s), Events: unix.POLLIN}, {Fd: int32(fd), Events: unix.POLLIN}}
-		n := 2
-		if fd < 0 {
-			n = 1
+		w := fds[:]
+		switch {
+		case fd < 0:
+			w = fds[:1]
+		case !watch:
+			w = fds[1:]
 		}
 		// EINTR is returned, not retried: the waiting thread is a
 		// program's, whose signal handler should end its blocking call.
 		// But not the runtime's own signals (pollMask).
-		_, perr = pollMasked(fds[:n], ms)
-		sock = fds[0].Revents != 0
-		other = n == 2 && fds[1].Revents != 0
+		_, perr = pollMasked(w, ms)
+		sock = watch && fds[0].Revents != 0
+		other = fd >= 0 && fds[1].Revents != 0
 	})
 	if cerr != nil {
 		return false, false, errClosed

@@ -226,3 +226,47 @@ func TestWaitReadableAsideSleeps(t *testing.T) {
 		t.Fatalf("ServeView served %d datagrams after the waiter left, want 1", served.Load())
 	}
 }
+
+// TestWaitReadableOneWatcher: while a thread waits on the socket, a second
+// WaitReadable that gives an fd waits on that fd alone: a datagram wakes
+// the first only, and the second returns when its fd is written (by what
+// the first handles, in the C library), with sock false.
+func TestWaitReadableOneWatcher(t *testing.T) {
+	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	defer a.Close()
+	efd1, _ := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	efd2, _ := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	defer unix.Close(efd1)
+	defer unix.Close(efd2)
+	type res struct{ sock, other bool }
+	first, second := make(chan res, 1), make(chan res, 1)
+	go func() {
+		s, o, _ := a.WaitReadable(efd1, 5*time.Second)
+		first <- res{s, o}
+	}()
+	for a.waiters.Load() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	go func() {
+		s, o, _ := a.WaitReadable(efd2, 5*time.Second)
+		second <- res{s, o}
+	}()
+	time.Sleep(20 * time.Millisecond) // the second waits on efd2
+	w := linktest.Packet(nil, 0x0A, 1, linktest.Payload(1, 64))
+	wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+	if _, err := b.WriteBatch([]link.Packet{{Buf: w, N: len(w), Dst: a.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-first; !r.sock || r.other {
+		t.Fatalf("the socket's watcher: %+v, want sock", r)
+	}
+	select {
+	case r := <-second:
+		t.Fatalf("the second waiter woke for the datagram: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	unix.Write(efd2, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	if r := <-second; r.sock || !r.other {
+		t.Fatalf("the second waiter: %+v, want its fd alone", r)
+	}
+}
