@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/link/pipe"
 	"github.com/softroce/softroce/verbs"
 )
@@ -123,4 +124,25 @@ func newBuf(t testing.TB, pd *verbs.PD, n int) *buf {
 
 func (b *buf) sge() []verbs.SGE {
 	return []verbs.SGE{{Addr: b.mr.Addr(), Length: uint32(len(b.b)), LKey: b.mr.LKey()}}
+}
+
+// listenDial makes a listener on p's B at port, on a channel of its own
+// (sch), and an ID on another (cch) that has resolved it and has an RC QP,
+// ready to Connect; the test's end closes and destroys them.
+func listenDial(t *testing.T, p *pair, port uint16) (sch, cch *EventChannel, cid *ID) {
+	t.Helper()
+	sch, cch = NewEventChannel(), NewEventChannel()
+	t.Cleanup(func() { sch.Close(); cch.Close() })
+	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
+	t.Cleanup(func() { lid.Destroy() })
+	lid.BindAddr(netip.AddrPortFrom(p.addrB(), port))
+	lid.Listen(0)
+	cid, _ = cch.CreateID(nil, mad.PortSpaceTCP)
+	t.Cleanup(func() { cid.Destroy() })
+	cid.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.addrB(), port), 0)
+	expect(t, cch, EventAddrResolved)
+	cid.ResolveRoute(0)
+	expect(t, cch, EventRouteResolved)
+	rcQP(t, cid)
+	return sch, cch, cid
 }

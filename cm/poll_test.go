@@ -1,11 +1,9 @@
 package cm
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/link/pipe"
 )
 
@@ -17,20 +15,7 @@ func TestAgentPoll(t *testing.T) {
 	cfg := testConfig()
 	cfg.pollOnly = true
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
-	sch, cch := NewEventChannel(), NewEventChannel()
-	defer sch.Close()
-	defer cch.Close()
-	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
-	defer lid.Destroy()
-	lid.BindAddr(netip.AddrPortFrom(p.addrB(), 5200))
-	lid.Listen(0)
-	cid, _ := cch.CreateID(nil, mad.PortSpaceTCP)
-	defer cid.Destroy()
-	cid.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.addrB(), 5200), 0)
-	expect(t, cch, EventAddrResolved)
-	cid.ResolveRoute(0)
-	expect(t, cch, EventRouteResolved)
-	rcQP(t, cid)
+	sch, cch, cid := listenDial(t, p, 5200)
 	if err := cid.Connect(&ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		t.Fatal(err)
 	}
