@@ -481,6 +481,9 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 	int r;
 	if (!ch || !event)
 		return sr_err(EINVAL);
+	/* Nothing in a forked child handles the device: fail, do not block. */
+	if (sr_forked_child("rdma_get_cm_event"))
+		return -1;
 	for (;;) {
 		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 		int fl;

@@ -812,6 +812,9 @@ SR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 
 	if (!channel)
 		return -1;
+	/* Nothing in a forked child handles the device: fail, do not block. */
+	if (sr_forked_child("ibv_get_cq_event"))
+		return -1;
 	fl = fcntl(channel->fd, F_GETFL);
 	for (;;) {
 		ssize_t r;

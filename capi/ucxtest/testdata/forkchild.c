@@ -1,10 +1,12 @@
 /* forkchild: fork without exec after the library started (as Open MPI's
- * ranks and daemons may). The child's calls that would use a device must
- * fail at once with EOPNOTSUPP (one line on stderr), not hang; fork then
+ * ranks and daemons may). The child's calls that would use a device, or
+ * wait for its events, must fail at once with EOPNOTSUPP (one line on
+ * stderr), not hang; fork then
  * exec must work, the exec'd program opening the device anew; the parent
  * goes on using its device. Prints "forkchild: OK" when all hold. */
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,14 +45,26 @@ int main(int argc, char **argv)
 	}
 	struct ibv_context *c = open_first();
 	struct ibv_pd *pd = c ? ibv_alloc_pd(c) : NULL;
-	if (!pd) {
+	struct ibv_comp_channel *ch = c ? ibv_create_comp_channel(c) : NULL;
+	struct rdma_event_channel *ech = rdma_create_event_channel();
+	if (!pd || !ch || !ech) {
 		perror("forkchild: parent: open");
 		return 1;
 	}
 	pid_t p = fork();
 	if (p == 0) {
 		int n = -1;
+		struct ibv_cq *ecq;
+		void *ectx;
 		errno = 0;
+		/* Waiting for the parent's events fails at once, too (it would
+		 * block for ever: nothing in the child handles the device). */
+		if (ibv_get_cq_event(ch, &ecq, &ectx) != -1 || errno != EOPNOTSUPP)
+			_exit(8);
+		struct rdma_cm_event *ev;
+		errno = 0;
+		if (rdma_get_cm_event(ech, &ev) != -1 || errno != EOPNOTSUPP)
+			_exit(9);
 		if (ibv_alloc_pd(c) != NULL || errno != EOPNOTSUPP)
 			_exit(2);
 		if (ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) != NULL || errno != EOPNOTSUPP)
@@ -82,6 +96,8 @@ int main(int argc, char **argv)
 	}
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
+	ibv_destroy_comp_channel(ch);
+	rdma_destroy_event_channel(ech);
 	ibv_dealloc_pd(pd);
 	if (ibv_close_device(c)) {
 		perror("forkchild: close");
