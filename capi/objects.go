@@ -45,8 +45,12 @@ type chanRec struct {
 	ch     *verbs.CompChannel
 	events eventQueue[*cqRec] // completion events not yet taken
 
-	mu  sync.Mutex
-	cqs int // CQs using the channel
+	// mu guards cqs and closed, and is held while forward moves events to
+	// the fd, so that an event is never pushed for a destroyed CQ
+	// (cqRec.gone) nor after the channel is destroyed (its fd closed).
+	mu     sync.Mutex
+	cqs    int  // CQs using the channel
+	closed bool // destroyed
 }
 
 type cqRec struct {
@@ -57,6 +61,7 @@ type cqRec struct {
 
 	compReported  atomic.Uint32
 	asyncReported atomic.Uint32
+	gone          atomic.Bool // destroyed: forward pushes no more of its events
 }
 
 type srqRec struct {
@@ -348,10 +353,16 @@ func srgo_create_comp_channel(h C.uintptr_t, fd C.int, errp *C.int) C.uintptr_t 
 // thread waiting in ibv_get_cq_event is woken by the kernel with no
 // goroutine in between.
 func (r *chanRec) forward() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for {
 		select {
 		case cq := <-r.ch.C():
-			if rec, ok := cq.Context().(*cqRec); ok {
+			rec, ok := cq.Context().(*cqRec)
+			if !ok || r.closed {
+				continue
+			}
+			if !rec.gone.Load() {
 				r.events.push(rec)
 			}
 		default:
@@ -368,6 +379,9 @@ func srgo_destroy_comp_channel(h C.uintptr_t) C.int {
 	}
 	r.mu.Lock()
 	busy := r.cqs > 0
+	if !busy {
+		r.closed = true // a forward in progress has ended; later ones push nothing
+	}
 	r.mu.Unlock()
 	if busy {
 		return bad(syscall.EBUSY)
@@ -489,11 +503,14 @@ func srgo_destroy_cq(h C.uintptr_t, comp, async *C.uint32_t) C.int {
 		return cerr(err)
 	}
 	handles.remove(uintptr(h))
+	r.gone.Store(true)
 	r.ctx.dropEvents(r)
 	if ch := r.ch; ch != nil {
-		// Events of this CQ not yet taken go with it, as the kernel's.
-		ch.events.drop(func(e *cqRec) bool { return e == r })
+		// Events of this CQ not yet taken go with it, as the kernel's:
+		// under ch.mu, after gone is set, so that a forward in progress
+		// has pushed its event already and a later one pushes none.
 		ch.mu.Lock()
+		ch.events.drop(func(e *cqRec) bool { return e == r })
 		ch.cqs--
 		ch.mu.Unlock()
 	}

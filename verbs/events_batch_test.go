@@ -141,3 +141,42 @@ func TestEventsAfterBatch(t *testing.T) {
 		t.Errorf("%d receive events came before the send completion of their batch (%d replies arrived without an ACK behind them)", early.Load(), rec.alone.Load())
 	}
 }
+
+// TestDeferredEventDestroyedCQ: an event a batch deferred for a CQ that was
+// destroyed before the batch ended (its QP destroyed first, in between) is
+// not raised; a live CQ's is.
+func TestDeferredEventDestroyedCQ(t *testing.T) {
+	a, _ := newPair(t, pairOpts{channel: true})
+	for _, destroy := range []bool{false, true} {
+		cq, err := a.dev.CreateCQ(4, nil, a.cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		a.dev.rx.mu.Lock()
+		cq.push(&WC{WRID: 1}, false, true) // as the receive loop does, mid-batch
+		if destroy {
+			if err := cq.Destroy(); err != nil {
+				a.dev.rx.mu.Unlock()
+				t.Fatal(err)
+			}
+		}
+		a.dev.raiseEvents()
+		a.dev.rx.mu.Unlock()
+		select {
+		case got := <-a.cc.C():
+			if destroy {
+				t.Fatalf("event for a destroyed CQ (%p)", got)
+			}
+			if err := cq.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(50 * time.Millisecond):
+			if !destroy {
+				t.Fatal("no event for a live CQ")
+			}
+		}
+	}
+}

@@ -48,9 +48,17 @@ type rxState struct {
 // batch (one UDP GSO buffer), and a program woken by the reply's event
 // finds the send completion the ACK makes in its CQ too (perftest's event
 // mode waits on one channel for both CQs and polls each once per event).
+//
+// A CQ destroyed since its completion (its QP destroyed first, between the
+// completion and the batch's end) raises nothing.
 func (d *Device) raiseEvents() {
 	for i, cq := range d.rx.events {
-		cq.raise()
+		cq.mu.Lock()
+		gone := cq.destroyed
+		cq.mu.Unlock()
+		if !gone {
+			cq.raise()
+		}
 		d.rx.events[i] = nil
 	}
 	d.rx.events = d.rx.events[:0]
