@@ -448,27 +448,8 @@ func srgo_cm_wait(h C.uintptr_t) C.int {
 	if a == nil || !a.Device().CanPollLink() {
 		return -1
 	}
-	dev := a.Device()
-	if dev.PollLink()+a.Poll() > 0 {
-		a.Poll()
-		return 0
-	}
-	_, _, err := dev.WaitLink(r.fd, cmWaitMax)
-	if errors.Is(err, syscall.EINTR) {
-		return -2
-	}
-	if err != nil {
-		return -1
-	}
-	dev.PollLink()
-	a.Poll()
-	return 0
+	return waitLinkThen(a.Device(), r.fd, a.Poll)
 }
-
-// cmWaitMax bounds one srgo_cm_wait (the caller waits again): a lost
-// wake-up costs at most this, and closing the device waits at most this
-// for a waiting thread.
-const cmWaitMax = 100 * time.Millisecond
 
 // soleAgent returns the CM agent when exactly one device runs one.
 func soleAgent() *cm.Agent {

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/softroce/softroce/verbs"
@@ -411,24 +410,38 @@ func srgo_cc_wait(h C.uintptr_t) C.int {
 	if !dev.CanPollLink() {
 		return -1
 	}
-	if dev.PollLink() > 0 {
+	return waitLinkThen(dev, r.events.fd, nil)
+}
+
+// waitLinkThen is the blocking wait of ibv_get_cq_event and
+// rdma_get_cm_event (srgo_cc_wait, srgo_cm_wait) when nothing is queued:
+// what dev's link holds now is handled on this thread (PollLink, then
+// after, if given, what it queued elsewhere: the CM agent's MADs), and
+// only if that was nothing does the thread wait, at most rsBlockWait, on
+// the link and fd together (verbs.Device.WaitLink) and handle what then
+// arrived. 0: look again; -2: a signal interrupted the wait; -1: it could
+// not wait on the link (the caller waits on fd alone).
+func waitLinkThen(dev *verbs.Device, fd int, after func() int) C.int {
+	handle := func() int {
+		n := dev.PollLink()
+		if after != nil {
+			n += after()
+		}
+		return n
+	}
+	if handle() > 0 {
 		return 0
 	}
-	_, _, err := dev.WaitLink(r.events.fd, ccWaitMax)
+	_, _, err := dev.WaitLink(fd, rsBlockWait)
 	if errors.Is(err, syscall.EINTR) {
 		return -2
 	}
 	if err != nil {
 		return -1
 	}
-	dev.PollLink()
+	handle()
 	return 0
 }
-
-// ccWaitMax bounds one srgo_cc_wait (the caller waits again): a lost
-// wake-up costs at most this, and closing the device waits at most this
-// for a waiting thread.
-const ccWaitMax = 100 * time.Millisecond
 
 //export srgo_take_cq_event
 func srgo_take_cq_event(h C.uintptr_t, out **C.struct_ibv_cq) C.int {

@@ -133,7 +133,8 @@ func srgo_rs_wait(fd C.int, ms C.int) C.int {
 // device's socket (SR_RS_POLLED_LINK in rsocket.c).
 const rsPolledLink = 0x10000
 
-// rsBlockWait bounds one wait of a blocking rsocket call (it waits again):
+// rsBlockWait bounds one wait of a blocking rsocket call, and of a blocking
+// ibv_get_cq_event or rdma_get_cm_event (they wait again):
 // a lost wake-up costs at most this, and closing the device waits at most
 // this for a waiting thread.
 const rsBlockWait = 100 * time.Millisecond

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/clock"
 	"github.com/softroce/softroce/clock/clocktest"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
@@ -138,15 +139,12 @@ func TestSeqNAKRetrySpendsRetryCnt(t *testing.T) {
 	}
 }
 
-// TestStaleRetryCallbackIgnored: a retransmit timer callback that the
-// clock already took off (it fired) but that reaches the QP's lock only
-// after an answer restarted the timer is stale: it must neither retry nor
-// defer, and the restarted timer stays armed. Deterministic: the test
-// holds the QP's lock while the fake clock fires the timer, and restarts
-// the timer the way an accepted response does before letting it in.
-func TestStaleRetryCallbackIgnored(t *testing.T) {
+// retryTimerOnly is deadPeerPair with a SEND outstanding and the loss probe
+// (recover.go), which shares the timer and is due first, off: it returns
+// the retransmit timer and how long until it fires.
+func retryTimerOnly(t *testing.T) (*clocktest.Fake, *side, clock.Timer, time.Duration) {
+	t.Helper()
 	clk, a, _, _ := deadPeerPair(t, 7)
-	// The loss probe (recover.go) shares the timer and is due first: off.
 	a.qp.mu.Lock()
 	a.qp.comp.probeArmed = false
 	a.qp.syncTimer()
@@ -156,13 +154,24 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 	if !active {
 		t.Fatal("retransmit timer not armed with a SEND outstanding")
 	}
+	return clk, a, ft, due
+}
+
+// TestStaleRetryCallbackIgnored: a retransmit timer callback that the
+// clock already took off (it fired) but that reaches the QP's lock only
+// after an answer restarted the timer is stale: it must neither retry nor
+// defer, and the restarted timer stays armed. Deterministic: the test
+// holds the QP's lock while the fake clock fires the timer, and restarts
+// the timer the way an accepted response does before letting it in.
+func TestStaleRetryCallbackIgnored(t *testing.T) {
+	clk, a, ft, due := retryTimerOnly(t)
 	a.qp.mu.Lock()
 	done := make(chan struct{})
 	go func() { clk.Advance(due); close(done) }()
 	// The clock deactivates the timer before it calls the callback, which
 	// then waits for the QP's lock.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Microsecond) {
-		if _, active = clk.Until(ft); !active {
+		if _, active := clk.Until(ft); !active {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -195,16 +204,7 @@ func TestStaleRetryCallbackIgnored(t *testing.T) {
 // new one, where a peer that went silent after the answer is found out.
 // Without that re-arm the QP would never time out.
 func TestRetryTimerMovedLater(t *testing.T) {
-	clk, a, _, _ := deadPeerPair(t, 7)
-	a.qp.mu.Lock()
-	a.qp.comp.probeArmed = false // the loss probe shares the timer: off
-	a.qp.syncTimer()
-	a.qp.mu.Unlock()
-	ft := a.qp.comp.retryTimer
-	due, active := clk.Until(ft)
-	if !active {
-		t.Fatal("retransmit timer not armed with a SEND outstanding")
-	}
+	clk, a, ft, due := retryTimerOnly(t)
 	clk.Advance(due / 2)
 	a.qp.mu.Lock()
 	a.qp.answered() // restarts the retransmit timer from now: deadline due/2 later

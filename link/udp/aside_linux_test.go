@@ -27,11 +27,7 @@ func TestServeStepsAside(t *testing.T) {
 	}{{"raw", nil, true}, {"netpoll", []Option{WithNetpoll()}, false}} {
 		t.Run(mode.name, func(t *testing.T) {
 			a, b := listen(t, "127.0.0.1:0", mode.opts...), listen(t, "127.0.0.1:0")
-			var served atomic.Int64
-			done := make(chan error, 1)
-			go func() {
-				done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) { served.Add(int64(len(pkts))) })
-			}()
+			served, done := serveCounting(a)
 			psn := uint32(0)
 			send := func() {
 				t.Helper()

@@ -23,11 +23,7 @@ import (
 // After Close it fails at once.
 func TestWaitReadable(t *testing.T) {
 	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
-	var served atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) { served.Add(int64(len(pkts))) })
-	}()
+	served, done := serveCounting(a)
 	time.Sleep(10 * time.Millisecond) // ServeView waits on the empty socket
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -164,11 +160,7 @@ func TestWaitReadableSignal(t *testing.T) {
 // again.
 func TestWaitReadableAsideSleeps(t *testing.T) {
 	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
-	var served atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) { served.Add(int64(len(pkts))) })
-	}()
+	served, done := serveCounting(a)
 	defer func() { a.Close(); <-done }()
 	time.Sleep(10 * time.Millisecond) // ServeView waits on the empty socket
 	send := func(psn uint32) {
@@ -269,4 +261,14 @@ func TestWaitReadableOneWatcher(t *testing.T) {
 	if r := <-second; r.sock || !r.other {
 		t.Fatalf("the second waiter: %+v, want its fd alone", r)
 	}
+}
+
+// serveCounting runs a's ServeView on a goroutine of its own, counting the
+// datagrams it handles; done receives what it returns.
+func serveCounting(a *Endpoint) (served *atomic.Int64, done chan error) {
+	served, done = new(atomic.Int64), make(chan error, 1)
+	go func() {
+		done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) { served.Add(int64(len(pkts))) })
+	}()
+	return served, done
 }
