@@ -110,6 +110,10 @@ type Stats struct {
 	// DataMsgs counts data messages sent (RDMA WRITE WITH IMM), Credits
 	// credit updates sent, DirectWrites riowrite RDMA WRITEs.
 	DataMsgs, Credits, DirectWrites atomic.Uint64
+	// Parks counts calls that slept waiting for a completion event (wait):
+	// blocking ones, and non-blocking ones on a device whose link cannot
+	// be polled (nbPark).
+	Parks atomic.Uint64
 }
 
 // Conn is a connected stream rsocket. It is a net.Conn; Read and Write may
@@ -591,10 +595,16 @@ func (c *Conn) haveData() bool { return c.rmsgHead != c.rmsgTail }
 
 // waitState is one call's progress through wait.
 type waitState struct {
-	parked bool
-	noPark bool // MsgNoPark
-	polled bool // the call polled the device's link (PollLink)
+	parked     bool
+	noPark     bool // MsgNoPark
+	polls      int  // times the call polled the device's link (PollLink)
+	progressed bool // the last poll received something
 }
+
+// maxLinkPolls bounds the link polls of one non-blocking call: a stream of
+// datagrams for other connections must not hold a caller that asked not to
+// wait.
+const maxLinkPolls = 16
 
 // takeEvents takes the completion events waiting on the channel (under
 // c.mu): the CQs need arming again.
@@ -621,8 +631,9 @@ const nbPark = time.Millisecond
 
 // wait blocks (releasing c.mu) until an event may have changed the
 // connection or the deadline passes. Callers loop: progress, test, wait.
-// A non-blocking call on a device whose link can be polled polls it once
-// (poll mode) and then fails with EAGAIN; otherwise wait arms the CQs and
+// A non-blocking call on a device whose link can be polled polls it while
+// polls bring something (poll mode) and then fails with EAGAIN, never
+// parking; otherwise wait arms the CQs and
 // sleeps, a non-blocking call at most nbPark once, then fails with EAGAIN.
 // It does not spin first as rsocket.c does (polling_time): on a software
 // device the spinning caller takes the processor the device needs (a
@@ -639,21 +650,28 @@ func (c *Conn) wait(deadline time.Time, nonblock bool, ws *waitState) error {
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return os.ErrDeadlineExceeded
 	}
-	if nb && !ws.polled && c.qp.Device().CanPollLink() {
+	if nb && c.qp.Device().CanPollLink() {
 		// Poll mode: a call that may not wait receives what the device's
 		// socket holds on the caller's thread (verbs.Device.PollLink), as
-		// the C library's ibv_poll_cq does, once; with nothing there it
-		// fails with EAGAIN at once, as a TCP socket does. A program that
-		// spins on EAGAIN (rstream) then drives the device itself instead
-		// of parking until the device's goroutine hands it a completion
-		// (three thread wake-ups a message).
-		ws.polled = true
-		dev := c.qp.Device()
-		c.mu.Unlock()
-		n := dev.PollLink()
-		c.mu.Lock()
-		if n > 0 {
-			return nil // progress again
+		// the C library's ibv_poll_cq does, for as long as each poll
+		// brings something (at most maxLinkPolls times); when one brings
+		// nothing it fails with EAGAIN at once, as a TCP socket does. A
+		// program that spins on EAGAIN (rstream) then drives the device
+		// itself instead of parking until the device's goroutine hands it
+		// a completion (three thread wake-ups a message). It never parks:
+		// a poll that brought part of a message used to arm the CQs and
+		// park up to nbPark for the rest, which halved a non-blocking
+		// stream's receiver.
+		if ws.polls < maxLinkPolls && (ws.polls == 0 || ws.progressed) {
+			ws.polls++
+			dev := c.qp.Device()
+			c.mu.Unlock()
+			n := dev.PollLink()
+			c.mu.Lock()
+			ws.progressed = n > 0
+			if n > 0 {
+				return nil // progress again
+			}
 		}
 		if !ws.noPark {
 			return errWouldBlock
@@ -685,6 +703,7 @@ func (c *Conn) wait(deadline time.Time, nonblock bool, ws *waitState) error {
 		defer t.Stop()
 		tc = t.C
 	}
+	c.Stats.Parks.Add(1)
 	select {
 	case cq := <-c.cc.CompChannel.C():
 		cq.AckEvents(1)

@@ -57,6 +57,9 @@ type PacketStats struct {
 	// Dropped counts datagrams received with the receive queue full, or
 	// with a bad header.
 	Dropped atomic.Uint64
+	// Parks counts calls that slept waiting for an event (wait): blocking
+	// ones, and non-blocking ones on a device whose link cannot be polled.
+	Parks atomic.Uint64
 }
 
 // dsQP is a UD QP of the socket, one per local address (struct ds_qp).
@@ -507,11 +510,24 @@ func (pc *PacketConn) pollLink() bool {
 	return got
 }
 
+// linksPolled reports whether pollLink reaches every device of pc's QPs:
+// a non-blocking call that polled them and found nothing then fails at
+// once, as Conn.wait's poll mode.
+func (pc *PacketConn) linksPolled() bool {
+	for _, q := range pc.qps {
+		if !q.dev.CanPollLink() {
+			return false
+		}
+	}
+	return len(pc.qps) > 0
+}
+
 // wait blocks (releasing pc.mu) until an event may have come or the
-// deadline passes; a non-blocking call waits at most nbPark, once, then
-// fails with EAGAIN (as Conn.wait).
+// deadline passes; a non-blocking call fails with EAGAIN at once when its
+// devices' links were polled (linksPolled), else after waiting at most
+// nbPark, once (as Conn.wait).
 func (pc *PacketConn) wait(deadline time.Time, nb bool, ws *waitState) error {
-	if nb && ws.parked {
+	if nb && (ws.parked || pc.linksPolled()) {
 		return errWouldBlock
 	}
 	if pc.closed {
@@ -535,6 +551,7 @@ func (pc *PacketConn) wait(deadline time.Time, nb bool, ws *waitState) error {
 			deadline = time.Now().Add(nbPark)
 		}
 	}
+	pc.Stats.Parks.Add(1)
 	var tc <-chan time.Time
 	if !deadline.IsZero() {
 		t := time.NewTimer(time.Until(deadline))

@@ -192,3 +192,49 @@ func TestPacketFirstMaxOverUDP(t *testing.T) {
 		t.Fatal("the first datagram did not go over UDP")
 	}
 }
+
+// TestPacketNonblockingNeverParks: on devices whose links can be polled, a
+// non-blocking RecvFrom with nothing queued, or one whose poll brought
+// datagrams for it, fails or returns at once; it never sleeps (it used to
+// park up to nbPark after polls that found nothing). Before its first
+// send a socket has no UD QP to poll, and a call may still park.
+func TestPacketNonblockingNeverParks(t *testing.T) {
+	a, b := packetPair(t, nil)
+	buf := make([]byte, 64)
+	// A socket's UD QP comes with its first send; until then only its UDP
+	// socket's goroutine can bring a datagram, and a call parks for it.
+	b.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := b.WriteTo([]byte{1}, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	parks := b.Stats.Parks.Load()
+	for range 20 {
+		if _, _, err := b.RecvFrom(buf, MsgDontWait); !errors.Is(err, syscall.EAGAIN) {
+			t.Fatalf("RecvFrom with nothing sent: %v, want EAGAIN", err)
+		}
+	}
+	for i := range 50 {
+		if _, err := a.WriteTo([]byte{byte(i)}, b.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		end := time.Now().Add(10 * time.Second)
+		for {
+			n, _, err := b.RecvFrom(buf, MsgDontWait)
+			if err == nil {
+				if n != 1 || buf[0] != byte(i) {
+					t.Fatalf("datagram %d: %d bytes %x", i, n, buf[:n])
+				}
+				break
+			}
+			if !errors.Is(err, syscall.EAGAIN) {
+				t.Fatal(err)
+			}
+			if time.Now().After(end) {
+				t.Fatalf("datagram %d not received within 10 s", i)
+			}
+		}
+	}
+	if n := b.Stats.Parks.Load() - parks; n != 0 {
+		t.Fatalf("non-blocking RecvFrom parked %d times, want 0", n)
+	}
+}

@@ -120,3 +120,62 @@ func TestPollDrivesLink(t *testing.T) {
 		t.Errorf("PollLinked without link: %d datagrams polled, want 0", n)
 	}
 }
+
+// TestNonblockingNeverParks: on a device whose link can be polled, a
+// non-blocking call never sleeps, even when its poll brought part of a
+// message (a 64 KiB transfer is 16 datagrams, which a poll may take in
+// several batches). Each such call once armed the CQs and parked up to
+// nbPark for the rest: a spinning receiver then slept through most of a
+// stream (stock rstream's default mode ran at half the speed).
+func TestNonblockingNeverParks(t *testing.T) {
+	p := newUDPPair(t)
+	c, s := connect(t, p, nil, nil)
+	c.SetNonblock(true)
+	s.SetNonblock(true)
+	const total = 8 << 20
+	out := make([]byte, 1<<20)
+	for i := range out {
+		out[i] = byte(i * 7)
+	}
+	done := make(chan error, 1)
+	go func() {
+		end := time.Now().Add(20 * time.Second)
+		for sent := 0; sent < total; {
+			n, err := c.Write(out[:min(len(out), total-sent)])
+			sent += n
+			if err != nil && !errors.Is(err, syscall.EAGAIN) {
+				done <- err
+				return
+			}
+			if time.Now().After(end) {
+				done <- errors.New("sender: not done within 20 s")
+				return
+			}
+		}
+		done <- nil
+	}()
+	in := make([]byte, 1<<20)
+	end := time.Now().Add(20 * time.Second)
+	for got := 0; got < total; {
+		n, err := s.Read(in)
+		for i := range n {
+			if in[i] != byte((got+i)%len(out)*7) {
+				t.Fatalf("byte %d = %#x, want %#x", got+i, in[i], byte((got+i)%len(out)*7))
+			}
+		}
+		got += n
+		if err != nil && !errors.Is(err, syscall.EAGAIN) {
+			t.Fatal(err)
+		}
+		if time.Now().After(end) {
+			t.Fatalf("received %d of %d bytes in 20 s", got, total)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Stats.Parks.Load() + s.Stats.Parks.Load(); n != 0 {
+		t.Fatalf("non-blocking calls parked %d times (sender %d, receiver %d), want 0",
+			n, c.Stats.Parks.Load(), s.Stats.Parks.Load())
+	}
+}
