@@ -238,10 +238,11 @@ const (
 )
 
 // stepAside is ServeView's while a poller is busy beside it (at least
-// pollBusy Poll calls since *seen, or a thread waiting in WaitReadable),
-// its socket out of the netpoller: it
+// pollBusy Poll calls since *seen, or a thread waiting in WaitReadable or
+// back from it within pollAside), its socket out of the netpoller: it
 // sleeps pollAside, again while the poller stays busy, until the poller goes
-// quiet or the endpoint closes. The sleep is the runtime's (time.Sleep),
+// quiet or the endpoint closes; while a thread has waited in WaitReadable
+// for a whole step, it sleeps until that thread leaves. The sleep is the runtime's (time.Sleep),
 // which leaves the goroutine's processor idle: a nanosleep(2) on the thread
 // kept it in a system call, which the runtime's monitor (sysmon) took back
 // every 20 µs and handed to another thread, several times the context
@@ -249,10 +250,15 @@ const (
 func (e *Endpoint) stepAside(seen *uint64) {
 	for !e.closed.Load() {
 		e.ctr.asides.Add(1)
-		if e.waiters.Load() > 0 && e.waitGone != nil {
+		if e.waiters.Load() > 0 && e.waitGone != nil && mono()-e.waitEnd.Load() >= int64(pollAside) {
 			// A thread waits on the socket (WaitReadable) and takes what
-			// arrives: sleep until it leaves, not a step at a time (a
-			// program's thread may wait for CM events all its life).
+			// arrives, and none returned from it within the last step:
+			// sleep until it leaves, not a step at a time (a program's
+			// thread may wait for CM events all its life). While threads
+			// come and go (a blocking ping-pong leaves every message), the
+			// steps below go on instead: waking here at every leave cost
+			// the program a thread wake-up per message (stock rstream -T b,
+			// 64 bytes: 37-40 µs against 33-35 µs a transfer).
 			<-e.waitGone
 			continue
 		}

@@ -272,3 +272,85 @@ func serveCounting(a *Endpoint) (served *atomic.Int64, done chan error) {
 	}()
 	return served, done
 }
+
+// TestWaitReadableComeAndGo: a thread that waits in WaitReadable until
+// woken through its fd, and comes back at once, again and again (a
+// blocking ping-pong: one wait per message), does not wake ServeView,
+// aside, at every return: ServeView steps aside a pollAside at a time
+// while the thread keeps coming back. It used to sleep until the thread
+// left, each time: a thread wake-up per message.
+func TestWaitReadableComeAndGo(t *testing.T) {
+	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	served, done := serveCounting(a)
+	defer func() { a.Close(); <-done }()
+	time.Sleep(10 * time.Millisecond) // ServeView waits on the empty socket
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	w := linktest.Packet(nil, 0x0A, 1, linktest.Payload(1, 64))
+	wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+	const pings = 3000
+	ack := make(chan struct{})
+	errc := make(chan error, 2)
+	go func() {
+		// The datagram that sends ServeView aside finds the thread
+		// waiting; then the pings, each after the last was taken.
+		for a.waiters.Load() == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		if _, err := b.WriteBatch([]link.Packet{{Buf: w, N: len(w), Dst: a.LocalAddr()}}); err != nil {
+			errc <- err
+			return
+		}
+		<-ack
+		one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+		for range pings {
+			if _, err := unix.Write(efd, one); err != nil {
+				errc <- err
+				return
+			}
+			<-ack
+		}
+		errc <- nil
+	}()
+	pkts := linktest.Batch(16, 8192)
+	var s0 uint64
+	var start time.Time
+	buf := make([]byte, 8)
+	for i := 0; i <= pings; i++ {
+		sock, other, err := a.WaitReadable(efd, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case i == 0 && sock:
+			if _, err := a.Poll(pkts, func([]link.Packet) {}); err != nil {
+				t.Fatal(err)
+			}
+			s0, start = a.Stats().Asides, time.Now()
+		case i > 0 && other:
+			if _, err := unix.Read(efd, buf); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("wait %d: sock %v, fd %v", i, sock, other)
+		}
+		ack <- struct{}{}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	asides, took := a.Stats().Asides-s0, time.Since(start)
+	if served.Load() != 0 {
+		t.Skipf("ServeView read the datagram before it saw the waiter (a loaded runner): nothing to measure")
+	}
+	// Each step sleeps pollAside; a step cut short by a thread that left
+	// after waiting a whole step (a loaded runner) is allowed for.
+	if limit := uint64(took/pollAside)*5/4 + 10; asides > limit {
+		t.Errorf("ServeView woke %d times in %v while a thread waited and returned %d times, want at most %d (a step every %v)",
+			asides, took, pings, limit, pollAside)
+	}
+	t.Logf("%d waits in %v: ServeView stepped %d times", pings, took, asides)
+}
