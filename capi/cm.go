@@ -216,6 +216,7 @@ func srgo_cm_attach(h C.uintptr_t) C.int {
 func srgo_cm_create_channel(fd C.int, errp *C.int) C.uintptr_t {
 	r := &cmChanRec{ch: cm.NewEventChannel(), fd: int(fd)}
 	r.ch.SetLevel(r.level)
+	r.ch.SetBacklogOnTake(true) // the kernel's rdma_cm file: the slot comes back with the event
 	return addOrFail(r, errp, func() { r.ch.Close() })
 }
 
@@ -596,11 +597,25 @@ func srgo_cm_resolve_route(h C.uintptr_t, ms C.int) C.int {
 	return cerr(r.id.ResolveRoute(time.Duration(ms) * time.Millisecond))
 }
 
+// maxBacklog is the kernel's bound on a listen backlog: the rdma_ucm
+// module's max_backlog setting if it is loaded, else its default, 1024.
+var maxBacklog = sync.OnceValue(func() int {
+	if b, err := os.ReadFile("/proc/sys/net/rdma_ucm/max_backlog"); err == nil {
+		if n := atoiTrim(string(b)); n > 0 {
+			return n
+		}
+	}
+	return 1024
+})
+
 //export srgo_cm_listen
 func srgo_cm_listen(h C.uintptr_t, backlog C.int) C.int {
 	r, ok := cmID(h)
 	if !ok {
 		return C.int(syscall.EINVAL)
+	}
+	if backlog <= 0 || int(backlog) > maxBacklog() {
+		backlog = C.int(maxBacklog()) // as the kernel's rdma_cm file
 	}
 	if err := r.id.Listen(int(backlog)); err != nil {
 		return cerr(err)

@@ -128,6 +128,8 @@ type EventChannel struct {
 	closed bool
 	// level is SetLevel's function.
 	level func(bool)
+	// onTake: SetBacklogOnTake.
+	onTake bool
 }
 
 // NewEventChannel creates an event channel (rdma_create_event_channel).
@@ -172,6 +174,20 @@ func (c *EventChannel) SetLevel(f func(ready bool)) {
 	c.mu.Unlock()
 }
 
+// SetBacklogOnTake makes a connection request stop counting against its
+// listening ID's backlog (ID.Listen) as soon as its CONNECT_REQUEST is
+// taken from this channel (Get, TryGet), as the kernel's rdma_cm file
+// does (rdma_get_cm_event gives the slot back), rather than once it is
+// accepted or rejected. A program that hands requests from its event
+// thread to slower workers (stock cmtime's server) then loses none of a
+// burst as large as the backlog while the workers catch up. Set it before
+// the channel has IDs. The C library's channels are made so.
+func (c *EventChannel) SetBacklogOnTake(on bool) {
+	c.mu.Lock()
+	c.onTake = on
+	c.mu.Unlock()
+}
+
 // TryGet returns the oldest queued event, if any, without waiting.
 func (c *EventChannel) TryGet() (*Event, bool) {
 	c.mu.Lock()
@@ -188,6 +204,9 @@ func (c *EventChannel) takeLocked() *Event {
 	ev := c.q[0]
 	c.q[0] = nil
 	c.q = c.q[1:]
+	if c.onTake && ev.Type == EventConnectRequest && ev.ID != nil {
+		ev.ID.uncount()
+	}
 	if len(c.q) == 0 {
 		c.q = nil
 		if c.level != nil {

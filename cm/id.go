@@ -104,10 +104,11 @@ type listenState struct {
 // resend interval and count from the REQ.
 type passiveState struct {
 	listener    *ID
-	counted     bool // counted in listener.listen.pending
+	counted     atomic.Bool // counted in listener.listen.pending
 	peerRTO     time.Duration
 	peerRetries int
-	shortREP    bool // the REP went out under pressure and is resent once at most
+	shortREP    bool      // the REP went out under pressure and is resent once at most
+	repAt       time.Time // when the REP went out (addHalfOpen), by the agent's clock
 }
 
 // resolveState is an address resolution in progress: Config.Resolve runs;
@@ -385,12 +386,26 @@ const DefaultHalfOpen = 128
 // (Stats.HalfOpenShortREPs) instead of as often as the REQ asks. n <= 0
 // means the default: the listen backlog, at least DefaultHalfOpen (128),
 // so that a burst of real requests as large as the backlog (cmtime -c
-// 1000 against the default 1024) is not cut short by its own REPs.
-// softroce's own: rdma_cm has no such bound.
+// 1000 against the default 1024) is not cut short by its own REPs; and
+// the default bound drops only connections half-open for halfOpenGrace
+// at least, so that a larger burst (cmtime -c 2000, whose client sends
+// its RTUs tens of ms behind) is not cut short either: a program that
+// knows no such bound may not expect UNREACHABLE on an accepted ID (stock
+// cmtime's server crashes on it). softroce's own: rdma_cm has no bound.
 func (id *ID) SetHalfOpen(n int) error {
 	id.listen.halfOpen.Store(int32(min(max(n, 0), 1<<30)))
 	return nil
 }
+
+// halfOpenGrace is how long a half-open connection is kept past the
+// default bound (SetHalfOpen not called): a real peer's RTU comes within a
+// round trip, a burst's within tens of ms; a spoofed one never. A flood
+// then holds at most its rate × halfOpenGrace connections beyond the
+// bound.
+const halfOpenGrace = 250 * time.Millisecond
+
+// halfOpenSet reports whether SetHalfOpen gave the bound.
+func (id *ID) halfOpenSet() bool { return id.listen.halfOpen.Load() > 0 }
 
 // halfOpenMax is the listening ID's bound (SetHalfOpen).
 func (id *ID) halfOpenMax() int {
@@ -404,6 +419,8 @@ func (id *ID) halfOpenMax() int {
 // unbound ID is bound to the wildcard address and a free port first.
 // backlog bounds the requests delivered but not yet accepted or rejected
 // (further REQs are dropped, and the peer retransmits); <= 0 means 1024.
+// On a channel with SetBacklogOnTake it bounds those whose CONNECT_REQUEST
+// is not yet taken from the channel, as the kernel's rdma_cm file does.
 // Accepted requests waiting for their RTU are bounded apart (SetHalfOpen).
 func (id *ID) Listen(backlog int) error {
 	if !id.bound {
@@ -1040,8 +1057,7 @@ func (id *ID) Destroy() error {
 
 // uncount releases the passive ID's slot in its listener's backlog.
 func (id *ID) uncount() {
-	if id.passive.counted {
-		id.passive.counted = false
+	if id.passive.counted.CompareAndSwap(true, false) {
 		id.passive.listener.listen.pending.Add(-1)
 	}
 }

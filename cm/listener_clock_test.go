@@ -3,6 +3,7 @@ package cm
 import (
 	"fmt"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,6 +105,71 @@ func TestListenerTimersOnAgentClock(t *testing.T) {
 	for i, tm := range tms {
 		if tm == nil || tm.Stop() {
 			t.Errorf("timer %d is still armed after Close", i)
+		}
+	}
+}
+
+// TestHalfOpenDefaultGrace: an rdma_cm-style listener with the default
+// half-open bound (SetHalfOpen not called: the C library's) keeps a burst
+// of accepted requests beyond the bound while their RTUs may still come
+// (halfOpenGrace), with no UNREACHABLE on any of them; once they are that
+// old, the next accept drops the oldest beyond the bound, as an explicit
+// bound does at once. Stock cmtime's server crashed on the UNREACHABLE of
+// a connection dropped from its own burst of 2,000 (its RTUs lagging).
+func TestHalfOpenDefaultGrace(t *testing.T) {
+	fc := clocktest.NewFake(time.Unix(1e9, 0))
+	n := netSeq.Add(1)
+	ca := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.1:4791", 100+n/250, n%250)), Seed: uint64(n)}
+	cb := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.2:4791", 100+n/250, n%250)), Seed: uint64(n) + 7}
+	cfg := &Config{Timeout: 30 * time.Second, MaxRetries: 15, TimeWait: 50 * time.Millisecond}
+	p := newPairWith(t, ca, cb, verbs.Config{Name: "pa"}, verbs.Config{Name: "pb", Clock: fc}, cfg)
+	sch := NewEventChannel()
+	defer sch.Close()
+	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
+	if err := lid.BindAddr(netip.AddrPortFrom(p.addrB(), 7340)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lid.Listen(1); err != nil { // default bound: DefaultHalfOpen
+		t.Fatal(err)
+	}
+	defer lid.Destroy()
+	accept := func(i int) *ID {
+		t.Helper()
+		peer := netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})
+		var req mad.REQ
+		if err := req.Parse(spoofREQ(peer, p.addrB(), 7340, uint32(0x50000+i))); err != nil {
+			t.Fatal(err)
+		}
+		req.LocalCMResponseTimeout = 25 // REP resends beyond the times advanced here
+		m, _ := req.Append(nil)
+		p.ab.input(peer, m)
+		id := expect(t, sch, EventConnectRequest).ID
+		t.Cleanup(func() { id.Destroy() })
+		if err := id.Accept(&ConnParam{QPNum: uint32(0x400 + i)}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	const burst = DefaultHalfOpen + 10
+	for i := range burst {
+		accept(i)
+	}
+	st := p.ab.Stats()
+	if got := st.HalfOpenEvicted.Load(); got != 0 {
+		t.Fatalf("%d of a burst of %d half-open connections dropped within halfOpenGrace, want 0", got, burst)
+	}
+	if sch.Len() != 0 {
+		ev, _ := sch.TryGet()
+		t.Fatalf("event %v during the burst", ev.Type)
+	}
+	fc.Advance(halfOpenGrace)
+	accept(burst)
+	if got := st.HalfOpenEvicted.Load(); got != 11 {
+		t.Errorf("HalfOpenEvicted %d after the grace, want 11 (down to the bound of %d)", got, DefaultHalfOpen)
+	}
+	for range 11 {
+		if ev := expect(t, sch, EventUnreachable); ev.Status != -int(syscall.ETIMEDOUT) {
+			t.Errorf("UNREACHABLE status %d", ev.Status)
 		}
 	}
 }

@@ -112,9 +112,21 @@ func (a *Agent) addHalfOpen(id *ID) []*ID {
 		id.passive.shortREP = true
 		a.stats.HalfOpenShortREPs.Add(1)
 	}
+	now := a.clock.Now()
+	id.passive.repAt = now
 	live = append(live, id)
 	var evict []*ID
-	if n := len(live) - bound; n > 0 {
+	n := len(live) - bound
+	if n > 0 && !l.halfOpenSet() {
+		// The default bound drops only connections half-open for
+		// halfOpenGrace at least, oldest first.
+		k := 0
+		for k < n && now.Sub(live[k].passive.repAt) >= halfOpenGrace {
+			k++
+		}
+		n = k
+	}
+	if n > 0 {
 		evict = append(evict, live[:n]...)
 		live = append(live[:0], live[n:]...)
 		clear(live[len(live):cap(live)][:n])
@@ -395,7 +407,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 	}
 	l.listen.pending.Add(1)
 	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeRC, agent: a, ch: l.ch,
-		passive: passiveState{listener: l, counted: true},
+		passive: passiveState{listener: l},
 		local:   netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
 		st: stReqRcvd, peer: peer, xchg: madExchange{tid: m.TID}, remoteComm: m.LocalCommID, serviceID: m.ServiceID,
 		path: pathParams{
@@ -404,6 +416,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 			respRes: clampRd(m.InitiatorDepth), initDep: clampRd(m.ResponderResources),
 			peerGID: m.Primary.LocalGID, minRNR: l.path.minRNR, tos: m.Primary.TrafficClass,
 		}}
+	id.passive.counted.Store(true)
 	if !id.path.mtu.Valid() {
 		id.path.mtu = a.mtu
 	}
@@ -657,10 +670,11 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 	}
 	l.listen.pending.Add(1)
 	id := &ID{Context: l.Context, ps: ps, qpType: verbs.QPTypeUD, agent: a, ch: l.ch,
-		passive: passiveState{listener: l, counted: true},
+		passive: passiveState{listener: l},
 		local:   netip.AddrPortFrom(hdr.Dst.Unmap(), port), remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
 		st: stSIDRReqRcvd, peer: peer, xchg: madExchange{tid: m.TID}, remoteComm: m.RequestID, serviceID: m.ServiceID,
 		path: pathParams{peerGID: verbs.GIDFromAddr(peer)}}
+	id.passive.counted.Store(true)
 	id.localComm = a.newCommID()
 	a.byLocal[id.localComm] = id
 	a.byRemote[key] = id

@@ -127,6 +127,56 @@ func TestBacklog(t *testing.T) {
 	second.Destroy()
 }
 
+// TestBacklogOnTake: on a channel with SetBacklogOnTake (the C library's),
+// a request stops counting against the backlog once its CONNECT_REQUEST is
+// taken, as with the kernel's rdma_cm file: with a backlog of 1, a second
+// request is delivered while the first, taken, is neither accepted nor
+// rejected (TestBacklog: without it, it is dropped).
+func TestBacklogOnTake(t *testing.T) {
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
+	sch := NewEventChannel()
+	sch.SetBacklogOnTake(true)
+	defer sch.Close()
+	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
+	lid.BindAddr(netip.AddrPortFrom(p.addrB(), 5003))
+	lid.Listen(1)
+	defer lid.Destroy()
+	var reqs []*ID
+	for range 2 {
+		ch := NewEventChannel()
+		defer ch.Close()
+		id, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+		defer id.Destroy()
+		id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.addrB(), 5003), 0)
+		expect(t, ch, EventAddrResolved)
+		id.ResolveRoute(0)
+		expect(t, ch, EventRouteResolved)
+		if err := id.Connect(&ConnParam{QPNum: 0x100}); err != nil {
+			t.Fatal(err)
+		}
+		// Taken, not answered.
+		ev, err := sch.Get(ctxT(t, 2*time.Second))
+		if err != nil {
+			t.Fatalf("connection request %d: %v (DropBacklog %d)", len(reqs)+1, err, p.ab.Stats().DropBacklog.Load())
+		}
+		if ev.Type != EventConnectRequest {
+			t.Fatalf("event %v, want CONNECT_REQUEST", ev.Type)
+		}
+		reqs = append(reqs, ev.ID)
+	}
+	first, second := reqs[0], reqs[1]
+	if n := p.ab.Stats().DropBacklog.Load(); n != 0 {
+		t.Errorf("DropBacklog %d, want 0", n)
+	}
+	first.Reject(nil)
+	second.Reject(nil)
+	first.Destroy()
+	second.Destroy()
+	if n := lid.listen.pending.Load(); n != 0 {
+		t.Errorf("%d requests still counted against the backlog", n)
+	}
+}
+
 // TestStatelessAnswers: a DREQ for an unknown connection gets a DREP, a REQ
 // for a service nobody listens on a REJ (8), a SIDR_REQ a SIDR_REP
 // UNSUPPORTED; answers go to the sender with its transaction ID.
