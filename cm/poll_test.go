@@ -1,9 +1,11 @@
 package cm
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/cm/mad"
 	"github.com/softroce/softroce/link/pipe"
 )
 
@@ -56,5 +58,56 @@ func TestAgentPoll(t *testing.T) {
 	p.ab.Close()
 	if n := p.ab.Poll(); n != 0 {
 		t.Errorf("Poll after Close handled %d MADs", n)
+	}
+}
+
+// TestAgentPollBounded: one Poll handles at most pollMADs MADs, so that a
+// thread that polls for its events (rdma_get_cm_event) takes the events of
+// a burst as it goes, instead of turning the whole burst into events first:
+// with a listen backlog counting events not yet taken (SetBacklogOnTake),
+// a burst of 2,000 REQs handled in one Poll overflowed the 1,024 and lost
+// requests to a 6 s resend. The rest wait for the next Poll.
+func TestAgentPollBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.pollOnly = true
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
+	sch, cch, _ := listenDial(t, p, 5201)
+	const n = 3*pollMADs + 10
+	for range n {
+		id, err := cch.CreateID(nil, mad.PortSpaceTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { id.Destroy() })
+		id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.addrB(), 5201), 0)
+		expect(t, cch, EventAddrResolved)
+		id.ResolveRoute(0)
+		expect(t, cch, EventRouteResolved)
+		rcQP(t, id)
+		if err := id.Connect(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The REQs reach the passive GSI QP (the pipe delivers on its own).
+	got, polls := 0, 0
+	end := time.Now().Add(5 * time.Second)
+	for got < n && time.Now().Before(end) {
+		k := p.ab.Poll()
+		if k > pollMADs {
+			t.Fatalf("one Poll handled %d MADs, want at most %d", k, pollMADs)
+		}
+		if k > 0 {
+			polls++
+		}
+		got += k
+		if k < pollMADs {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if got != n || polls < 4 {
+		t.Fatalf("%d Polls handled %d of %d REQs", polls, got, n)
+	}
+	if sch.Len() != n {
+		t.Errorf("%d CONNECT_REQUESTs queued, want %d", sch.Len(), n)
 	}
 }
