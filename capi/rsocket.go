@@ -112,6 +112,16 @@ func srgo_rs_wait(fd C.int, ms C.int) C.int {
 	if ms >= 0 && time.Duration(ms)*time.Millisecond < d {
 		d = time.Duration(ms) * time.Millisecond
 	}
+	// Spin first, polling the device's link, as rsocket.c polls its CQ
+	// for polling_time before it blocks: an answer within that time is
+	// taken without the thread sleeping and being woken.
+	if dev := c.CM().QP.Device(); dev.CanPollLink() && ms != 0 {
+		for end := time.Now().Add(rsPollingTime); time.Now().Before(end); {
+			if dev.PollLink() > 0 {
+				return 2 // the next call looks
+			}
+		}
+	}
 	link, other, err := c.WaitLink(int(fd), d)
 	if errors.Is(err, syscall.EINTR) {
 		return -2 // a signal: the blocking call returns EINTR
@@ -128,6 +138,12 @@ func srgo_rs_wait(fd C.int, ms C.int) C.int {
 	}
 	return r
 }
+
+// rsPollingTime is how long a blocking rsocket call polls the device's
+// link before it sleeps (srgo_rs_wait): librdmacm's default polling_time.
+// Stock rstream -T b's 64-byte transfer took 8.4-11.2 µs with it against
+// 31.7-34.2 µs without (alternated, quiet VM), its 1 MiB transfers the same.
+const rsPollingTime = 10 * time.Microsecond
 
 // rsPolledLink is the bit srgo_rs_poll adds to revents when it polled the
 // device's socket (SR_RS_POLLED_LINK in rsocket.c).
