@@ -161,8 +161,11 @@ func TestReadCompletesWhole(t *testing.T) {
 			RemoteAddr: b.mr.Addr() + uint64(i*8192), RKey: b.mr.RKey()})
 	}
 	// Both READs' other responses arrive; the re-requests for 103 and 110
-	// are lost.
+	// are lost. A post the ACK clock holds back leaves with the flush
+	// timer, on the fake clock: it is moved as in stepFlush (the second
+	// READ's request waited for it in one CI run, and no response came).
 	deadline := time.Now().Add(10 * time.Second)
+	var moved time.Duration
 	for {
 		n := 0
 		for _, p := range resp.list() {
@@ -176,7 +179,11 @@ func TestReadCompletesWhole(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d responses sent", n)
 		}
-		time.Sleep(100 * time.Microsecond)
+		time.Sleep(time.Millisecond)
+		if moved < minProbeTimeout/4 {
+			clk.Advance(pollFlushDelay)
+			moved += pollFlushDelay
+		}
 	}
 	time.Sleep(20 * time.Millisecond) // let the requester take them
 	if n := a.scq.Len(); n != 0 {
