@@ -14,6 +14,18 @@ import (
 	"github.com/softroce/softroce/verbs"
 )
 
+// fakeClockPair is a pipe pair whose passive side (b) runs on a fake
+// clock, with Linux's CM timeout and retries.
+func fakeClockPair(t *testing.T) (*pair, *clocktest.Fake) {
+	t.Helper()
+	fc := clocktest.NewFake(time.Unix(1e9, 0))
+	n := netSeq.Add(1)
+	ca := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.1:4791", 100+n/250, n%250)), Seed: uint64(n)}
+	cb := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.2:4791", 100+n/250, n%250)), Seed: uint64(n) + 7}
+	cfg := &Config{Timeout: 30 * time.Second, MaxRetries: 15, TimeWait: 50 * time.Millisecond}
+	return newPairWith(t, ca, cb, verbs.Config{Name: "pa"}, verbs.Config{Name: "pb", Clock: fc}, cfg), fc
+}
+
 // TestListenerTimersOnAgentClock: the listener's timers run on the agent's
 // clock, so a fake clock drives them, and Close stops them:
 //   - expire: a connection whose RTU is late is dropped;
@@ -25,12 +37,7 @@ import (
 // The spoofed REQs ask for REP resends every ~137 s (response timeout 25),
 // beyond the times advanced here.
 func TestListenerTimersOnAgentClock(t *testing.T) {
-	fc := clocktest.NewFake(time.Unix(1e9, 0))
-	n := netSeq.Add(1)
-	ca := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.1:4791", 100+n/250, n%250)), Seed: uint64(n)}
-	cb := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.2:4791", 100+n/250, n%250)), Seed: uint64(n) + 7}
-	cfg := &Config{Timeout: 30 * time.Second, MaxRetries: 15, TimeWait: 50 * time.Millisecond}
-	p := newPairWith(t, ca, cb, verbs.Config{Name: "pa"}, verbs.Config{Name: "pb", Clock: fc}, cfg)
+	p, fc := fakeClockPair(t)
 	pd, err := p.db.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -117,12 +124,7 @@ func TestListenerTimersOnAgentClock(t *testing.T) {
 // bound does at once. Stock cmtime's server crashed on the UNREACHABLE of
 // a connection dropped from its own burst of 2,000 (its RTUs lagging).
 func TestHalfOpenDefaultGrace(t *testing.T) {
-	fc := clocktest.NewFake(time.Unix(1e9, 0))
-	n := netSeq.Add(1)
-	ca := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.1:4791", 100+n/250, n%250)), Seed: uint64(n)}
-	cb := pipe.Config{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.%d.%d.2:4791", 100+n/250, n%250)), Seed: uint64(n) + 7}
-	cfg := &Config{Timeout: 30 * time.Second, MaxRetries: 15, TimeWait: 50 * time.Millisecond}
-	p := newPairWith(t, ca, cb, verbs.Config{Name: "pa"}, verbs.Config{Name: "pb", Clock: fc}, cfg)
+	p, fc := fakeClockPair(t)
 	sch := NewEventChannel()
 	defer sch.Close()
 	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)

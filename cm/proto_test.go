@@ -92,28 +92,43 @@ func TestRTUNeverArrives(t *testing.T) {
 	}
 }
 
+// backlogListener listens with a backlog of 1 on p's passive side, its
+// channel counting requests until taken if onTake (SetBacklogOnTake).
+func backlogListener(t *testing.T, p *pair, port uint16, onTake bool) (*EventChannel, *ID) {
+	t.Helper()
+	sch := NewEventChannel()
+	sch.SetBacklogOnTake(onTake)
+	t.Cleanup(func() { sch.Close() })
+	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
+	lid.BindAddr(netip.AddrPortFrom(p.addrB(), port))
+	lid.Listen(1)
+	t.Cleanup(func() { lid.Destroy() })
+	return sch, lid
+}
+
+// sendREQ connects a new ID of p's active side to port (its REQ goes out).
+func sendREQ(t *testing.T, p *pair, port uint16) {
+	t.Helper()
+	ch := NewEventChannel()
+	t.Cleanup(func() { ch.Close() })
+	id, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+	t.Cleanup(func() { id.Destroy() })
+	id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.addrB(), port), 0)
+	expect(t, ch, EventAddrResolved)
+	id.ResolveRoute(0)
+	expect(t, ch, EventRouteResolved)
+	if err := id.Connect(&ConnParam{QPNum: 0x100}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestBacklog: with a backlog of 1, a second REQ is dropped until the
 // first request is answered; the peer's retransmission then gets through.
 func TestBacklog(t *testing.T) {
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
-	sch := NewEventChannel()
-	defer sch.Close()
-	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
-	lid.BindAddr(netip.AddrPortFrom(p.addrB(), 5002))
-	lid.Listen(1)
-	defer lid.Destroy()
+	sch, _ := backlogListener(t, p, 5002, false)
 	for range 2 {
-		ch := NewEventChannel()
-		defer ch.Close()
-		id, _ := ch.CreateID(nil, mad.PortSpaceTCP)
-		defer id.Destroy()
-		id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.addrB(), 5002), 0)
-		expect(t, ch, EventAddrResolved)
-		id.ResolveRoute(0)
-		expect(t, ch, EventRouteResolved)
-		if err := id.Connect(&ConnParam{QPNum: 0x100}); err != nil {
-			t.Fatal(err)
-		}
+		sendREQ(t, p, 5002)
 	}
 	first := expect(t, sch, EventConnectRequest).ID
 	waitFor(t, 2*time.Second, "a backlog drop", func() bool { return p.ab.Stats().DropBacklog.Load() >= 1 })
@@ -134,26 +149,10 @@ func TestBacklog(t *testing.T) {
 // rejected (TestBacklog: without it, it is dropped).
 func TestBacklogOnTake(t *testing.T) {
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
-	sch := NewEventChannel()
-	sch.SetBacklogOnTake(true)
-	defer sch.Close()
-	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
-	lid.BindAddr(netip.AddrPortFrom(p.addrB(), 5003))
-	lid.Listen(1)
-	defer lid.Destroy()
+	sch, lid := backlogListener(t, p, 5003, true)
 	var reqs []*ID
 	for range 2 {
-		ch := NewEventChannel()
-		defer ch.Close()
-		id, _ := ch.CreateID(nil, mad.PortSpaceTCP)
-		defer id.Destroy()
-		id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.addrB(), 5003), 0)
-		expect(t, ch, EventAddrResolved)
-		id.ResolveRoute(0)
-		expect(t, ch, EventRouteResolved)
-		if err := id.Connect(&ConnParam{QPNum: 0x100}); err != nil {
-			t.Fatal(err)
-		}
+		sendREQ(t, p, 5003)
 		// Taken, not answered.
 		ev, err := sch.Get(ctxT(t, 2*time.Second))
 		if err != nil {
