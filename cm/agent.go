@@ -3,6 +3,7 @@ package cm
 import (
 	"context"
 	"log/slog"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
@@ -207,9 +208,6 @@ type Agent struct {
 	// and Poll's callers take turns, so that MADs are handled in the order
 	// they arrived.
 	inMu sync.Mutex
-	// more wakes the agent's goroutine when a Poll stopped at pollMADs
-	// with MADs perhaps left in the GSI QP: no CQ event would bring them.
-	more chan struct{}
 
 	mu       sync.Mutex
 	closed   bool
@@ -324,7 +322,6 @@ func start(dev *verbs.Device, cfg *Config, listed bool) (*Agent, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx, a.cancel = ctx, cancel
-	a.more = make(chan struct{}, 1)
 	if a.cfg.pollOnly {
 		close(a.done)
 	} else {
@@ -441,37 +438,34 @@ func (a *Agent) loop(ctx context.Context) {
 	wcs := make([]verbs.WC, 32)
 	for {
 		a.inMu.Lock()
-		a.drain(wcs)
+		a.drain(wcs, math.MaxInt)
 		a.inMu.Unlock()
-		select {
-		case cq := <-a.cc.C():
-			cq.AckEvents(1)
-			if cq.ReqNotify(false) != nil {
-				return
-			}
-		case <-a.more: // a Poll left MADs
-		case <-ctx.Done():
+		cq, err := a.cc.GetCQEvent(ctx)
+		if err != nil {
 			return
-		case <-a.dev.Done():
+		}
+		cq.AckEvents(1)
+		if cq.ReqNotify(false) != nil {
 			return
 		}
 	}
 }
 
-// drain handles every MAD the GSI QP holds (under inMu) and returns how
-// many it took.
-func (a *Agent) drain(wcs []verbs.WC) int {
+// drain handles the MADs the GSI QP holds, until it is empty or about
+// limit were taken (under inMu), and returns how many it took.
+func (a *Agent) drain(wcs []verbs.WC, limit int) int {
 	total := 0
-	for {
+	for total < limit {
 		n := a.rcq.Poll(wcs)
 		for i := range n {
 			a.completion(&wcs[i])
 		}
 		total += n
 		if n < len(wcs) {
-			return total
+			break
 		}
 	}
+	return total
 }
 
 // pollMADs bounds the MADs one Poll handles: a thread that polls for its
@@ -497,22 +491,9 @@ func (a *Agent) Poll() int {
 		return 0
 	}
 	var wcs [8]verbs.WC
-	total := 0
-	for total < pollMADs {
-		n := a.rcq.Poll(wcs[:])
-		for i := range n {
-			a.completion(&wcs[i])
-		}
-		total += n
-		if n < len(wcs) {
-			return total
-		}
-	}
-	select { // perhaps more: the agent's goroutine takes them
-	case a.more <- struct{}{}:
-	default:
-	}
-	return total
+	// What it leaves, the agent's goroutine takes: the GSI CQ is armed
+	// whenever that goroutine waits, so the MADs left raised its event.
+	return a.drain(wcs[:], pollMADs)
 }
 
 func (a *Agent) completion(wc *verbs.WC) {
