@@ -93,7 +93,7 @@ type ID struct {
 
 // listenState is a listener's: its backlog and the passive IDs it counts.
 type listenState struct {
-	backlog  int
+	backlog  atomic.Int32 // 0: not listening (written under reg.mu; read by the agent without it)
 	pending  atomic.Int32 // requests not yet accepted or rejected
 	halfOpen atomic.Int32 // bound of its half-open connections (SetHalfOpen; 0: the default)
 	// defHalfOpen is the default bound: the backlog, at least DefaultHalfOpen.
@@ -358,7 +358,7 @@ func findListener(a *Agent, ps mad.PortSpace, port uint16, dst netip.Addr) *ID {
 	defer reg.mu.Unlock()
 	var wild *ID
 	for _, l := range portsOf(a)[portKey{ps, port}] {
-		if l.listen.backlog <= 0 {
+		if l.listen.backlog.Load() <= 0 {
 			continue
 		}
 		switch la := l.local.Addr(); {
@@ -432,7 +432,7 @@ func (id *ID) Listen(backlog int) error {
 		backlog = 1024
 	}
 	reg.mu.Lock()
-	id.listen.backlog = backlog
+	id.listen.backlog.Store(int32(min(backlog, 1<<30)))
 	reg.mu.Unlock()
 	id.listen.defHalfOpen.Store(int32(min(backlog, 1<<30)))
 	if a := id.agent; a != nil {
@@ -1001,7 +1001,7 @@ func (id *ID) Destroy() error {
 	dropMulticasts(id)
 	id.unbind()
 	reg.mu.Lock()
-	id.listen.backlog = 0
+	id.listen.backlog.Store(0)
 	reg.mu.Unlock()
 	a := id.agent
 	if a == nil {

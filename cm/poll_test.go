@@ -70,6 +70,9 @@ func TestAgentPoll(t *testing.T) {
 func TestAgentPollBounded(t *testing.T) {
 	cfg := testConfig()
 	cfg.pollOnly = true
+	// No REQ resent while the test is slow (the race detector): each REQ
+	// is one MAD to count.
+	cfg.Timeout = 10 * time.Second
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, cfg)
 	sch, cch, _ := listenDial(t, p, 5201)
 	const n = 3*pollMADs + 10

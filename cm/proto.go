@@ -401,7 +401,7 @@ func (a *Agent) onREQ(peer netip.Addr, m *mad.REQ) {
 		a.rejectStateless(peer, m.TID, m.LocalCommID, mad.MsgREQ, mad.RejInvalidServiceID)
 		return
 	}
-	if int(l.listen.pending.Load()) >= l.listen.backlog {
+	if l.listen.pending.Load() >= l.listen.backlog.Load() {
 		a.stats.DropBacklog.Add(1) // the peer retransmits
 		return
 	}
@@ -664,7 +664,7 @@ func (a *Agent) onSIDRREQ(peer netip.Addr, m *mad.SIDRREQ) {
 		reply(mad.SIDRUnsupported)
 		return
 	}
-	if int(l.listen.pending.Load()) >= l.listen.backlog {
+	if l.listen.pending.Load() >= l.listen.backlog.Load() {
 		a.stats.DropBacklog.Add(1)
 		return
 	}
