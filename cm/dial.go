@@ -604,7 +604,8 @@ func (l *Listener) young() (n int, next time.Duration, clk clock.Clock) {
 			continue
 		}
 		if c.ID.State() == stEstablished.String() {
-			continue // the RTU arrived: ready soon
+			n++ // the RTU arrived: ready once l.run takes its event
+			continue
 		}
 		if left := rtuGrace - c.ID.agent.clock.Now().Sub(c.since); left > 0 {
 			n++

@@ -277,6 +277,12 @@ func TestListenerBacklog(t *testing.T) {
 	}
 	for i := range n {
 		time.Sleep(80 * time.Millisecond) // a slow application: waiting requests outlive MRADelay (20 ms)
+		l.mu.Lock()
+		ready := len(l.ready) + len(l.pending)
+		l.mu.Unlock()
+		if ready > 2 {
+			t.Errorf("before accept %d: %d connections established or being established, beyond the backlog of 2", i, ready)
+		}
 		s, err := l.Accept(ctx)
 		if err != nil {
 			t.Fatalf("accept %d: %v", i, err)
