@@ -113,6 +113,19 @@ int sr_forked_child(const char *fn);
  * SIGPROF stay blocked for the wait (ppoll) and are taken after it. */
 int sr_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
 
+/* sr_sig_hold blocks the program's asynchronous signals on this thread for
+ * the rest of a blocking call that is about to wait, and sr_sig_release
+ * ends that; the call's waits (sr_poll, and link/udp's through
+ * sr_held_sigmask) unblock them, so that a signal arriving while the call
+ * runs between waits stays pending and ends the next wait with EINTR,
+ * rather than running its handler there and leaving the call to wait on.
+ * sr_sig_hold returns 1 if it held them, 0 if they were held already. */
+int sr_sig_hold(void);
+void sr_sig_release(void);
+/* sr_held_sigmask puts the mask of the thread's waits into *m (the
+ * kernel's 64 bits) and returns 1 when the thread holds its signals. */
+int sr_held_sigmask(uint64_t *m);
+
 static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *done, uint32_t want)
 {
 	pthread_mutex_lock(mu);

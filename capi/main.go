@@ -23,6 +23,9 @@ import (
 	"strings"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/softroce/softroce/internal/sigwait"
 	"github.com/softroce/softroce/internal/toolkit"
 )
 
@@ -37,6 +40,13 @@ func init() {
 	if runtime.GOMAXPROCS(0) < 2 {
 		runtime.GOMAXPROCS(2)
 	}
+	sigwait.Held = heldSigmask
+}
+
+// heldSigmask is sigwait.Held: the mask of a wait on a thread whose
+// signals a blocking rsocket call holds (sr_sig_hold in misc.c).
+func heldSigmask(m *unix.Sigset_t) bool {
+	return C.sr_held_sigmask((*C.uint64_t)(unsafe.Pointer(&m.Val[0]))) != 0
 }
 
 // mapVersion is the version script's identity: the go command does not

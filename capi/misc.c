@@ -334,6 +334,66 @@ SR_EXPORT sighandler_t sr_sysv_signal(int sig, sighandler_t h)
 	return sr_signal(sig, h, SA_RESETHAND | SA_NODEFER, 0);
 }
 
+/* The mask a thread had before sr_sig_hold, while it holds its signals. */
+static __thread sigset_t sr_held_mask;
+static __thread int sr_held;
+
+int sr_sig_hold(void)
+{
+	sigset_t all;
+	if (sr_held)
+		return 0;
+	sigfillset(&all);
+	/* Never the faults (a fault with its signal blocked kills the process)
+	 * nor what cannot be blocked; glibc keeps its own two out itself. */
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	sigdelset(&all, SIGTRAP);
+	sigdelset(&all, SIGSYS);
+	sigdelset(&all, SIGABRT);
+	sigdelset(&all, SIGKILL);
+	sigdelset(&all, SIGSTOP);
+	if (pthread_sigmask(SIG_BLOCK, &all, &sr_held_mask) != 0)
+		return 0;
+	sr_held = 1;
+	return 1;
+}
+
+void sr_sig_release(void)
+{
+	if (!sr_held)
+		return;
+	int e = errno; /* a handler run now must not change the call's errno */
+	sr_held = 0;
+	pthread_sigmask(SIG_SETMASK, &sr_held_mask, NULL); /* what arrived meanwhile is delivered now */
+	errno = e;
+}
+
+/* sr_wait_mask is the mask of a wait: the thread's own (before
+ * sr_sig_hold), with the Go runtime's SIGURG and SIGPROF blocked, so that
+ * only the program's signals end it. */
+static int sr_wait_mask(sigset_t *m)
+{
+	if (sr_held)
+		*m = sr_held_mask;
+	else if (pthread_sigmask(SIG_BLOCK, NULL, m) != 0)
+		return -1;
+	sigaddset(m, SIGURG);
+	sigaddset(m, SIGPROF);
+	return 0;
+}
+
+int sr_held_sigmask(uint64_t *m)
+{
+	sigset_t s;
+	if (!sr_held || sr_wait_mask(&s) != 0)
+		return 0;
+	memcpy(m, &s, sizeof *m); /* glibc's sigset_t begins with the kernel's */
+	return 1;
+}
+
 int sr_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 {
 	struct timespec ts, *tp = NULL;
@@ -344,10 +404,8 @@ int sr_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
 		tp = &ts;
 	}
-	if (pthread_sigmask(SIG_BLOCK, NULL, &m) != 0)
+	if (sr_wait_mask(&m) != 0)
 		return poll(fds, n, timeout_ms);
-	sigaddset(&m, SIGURG);
-	sigaddset(&m, SIGPROF);
 	return ppoll(fds, n, tp, &m);
 }
 

@@ -64,6 +64,34 @@ static inline ssize_t sr_rs_sret(ssize_t n)
 	return n;
 }
 
+/* The rsockets set non-blocking (SOCK_NONBLOCK, rfcntl): a call on one
+ * does not wait, so it holds no signals (sr_sig_hold). A descriptor beyond
+ * the map counts as blocking. */
+#define SR_RS_NB_MAX 65536
+static unsigned char sr_rs_nb[SR_RS_NB_MAX / 8];
+
+static void sr_rs_set_nb(int fd, int on)
+{
+	if (fd < 0 || fd >= SR_RS_NB_MAX)
+		return;
+	if (on)
+		__atomic_fetch_or(&sr_rs_nb[fd / 8], (unsigned char)(1u << (fd % 8)), __ATOMIC_RELAXED);
+	else
+		__atomic_fetch_and(&sr_rs_nb[fd / 8], (unsigned char)~(1u << (fd % 8)), __ATOMIC_RELAXED);
+}
+
+/* sr_rs_may_wait: a call on socket with flags may wait, and so holds the
+ * program's signals from its start: one that lands while the library works
+ * before the call's first wait must end that wait, not be lost to it. */
+static int sr_rs_may_wait(int socket, int flags)
+{
+	if (flags & MSG_DONTWAIT)
+		return 0;
+	if (socket < 0 || socket >= SR_RS_NB_MAX)
+		return 1;
+	return !(__atomic_load_n(&sr_rs_nb[socket / 8], __ATOMIC_RELAXED) & (1u << (socket % 8)));
+}
+
 SR_EXPORT int rsocket(int domain, int type, int protocol)
 {
 	int fd = srgo_rs_socket(domain, type, protocol);
@@ -71,6 +99,7 @@ SR_EXPORT int rsocket(int domain, int type, int protocol)
 		errno = -fd;
 		return -1;
 	}
+	sr_rs_set_nb(fd, type & SOCK_NONBLOCK);
 	return fd;
 }
 
@@ -90,26 +119,36 @@ SR_EXPORT int rlisten(int socket, int backlog)
  * it with EINTR, as librdmacm's read of its accept queue. */
 SR_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
-	int fd;
+	int fd, held = sr_rs_may_wait(socket, 0) ? sr_sig_hold() : 0;
 	for (;;) {
 		int wait = 0;
 		fd = srgo_rs_accept(socket, &wait);
 		if (fd == -EAGAIN && wait) {
 			struct pollfd p = { .fd = socket, .events = POLLIN };
 			uint64_t v;
-			int r = sr_poll(&p, 1, 100); /* the bound guards against a lost wake-up */
-			if (r < 0 && errno == EINTR)
+			int r;
+			if (!held)
+				held = sr_sig_hold();
+			r = sr_poll(&p, 1, 100); /* the bound guards against a lost wake-up */
+			if (r < 0 && errno == EINTR) {
+				if (held)
+					sr_sig_release();
 				return -1;
+			}
 			if (r > 0)
 				(void)!read(socket, &v, sizeof v);
 			continue;
 		}
 		break;
 	}
+	if (held)
+		sr_sig_release();
 	if (fd < 0) {
 		errno = -fd;
 		return -1;
 	}
+	int fl = srgo_rs_fcntl(fd, F_GETFL, 0);
+	sr_rs_set_nb(fd, fl > 0 && (fl & O_NONBLOCK));
 	if (addr && addrlen)
 		srgo_rs_name(fd, 1, addr, addrlen);
 	return fd;
@@ -131,6 +170,7 @@ SR_EXPORT int rclose(int socket)
 	int err = srgo_rs_close(socket);
 	if (err)
 		return err; /* librdmacm returns EBADF itself, errno untouched */
+	sr_rs_set_nb(socket, 0);
 	close(socket);
 	return 0;
 }
@@ -165,7 +205,7 @@ static int sr_rs_block(int socket)
  * processor (two thread wake-ups); a thread in poll(2) is woken by the
  * kernel when the eventfd is written (one). The Go side says, through
  * wait, that the socket is blocking and the call was made not to park. */
-static ssize_t sr_rs_recv(int socket, void *buf, size_t len, int flags)
+static ssize_t sr_rs_recv_loop(int socket, void *buf, size_t len, int flags, int *held)
 {
 	size_t got = 0;
 	for (;;) {
@@ -178,6 +218,8 @@ static ssize_t sr_rs_recv(int socket, void *buf, size_t len, int flags)
 			continue;
 		}
 		if (n == -EAGAIN && wait) {
+			if (!*held)
+				*held = sr_sig_hold();
 			if (sr_rs_block(socket) == -EINTR)
 				return got ? (ssize_t)got : -EINTR;
 			continue;
@@ -186,7 +228,21 @@ static ssize_t sr_rs_recv(int socket, void *buf, size_t len, int flags)
 	}
 }
 
-static ssize_t sr_rs_send(int socket, void *buf, size_t len, int flags)
+/* A call that may wait holds the program's signals from its start
+ * (sr_sig_hold; a blocking socket's call that turns out to wait, from its
+ * first wait), so that one arriving outside a wait (the Go side's work, the
+ * spin before a wait, a wait's 100 ms bound running out) ends the next
+ * wait with EINTR instead of being taken there and lost to it. */
+static ssize_t sr_rs_recv(int socket, void *buf, size_t len, int flags)
+{
+	int held = sr_rs_may_wait(socket, flags) ? sr_sig_hold() : 0;
+	ssize_t n = sr_rs_recv_loop(socket, buf, len, flags, &held);
+	if (held)
+		sr_sig_release();
+	return n;
+}
+
+static ssize_t sr_rs_send_loop(int socket, void *buf, size_t len, int flags, int *held)
 {
 	size_t sent = 0;
 	for (;;) {
@@ -199,12 +255,25 @@ static ssize_t sr_rs_send(int socket, void *buf, size_t len, int flags)
 			continue;
 		}
 		if (n == -EAGAIN && wait) {
+			if (!*held)
+				*held = sr_sig_hold();
 			if (sr_rs_block(socket) == -EINTR)
 				return sent ? (ssize_t)sent : -EINTR;
 			continue;
 		}
 		return sent ? (ssize_t)sent : n;
 	}
+}
+
+/* A send waits only when the peer's ring is full; it holds the signals
+ * from its first wait, sparing each send two system calls. */
+static ssize_t sr_rs_send(int socket, void *buf, size_t len, int flags)
+{
+	int held = 0;
+	ssize_t n = sr_rs_send_loop(socket, buf, len, flags, &held);
+	if (held)
+		sr_sig_release();
+	return n;
 }
 
 SR_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
@@ -354,6 +423,8 @@ SR_EXPORT int rfcntl(int socket, int cmd, ... /* arg */)
 		errno = -ret;
 		return -1;
 	}
+	if (cmd == F_SETFL)
+		sr_rs_set_nb(socket, arg & O_NONBLOCK);
 	return ret;
 }
 
@@ -423,7 +494,7 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	char small[64], *isrs = small;
 	struct pollfd rsmall[64], *rfds = rsmall;
-	int nrs = 0, ret;
+	int nrs = 0, ret, held = 0;
 	uint64_t start;
 
 	if (nfds > 64) {
@@ -452,6 +523,7 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			goto out;
 	} while (sr_now_us() - start <= 10);
 
+	held = sr_sig_hold(); /* as a blocking rrecv (sr_rs_recv) */
 	for (;;) {
 		int left = -1;
 		for (nfds_t i = 0; i < nfds; i++) {
@@ -494,6 +566,8 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			break;
 	}
 out:
+	if (held)
+		sr_sig_release();
 	if (isrs != small)
 		free(isrs);
 	if (rfds != rsmall)

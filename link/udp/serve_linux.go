@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softroce/softroce/internal/sigwait"
 	"github.com/softroce/softroce/link"
 )
 
@@ -399,11 +400,14 @@ func (e *Endpoint) armRecv(rx *rxQueue, pkts []link.Packet) int {
 // SIGURG (preemption, which the runtime may send to a thread it saw
 // running Go just before the thread went into this wait) and SIGPROF stay
 // blocked for the wait (ppoll) and are taken after it, so that EINTR means
-// a signal of the program's.
+// a signal of the program's. A thread whose signals the C library holds
+// for a blocking call waits with its mask from before (sigwait.Held).
 func pollMasked(fds []unix.PollFd, ms int) (int, error) {
 	var m unix.Sigset_t
-	if err := unix.PthreadSigmask(unix.SIG_BLOCK, nil, &m); err != nil {
-		return unix.Poll(fds, ms)
+	if h := sigwait.Held; h == nil || !h(&m) {
+		if err := unix.PthreadSigmask(unix.SIG_BLOCK, nil, &m); err != nil {
+			return unix.Poll(fds, ms)
+		}
 	}
 	for _, sig := range [...]unix.Signal{unix.SIGURG, unix.SIGPROF} {
 		m.Val[(sig-1)/64] |= 1 << ((uint(sig) - 1) % 64)

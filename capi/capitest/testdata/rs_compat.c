@@ -1,7 +1,8 @@
 /* rs_compat.c: rsockets behaviour of librdmacm that programs rely on,
  * through the library in one process: a signal (handler without
  * SA_RESTART) ends a blocking rrecv, raccept and rpoll with EINTR, and
- * the Go runtime's SIGURG does not;
+ * the Go runtime's SIGURG does not, and a signal landing while the library
+ * works between two waits of the call does too;
  * rconnect called again answers EINPROGRESS while connecting and 0 once
  * connected; rclose of a socket still connecting returns at once. Prints
  * "ok NAME" or "FAIL NAME: why"; exits with the number of failures.
@@ -12,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +156,85 @@ static void test_eintr(uint16_t port)
 	sigaction(SIGALRM, &sa, NULL);
 }
 
+/* eintr_window: a signal ends a blocking rrecv with EINTR whenever it lands
+ * in the call, also while the library works between its waits (the spin
+ * before the first, the Go side's work, a wait's bound running out), not
+ * only while the thread sleeps: 300 signals, each sent 0-40 us after the
+ * call began. A signal taken between two waits used to be lost to the
+ * call, which then waited on (here until a byte came 500 ms later). */
+static volatile int window_go, window_in_call, window_seen;
+
+static void on_window(int sig)
+{
+	(void)sig;
+	if (window_in_call)
+		window_seen = 1;
+}
+
+static void *window_kick(void *arg)
+{
+	unsigned int seed = (unsigned int)(uintptr_t)arg;
+	double t0, d = (rand_r(&seed) % 41) / 1e6;
+	int i;
+	while (!window_go)
+		;
+	t0 = now();
+	while (now() - t0 < d)
+		;
+	pthread_kill(main_thread, SIGALRM);
+	for (i = 0; i < 50 && !returned; i++)
+		usleep(10000);
+	if (!returned)
+		rsend(unblock_s, "x", 1, 0);
+	return NULL;
+}
+
+static void test_eintr_window(uint16_t port)
+{
+	struct sigaction sa = { .sa_handler = on_window }; /* no SA_RESTART */
+	int l, c, s, r, i, lost = 0, other = 0, early = 0;
+	char b[16];
+	pthread_t t;
+
+	sigaction(SIGALRM, &sa, NULL);
+	main_thread = pthread_self();
+	if (pair(port, &l, &c, &s)) {
+		FAIL("eintr_window", "set-up: %s", strerror(errno));
+		return;
+	}
+	unblock_s = s;
+	for (i = 0; i < 300; i++) {
+		returned = 0;
+		window_go = 0;
+		window_seen = 0;
+		pthread_create(&t, NULL, window_kick, (void *)(uintptr_t)(i * 2654435761u + 1));
+		window_in_call = 1;
+		window_go = 1;
+		r = (int)rrecv(c, b, sizeof(b), 0);
+		window_in_call = 0;
+		returned = 1;
+		pthread_join(t, NULL);
+		if (r == -1 && errno == EINTR)
+			continue;
+		if (!window_seen)
+			early++; /* taken before the call began: not the library's */
+		else if (r == 1)
+			lost++;
+		else
+			other++;
+	}
+	if (lost || other || early > 30)
+		FAIL("eintr_window", "%d of 300 signals lost to a blocking rrecv (it waited on), %d other results, %d before the call",
+		     lost, other, early);
+	else
+		OK("eintr_window");
+	rclose(s);
+	rclose(c);
+	rclose(l);
+	sa.sa_handler = SIG_DFL;
+	sigaction(SIGALRM, &sa, NULL);
+}
+
 /* rconnect_again: a non-blocking rconnect called until it returns 0 (the
  * rsockets idiom): EINPROGRESS while connecting, 0 once connected, and 0
  * again after that (librdmacm's rs_do_connect). */
@@ -232,6 +313,7 @@ int main(int argc, char **argv)
 	addr.sin_family = AF_INET;
 	inet_pton(AF_INET, argv[1], &addr.sin_addr);
 	test_eintr(port);
+	test_eintr_window(port + 2);
 	test_rconnect_again(port + 1);
 	test_rclose_connecting();
 	return failures;
