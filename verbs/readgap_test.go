@@ -99,6 +99,91 @@ func TestReadGapReRequest(t *testing.T) {
 	}
 }
 
+// TestReadFirstResponseLate: the first response of a READ is missing and
+// the others land. On a path that reorders it is usually only late, and a
+// request at the READ's first PSN must ask for all of it: the requester
+// asks nothing at once (the fake clock stands still), takes the late
+// response when it comes, and the READ completes with nothing sent again.
+func TestReadFirstResponseLate(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	var late sync.Mutex
+	var held []byte
+	resp := &wireLog{drop: func(p *wire.Packet, n int) bool { return p.BTH.PSN == 100 && n == 0 }}
+	req := &wireLog{}
+	a, b := newPair(t, pairOpts{filterA: req.filter, filterB: func(lp *link.Packet) pipe.Verdict {
+		v := resp.filter(lp)
+		if v == pipe.Drop {
+			late.Lock()
+			held = append([]byte(nil), lp.Buf[:lp.N]...)
+			late.Unlock()
+		}
+		return v
+	}, clock: clk, timeout: 14})
+	fill(b.buf[:16<<10], 9)
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 16<<10),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := 0
+		for _, p := range resp.list() {
+			if isReadResp(p.BTH.Opcode) {
+				n++
+			}
+		}
+		late.Lock()
+		ok := n == 16 && held != nil
+		late.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d responses sent", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the requester take them
+	if n := len(req.list()); n != 1 {
+		t.Fatalf("%d packets from the requester, want the READ alone while the first response is late: %+v", n, req.list())
+	}
+	if n := a.scq.Len(); n != 0 {
+		t.Fatalf("%d completions without the first response", n)
+	}
+	late.Lock()
+	pkt := held
+	late.Unlock()
+	b.dev.write([]link.Packet{{Buf: pkt, N: len(pkt), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("%+v", wc[0])
+	}
+	mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+	if n := len(req.list()); n != 1 {
+		t.Fatalf("%d packets from the requester, want the READ alone", n)
+	}
+	if n := a.dev.Stats().ReadReRequests.Load(); n != 0 {
+		t.Fatalf("%d re-requests", n)
+	}
+}
+
+// TestReadFirstResponseLost: the first response of a READ is lost; the
+// loss probe asks for the READ again (all of it: a request at its first PSN
+// is a new READ to a responder that never had it) and the READ completes.
+func TestReadFirstResponseLost(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	resp := &wireLog{drop: func(p *wire.Packet, n int) bool { return p.BTH.PSN == 100 && n == 0 }}
+	a, b := newPair(t, pairOpts{filterB: resp.filter, clock: clk, timeout: 14})
+	fill(b.buf[:16<<10], 11)
+	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 16<<10),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	for i := 0; a.scq.Len() == 0 && i < 2000; i++ {
+		clk.Advance(time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+		t.Fatalf("%+v", wc[0])
+	}
+	mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+}
+
 // TestReadTailReRequest: the last responses of a READ are lost; the next
 // READ's responses show it (a responder answers in order), and the first
 // READ's tail is asked for at once. Both complete in order. The second READ
@@ -279,11 +364,13 @@ func TestReadSubRangeReplay(t *testing.T) {
 	}
 }
 
-// TestReadWholeReAskOnce: a READ whose first response is lost is asked for
-// whole again (its request may have been lost); the responses of that
-// replay that land for the first time (here 105-110, lost the first time)
-// do not each ask for the whole READ once more while the first response
-// is still missing (lost again): one whole re-request, not one per response.
+// TestReadWholeReAskOnce: a READ whose first response is lost is not
+// asked for again at once (on a path that reorders the first response is
+// usually late: TestReadFirstResponseLate); the loss probe asks for it
+// whole (its request may have been lost). The responses of that replay
+// that land for the first time (here 105-110, lost the first time) do not
+// each ask for the whole READ once more while the first response is still
+// missing (lost again): one whole re-request, not one per response.
 func TestReadWholeReAskOnce(t *testing.T) {
 	clk := clocktest.NewFake(time.Unix(0, 0))
 	resp := &wireLog{drop: func(p *wire.Packet, n int) bool {
@@ -307,14 +394,28 @@ func TestReadWholeReAskOnce(t *testing.T) {
 		}
 		return
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
-		if _, n := count(); n >= 32 || time.Now().After(deadline) {
+	waitResps := func(n int) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+			if _, k := count(); k >= n || time.Now().After(deadline) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitResps(16)
+	if reqs, resps := count(); reqs != 1 {
+		t.Fatalf("%d READ requests (%d responses) before any timer: want the READ alone", reqs, resps)
+	}
+	for i := 0; i < 200; i++ {
+		if reqs, _ := count(); reqs > 1 {
 			break
 		}
+		clk.Advance(time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond)
+	waitResps(32)
 	if reqs, resps := count(); reqs != 2 {
-		t.Fatalf("%d READ requests (%d responses) before any timer: want the READ and one whole re-request", reqs, resps)
+		t.Fatalf("%d READ requests (%d responses) after the probe's replay: want the READ and one whole re-request", reqs, resps)
 	}
 	for i := 0; a.scq.Len() == 0 && i < 200; i++ {
 		clk.Advance(5 * time.Millisecond)
