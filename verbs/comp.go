@@ -45,6 +45,10 @@ type compState struct {
 	nakPending   bool // a NAK during a retry waits out the reordering window (or a probe's answer, probeSettle)
 	nakPSN       uint32
 	nakProbe     bool // nakPending is a probe's answer
+	// firstWait: a READ's first response is missing while later ones
+	// landed; the probe timer fires at the end of firstWindow, and the
+	// READ is asked for again then if it is still missing (firstDue).
+	firstWait, firstDue bool
 }
 
 // completer handles ACK, NAK, read responses and atomic ACKs (docs/protocol.md §5.3, §5.8). It

@@ -1,6 +1,8 @@
 package verbs
 
 import (
+	"time"
+
 	"github.com/softroce/softroce/wire"
 )
 
@@ -231,14 +233,18 @@ func (qp *QP) fillGap(v *sendWQE, force bool) {
 	if h := qp.dev.cfg.hooks; h != nil && h.noGapFill {
 		return
 	}
-	if v.acked == 0 && v.landedAny() {
+	if v.acked == 0 && v.landedAny() && !qp.comp.firstDue && qp.attr.Timeout != 0 {
 		// The first response is missing and later ones landed. On a path
-		// that reorders it is usually only late, and a request at the
-		// READ's first PSN must ask for all of it (reRequest): asked at
-		// once, kernel rxe replayed whole 4 MiB READs in about one READ of
-		// two under netem's reordering (2.5× the data, TestBulkImpaired).
-		// The loss probe or the retransmit timer asks if it does not come,
-		// as rxe's requester does for any gap.
+		// that reorders it may only be late, and a request at the READ's
+		// first PSN must ask for all of it (reRequest): asked at once,
+		// kernel rxe replayed whole 4 MiB READs in about one READ of two
+		// under netem's reordering (2.5× the data, TestBulkImpaired). It
+		// is asked for after a round trip (firstWindow) if it has not come
+		// (at once on a QP without timers).
+		if !qp.comp.firstWait {
+			qp.comp.firstWait = true
+			qp.setProbe(qp.firstWindow())
+		}
 		return
 	}
 	end := v.gotHi
@@ -249,6 +255,27 @@ func (qp *QP) fillGap(v *sendWQE, force bool) {
 		}
 	}
 	qp.reRequest(v, v.acked, end)
+}
+
+// firstWindow is how long a READ whose first response is missing waits
+// for it before asking for the whole READ again: a smoothed round trip (at
+// least minReorderWindow, at most the probe timeout). Longer than the
+// reordering window of a NAK (a quarter of it): a wrong guess here costs a
+// whole READ, a lost first response only this wait.
+func (qp *QP) firstWindow() time.Duration {
+	return min(max(qp.comp.srtt, minReorderWindow), qp.probeTimeout())
+}
+
+// askFirst is the probe timer's at the end of firstWindow: it asks again
+// for the READs whose first response is still missing.
+func (qp *QP) askFirst() {
+	if !qp.comp.firstWait {
+		return
+	}
+	qp.comp.firstWait = false
+	qp.comp.firstDue = true
+	qp.fillGaps(nil, false)
+	qp.comp.firstDue = false
 }
 
 // reRequest sends a READ request for v's responses from to to-1: a

@@ -164,8 +164,8 @@ func TestReadFirstResponseLate(t *testing.T) {
 	}
 }
 
-// TestReadFirstResponseLost: the first response of a READ is lost; the
-// loss probe asks for the READ again (all of it: a request at its first PSN
+// TestReadFirstResponseLost: the first response of a READ is lost; after a
+// round trip (firstWindow) the requester asks for the READ again (all of it: a request at its first PSN
 // is a new READ to a responder that never had it) and the READ completes.
 func TestReadFirstResponseLost(t *testing.T) {
 	clk := clocktest.NewFake(time.Unix(0, 0))
@@ -366,8 +366,8 @@ func TestReadSubRangeReplay(t *testing.T) {
 
 // TestReadWholeReAskOnce: a READ whose first response is lost is not
 // asked for again at once (on a path that reorders the first response is
-// usually late: TestReadFirstResponseLate); the loss probe asks for it
-// whole (its request may have been lost). The responses of that replay
+// usually late: TestReadFirstResponseLate); after a round trip
+// (firstWindow) it is asked for whole (its request may have been lost). The responses of that replay
 // that land for the first time (here 105-110, lost the first time) do not
 // each ask for the whole READ once more while the first response is still
 // missing (lost again): one whole re-request, not one per response.

@@ -167,8 +167,11 @@ func (qp *QP) onProbe() {
 	now := qp.dev.clock.Now()
 	c.probeArmed = false
 	if !qp.outstanding() || c.rnrWait || qp.attr.Timeout == 0 {
-		c.nakPending = false
+		c.nakPending, c.firstWait = false, false
 		return
+	}
+	if c.firstWait && qp.sending() {
+		qp.askFirst() // readgap.go
 	}
 	if c.nakPending {
 		// The reordering window of a NAK during a retry, or the wait
