@@ -765,6 +765,7 @@ func (qp *QP) stopTimers() {
 	qp.comp.probeArmed, qp.comp.probes, qp.comp.nakPending, qp.comp.probeAnswer, qp.comp.rttOn = false, 0, false, false, false
 	qp.comp.retryArmed = false
 	qp.comp.rnrWait = false
+	qp.comp.firstWait = false
 }
 
 // toError moves the QP to ERR (docs/protocol.md §5.9: erroring WQE already has its status;

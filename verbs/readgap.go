@@ -241,10 +241,10 @@ func (qp *QP) fillGap(v *sendWQE, force bool) {
 		// under netem's reordering (2.5× the data, TestBulkImpaired). It
 		// is asked for after a round trip (firstWindow) if it has not come
 		// (at once on a QP without timers).
-		if !qp.comp.firstWait {
-			qp.comp.firstWait = true
-			qp.setProbe(qp.firstWindow())
-		}
+		// (setProbe only moves the timer earlier: a wait already set is
+		// kept, and one a retry or an RNR wait disarmed is set again.)
+		qp.comp.firstWait = true
+		qp.setProbe(qp.firstWindow())
 		return
 	}
 	end := v.gotHi
