@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/verbs"
 )
 
@@ -51,6 +52,33 @@ var linkKinds = []linkKind{
 		}
 		t.Cleanup(func() { a.Close(); b.Close() })
 		return a, b
+	}},
+	// Same-host lanes (udp.Config.Local): the devices' datagrams go
+	// through shared memory, not the kernel's loopback.
+	{"udp-local", func(t testing.TB) (*verbs.Device, *verbs.Device) {
+		if runtime.GOOS != "linux" {
+			t.Skip("link/udp needs Linux")
+		}
+		var devs [2]*verbs.Device
+		for i, addr := range []string{"127.0.0.1:0", "127.0.0.2:0"} {
+			ep, err := udp.Listen(netip.MustParseAddrPort(addr), udp.WithAnyPort(), udp.WithLocal())
+			if err != nil {
+				t.Skip("no UDP loopback:", err)
+			}
+			d, err := verbs.Open(ep, nil)
+			if err != nil {
+				ep.Close()
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				d.Close()
+				if s := ep.Stats(); s.PacketsOut > 0 && s.LocalOut == 0 {
+					t.Errorf("%s: %d datagrams sent, none through the same-host lanes", addr, s.PacketsOut)
+				}
+			})
+			devs[i] = d
+		}
+		return devs[0], devs[1]
 	}},
 }
 

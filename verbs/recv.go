@@ -265,6 +265,9 @@ func (d *Device) input(lp *link.Packet, p *wire.Packet) { d.dispatch(lp, p, fals
 // leaves the packets it produces for flushPending.
 func (d *Device) dispatch(lp *link.Packet, p *wire.Packet, batched bool) {
 	b := lp.Bytes()
+	if len(b) == 0 {
+		return // nothing arrived (a truncated datagram, a link's wake-up)
+	}
 	d.stats.RxPackets.Add(1)
 	d.stats.RxBytes.Add(uint64(len(b)))
 	if err := p.Parse(b); err != nil {

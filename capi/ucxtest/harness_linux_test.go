@@ -108,6 +108,9 @@ func env(net string, extra ...string) []string {
 	}
 	// No links: a state file that does not exist.
 	out = append(out, "SOFTROCE_STATE="+filepath.Join(workDir, "no-links.json"))
+	if v := os.Getenv("SOFTROCE_LOCAL"); v != "" {
+		out = append(out, "SOFTROCE_LOCAL="+v) // same-host lanes, as the run asks
+	}
 	if net != "" {
 		out = append(out, "SOFTROCE_AUTO_NET="+net)
 	}

@@ -47,8 +47,18 @@ func UDPOptions(d Device) []udp.Option {
 	if d.QPPorts {
 		opts = append(opts, udp.WithSourcePorts(QPPortSockets))
 	}
+	if LocalLanes() {
+		opts = append(opts, udp.WithLocal())
+	}
 	return opts
 }
+
+// EnvLocal names the variable that turns same-host lanes (udp.Config.Local)
+// on ("1") or off ("0").
+const EnvLocal = "SOFTROCE_LOCAL"
+
+// LocalLanes reports whether devices use same-host lanes (EnvLocal).
+func LocalLanes() bool { return os.Getenv(EnvLocal) == "1" }
 
 // DeviceAt returns the device at address ap, as the link with that address
 // describes it (its 'sport'), or a plain device there when no link has it:

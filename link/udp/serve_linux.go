@@ -68,7 +68,12 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 	)
 	aside := e.sock != nil && busyPoll == 0
 	goAside := false
+	slept := false // counted a sleeper of the lanes (sleepLocal) and waited
 	fn := func(fd uintptr) bool {
+		if slept {
+			slept = false
+			e.wakeLocal()
+		}
 		for {
 			if e.closed.Load() {
 				ferr = errClosed
@@ -88,7 +93,7 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			// datagrams before earlier ones.
 			e.rd.Lock()
 			want := e.armRecv(&rx.rxQueue, pkts)
-			k, errno := recvmmsg(fd, rx.hdrs[:want])
+			k, errno, drained := e.recvm(fd, rx.hdrs[:want])
 			e.ctr.syscalls.Add(1)
 			switch errno {
 			case 0:
@@ -102,6 +107,10 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 					runtime.Gosched() // what the last batch woke runs between reads
 					continue
 				}
+				if !e.sleepLocal() {
+					continue // the lanes hold records
+				}
+				slept = true
 				e.ctr.waits.Add(1)
 				return false // wait for the socket
 			default:
@@ -114,7 +123,8 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			e.rd.Unlock()
 			if busyPoll > 0 {
 				last = time.Now()
-			} else if k < want {
+			} else if k < want && drained && e.sleepLocal() {
+				slept = true
 				e.ctr.waits.Add(1)
 				return false // the socket was drained: wait instead of reading again
 			}
@@ -172,6 +182,12 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 		}()
 	}
 	ms := int(min(max(timeout, 0)/time.Millisecond, 1<<30))
+	if watch {
+		if !e.sleepLocal() {
+			return true, false, nil // the lanes hold records: Poll takes them
+		}
+		defer e.wakeLocal()
+	}
 	var perr error
 	cerr := e.rc.Control(func(s uintptr) {
 		fds := [2]unix.PollFd{{Fd: int32(s), Events: unix.POLLIN}, {Fd: int32(fd), Events: unix.POLLIN}}
@@ -283,7 +299,9 @@ func (e *Endpoint) handleRead(q *rxQueue, pkts []link.Packet, want, k int, handl
 		total := 0
 		for q.pendMsg < q.pendCount {
 			m := e.handOutGRO(q, pkts, true)
-			handle(pkts[:m])
+			if m > 0 {
+				handle(pkts[:m])
+			}
 			total += m
 		}
 		return total
@@ -341,7 +359,7 @@ func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (in
 		q.alloc(e.batch, e.gro)
 		q.fn = func(fd uintptr) {
 			for {
-				q.got, q.errno = recvmmsg(fd, q.hdrs[:q.want])
+				q.got, q.errno, _ = e.recvm(fd, q.hdrs[:q.want])
 				if q.errno != unix.EINTR {
 					return
 				}

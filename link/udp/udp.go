@@ -109,6 +109,17 @@ type Config struct {
 	// caller then takes itself (docs/speed.md, "UCX and Open MPI over the
 	// C library").
 	Netpoll bool
+	// Local lets the endpoint exchange datagrams with other Local
+	// endpoints of the same user in the same network namespace through
+	// shared memory instead of the kernel's loopback (same-host lanes:
+	// an inbox file in /dev/shm per endpoint, one ring per sender): the
+	// same datagrams, ICRC included, without a system call while the
+	// receiver reads, as a NIC carries traffic between its own QPs without
+	// the wire. Packet captures on the interface (tcpdump, Wireshark) do
+	// not see that traffic; a tap on the device (link/tee, softroce dump)
+	// does. Not for wildcard addresses. Stats.LocalIn and LocalOut count
+	// it.
+	Local bool
 	// Logger receives rare events (buffer-size fallbacks, send errors);
 	// nil is silent.
 	Logger *slog.Logger
@@ -122,6 +133,9 @@ type Option func(*Config)
 
 // WithAnyPort lets the kernel choose the UDP port when the address's port is 0.
 func WithAnyPort() Option { return func(c *Config) { c.AnyPort = true } }
+
+// WithLocal enables same-host lanes (Config.Local).
+func WithLocal() Option { return func(c *Config) { c.Local = true } }
 
 // WithMTU overrides the reported IP MTU.
 func WithMTU(mtu int) Option { return func(c *Config) { c.MTU = mtu } }
@@ -220,6 +234,13 @@ type Stats struct {
 	Asides               uint64 // sleeps of ServeView stepping aside for a busy Poll caller
 	SourcePortSockets    uint64 // per-port send sockets opened (Config.SourcePorts)
 	SourcePortFallbacks  uint64 // datagrams sent from SendAddr because their port had no socket
+	LocalIn              uint64 // datagrams received through same-host lanes (Config.Local)
+	LocalOut             uint64 // datagrams written to same-host lanes
+	LocalDrops           uint64 // datagrams dropped for a lane that stayed full
+	LocalFull            uint64 // writes that found a lane full and waited
+	LocalWakes           uint64 // empty datagrams sent to wake a lane's sleeping reader
+	LocalCorrupt         uint64 // lanes whose records broke the format (their contents dropped)
+	LocalPeers           uint64 // destinations found to have same-host inboxes
 }
 
 type counters struct {
@@ -245,6 +266,12 @@ type counters struct {
 	asides               atomic.Uint64
 	portSockets          atomic.Uint64
 	portFallbacks        atomic.Uint64
+	localIn, localOut    atomic.Uint64
+	localDrops           atomic.Uint64
+	localFull            atomic.Uint64
+	localWakes           atomic.Uint64
+	localCorrupt         atomic.Uint64
+	localPeers           atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -263,6 +290,9 @@ func (c *counters) snapshot() Stats {
 		SendWaits:         c.sendWaits.Load(),
 		Asides:            c.asides.Load(),
 		SourcePortSockets: c.portSockets.Load(), SourcePortFallbacks: c.portFallbacks.Load(),
+		LocalIn: c.localIn.Load(), LocalOut: c.localOut.Load(), LocalDrops: c.localDrops.Load(),
+		LocalFull: c.localFull.Load(), LocalWakes: c.localWakes.Load(),
+		LocalCorrupt: c.localCorrupt.Load(), LocalPeers: c.localPeers.Load(),
 	}
 }
 

@@ -43,12 +43,15 @@ type Endpoint struct {
 	group    bool       // a receive-only endpoint of a multicast group (JoinGroup)
 	mcIf     uint32     // IPv6: the index of the interface multicast leaves on (multicastIf)
 	state    stateWatch // the bound interface's state (WatchState)
+	inbox    *inbox     // same-host lanes' receiving side (Config.Local), else nil
+	netns    uint64     // the socket's network namespace (Config.Local)
 
 	rx struct {
 		mu sync.Mutex
 		rxQueue
 		fn     func(fd uintptr) bool
 		nowait bool // PollBatch: EAGAIN returns no datagram instead of waiting
+		slept  bool // doRead counted itself a sleeper (sleepLocal) and waited
 		want   int
 		got    int
 		errno  unix.Errno
@@ -96,6 +99,9 @@ type Endpoint struct {
 		ports    map[uint16]int            // Config.SourcePorts: source port -> its socket (-1: none)
 		maxPorts int                       // Config.SourcePorts (0: off)
 		sndbuf   int                       // SO_SNDBUF of per-port sockets
+		peers    map[netip.AddrPort]*peer  // Config.Local: destinations' inboxes
+		lastDst  netip.AddrPort            // writeLocal's last destination
+		local    bool                      // Config.Local: send to inboxes
 	}
 }
 
@@ -134,6 +140,9 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	e.allocBatches()
 	e.txAddr = e.local
+	if cfg.Local && !e.wildcard && !cfg.group {
+		e.openLocal()
+	}
 	if !cfg.SendFromBound {
 		if err := e.openSendSocket(cfg.SocketBuffer); err != nil && e.log != nil {
 			e.log.Info("udp: no separate send socket; sending from the bound one", "err", err)
@@ -512,7 +521,11 @@ func (e *Endpoint) Close() error {
 		delete(e.tx.ports, port)
 	}
 	e.tx.maxPorts = 0
+	e.closePeers()
 	e.tx.mu.Unlock()
+	if e.inbox != nil {
+		serr = errors.Join(serr, e.inbox.close())
+	}
 	serr = errors.Join(serr, e.state.close())
 	if e.conn != nil {
 		return errors.Join(e.conn.Close(), serr)
@@ -521,8 +534,12 @@ func (e *Endpoint) Close() error {
 }
 
 func (e *Endpoint) doRead(fd uintptr) bool {
+	if e.rx.slept {
+		e.rx.slept = false
+		e.wakeLocal()
+	}
 	for {
-		n, errno := recvmmsg(fd, e.rx.hdrs[:e.rx.want])
+		n, errno, _ := e.recvm(fd, e.rx.hdrs[:e.rx.want])
 		e.ctr.syscalls.Add(1)
 		switch errno {
 		case unix.EINTR:
@@ -533,6 +550,10 @@ func (e *Endpoint) doRead(fd uintptr) bool {
 				e.rx.got, e.rx.errno = 0, 0
 				return true
 			}
+			if !e.sleepLocal() {
+				continue // the lanes hold records
+			}
+			e.rx.slept = true
 			e.ctr.waits.Add(1)
 			return false
 		}
@@ -696,14 +717,20 @@ const (
 // copying.
 func (e *Endpoint) readGRO(pkts []link.Packet, view bool) (int, error) {
 	rx := &e.rx
-	if rx.pendMsg >= rx.pendCount {
-		k, err := e.recv(e.armRecv(&rx.rxQueue, pkts))
-		if err != nil {
-			return 0, err
+	for {
+		if rx.pendMsg >= rx.pendCount {
+			k, err := e.recv(e.armRecv(&rx.rxQueue, pkts))
+			if err != nil {
+				return 0, err
+			}
+			rx.pendMsg, rx.pendOff, rx.pendCount = 0, 0, k
 		}
-		rx.pendMsg, rx.pendOff, rx.pendCount = 0, 0, k
+		// Only empty datagrams (wake-ups) leave nothing: read on, unless
+		// polling.
+		if n := e.handOutGRO(&rx.rxQueue, pkts, view); n > 0 || rx.nowait {
+			return n, nil
+		}
 	}
-	return e.handOutGRO(&rx.rxQueue, pkts, view), nil
 }
 
 // handOutGRO fills pkts with q's pending GRO datagrams, one per packet, and
@@ -714,6 +741,10 @@ func (e *Endpoint) handOutGRO(q *rxQueue, pkts []link.Packet, view bool) int {
 	for i < len(pkts) && q.pendMsg < q.pendCount {
 		j := q.pendMsg
 		m := &q.meta[j]
+		if m.n == 0 && !m.trunc {
+			q.pendMsg++ // an empty datagram: a same-host lane's wake-up
+			continue
+		}
 		data := q.groBuf[j*groBufSize : j*groBufSize+m.n]
 		seg := m.n
 		if m.seg > 0 {
@@ -804,6 +835,40 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 	tx := &e.tx
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
+	if !tx.local {
+		return e.writeSocket(pkts)
+	}
+	// Runs of packets to same-host inboxes go to their lanes, the rest
+	// through the socket, in order.
+	sent := 0
+	for sent < len(pkts) {
+		k, err := e.writeLocal(pkts[sent:])
+		sent += k
+		if err != nil {
+			return sent, err
+		}
+		if sent == len(pkts) {
+			break
+		}
+		if k > 0 {
+			continue
+		}
+		end := sent + 1
+		for end < len(pkts) && (pkts[end].Dst == pkts[sent].Dst || e.peerFor(pkts[end].Dst) == nil) {
+			end++
+		}
+		k, err = e.writeSocket(pkts[sent:end])
+		sent += k
+		if err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// writeSocket is WriteBatch through the socket (tx.mu held).
+func (e *Endpoint) writeSocket(pkts []link.Packet) (int, error) {
+	tx := &e.tx
 	sent := 0
 	coalesce := true
 	for sent < len(pkts) {

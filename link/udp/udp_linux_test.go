@@ -40,6 +40,8 @@ func TestConformance(t *testing.T) {
 		}{
 			{"offload", nil},
 			{"plain", []Option{WithoutGSO(), WithoutGRO()}},
+			{"local", []Option{WithLocal()}},
+			{"local-plain", []Option{WithLocal(), WithoutGSO(), WithoutGRO()}},
 		} {
 			t.Run(addr+"/"+mode.name, func(t *testing.T) {
 				linktest.Run(t, func(t testing.TB) (link.Endpoint, link.Endpoint) {
@@ -455,7 +457,7 @@ func TestStats(t *testing.T) {
 // TestZeroAllocs pins the steady-state allocation count of a batched
 // write+read round at zero.
 func TestZeroAllocs(t *testing.T) {
-	for _, opts := range [][]Option{nil, {WithoutGSO(), WithoutGRO()}, {WithSourcePorts(4)}} {
+	for _, opts := range [][]Option{nil, {WithoutGSO(), WithoutGRO()}, {WithSourcePorts(4)}, {WithLocal()}} {
 		for _, addr := range []string{"127.0.0.1:0", "[::1]:0", "0.0.0.0:0"} {
 			zeroAllocs(t, addr, opts...)
 		}

@@ -1,0 +1,208 @@
+package udp
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/link/linktest"
+	"github.com/softroce/softroce/wire"
+)
+
+// localPair opens two Local endpoints on loopback and fails the test when
+// the machine cannot give them lanes.
+func localPair(t *testing.T, addr string, opts ...Option) (*Endpoint, *Endpoint) {
+	t.Helper()
+	opts = append([]Option{WithLocal()}, opts...)
+	a, b := listen(t, addr, opts...), listen(t, addr, opts...)
+	if a.inbox == nil || b.inbox == nil {
+		t.Fatalf("no same-host lanes (no %s or SIOCGSKNS)", inboxDir)
+	}
+	return a, b
+}
+
+// TestLocalLanes sends both ways between two Local endpoints and checks
+// that every datagram went through the lanes, intact, with its ICRC, and
+// that a reader blocked in ReadBatch is woken by a lane write.
+func TestLocalLanes(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		for _, opts := range [][]Option{nil, {WithoutGRO()}} {
+			a, b := localPair(t, addr, opts...)
+			const n = 300
+			var want [][]byte
+			for i := 0; i < n; i += 30 {
+				pkts := linktest.Batch(30, 0)
+				for j := range pkts {
+					pkts[j].Buf = linktest.Packet(nil, 0x11, uint32(i+j), linktest.Payload(i+j, 1+(i+j)*37%4096))
+					pkts[j].N, pkts[j].Dst, pkts[j].TOS = len(pkts[j].Buf), b.LocalAddr(), 0x68
+				}
+				if k, err := a.WriteBatch(pkts); k != len(pkts) || err != nil {
+					t.Fatalf("WriteBatch = %d, %v", k, err)
+				}
+				for j := range pkts {
+					want = append(want, bytes.Clone(pkts[j].Bytes()))
+				}
+			}
+			got := readN(t, b, n)
+			for i, p := range got {
+				if !bytes.Equal(p.Bytes(), want[i]) {
+					t.Fatalf("%s: datagram %d differs", addr, i)
+				}
+				if p.Src != a.SendAddr() || p.Dst != b.LocalAddr() || p.TOS != 0x68 {
+					t.Errorf("%s: datagram %d: Src %v Dst %v TOS %#x; want %v %v 0x68", addr, i, p.Src, p.Dst, p.TOS, a.SendAddr(), b.LocalAddr())
+				}
+				if _, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
+					t.Errorf("%s: datagram %d: ICRC does not verify", addr, i)
+				}
+			}
+			if as, bs := a.Stats(), b.Stats(); as.LocalOut != n || bs.LocalIn != n || as.WriteCalls != 0 {
+				t.Errorf("%s: sender LocalOut %d WriteCalls %d, receiver LocalIn %d; want %d, 0, %d", addr, as.LocalOut, as.WriteCalls, bs.LocalIn, n, n)
+			}
+
+			// A reader waiting in ReadBatch is woken by what a lane brings.
+			done := make(chan []link.Packet, 1)
+			go func() { done <- readN(t, a, 1) }()
+			time.Sleep(50 * time.Millisecond)
+			before := b.Stats().LocalWakes
+			sendOne(t, b, a.LocalAddr(), netip.AddrPort{}, 0)
+			select {
+			case p := <-done:
+				if p[0].N == 0 {
+					t.Errorf("%s: woken with an empty datagram", addr)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: a reader waiting in ReadBatch was not woken by a lane write", addr)
+			}
+			if w := b.Stats().LocalWakes - before; w != 1 {
+				t.Errorf("%s: %d wake-ups sent for one datagram to a sleeping reader, want 1", addr, w)
+			}
+		}
+	}
+}
+
+// TestLocalFallback: a destination without an inbox, or whose inbox
+// closed, is sent to through the socket.
+func TestLocalFallback(t *testing.T) {
+	a := listen(t, "127.0.0.1:0", WithLocal())
+	plain := listen(t, "127.0.0.1:0")
+	sendOne(t, a, plain.LocalAddr(), netip.AddrPort{}, 0)
+	readN(t, plain, 1)
+	if s := a.Stats(); s.LocalOut != 0 || s.PacketsOut != 1 || s.WriteCalls != 1 {
+		t.Errorf("to a plain endpoint: LocalOut %d PacketsOut %d WriteCalls %d; want 0, 1, 1", s.LocalOut, s.PacketsOut, s.WriteCalls)
+	}
+	b := listen(t, "127.0.0.1:0", WithLocal())
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	readN(t, b, 1)
+	if s := a.Stats(); s.LocalOut != 1 {
+		t.Fatalf("to a Local endpoint: LocalOut %d, want 1", s.LocalOut)
+	}
+	path := b.inbox.path
+	b.Close()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("inbox %s left after Close: %v", path, err)
+	}
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	if s := a.Stats(); s.LocalOut != 1 || s.WriteCalls != 2 {
+		t.Errorf("after the receiver closed: LocalOut %d WriteCalls %d; want 1, 2 (through the socket)", s.LocalOut, s.WriteCalls)
+	}
+}
+
+// TestLocalBrokenLane writes records that break the format into a lane:
+// the reader drops the lane's contents, counts it, and goes on.
+func TestLocalBrokenLane(t *testing.T) {
+	a, b := localPair(t, "127.0.0.1:0")
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0) // claims lane 0
+	readN(t, b, 1)
+	m := b.inbox.m
+	ring := laneRing(m, 0)
+	for _, bad := range []func(tail uint64) uint64{
+		func(tail uint64) uint64 { // a length past the ring
+			*(*uint32)(unsafe.Pointer(&ring[tail%laneSize])) = laneSize
+			return tail + 64
+		},
+		func(tail uint64) uint64 { // a length under the ICRC
+			*(*uint32)(unsafe.Pointer(&ring[tail%laneSize])) = 2
+			return tail + 32
+		},
+		func(tail uint64) uint64 { // a bad address size
+			r := ring[tail%laneSize:]
+			*(*uint32)(unsafe.Pointer(&r[0])) = 40
+			r[7] = 9
+			return tail + 64
+		},
+		func(tail uint64) uint64 { // a head far past the tail
+			return tail + 5*laneSize
+		},
+	} {
+		tail := atomic.LoadUint64(m.u64(laneTail(0)))
+		atomic.StoreUint64(m.u64(laneHead(0)), bad(tail))
+		before := b.Stats().LocalCorrupt
+		pk, err := b.PollBatch(linktest.Batch(8, 65536))
+		if err != nil || pk != 0 {
+			t.Errorf("PollBatch of a broken lane = %d, %v; want 0, nil", pk, err)
+		}
+		if b.Stats().LocalCorrupt != before+1 {
+			t.Errorf("LocalCorrupt %d, want %d", b.Stats().LocalCorrupt, before+1)
+		}
+	}
+	// The lane goes on: the sender writes after what the reader dropped.
+	want := sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	if got := readN(t, b, 1); !bytes.Equal(got[0].Bytes(), want) {
+		t.Errorf("after a broken lane: got %x, want %x", got[0].Bytes(), want)
+	}
+}
+
+// FuzzLaneRecords hands the lane reader arbitrary records, head and tail:
+// it must never panic nor read outside the ring, and what it delivers
+// must fit the reader's buffers.
+func FuzzLaneRecords(f *testing.F) {
+	rec := func(n int, alen byte) []byte {
+		r := make([]byte, (recHdr+n+7)&^7)
+		*(*uint32)(unsafe.Pointer(&r[0])) = uint32(n)
+		r[4], r[6], r[7] = 0x12, 0x68, alen
+		return r
+	}
+	good := append(rec(100, 4), rec(100, 4)...)
+	f.Add(good, uint64(0), uint64(len(good)), false)
+	f.Add(good, uint64(laneSize-8), uint64(laneSize-8+uint64(len(good))), true)
+	f.Add(append(rec(64, 16), rec(4000, 16)...), uint64(0), uint64(4200), true)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff}, uint64(0), uint64(8), false)
+	mem := make([]byte, inboxHdrSize+laneSize)
+	f.Fuzz(func(t *testing.T, data []byte, tail, head uint64, gro bool) {
+		clear(mem[:inboxHdrSize])
+		ring := mem[inboxHdrSize:]
+		if len(data) > 1<<16 {
+			data = data[:1<<16]
+		}
+		pos := int(tail % laneSize)
+		n := copy(ring[pos:], data)
+		copy(ring, data[n:])
+		m := &mapping{mem: mem}
+		*m.u64(laneHead(0)) = head
+		*m.u64(laneTail(0)) = tail
+		e := &Endpoint{inbox: &inbox{m: m}, gro: gro, batch: 8}
+		q := &rxQueue{}
+		q.alloc(8, gro)
+		pkts := linktest.Batch(8, 2048)
+		want := e.armRecv(q, pkts)
+		k, _ := e.fillLocal(q.hdrs[:want])
+		if k > want {
+			t.Fatalf("filled %d of %d messages", k, want)
+		}
+		for i := 0; i < k; i++ {
+			h := &q.hdrs[i]
+			if h.hdr.Flags&0x20 == 0 && int(h.n) > int(q.iovs[i].Len) { // MSG_TRUNC
+				t.Fatalf("message %d: %d bytes in a buffer of %d", i, h.n, q.iovs[i].Len)
+			}
+		}
+		if nt := *m.u64(laneTail(0)); nt != head && k < want {
+			t.Fatalf("tail %d short of head %d with messages to spare", nt, head)
+		}
+		e.decodeAll(q, k)
+	})
+}
