@@ -117,6 +117,9 @@ func env(addr string, extra ...string) []string {
 	if addr != "" {
 		out = append(out, "SOFTROCE_ADDR="+addr)
 	}
+	if v := os.Getenv("SOFTROCE_LOCAL"); v != "" {
+		out = append(out, "SOFTROCE_LOCAL="+v) // same-host lanes, as the run asks
+	}
 	return append(out, extra...)
 }
 

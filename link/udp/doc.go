@@ -122,6 +122,12 @@
 // (link.SpeedReporter) is the interface's ethtool speed, asked on the
 // endpoint's own socket.
 //
+// With Config.Local, two endpoints of one user in one network namespace
+// exchange datagrams through shared memory instead of the kernel's
+// loopback (same-host lanes, local_linux.go): an inbox file in /dev/shm per
+// endpoint, one single-producer ring per sender, read before the socket in
+// every read path, and an empty datagram to wake a reader that sleeps.
+//
 // io_uring was measured against recvmmsg/sendmmsg and not adopted: it made
 // half the system calls but cost more CPU per MiB and moved fewer bytes
 // (numbers and reasons in docs/speed.md).
