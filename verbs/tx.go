@@ -168,28 +168,39 @@ func (d *Device) kick() {
 	}
 }
 
-// write writes pkts to the link, counting what it sends.
+// write writes pkts to the link, counting what it sends. They are counted
+// before the link sends them, and uncounted if it does not: on loopback the
+// peer may take them, answer, and complete the work (and a program read the
+// counters) before WriteBatch returns.
 func (d *Device) write(pkts []link.Packet) {
+	d.countTx(pkts, 1)
 	for len(pkts) > 0 {
 		n, err := d.ep.WriteBatch(pkts)
-		var bytes uint64
-		for i := 0; i < n; i++ {
-			bytes += uint64(pkts[i].Len()) // with a zero-copy payload
-		}
-		d.stats.TxBytes.Add(bytes)
-		d.stats.TxPackets.Add(uint64(n))
 		pkts = pkts[n:]
 		if err != nil {
 			if len(pkts) > 0 {
 				// Skip the failing packet: RC recovers by retransmission.
 				d.stats.TxErrors.Add(1)
+				d.countTx(pkts[:1], -1)
 				pkts = pkts[1:]
 			}
 			if d.closed.Load() {
+				d.countTx(pkts, -1)
 				break
 			}
 		}
 	}
+}
+
+// countTx adds pkts to (sign 1) or takes them from (-1) TxPackets and
+// TxBytes.
+func (d *Device) countTx(pkts []link.Packet, sign int64) {
+	var bytes int64
+	for i := range pkts {
+		bytes += int64(pkts[i].Len()) // with a zero-copy payload
+	}
+	d.stats.TxBytes.Add(uint64(sign * bytes))
+	d.stats.TxPackets.Add(uint64(sign * int64(len(pkts))))
 }
 
 // endBatch ends a received batch: the deferred ACKs are handed to the
