@@ -41,7 +41,8 @@ func DeviceMAC(netdev string) [6]byte {
 }
 
 // UDPOptions returns the link/udp options of device d: the tools' logger,
-// and per-QP source ports when its link says 'sport qp'.
+// per-QP source ports when its link says 'sport qp', and same-host lanes
+// (LocalLanes).
 func UDPOptions(d Device) []udp.Option {
 	opts := []udp.Option{udp.WithLogger(Logger)}
 	if d.QPPorts {
@@ -54,11 +55,12 @@ func UDPOptions(d Device) []udp.Option {
 }
 
 // EnvLocal names the variable that turns same-host lanes (udp.Config.Local)
-// on ("1") or off ("0").
+// off ("0"); they are on otherwise.
 const EnvLocal = "SOFTROCE_LOCAL"
 
-// LocalLanes reports whether devices use same-host lanes (EnvLocal).
-func LocalLanes() bool { return os.Getenv(EnvLocal) == "1" }
+// LocalLanes reports whether the tools' and the C library's devices use
+// same-host lanes: unless EnvLocal is "0".
+func LocalLanes() bool { return os.Getenv(EnvLocal) != "0" }
 
 // DeviceAt returns the device at address ap, as the link with that address
 // describes it (its 'sport'), or a plain device there when no link has it:

@@ -165,7 +165,43 @@ func openInbox(fd int, ns uint64, local netip.AddrPort) (*inbox, error) {
 	atomic.StoreUint32(m.u32(offVersion), inboxVersion)
 	atomic.StoreUint32(m.u32(offPid), uint32(os.Getpid()))
 	atomic.StoreUint32(m.u32(offMagic), inboxMagic)
+	sweepInboxes(path)
 	return &inbox{m: m, path: path}, nil
+}
+
+// sweepInboxes removes the inbox files of this user whose process ended
+// without closing them (killed), other than keep: their pages would stay
+// in tmpfs until the address was bound again. A file whose process cannot
+// be told (another PID namespace sharing /dev/shm) may go too: its senders
+// then find no inbox and use the socket.
+func sweepInboxes(keep string) {
+	prefix := fmt.Sprintf("softroce.%d.", os.Getuid())
+	ents, err := os.ReadDir(inboxDir)
+	if err != nil {
+		return
+	}
+	for _, de := range ents {
+		name := de.Name()
+		if len(name) <= len(prefix) || name[:len(prefix)] != prefix {
+			continue
+		}
+		path := inboxDir + "/" + name
+		if path == keep {
+			continue
+		}
+		var hdr [16]byte
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		n, _ := f.ReadAt(hdr[:], 0)
+		f.Close()
+		pid := int(*(*uint32)(unsafe.Pointer(&hdr[offPid])))
+		if n == len(hdr) && *(*uint32)(unsafe.Pointer(&hdr[offMagic])) == inboxMagic && pid > 0 &&
+			unix.Kill(pid, 0) == unix.ESRCH {
+			os.Remove(path)
+		}
+	}
 }
 
 // openLocal opens the endpoint's inbox and lets it send to others'
@@ -192,6 +228,7 @@ func (e *Endpoint) openLocal() {
 		return
 	}
 	e.tx.local = true
+	e.tx.wakeFn = e.tx.wake
 }
 
 // close marks the inbox closed for its senders, removes its file and
@@ -751,18 +788,21 @@ func (e *Endpoint) wakePeer(pr *peer, dst netip.AddrPort) {
 	}
 }
 
-// sendWake sends an empty datagram to dst's socket (tx.mu held).
+// sendWake sends an empty datagram to dst's socket (tx.mu held), without
+// allocating: the address and the call are the endpoint's (wakeTo, wakeFn).
 func (e *Endpoint) sendWake(dst netip.AddrPort) {
-	var sa sockaddr
-	l := putSockaddr(&sa, dst, e.is6, e.scope)
-	send := func(fd uintptr) {
-		unix.RawSyscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), uintptr(l))
-	}
+	tx := &e.tx
+	tx.wakeLen = putSockaddr(&tx.wakeTo, dst, e.is6, e.scope)
 	e.ctr.localWakes.Add(1)
 	e.ctr.syscalls.Add(1)
-	if e.tx.fd >= 0 {
-		send(uintptr(e.tx.fd))
+	if tx.fd >= 0 {
+		tx.wake(uintptr(tx.fd))
 		return
 	}
-	e.rc.Control(send)
+	e.rc.Control(tx.wakeFn)
+}
+
+// wake is sendWake's system call on socket fd.
+func (tx *txState) wake(fd uintptr) {
+	unix.RawSyscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&tx.wakeTo)), uintptr(tx.wakeLen))
 }

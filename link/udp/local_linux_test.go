@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,4 +206,74 @@ func FuzzLaneRecords(f *testing.F) {
 		}
 		e.decodeAll(q, k)
 	})
+}
+
+// TestLocalWakeAllocs: a write to a sleeping reader, wake-up included,
+// allocates nothing.
+func TestLocalWakeAllocs(t *testing.T) {
+	a, b := localPair(t, "127.0.0.1:0")
+	wr := linktest.Batch(1, 0)
+	wr[0].Buf = linktest.Packet(nil, 1, 1, make([]byte, 256))
+	wr[0].N, wr[0].Dst = len(wr[0].Buf), b.LocalAddr()
+	rd := linktest.Batch(b.BatchSize(), 65536)
+	if !b.sleepLocal() { // b now looks asleep to its senders
+		t.Fatal("sleepLocal with empty lanes = false")
+	}
+	defer b.wakeLocal()
+	before := a.Stats().LocalWakes
+	allocs := testing.AllocsPerRun(50, func() {
+		if k, err := a.WriteBatch(wr); k != 1 || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", k, err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for got := 0; got < 1; {
+			if time.Now().After(deadline) {
+				t.Fatal("the datagram did not arrive")
+			}
+			k, err := b.PollBatch(rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+		b.PollBatch(rd) // the wake-up, dropped
+	})
+	if w := a.Stats().LocalWakes - before; w < 50 {
+		t.Fatalf("%d wake-ups for 51 writes to a sleeping reader", w)
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations per write to a sleeping reader, want 0", allocs)
+	}
+}
+
+// TestLocalSweep: an inbox left by a process that ended without closing it
+// is removed when another endpoint opens; a live one is kept.
+func TestLocalSweep(t *testing.T) {
+	dir := t.TempDir()
+	old := inboxDir
+	inboxDir = dir
+	t.Cleanup(func() { inboxDir = old })
+	write := func(name string, pid uint32) string {
+		path := dir + "/" + name
+		hdr := make([]byte, 16)
+		*(*uint32)(unsafe.Pointer(&hdr[offMagic])) = inboxMagic
+		*(*uint32)(unsafe.Pointer(&hdr[offPid])) = pid
+		if err := os.WriteFile(path, hdr, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	prefix := "softroce." + strconv.Itoa(os.Getuid()) + "."
+	dead := write(prefix+"1.7f000009.4791", 1<<22+12345) // above pid_max's default: no such process
+	live := write(prefix+"1.7f00000a.4791", uint32(os.Getpid()))
+	other := write("softroce.x.1.7f00000b.4791", 1<<22+12345)
+	a := listen(t, "127.0.0.1:0", WithLocal())
+	if a.inbox == nil {
+		t.Fatal("no inbox")
+	}
+	for path, want := range map[string]bool{dead: false, live: true, other: true, a.inbox.path: true} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", path, err == nil, want)
+		}
+	}
 }

@@ -78,31 +78,37 @@ type Endpoint struct {
 		mu sync.Mutex
 		m  map[uint32]string
 	}
-	tx struct {
-		mu       sync.Mutex
-		fd       int // the send socket (openSendSocket), -1: send on the bound one
-		hdrs     []mmsghdr
-		iovs     []unix.Iovec
-		names    []sockaddr
-		oob      []byte
-		fn       func(fd uintptr) bool
-		off      int
-		end      int
-		got      int
-		errno    unix.Errno
-		msgPkts  []int                     // packets per message (GSO)
-		icrc     wire.ICRCCache            // the ICRC prefix of a stream's packets
-		niov     int                       // iovecs the last build filled
-		routes   map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
-		zones    map[string]uint32         // IPv6 zone name -> interface index
-		cur      int                       // the socket the built messages go out on (-1: the bound one)
-		ports    map[uint16]int            // Config.SourcePorts: source port -> its socket (-1: none)
-		maxPorts int                       // Config.SourcePorts (0: off)
-		sndbuf   int                       // SO_SNDBUF of per-port sockets
-		peers    map[netip.AddrPort]*peer  // Config.Local: destinations' inboxes
-		lastDst  netip.AddrPort            // writeLocal's last destination
-		local    bool                      // Config.Local: send to inboxes
-	}
+	tx txState
+}
+
+// txState is an endpoint's sending side (tx.mu serializes it).
+type txState struct {
+	mu       sync.Mutex
+	fd       int // the send socket (openSendSocket), -1: send on the bound one
+	hdrs     []mmsghdr
+	iovs     []unix.Iovec
+	names    []sockaddr
+	oob      []byte
+	fn       func(fd uintptr) bool
+	off      int
+	end      int
+	got      int
+	errno    unix.Errno
+	msgPkts  []int                     // packets per message (GSO)
+	icrc     wire.ICRCCache            // the ICRC prefix of a stream's packets
+	niov     int                       // iovecs the last build filled
+	routes   map[netip.Addr]netip.Addr // wildcard endpoints: destination -> source
+	zones    map[string]uint32         // IPv6 zone name -> interface index
+	cur      int                       // the socket the built messages go out on (-1: the bound one)
+	ports    map[uint16]int            // Config.SourcePorts: source port -> its socket (-1: none)
+	maxPorts int                       // Config.SourcePorts (0: off)
+	sndbuf   int                       // SO_SNDBUF of per-port sockets
+	peers    map[netip.AddrPort]*peer  // Config.Local: destinations' inboxes
+	lastDst  netip.AddrPort            // writeLocal's last destination
+	local    bool                      // Config.Local: send to inboxes
+	wakeTo   sockaddr                  // sendWake's destination
+	wakeLen  uint32
+	wakeFn   func(fd uintptr) // wake, made once (Config.Local)
 }
 
 // Open creates and binds the endpoint's socket.

@@ -363,6 +363,11 @@ func (d *dumpDecoder) appendHeaders(b, data []byte, p *capture.Packet) []byte {
 	var pkt wire.Packet
 	err := pkt.Parse(data)
 	if err != nil {
+		if len(data) == 0 {
+			// Not RoCE: softroce's same-host lanes wake a sleeping
+			// reader with an empty datagram (udp.Config.Local).
+			return append(b, "EMPTY datagram (a softroce same-host lane's wake-up)"...)
+		}
 		if len(data) < wire.BTHLen {
 			d.n.unknown++
 			return fmt.Appendf(b, "UNKNOWN %d bytes (too short for a BTH)", len(data))

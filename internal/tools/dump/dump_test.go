@@ -140,6 +140,8 @@ func dlSynthPcap(t *testing.T) string {
 	w.WritePacket(ts.Add(time.Second), a, b, append(rd, make([]byte, 12)...))
 	cnp := (&wire.Packet{BTH: wire.BTH{Opcode: wire.OpCNP, BECN: true, PKey: wire.DefaultPKey, DestQP: 3}}).AppendHeaders(nil)
 	w.WritePacket(ts.Add(time.Second), a, b, append(cnp, make([]byte, 20)...))
+	// An empty datagram: a same-host lane's wake-up (udp.Config.Local).
+	w.WritePacket(ts.Add(time.Second), a, b, nil)
 	w.Close()
 
 	// A corrupt copy of the first packet (a bit flipped in the payload,
@@ -170,7 +172,7 @@ func TestDumpGoldenSynth(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	dlGolden(t, "synth.dump", out)
-	if !strings.HasSuffix(out, "24 packets, 1 bad ICRC, 1 unknown, 1 truncated\n") {
+	if !strings.HasSuffix(out, "25 packets, 1 bad ICRC, 1 unknown, 1 truncated\n") {
 		t.Errorf("summary: %q", out[strings.LastIndex(out[:len(out)-1], "\n")+1:])
 	}
 }
