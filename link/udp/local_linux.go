@@ -67,7 +67,13 @@ const (
 	localRetry = time.Second
 	// localFullWait bounds how long a sender waits for room in a full
 	// lane before it drops the datagram, as a full socket buffer would.
-	localFullWait = 2 * time.Millisecond
+	// Waiting is the lanes' flow control (a lossless fabric's pause): a
+	// burst larger than a lane (128 UC SENDs of 64 KiB from stock
+	// ib_send_bw) to a reader that lost its processor for a few
+	// milliseconds lost UC messages with a 2 ms bound. A lane that stays
+	// full that long is stalled: its writes drop at once until its reader
+	// takes something.
+	localFullWait = 50 * time.Millisecond
 )
 
 // Header offsets.
@@ -508,6 +514,8 @@ type peer struct {
 	retry   int64  // mono: when to look for the inbox again (m nil) or check the receiver's process
 	touched bool   // written in this WriteBatch: publish its head and look for sleepers at its end
 	head    uint64 // the lane's head as written, published at the end of a run (publish)
+	stalled bool   // the lane stayed full for localFullWait: drop at once while its tail stays
+	stallAt uint64 // the tail it stalled at
 }
 
 // localSeq numbers the lanes this process claims: a lane's owner tag is
@@ -725,7 +733,11 @@ func (e *Endpoint) putRecord(pr *peer, p *link.Packet, src netip.AddrPort) bool 
 				*(*uint32)(unsafe.Pointer(&ring[pos])) = recWrap
 				head += laneSize - pos
 			}
+			pr.stalled = false
 			break
+		}
+		if pr.stalled && tail == pr.stallAt {
+			return false
 		}
 		now := mono()
 		if deadline == 0 {
@@ -735,6 +747,7 @@ func (e *Endpoint) putRecord(pr *peer, p *link.Packet, src netip.AddrPort) bool 
 				e.publish(pr, p.Dst) // let the reader see what waits
 			}
 		} else if now > deadline {
+			pr.stalled, pr.stallAt = true, tail
 			return false
 		}
 		if atomic.LoadInt32(m.i32(offSleepers)) > 0 {

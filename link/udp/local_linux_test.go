@@ -277,3 +277,64 @@ func TestLocalSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalFullLane: a writer waits for room in a full lane rather than
+// drop (flow control); a lane whose reader takes nothing for localFullWait
+// is stalled, and its writes drop at once until the reader takes
+// something.
+func TestLocalFullLane(t *testing.T) {
+	a, b := localPair(t, "127.0.0.1:0")
+	const per = 4000
+	batch := linktest.Batch(32, 0)
+	for i := range batch {
+		batch[i].Buf = linktest.Packet(nil, 1, uint32(i), make([]byte, per))
+		batch[i].N, batch[i].Dst = len(batch[i].Buf), b.LocalAddr()
+	}
+	fill := 2 * laneSize / (32 * per) // batches: twice what a lane holds
+	// The reader starts 20 ms late: the writer waits for it.
+	got := make(chan int, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		rd := linktest.Batch(b.BatchSize(), 65536)
+		n := 0
+		for deadline := time.Now().Add(10 * time.Second); n < fill*32 && time.Now().Before(deadline); {
+			k, _ := b.PollBatch(rd)
+			for _, p := range rd[:k] {
+				if p.N > 0 {
+					n++
+				}
+			}
+		}
+		got <- n
+	}()
+	for i := 0; i < fill; i++ {
+		if k, err := a.WriteBatch(batch); k != 32 || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", k, err)
+		}
+	}
+	if n := <-got; n != fill*32 {
+		t.Errorf("read %d of %d datagrams", n, fill*32)
+	}
+	if s := a.Stats(); s.LocalDrops != 0 || s.LocalFull == 0 {
+		t.Errorf("LocalDrops %d LocalFull %d; want 0 and some", s.LocalDrops, s.LocalFull)
+	}
+
+	// Nobody reads now: the lane fills, one write waits localFullWait,
+	// then the lane is stalled and drops without waiting.
+	start := time.Now()
+	for i := 0; i < fill; i++ {
+		a.WriteBatch(batch)
+	}
+	if d := time.Since(start); d > 20*localFullWait {
+		t.Errorf("writing to a stalled lane took %v", d)
+	}
+	drops := a.Stats().LocalDrops
+	if drops == 0 {
+		t.Fatal("no drops on a lane nobody reads")
+	}
+	// The reader takes something: the lane takes writes again.
+	b.PollBatch(linktest.Batch(b.BatchSize(), 65536))
+	if k, err := a.WriteBatch(batch[:1]); k != 1 || err != nil || a.Stats().LocalDrops != drops {
+		t.Errorf("after the reader took some: WriteBatch = %d, %v; drops %d, want %d", k, err, a.Stats().LocalDrops, drops)
+	}
+}
