@@ -46,6 +46,11 @@ type Packet struct {
 	// do not gather never get it set; reads never set it.
 	Data   []byte
 	DataAt int
+	// Local, on read, says the datagram came through shared memory of the
+	// same user on this host, not a wire (link/udp's same-host lanes): no
+	// bit on it can have flipped in transit, and a device need not check
+	// its ICRC. Ignored on write.
+	Local bool
 }
 
 // Len returns the datagram's length: N, plus len(Data) on a gather write.

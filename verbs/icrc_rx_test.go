@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/udp"
 	"github.com/softroce/softroce/wire"
 )
@@ -65,5 +66,33 @@ func TestICRCCheckedOnReceive(t *testing.T) {
 	}
 	if got := st.DropNoQP.Load(); got != uint64(good) {
 		t.Errorf("DropNoQP = %d, want %d (the intact datagrams pass the ICRC check)", got, good)
+	}
+}
+
+// TestICRCNotCheckedLocal: a datagram a link marks Local (same-host shared
+// memory, link.Packet.Local) is not checked; the same datagram unmarked
+// is, and fails.
+func TestICRCNotCheckedLocal(t *testing.T) {
+	ea, _ := newPipePair(t, &pairOpts{})
+	a, err := Open(ea, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	src, dst := netip.MustParseAddrPort("10.0.0.2:49152"), netip.MustParseAddrPort("10.0.0.1:4791")
+	h := wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PKey: 0xFFFF, DestQP: 0x123456}, Payload: make([]byte, 64)}
+	b := append(h.Append(nil), 0, 0, 0, 0)
+	wire.FillICRC(b, src, dst, 0)
+	b[20] ^= 1 // a bit flipped after the ICRC
+	st := a.Stats()
+	for _, local := range []bool{false, true} {
+		icrc0, noQP0 := st.ICRCErrors.Load(), st.DropNoQP.Load()
+		lp := link.Packet{Buf: b, N: len(b), Src: src, Dst: dst, Local: local}
+		var p wire.Packet
+		a.input(&lp, &p)
+		icrc, noQP := st.ICRCErrors.Load()-icrc0, st.DropNoQP.Load()-noQP0
+		if local && (icrc != 0 || noQP != 1) || !local && (icrc != 1 || noQP != 0) {
+			t.Errorf("Local %v: ICRCErrors +%d, DropNoQP +%d", local, icrc, noQP)
+		}
 	}
 }

@@ -76,6 +76,10 @@ const (
 	localFullWait = 50 * time.Millisecond
 )
 
+// msgLocal marks a message filled from a lane (in msghdr.msg_flags, a bit
+// the kernel does not return): decodeMsg sets link.Packet.Local from it.
+const msgLocal = 0x10000000
+
 // Header offsets.
 const (
 	offMagic    = 0
@@ -433,6 +437,7 @@ func (e *Endpoint) fillMsg(h *mmsghdr, ring []byte, tail, head uint64) (uint64, 
 	if h.hdr.Flags&unix.MSG_TRUNC == 0 {
 		h.n = uint32(off)
 	}
+	h.hdr.Flags |= msgLocal
 	e.ctr.localIn.Add(uint64(segs))
 	var from netip.AddrPort
 	if alen == 4 {

@@ -60,6 +60,9 @@ func TestLocalLanes(t *testing.T) {
 				if _, ok := wire.VerifyICRCAddrs(p.Src, p.Dst, p.Bytes()); !ok {
 					t.Errorf("%s: datagram %d: ICRC does not verify", addr, i)
 				}
+				if !p.Local {
+					t.Errorf("%s: datagram %d from a lane: Local false", addr, i)
+				}
 			}
 			if as, bs := a.Stats(), b.Stats(); as.LocalOut != n || bs.LocalIn != n || as.WriteCalls != 0 {
 				t.Errorf("%s: sender LocalOut %d WriteCalls %d, receiver LocalIn %d; want %d, 0, %d", addr, as.LocalOut, as.WriteCalls, bs.LocalIn, n, n)
@@ -92,11 +95,18 @@ func TestLocalFallback(t *testing.T) {
 	a := listen(t, "127.0.0.1:0", WithLocal())
 	plain := listen(t, "127.0.0.1:0")
 	sendOne(t, a, plain.LocalAddr(), netip.AddrPort{}, 0)
-	readN(t, plain, 1)
+	if p := readN(t, plain, 1); p[0].Local {
+		t.Error("a datagram through the socket: Local true")
+	}
 	if s := a.Stats(); s.LocalOut != 0 || s.PacketsOut != 1 || s.WriteCalls != 1 {
 		t.Errorf("to a plain endpoint: LocalOut %d PacketsOut %d WriteCalls %d; want 0, 1, 1", s.LocalOut, s.PacketsOut, s.WriteCalls)
 	}
 	b := listen(t, "127.0.0.1:0", WithLocal())
+	// b also reads its socket: what came through it is not Local.
+	sendOne(t, plain, b.LocalAddr(), netip.AddrPort{}, 0)
+	if p := readN(t, b, 1); p[0].Local {
+		t.Error("a datagram through a Local endpoint's socket: Local true")
+	}
 	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
 	readN(t, b, 1)
 	if s := a.Stats(); s.LocalOut != 1 {

@@ -644,7 +644,7 @@ func (e *Endpoint) fillPlain(q *rxQueue, pkts []link.Packet, k int) {
 			e.ctr.truncated.Add(1)
 		}
 		bytes += uint64(p.N)
-		p.Src, p.Dst, p.TOS = m.src, m.dst, m.tos
+		p.Src, p.Dst, p.TOS, p.Local = m.src, m.dst, m.tos, m.local
 		p.IPHdrLen, p.TTL = 0, 0
 	}
 	e.ctr.packetsIn.Add(uint64(k))
@@ -658,6 +658,7 @@ type rxMeta struct {
 	seg      int // GRO segment size (0: one datagram)
 	tos      uint8
 	trunc    bool
+	local    bool // from a same-host lane (link.Packet.Local)
 }
 
 // recv runs recvmmsg for the first n messages (armed by armRecv) and
@@ -693,7 +694,8 @@ func (e *Endpoint) decodeAll(q *rxQueue, k int) {
 func (e *Endpoint) decodeMsg(q *rxQueue, i int) {
 	m, h := &q.meta[i], &q.hdrs[i]
 	sa := &q.names[i]
-	*m = rxMeta{src: addrPortOf(sa), dst: e.local, n: int(h.n), trunc: h.hdr.Flags&unix.MSG_TRUNC != 0}
+	*m = rxMeta{src: addrPortOf(sa), dst: e.local, n: int(h.n), trunc: h.hdr.Flags&unix.MSG_TRUNC != 0,
+		local: h.hdr.Flags&msgLocal != 0}
 	zone := ""
 	if sa.Family == unix.AF_INET6 && sa.Scope_id != 0 && m.src.Addr().IsLinkLocalUnicast() {
 		// A link-local sender: keep its scope so that replies to Src work.
@@ -776,7 +778,7 @@ func (e *Endpoint) handOutGRO(q *rxQueue, pkts []link.Packet, view bool) int {
 			e.ctr.truncated.Add(1)
 		}
 		bytes += uint64(p.N)
-		p.Src, p.Dst, p.TOS = m.src, m.dst, m.tos
+		p.Src, p.Dst, p.TOS, p.Local = m.src, m.dst, m.tos, m.local
 		p.IPHdrLen, p.TTL = 0, 0
 		q.pendOff += take
 		if q.pendOff >= m.n {
