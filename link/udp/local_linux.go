@@ -299,7 +299,7 @@ func (in *inbox) wake() {
 	in.mu.Unlock()
 }
 
-// fill receives lane records into the armed messages h as recvmmsg would
+// fillLocal receives lane records into the armed messages h as recvmmsg would
 // (length, source address, a TOS control message, a GRO control message
 // for a run of equal datagrams from one source when the buffers are GRO's)
 // and returns how many it filled, and whether the socket is due a read.
@@ -470,16 +470,18 @@ func (e *Endpoint) fillMsg(h *mmsghdr, ring []byte, tail, head uint64) (uint64, 
 
 // recvm is every reader's recvmmsg: lane records first, then the socket
 // (for the messages the lanes left, at least every localSocketTurn reads).
+// It counts the system calls it makes (Stats.Syscalls): a read the lanes
+// fill makes none.
 // drained reports that the socket was read and gave fewer messages than
 // asked: only then may the reader wait for the socket's next readiness.
 func (e *Endpoint) recvm(fd uintptr, h []mmsghdr) (k int, errno unix.Errno, drained bool) {
-	if e.inbox == nil {
-		k, errno = recvmmsg(fd, h)
-		return k, errno, errno == unix.EAGAIN || errno == 0 && k < len(h)
+	turn := true
+	if e.inbox != nil {
+		k, turn = e.fillLocal(h)
 	}
-	k, turn := e.fillLocal(h)
 	if k == 0 {
 		k, errno = recvmmsg(fd, h)
+		e.ctr.syscalls.Add(1)
 		return k, errno, errno == unix.EAGAIN || errno == 0 && k < len(h)
 	}
 	if turn && k < len(h) {
@@ -749,7 +751,7 @@ func (e *Endpoint) putRecord(pr *peer, p *link.Packet, src netip.AddrPort) bool 
 			deadline = now + int64(localFullWait)
 			e.ctr.localFull.Add(1)
 			if pr.touched {
-				e.publish(pr, p.Dst) // let the reader see what waits
+				publish(pr) // let the reader see what waits
 			}
 		} else if now > deadline {
 			pr.stalled, pr.stallAt = true, tail
@@ -790,7 +792,7 @@ func (e *Endpoint) putRecord(pr *peer, p *link.Packet, src netip.AddrPort) bool 
 }
 
 // publish makes the records written to pr's lane visible to its reader.
-func (e *Endpoint) publish(pr *peer, dst netip.AddrPort) {
+func publish(pr *peer) {
 	atomic.StoreUint64(pr.m.u64(laneHead(pr.lane)), pr.head)
 }
 
@@ -800,7 +802,7 @@ func (e *Endpoint) wakePeer(pr *peer, dst netip.AddrPort) {
 		return
 	}
 	pr.touched = false
-	e.publish(pr, dst)
+	publish(pr)
 	if atomic.LoadInt32(pr.m.i32(offSleepers)) > 0 {
 		e.sendWake(dst)
 	}

@@ -230,7 +230,7 @@ func TestLocalWakeAllocs(t *testing.T) {
 		t.Fatal("sleepLocal with empty lanes = false")
 	}
 	defer b.wakeLocal()
-	before := a.Stats().LocalWakes
+	before, calls := a.Stats().LocalWakes, b.Stats().Syscalls
 	allocs := testing.AllocsPerRun(50, func() {
 		if k, err := a.WriteBatch(wr); k != 1 || err != nil {
 			t.Fatalf("WriteBatch = %d, %v", k, err)
@@ -253,6 +253,11 @@ func TestLocalWakeAllocs(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Errorf("%v allocations per write to a sleeping reader, want 0", allocs)
+	}
+	// Per write: a lane read (no system call), then a socket read for the
+	// wake-up.
+	if c := b.Stats().Syscalls - calls; c > 51 {
+		t.Errorf("reader made %d system calls for 51 writes, want at most 51 (lane reads make none)", c)
 	}
 }
 
@@ -346,5 +351,26 @@ func TestLocalFullLane(t *testing.T) {
 	b.PollBatch(linktest.Batch(b.BatchSize(), 65536))
 	if k, err := a.WriteBatch(batch[:1]); k != 1 || err != nil || a.Stats().LocalDrops != drops {
 		t.Errorf("after the reader took some: WriteBatch = %d, %v; drops %d, want %d", k, err, a.Stats().LocalDrops, drops)
+	}
+}
+
+// TestLocalDeadReceiver: a sender whose receiver's process is gone (killed:
+// its inbox never closed) sends through the socket after its next check.
+func TestLocalDeadReceiver(t *testing.T) {
+	a, b := localPair(t, "127.0.0.1:0")
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	readN(t, b, 1)
+	if s := a.Stats(); s.LocalOut != 1 {
+		t.Fatalf("LocalOut %d, want 1", s.LocalOut)
+	}
+	// The receiver's process "dies": a pid that cannot exist, and the
+	// sender's next check is due now.
+	a.tx.mu.Lock()
+	pr := a.tx.peers[b.LocalAddr()]
+	pr.pid, pr.retry = 1<<22+12345, 0
+	a.tx.mu.Unlock()
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	if s := a.Stats(); s.LocalOut != 1 || s.WriteCalls != 1 {
+		t.Errorf("after the receiver's process ended: LocalOut %d WriteCalls %d; want 1, 1 (through the socket)", s.LocalOut, s.WriteCalls)
 	}
 }

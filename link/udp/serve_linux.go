@@ -94,7 +94,6 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			e.rd.Lock()
 			want := e.armRecv(&rx.rxQueue, pkts)
 			k, errno, drained := e.recvm(fd, rx.hdrs[:want])
-			e.ctr.syscalls.Add(1)
 			switch errno {
 			case 0:
 			case unix.EINTR:
@@ -372,7 +371,6 @@ func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (in
 		clearIovs(q.iovs[:q.want])
 		return 0, errClosed
 	}
-	e.ctr.syscalls.Add(1)
 	switch q.errno {
 	case 0:
 	case unix.EAGAIN:

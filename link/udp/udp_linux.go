@@ -546,7 +546,6 @@ func (e *Endpoint) doRead(fd uintptr) bool {
 	}
 	for {
 		n, errno, _ := e.recvm(fd, e.rx.hdrs[:e.rx.want])
-		e.ctr.syscalls.Add(1)
 		switch errno {
 		case unix.EINTR:
 			continue
