@@ -2,6 +2,8 @@ package verbs
 
 import (
 	"encoding/binary"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +48,9 @@ func isAtomic8(op WROpcode) bool {
 // remotePair is a fresh connected pair with remoteSz buffers.
 func remotePair(t *testing.T) (*side, *side) {
 	t.Helper()
-	return newPair(t, pairOpts{bufSize: remoteSz, pmtu: wire.MTU256})
+	// Timeout 14 (67 ms a try): every case is answered at once, and a
+	// retry budget of ~30 ms ran out once on a loaded CI machine.
+	return newPair(t, pairOpts{bufSize: remoteSz, pmtu: wire.MTU256, timeout: 14})
 }
 
 // remoteWR builds op on n bytes (ignored for atomics) at addr/rkey.
@@ -96,7 +100,8 @@ func checkRemote(t *testing.T, a, b *side, op WROpcode, addr uint64, rkey uint32
 	post(t, a.qp, wr)
 	wc := waitWC(t, a.scq, 1, 5*time.Second)[0]
 	if wc.Status != want {
-		t.Fatalf("%v of %d bytes at %#x key %#x: status %v, want %v", op, n, addr, rkey, wc.Status, want)
+		t.Fatalf("%v of %d bytes at %#x key %#x: status %v, want %v\nrequester: %s\nresponder: %s", op, n, addr, rkey, wc.Status, want,
+			nonzeroStats(a.dev), nonzeroStats(b.dev))
 	}
 	if want != WCSuccess {
 		waitState(t, a.qp, QPStateErr)
@@ -334,4 +339,15 @@ func TestMultiSGE(t *testing.T) {
 	wantA[40999] = r[7]
 	copy(wantA[5000:5300], r[8:])
 	mustEqual(t, a.buf, wantA)
+}
+
+// nonzeroStats lists d's non-zero counters, for a failure's message.
+func nonzeroStats(d *Device) string {
+	var b strings.Builder
+	d.Stats().Each(func(name string, v uint64) {
+		if v != 0 {
+			fmt.Fprintf(&b, " %s=%d", name, v)
+		}
+	})
+	return b.String()
 }
