@@ -78,7 +78,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return cli.UsageErr(stderr, "softroce", "unknown command %q%s", args[0], hint)
 	}
-	stop, ok := startProfiles(stderr)
+	stop, ok := func() {}, true
+	if args[0] != "exec" {
+		// exec leaves the profiling variables to the program it runs (the C
+		// library writes its profile, "%p" per process): a profile timer
+		// started here would outlive the exec, and its SIGPROF kill the
+		// program.
+		stop, ok = startProfiles(stderr)
+	}
 	if !ok {
 		return cli.ExitFailure
 	}

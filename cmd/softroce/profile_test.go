@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/softroce/softroce/internal/capibuild"
 	"github.com/softroce/softroce/internal/toolkit"
 	"github.com/softroce/softroce/internal/tooltest"
 )
@@ -78,6 +81,40 @@ func TestLogEnv(t *testing.T) {
 			if got := strings.Contains(r.Stderr, `msg="cm send"`); got != (level == "debug") {
 				t.Errorf("%s=%q: %s's stderr has the CM's debug logs: %v, want %v\n%s", toolkit.LogEnv, level, side, got, level == "debug", r.Stderr)
 			}
+		}
+	}
+}
+
+// TestExecProfileEnv: softroce exec leaves SOFTROCE_CPUPROFILE and
+// SOFTROCE_TRACE to the program it runs. A profile it started itself
+// would keep its timer across the exec, and the first SIGPROF would kill
+// a program that does not handle it (mpirun did).
+func TestExecProfileEnv(t *testing.T) {
+	bin := tooltest.Binary(t)
+	dir := t.TempDir()
+	prof, tr := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "run.trace")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A few tenths of a second of the shell's own CPU: a profile timer
+	// fires every 10 ms of it.
+	// sh loads no RDMA library: a stand-in file satisfies exec's check.
+	lib := filepath.Join(dir, "lib")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lib, capibuild.Lib), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "exec", "-L", lib, "--", "sh", "-c",
+		`i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo survived`)
+	cmd.Env = append(os.Environ(), envCPUProfile+"="+prof, envTrace+"="+tr)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "survived" {
+		t.Fatalf("softroce exec with %s set: %v, output %q; want the program to run to its end", envCPUProfile, err, out)
+	}
+	for _, f := range []string{prof, tr} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s was created: softroce exec profiled itself", f)
 		}
 	}
 }
