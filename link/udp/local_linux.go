@@ -149,7 +149,8 @@ type inbox struct {
 	path   string
 	next   int              // the lane a read starts at (round robin)
 	reads  int              // reads that found lanes busy since the socket's last turn
-	mapped [inboxLanes]bool // lanes whose ring the reader's page tables map (fillLocal)
+	mapped [inboxLanes]bool // lanes whose ring the reader has paged in (fillLocal)
+	pf     prefault
 	closed bool
 }
 
@@ -258,6 +259,7 @@ func (in *inbox) close() error {
 	} else {
 		err = nil
 	}
+	in.pf.end()
 	unix.Munmap(in.m.mem)
 	in.m = nil
 	return err
@@ -325,7 +327,7 @@ func (e *Endpoint) fillLocal(h []mmsghdr) (int, bool) {
 			// No page faults on the lane's first pass, as for its writer
 			// (prefaultLane), which gave the ring its pages.
 			in.mapped[i] = true
-			mapLane(ring)
+			mapLane(&in.pf, ring)
 		}
 		if head-tail > laneSize {
 			// More than a ring's worth, or a tail past the head.
@@ -530,6 +532,7 @@ type peer struct {
 	head    uint64 // the lane's head as written, published at the end of a run (publish)
 	stalled bool   // the lane stayed full for localFullWait: drop at once while its tail stays
 	stallAt uint64 // the tail it stalled at
+	pf      prefault
 }
 
 // localSeq numbers the lanes this process claims: a lane's owner tag is
@@ -577,6 +580,7 @@ func (e *Endpoint) peerFor(dst netip.AddrPort) *peer {
 func (e *Endpoint) dropPeer(dst netip.AddrPort, p *peer, now int64) {
 	if p.m != nil {
 		atomic.CompareAndSwapUint64(p.m.u64(laneOwner(p.lane)), p.owner, 0)
+		p.pf.end()
 		unix.Munmap(p.m.mem)
 	}
 	e.tx.peers[dst] = &peer{retry: now + int64(localRetry)}
@@ -615,8 +619,9 @@ func (e *Endpoint) openPeer(dst netip.AddrPort) *peer {
 				}
 			}
 			if atomic.CompareAndSwapUint64(o, cur, owner) {
-				prefaultLane(fd, m, i)
-				return &peer{m: m, lane: i, owner: owner, pid: pid}
+				pr := &peer{m: m, lane: i, owner: owner, pid: pid}
+				prefaultLane(&pr.pf, fd, m, i)
+				return pr
 			}
 		}
 	}
@@ -624,48 +629,96 @@ func (e *Endpoint) openPeer(dst netip.AddrPort) *peer {
 	return &peer{} // every lane taken: the socket
 }
 
-// prefaultLane gives lane i's ring its pages and maps them into the
-// writer (m) before the first record: tmpfs allocates a sparse file's
-// pages at their first touch, and each such fault stops the writer once
-// per 4 KiB page. On a virtual machine with costly faults (16 µs a page
-// measured, where fallocate and MADV_POPULATE_WRITE take 0.4 µs a page)
-// the faults of a new lane's first 4 MiB made a 64 KiB MPI ping-pong's
-// first 64 round trips ten times as slow as the rest. The ring's memory is
-// committed at once (laneSize per lane in use, as a lane's first pass
-// would commit it); a kernel without the calls (before 5.14 for the
-// madvise) leaves the faults to the first pass.
-//
-// A hypervisor that shadows the guest's page tables (PVM) still stops
-// the first access to each page after that, 6 µs a page measured, so
-// prefaultLane also touches every page once, for writing: an atomic add
-// of 0, which changes nothing a reader of a lane's leftover records (a
-// dead writer's, reclaimed) could see. A 4 MiB ring costs a few
-// milliseconds there, once, when the lane is claimed.
-func prefaultLane(fd int, m *mapping, i int) {
-	off := int64(inboxHdrSize + i*laneSize)
-	unix.Fallocate(fd, 0, off, laneSize)
-	ring := laneRing(m, i)
-	unix.Madvise(ring, unix.MADV_POPULATE_WRITE)
-	for p := 0; p < len(ring); p += pageSize {
-		atomic.AddUint32((*uint32)(unsafe.Pointer(&ring[p])), 0)
+// Lanes' first pass. tmpfs gives a sparse file its pages at their first
+// touch, and each such fault stops the writer, and the reader in its own
+// mapping, once per 4 KiB page. On a virtual machine with costly faults
+// (16 µs a page measured, where fallocate and MADV_POPULATE_WRITE take
+// 0.4 µs a page) a lane's first 4 MiB made a 64 KiB MPI ping-pong's first
+// 64 round trips ten times as slow as the rest. A hypervisor that shadows
+// the guest's page tables (PVM) stops the first access to each page even
+// after that, 6 µs a page measured, so every page is touched once as well.
+// The work runs beside the traffic, in a goroutine per lane and side: done
+// inline, its ~10 ms delayed a new lane's first datagram past tight
+// retransmit timers. Until it is done the lane's first pass faults as
+// before. The ring's memory is committed at once (laneSize per lane in
+// use, as its first pass would commit it); a kernel without the calls
+// (MADV_POPULATE_* is 5.14) leaves the faults to the first pass.
+
+// prefault is a mapping's background page-in work (prefaultLane, mapLane):
+// it is stopped and waited for before the mapping goes.
+type prefault struct {
+	wg   sync.WaitGroup
+	stop atomic.Bool
+}
+
+// end stops the work and waits for it.
+func (pf *prefault) end() {
+	pf.stop.Store(true)
+	pf.wg.Wait()
+}
+
+// prefaultLane starts the writer's page-in of lane i of the inbox mapped
+// at m (file fd, duplicated for the goroutine).
+func prefaultLane(pf *prefault, fd int, m *mapping, i int) {
+	dfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	pf.wg.Add(1)
+	go func() {
+		defer pf.wg.Done()
+		defer unix.Close(dfd)
+		ring := laneRing(m, i)
+		unix.Fallocate(dfd, 0, int64(inboxHdrSize+i*laneSize), laneSize)
+		unix.Madvise(ring, unix.MADV_POPULATE_WRITE)
+		if raceEnabled {
+			return // an atomic add of 0 beside the writer's copies: a report
+		}
+		// A write access that changes nothing: an atomic add of 0 (the
+		// writer may be writing the same word; a reclaimed lane's reader
+		// may be reading a dead writer's records).
+		for p := 0; p < len(ring) && !pf.stop.Load(); p += pageSize {
+			atomic.AddUint32((*uint32)(unsafe.Pointer(&ring[p])), 0)
+			touchPace(p)
+		}
+	}()
+}
+
+// mapLane starts the reader's page-in of a lane's ring, at the first
+// record it holds (fillLocal): a read of every page.
+func mapLane(pf *prefault, ring []byte) {
+	pf.wg.Add(1)
+	go func() {
+		defer pf.wg.Done()
+		unix.Madvise(ring, unix.MADV_POPULATE_READ)
+		var sum uint32
+		for p := 0; p < len(ring) && !pf.stop.Load(); p += pageSize {
+			sum += atomic.LoadUint32((*uint32)(unsafe.Pointer(&ring[p])))
+			touchPace(p)
+		}
+		touchSink.Add(sum)
+	}()
+}
+
+// touchPace paces a page-in loop at offset off: a pause after every
+// touchBurst pages, so that the work (~6 ms of a processor per lane and
+// side where faults are costly) does not hold a processor while both
+// sides' traffic starts (on two processors, one burst each delayed a new
+// connection's first answer past a 10 ms loss probe).
+func touchPace(off int) {
+	if (off/pageSize)%touchBurst == touchBurst-1 {
+		time.Sleep(touchPause)
 	}
 }
+
+const (
+	touchBurst = 16
+	touchPause = 200 * time.Microsecond
+)
 
 // pageSize is the unit the lanes are touched in (the smallest page size
 // of the platforms softroce runs on).
 const pageSize = 4096
-
-// mapLane maps a lane's ring into the reader's page tables at the first
-// record it holds (fillLocal): the reader's side of prefaultLane, a read
-// of every page.
-func mapLane(ring []byte) {
-	unix.Madvise(ring, unix.MADV_POPULATE_READ)
-	var sum uint32
-	for p := 0; p < len(ring); p += pageSize {
-		sum += atomic.LoadUint32((*uint32)(unsafe.Pointer(&ring[p])))
-	}
-	touchSink.Store(sum)
-}
 
 // touchSink keeps mapLane's reads.
 var touchSink atomic.Uint32
@@ -675,6 +728,7 @@ func (e *Endpoint) closePeers() {
 	for dst, p := range e.tx.peers {
 		if p.m != nil {
 			atomic.CompareAndSwapUint64(p.m.u64(laneOwner(p.lane)), p.owner, 0)
+			p.pf.end()
 			unix.Munmap(p.m.mem)
 		}
 		delete(e.tx.peers, dst)
