@@ -150,6 +150,7 @@ type inbox struct {
 	next   int              // the lane a read starts at (round robin)
 	reads  int              // reads that found lanes busy since the socket's last turn
 	mapped [inboxLanes]bool // lanes whose ring the reader has paged in (fillLocal)
+	views  int              // viewLocal handlers running on the rings: close leaves the unmapping to the last
 	pf     prefault
 	closed bool
 }
@@ -259,10 +260,17 @@ func (in *inbox) close() error {
 	} else {
 		err = nil
 	}
+	if in.views == 0 {
+		in.unmap()
+	}
+	return err
+}
+
+// unmap ends the page-in work and unmaps the inbox (mu held).
+func (in *inbox) unmap() {
 	in.pf.end()
 	unix.Munmap(in.m.mem)
 	in.m = nil
-	return err
 }
 
 // pendingLocked reports a lane holding a record.
@@ -360,6 +368,143 @@ func (e *Endpoint) fillLocal(h []mmsghdr) (int, bool) {
 		return k, true
 	}
 	return k, false
+}
+
+// viewLocal hands lane records to handle in place, as the view readers
+// (ServeView, Poll) hand out datagrams: pkts[i].Buf points into a lane's
+// ring, valid until handle returns, and the lanes' tails move past them
+// only then (a copy into a receive buffer, fillLocal, was a third copy of
+// every byte: the writer's into the ring, this one, and the device's into
+// a memory region). It returns how many it handed, and whether the socket
+// is due a read (as fillLocal). A record is checked against the ring as
+// fillLocal checks it; while handle runs, only its writer, a process of
+// the same user, could change it (the file is the user's alone, mode
+// 0600). Only with GRO buffers: without them, pkts' own buffers are the
+// reader's and must stay in place.
+func (e *Endpoint) viewLocal(pkts []link.Packet, handle func(pkts []link.Packet)) (int, bool) {
+	in := e.inbox
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return 0, true
+	}
+	m := in.m
+	var (
+		tails [inboxLanes]uint64
+		moved uint32 // lanes whose tail moves (bit i)
+		bytes uint64
+	)
+	k := 0
+	for l := 0; l < inboxLanes && k < len(pkts); l++ {
+		i := (in.next + l) % inboxLanes
+		head := atomic.LoadUint64(m.u64(laneHead(i)))
+		tail := atomic.LoadUint64(m.u64(laneTail(i)))
+		if head == tail {
+			continue
+		}
+		ring := laneRing(m, i)
+		if !in.mapped[i] {
+			in.mapped[i] = true
+			mapLane(&in.pf, ring)
+		}
+		if head-tail > laneSize {
+			e.ctr.localCorrupt.Add(1)
+			atomic.StoreUint64(m.u64(laneTail(i)), head)
+			continue
+		}
+		for k < len(pkts) && tail != head {
+			pos := int(tail % laneSize)
+			if laneSize-pos < 8 {
+				e.ctr.localCorrupt.Add(1)
+				tail = head
+				break
+			}
+			w := *(*uint32)(unsafe.Pointer(&ring[pos]))
+			if w == recWrap {
+				if head-tail < uint64(laneSize-pos) {
+					e.ctr.localCorrupt.Add(1) // a wrap past the head
+					tail = head
+					break
+				}
+				tail += uint64(laneSize - pos)
+				continue
+			}
+			n := int(w)
+			size := (recHdr + n + 7) &^ 7
+			if n < wire.ICRCLen || n > link.MaxDatagram || pos+size > laneSize || head-tail < uint64(size) {
+				e.ctr.localCorrupt.Add(1)
+				tail = head
+				break
+			}
+			var hdr [recHdr]byte
+			copy(hdr[:], ring[pos:pos+recHdr])
+			alen := hdr[7]
+			if e.is6 && alen != 16 || !e.is6 && alen != 4 {
+				e.ctr.localCorrupt.Add(1) // not of the socket's family
+				tail = head
+				break
+			}
+			port := uint16(hdr[4]) | uint16(hdr[5])<<8
+			var from netip.AddrPort
+			if alen == 4 {
+				from = netip.AddrPortFrom(netip.AddrFrom4([4]byte(hdr[8:12])), port)
+			} else {
+				from = netip.AddrPortFrom(netip.AddrFrom16([16]byte(hdr[8:24])), port)
+			}
+			p := &pkts[k]
+			d := pos + recHdr
+			p.Buf, p.N = ring[d:d+n:d+n], n
+			p.Src, p.Dst, p.TOS, p.Local = from, e.local, hdr[6], true
+			p.IPHdrLen, p.TTL = 0, 0
+			bytes += uint64(n)
+			tail += uint64(size)
+			k++
+		}
+		tails[i] = tail
+		moved |= 1 << i
+	}
+	in.next = (in.next + 1) % inboxLanes
+	turn := true
+	if k > 0 {
+		in.reads++
+		if in.reads < localSocketTurn {
+			turn = false
+		} else {
+			in.reads = 0
+		}
+	} else {
+		in.reads = 0
+	}
+	if k == 0 {
+		for i := range tails {
+			if moved&(1<<i) != 0 {
+				atomic.StoreUint64(m.u64(laneTail(i)), tails[i])
+			}
+		}
+		in.mu.Unlock()
+		return 0, turn
+	}
+	in.views++
+	in.mu.Unlock()
+
+	e.ctr.localIn.Add(uint64(k))
+	e.ctr.packetsIn.Add(uint64(k))
+	e.ctr.bytesIn.Add(bytes)
+	handle(pkts[:k])
+
+	in.mu.Lock()
+	in.views--
+	if !in.closed {
+		for i := range tails {
+			if moved&(1<<i) != 0 {
+				atomic.StoreUint64(m.u64(laneTail(i)), tails[i])
+			}
+		}
+	} else if in.views == 0 {
+		in.unmap()
+	}
+	in.mu.Unlock()
+	return k, turn
 }
 
 // fillMsg fills message h from the ring's records at tail (below head) and
@@ -483,9 +628,9 @@ func (e *Endpoint) fillMsg(h *mmsghdr, ring []byte, tail, head uint64) (uint64, 
 // fill makes none.
 // drained reports that the socket was read and gave fewer messages than
 // asked: only then may the reader wait for the socket's next readiness.
-func (e *Endpoint) recvm(fd uintptr, h []mmsghdr) (k int, errno unix.Errno, drained bool) {
+func (e *Endpoint) recvm(fd uintptr, h []mmsghdr, sockOnly bool) (k int, errno unix.Errno, drained bool) {
 	turn := true
-	if e.inbox != nil {
+	if e.inbox != nil && !sockOnly {
 		k, turn = e.fillLocal(h)
 	}
 	if k == 0 {

@@ -215,6 +215,34 @@ func FuzzLaneRecords(f *testing.F) {
 			t.Fatalf("tail %d short of head %d with messages to spare", nt, head)
 		}
 		e.decodeAll(q, k)
+
+		// The same records handed in place (viewLocal).
+		*m.u64(laneHead(0)) = head
+		*m.u64(laneTail(0)) = tail
+		e.inbox.reads = 0
+		var sum byte
+		n = 0
+		k, _ = e.viewLocal(pkts, func(v []link.Packet) {
+			for i := range v {
+				p := &v[i]
+				if p.N != len(p.Buf) || p.N > link.MaxDatagram || !p.Local {
+					t.Fatalf("view %d: N %d, len %d, Local %v", i, p.N, len(p.Buf), p.Local)
+				}
+				for _, b := range p.Buf { // every byte inside the ring
+					sum += b
+				}
+				n++
+			}
+		})
+		if k != n || k > len(pkts) {
+			t.Fatalf("viewLocal = %d, handed %d of %d", k, n, len(pkts))
+		}
+		if nt := *m.u64(laneTail(0)); nt != head && k < len(pkts) {
+			t.Fatalf("viewLocal: tail %d short of head %d with packets to spare", nt, head)
+		}
+		e.inbox.pf.end() // the reader's page-in of the lane, started above
+		e.inbox.pf.stop.Store(false)
+		_ = sum
 	})
 }
 

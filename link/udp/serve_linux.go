@@ -92,8 +92,16 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			// rd, so that a Poll beside this loop cannot handle later
 			// datagrams before earlier ones.
 			e.rd.Lock()
+			nl, turn, viewed := e.viewLanes(pkts, handle)
+			if !turn {
+				e.rd.Unlock()
+				if busyPoll > 0 {
+					last = time.Now()
+				}
+				continue // the lanes keep it busy; the socket's turn comes
+			}
 			want := e.armRecv(&rx.rxQueue, pkts)
-			k, errno, drained := e.recvm(fd, rx.hdrs[:want])
+			k, errno, drained := e.recvm(fd, rx.hdrs[:want], viewed)
 			switch errno {
 			case 0:
 			case unix.EINTR:
@@ -101,6 +109,12 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 				continue
 			case unix.EAGAIN:
 				e.rd.Unlock()
+				if nl > 0 {
+					if busyPoll > 0 {
+						last = time.Now()
+					}
+					continue // the lanes had records: read again
+				}
 				e.ctr.emptyReads.Add(1)
 				if busyPoll > 0 && time.Since(last) < busyPoll {
 					runtime.Gosched() // what the last batch woke runs between reads
@@ -315,10 +329,11 @@ func (e *Endpoint) handleRead(q *rxQueue, pkts []link.Packet, want, k int, handl
 // owns rx.
 type pollQueue struct {
 	rxQueue
-	fn    func(fd uintptr) // the recvmmsg, for RawConn.Control
-	want  int
-	got   int
-	errno unix.Errno
+	fn       func(fd uintptr) // the recvmmsg, for RawConn.Control
+	sockOnly bool             // fn skips the lanes (viewLanes read them)
+	want     int
+	got      int
+	errno    unix.Errno
 }
 
 // Poll receives the datagrams waiting on the socket now, without waiting,
@@ -352,13 +367,17 @@ func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (in
 		return 0, nil
 	}
 	defer e.rd.Unlock()
+	nl, turn, viewed := e.viewLanes(pkts[:n], handle)
+	if !turn {
+		return nl, nil
+	}
 	q := e.prx
 	if q == nil {
 		q = &pollQueue{}
 		q.alloc(e.batch, e.gro)
 		q.fn = func(fd uintptr) {
 			for {
-				q.got, q.errno, _ = e.recvm(fd, q.hdrs[:q.want])
+				q.got, q.errno, _ = e.recvm(fd, q.hdrs[:q.want], q.sockOnly)
 				if q.errno != unix.EINTR {
 					return
 				}
@@ -367,22 +386,37 @@ func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (in
 		e.prx = q
 	}
 	q.want = e.armRecv(&q.rxQueue, pkts[:n])
+	q.sockOnly = viewed
 	if err := e.rc.Control(q.fn); err != nil {
 		clearIovs(q.iovs[:q.want])
-		return 0, errClosed
+		return nl, errClosed
 	}
 	switch q.errno {
 	case 0:
 	case unix.EAGAIN:
 		clearIovs(q.iovs[:q.want])
-		e.ctr.emptyReads.Add(1)
-		return 0, nil
+		if nl == 0 {
+			e.ctr.emptyReads.Add(1)
+		}
+		return nl, nil
 	default:
 		clearIovs(q.iovs[:q.want])
 		e.ctr.readErrors.Add(1)
-		return 0, os.NewSyscallError("recvmmsg", q.errno)
+		return nl, os.NewSyscallError("recvmmsg", q.errno)
 	}
-	return e.handleRead(&q.rxQueue, pkts[:n], q.want, q.got, handle), nil
+	return nl + e.handleRead(&q.rxQueue, pkts[:n], q.want, q.got, handle), nil
+}
+
+// viewLanes is the view readers' turn of the lanes (viewLocal, with GRO
+// buffers): how many records it handed to handle, whether the socket is
+// due a read, and whether the lanes were read here (the socket read that
+// follows then skips them).
+func (e *Endpoint) viewLanes(pkts []link.Packet, handle func(pkts []link.Packet)) (n int, turn, viewed bool) {
+	if e.inbox == nil || !e.gro {
+		return 0, true, false
+	}
+	n, turn = e.viewLocal(pkts, handle)
+	return n, turn, true
 }
 
 // armRecv points q's receive iovecs at its GRO buffers (or, without GRO, at

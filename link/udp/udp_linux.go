@@ -545,7 +545,7 @@ func (e *Endpoint) doRead(fd uintptr) bool {
 		e.wakeLocal()
 	}
 	for {
-		n, errno, _ := e.recvm(fd, e.rx.hdrs[:e.rx.want])
+		n, errno, _ := e.recvm(fd, e.rx.hdrs[:e.rx.want], false)
 		switch errno {
 		case unix.EINTR:
 			continue
