@@ -48,8 +48,10 @@ type Packet struct {
 	DataAt int
 	// Local, on read, says the datagram came through shared memory of the
 	// same user on this host, not a wire (link/udp's same-host lanes): no
-	// bit on it can have flipped in transit, and a device need not check
-	// its ICRC. Ignored on write.
+	// bit on it can have flipped in transit, its ICRC was not computed,
+	// and a device does not check it. On write the link sets it for a
+	// datagram it sent that way, without filling in its ICRC (a tap,
+	// link/tee, computes it for what it reports); callers need not clear it.
 	Local bool
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/softroce/softroce/link"
+	"github.com/softroce/softroce/wire"
 )
 
 // Direction says whether a datagram was received or sent.
@@ -48,6 +49,7 @@ type Endpoint struct {
 	caps  link.Capabilities // link.CapabilitiesOf(inner)
 	stats Stats
 	whole []byte // a gathered datagram put together for fn (WriteBatch's)
+	rcopy []byte // a read datagram with its ICRC filled in (ReadBatch's)
 }
 
 var (
@@ -93,7 +95,15 @@ func (e *Endpoint) ReadBatch(pkts []link.Packet) (int, error) {
 			if !dst.IsValid() || dst.Addr().IsUnspecified() {
 				dst = e.local
 			}
-			fn(In, p.Src, dst, p.TOS, p.Buf[:p.N])
+			b := p.Buf[:p.N]
+			if p.Local && len(b) >= wire.ICRCLen {
+				// From a same-host lane, whose writer leaves the ICRC
+				// out (nothing checks it): filled in as the wire has it.
+				e.rcopy = append(e.rcopy[:0], b...)
+				b = e.rcopy
+				wire.FillICRC(b, p.Src, dst, 0)
+			}
+			fn(In, p.Src, dst, p.TOS, b)
 		}
 		e.stats.In.Add(uint64(n))
 	}
@@ -117,7 +127,7 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 			if !e.caps.ReportsSource || !src.IsValid() || src.Addr().IsUnspecified() {
 				src = e.sentFrom(src)
 			}
-			fn(Out, src, p.Dst, p.TOS, e.datagram(p))
+			fn(Out, src, p.Dst, p.TOS, e.datagram(p, src))
 		}
 		e.stats.Out.Add(uint64(n))
 	}
@@ -127,12 +137,23 @@ func (e *Endpoint) WriteBatch(pkts []link.Packet) (int, error) {
 // datagram returns the datagram p carried: Buf[:N], or for a gathered
 // one (the inner endpoint sent Data in place) its three pieces copied
 // into one buffer, valid until the next call.
-func (e *Endpoint) datagram(p *link.Packet) []byte {
-	if len(p.Data) == 0 || !e.caps.GatherWrite {
+// A datagram the inner endpoint sent through a same-host lane
+// (link.Packet.Local), whose ICRC it leaves out, is copied too, and its
+// ICRC filled in for src and its destination.
+func (e *Endpoint) datagram(p *link.Packet, src netip.AddrPort) []byte {
+	gathered := len(p.Data) > 0 && e.caps.GatherWrite
+	if !gathered && !p.Local {
 		return p.Buf[:p.N]
 	}
-	at := p.DataAt
-	e.whole = append(append(append(e.whole[:0], p.Buf[:at]...), p.Data...), p.Buf[at:p.N]...)
+	if gathered {
+		at := p.DataAt
+		e.whole = append(append(append(e.whole[:0], p.Buf[:at]...), p.Data...), p.Buf[at:p.N]...)
+	} else {
+		e.whole = append(e.whole[:0], p.Buf[:p.N]...)
+	}
+	if p.Local && len(e.whole) >= wire.ICRCLen {
+		wire.FillICRC(e.whole, src, p.Dst, 0)
+	}
 	return e.whole
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/pipe"
+	"github.com/softroce/softroce/wire"
 )
 
 type seen struct {
@@ -357,5 +358,68 @@ func TestTeeJoinGroup(t *testing.T) {
 	}
 	if _, err := New(a, nil).JoinGroup(netip.MustParseAddr("239.1.1.1")); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("JoinGroup over a pipe: %v, want errors.ErrUnsupported", err)
+	}
+}
+
+// laneEP stands for link/udp's same-host lanes: it sends without filling
+// in the ICRC and marks what it sent Local, and reads Local datagrams
+// whose ICRC is 0.
+type laneEP struct {
+	reportEP
+	in []byte
+}
+
+func (l laneEP) WriteBatch(p []link.Packet) (int, error) {
+	for i := range p {
+		p[i].Local = true
+	}
+	return len(p), nil
+}
+
+func (l laneEP) ReadBatch(p []link.Packet) (int, error) {
+	p[0].N = copy(p[0].Buf, l.in)
+	p[0].Src, p[0].Dst, p[0].Local = netip.MustParseAddrPort("192.0.2.2:49152"), netip.MustParseAddrPort("192.0.2.1:4791"), true
+	return 1, nil
+}
+
+// TestTeeLocalICRC: a datagram that went through a same-host lane
+// (Packet.Local: no ICRC computed) is reported with its ICRC filled in,
+// both ways, as the wire would carry it; the packet itself is not changed.
+// Anything else is reported as it is.
+func TestTeeLocalICRC(t *testing.T) {
+	dgram := func() []byte {
+		var h wire.Packet
+		h.BTH = wire.BTH{Opcode: wire.RCSendOnly, DestQP: 0x11, PSN: 7, PKey: wire.DefaultPKey}
+		b := h.AppendHeaders(nil)
+		return append(append(b, make([]byte, 64)...), 0, 0, 0, 0) // payload, ICRC 0
+	}
+	var bad []string
+	reports := 0
+	rec := func(d Direction, src, dst netip.AddrPort, _ uint8, b []byte) {
+		reports++
+		if _, ok := wire.VerifyICRCAddrs(src, dst, b); !ok {
+			bad = append(bad, d.String())
+		}
+	}
+	e := New(laneEP{in: dgram()}, rec)
+	out := dgram()
+	pk := []link.Packet{{Buf: out, N: len(out), Dst: netip.MustParseAddrPort("192.0.2.2:4791")}}
+	e.WriteBatch(pk)
+	rd := []link.Packet{{Buf: make([]byte, 256)}}
+	e.ReadBatch(rd)
+	if reports != 2 || len(bad) != 0 {
+		t.Errorf("%d reports, ICRC wrong in %v; want 2 reports with the ICRC filled in", reports, bad)
+	}
+	if wire.GetICRC(out) != 0 || wire.GetICRC(rd[0].Bytes()) != 0 {
+		t.Errorf("the tee changed the packets' own bytes")
+	}
+
+	// Not Local: reported as the link had it (here an ICRC of 0).
+	bad, reports = nil, 0
+	e = New(nullEP{}, rec)
+	pk[0].Local = false
+	e.WriteBatch(pk)
+	if reports != 1 || len(bad) != 1 {
+		t.Errorf("a datagram not from a lane: %d reports, %d with a wrong ICRC; want it reported as it is", reports, len(bad))
 	}
 }

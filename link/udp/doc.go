@@ -126,7 +126,9 @@
 // exchange datagrams through shared memory instead of the kernel's
 // loopback (same-host lanes, local_linux.go): an inbox file in /dev/shm per
 // endpoint, one single-producer ring per sender, read before the socket in
-// every read path, and an empty datagram to wake a reader that sleeps.
+// every read path (by the view readers in place, without a copy), and an
+// empty datagram to wake a reader that sleeps. Their datagrams carry no
+// ICRC (link.Packet.Local): nothing on the way can flip a bit.
 //
 // io_uring was measured against recvmmsg/sendmmsg and not adopted: it made
 // half the system calls but cost more CPU per MiB and moved fewer bytes

@@ -113,8 +113,8 @@ type Config struct {
 	// endpoints of the same user in the same network namespace through
 	// shared memory instead of the kernel's loopback (same-host lanes:
 	// an inbox file in /dev/shm per endpoint, one ring per sender): the
-	// same datagrams, ICRC included, without a system call while the
-	// receiver reads, as a NIC carries traffic between its own QPs without
+	// same datagrams, but for the ICRC, which is left out (Packet.Local
+	// says so), without a system call while the receiver reads, as a NIC carries traffic between its own QPs without
 	// the wire. Packet captures on the interface (tcpdump, Wireshark) do
 	// not see that traffic; a tap on the device (link/tee, softroce dump)
 	// does. Not for wildcard addresses. Stats.LocalIn and LocalOut count
