@@ -75,7 +75,7 @@ func TestLocalLanes(t *testing.T) {
 			// A reader waiting in ReadBatch is woken by what a lane brings.
 			done := make(chan []link.Packet, 1)
 			go func() { done <- readN(t, a, 1) }()
-			time.Sleep(50 * time.Millisecond)
+			waitSleeper(t, a)
 			before := b.Stats().LocalWakes
 			sendOne(t, b, a.LocalAddr(), netip.AddrPort{}, 0)
 			select {
@@ -456,4 +456,21 @@ func inboxRSS(t *testing.T, path string) []int {
 		}
 	}
 	return out
+}
+
+// waitSleeper waits until a reader of e is counted asleep in its inbox
+// (within 10 s).
+func waitSleeper(t *testing.T, e *Endpoint) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		e.inbox.mu.Lock()
+		n := atomic.LoadInt32(e.inbox.m.i32(offSleepers))
+		e.inbox.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reader asleep on the inbox after 10 s")
+		}
+	}
 }
