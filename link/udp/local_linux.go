@@ -149,10 +149,12 @@ type inbox struct {
 	mu     sync.Mutex // the lanes' one reader; Close unmaps under it
 	m      *mapping   // nil once closed
 	path   string
-	next   int              // the lane a read starts at (round robin)
-	reads  int              // reads that found lanes busy since the socket's last turn
-	mapped [inboxLanes]bool // lanes whose ring the reader has paged in (fillLocal)
-	views  int              // viewLocal handlers running on the rings: close leaves the unmapping to the last
+	next   int                // the lane a read starts at (round robin)
+	reads  int                // reads that found lanes busy since the socket's last turn
+	mapped [inboxLanes]bool   // lanes whose ring the reader has paged in (mapAfter)
+	seen   [inboxLanes]bool   // lanes the reader has found records in
+	seenAt [inboxLanes]uint64 // and their tail then
+	views  int                // viewLocal handlers running on the rings: close leaves the unmapping to the last
 	pf     prefault
 	closed bool
 }
@@ -275,6 +277,19 @@ func (in *inbox) unmap() {
 	in.m = nil
 }
 
+// mapAfter starts the reader's page-in of lane i (ring) once it has read
+// prefaultAfter bytes of it since it first found records there (tail: the
+// lane's tail now).
+func (in *inbox) mapAfter(i int, tail uint64, ring []byte) {
+	switch {
+	case !in.seen[i]:
+		in.seen[i], in.seenAt[i] = true, tail
+	case tail-in.seenAt[i] >= prefaultAfter:
+		in.mapped[i] = true
+		mapLane(&in.pf, ring)
+	}
+}
+
 // pendingLocked reports a lane holding a record.
 func (in *inbox) pendingLocked() bool {
 	m := in.m
@@ -334,10 +349,7 @@ func (e *Endpoint) fillLocal(h []mmsghdr) (int, bool) {
 		}
 		ring := laneRing(m, i)
 		if !in.mapped[i] {
-			// No page faults on the lane's first pass, as for its writer
-			// (prefaultLane), which gave the ring its pages.
-			in.mapped[i] = true
-			mapLane(&in.pf, ring)
+			in.mapAfter(i, tail, ring)
 		}
 		if head-tail > laneSize {
 			// More than a ring's worth, or a tail past the head.
@@ -406,8 +418,7 @@ func (e *Endpoint) viewLocal(pkts []link.Packet, handle func(pkts []link.Packet)
 		}
 		ring := laneRing(m, i)
 		if !in.mapped[i] {
-			in.mapped[i] = true
-			mapLane(&in.pf, ring)
+			in.mapAfter(i, tail, ring)
 		}
 		if head-tail > laneSize {
 			e.ctr.localCorrupt.Add(1)
@@ -680,6 +691,8 @@ type peer struct {
 	stalled bool   // the lane stayed full for localFullWait: drop at once while its tail stays
 	stallAt uint64 // the tail it stalled at
 	pf      prefault
+	pfd     int    // the inbox file until prefaultLane takes it (-1: taken, or none)
+	head0   uint64 // the lane's head when claimed
 }
 
 // localSeq numbers the lanes this process claims: a lane's owner tag is
@@ -727,8 +740,7 @@ func (e *Endpoint) peerFor(dst netip.AddrPort) *peer {
 func (e *Endpoint) dropPeer(dst netip.AddrPort, p *peer, now int64) {
 	if p.m != nil {
 		atomic.CompareAndSwapUint64(p.m.u64(laneOwner(p.lane)), p.owner, 0)
-		p.pf.end()
-		unix.Munmap(p.m.mem)
+		p.release()
 	}
 	e.tx.peers[dst] = &peer{retry: now + int64(localRetry)}
 }
@@ -766,8 +778,11 @@ func (e *Endpoint) openPeer(dst netip.AddrPort) *peer {
 				}
 			}
 			if atomic.CompareAndSwapUint64(o, cur, owner) {
-				pr := &peer{m: m, lane: i, owner: owner, pid: pid}
-				prefaultLane(&pr.pf, fd, m, i)
+				pr := &peer{m: m, lane: i, owner: owner, pid: pid, pfd: -1}
+				pr.head0 = atomic.LoadUint64(m.u64(laneHead(i)))
+				if dfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+					pr.pfd = dfd // for prefaultLane, once the lane carries prefaultAfter bytes
+				}
 				return pr
 			}
 		}
@@ -784,12 +799,21 @@ func (e *Endpoint) openPeer(dst netip.AddrPort) *peer {
 // 64 round trips ten times as slow as the rest. A hypervisor that shadows
 // the guest's page tables (PVM) stops the first access to each page even
 // after that, 6 µs a page measured, so every page is touched once as well.
-// The work runs beside the traffic, in a goroutine per lane and side: done
+// The work starts once a lane has carried prefaultAfter bytes, and runs
+// beside the traffic, in a goroutine per lane and side: done
 // inline, its ~10 ms delayed a new lane's first datagram past tight
 // retransmit timers. Until it is done the lane's first pass faults as
 // before. The ring's memory is committed at once (laneSize per lane in
 // use, as its first pass would commit it); a kernel without the calls
 // (MADV_POPULATE_* is 5.14) leaves the faults to the first pass.
+
+// prefaultAfter is how much a lane carries before its page-in starts:
+// traffic of a few messages (a connection manager's, cmtime's hundred
+// connections) does not pay for it, nor a program's first messages wait
+// for processors busy with it (cmtime's connections took 5-12 ms instead
+// of 1 ms with the page-in at the lane's claim); a stream starts it
+// within its first 256 KiB.
+const prefaultAfter = 256 << 10
 
 // prefault is a mapping's background page-in work (prefaultLane, mapLane):
 // it is stopped and waited for before the mapping goes.
@@ -805,12 +829,8 @@ func (pf *prefault) end() {
 }
 
 // prefaultLane starts the writer's page-in of lane i of the inbox mapped
-// at m (file fd, duplicated for the goroutine).
-func prefaultLane(pf *prefault, fd int, m *mapping, i int) {
-	dfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
+// at m; dfd is the inbox file, which the goroutine closes.
+func prefaultLane(pf *prefault, dfd int, m *mapping, i int) {
 	pf.wg.Add(1)
 	go func() {
 		defer pf.wg.Done()
@@ -870,13 +890,23 @@ const pageSize = 4096
 // touchSink keeps mapLane's reads.
 var touchSink atomic.Uint32
 
+// release ends the page-in of a peer's lane, closes what it holds of the
+// inbox file and unmaps it.
+func (p *peer) release() {
+	p.pf.end()
+	if p.pfd >= 0 {
+		unix.Close(p.pfd)
+		p.pfd = -1
+	}
+	unix.Munmap(p.m.mem)
+}
+
 // closePeers gives up every lane the endpoint holds (tx.mu held).
 func (e *Endpoint) closePeers() {
 	for dst, p := range e.tx.peers {
 		if p.m != nil {
 			atomic.CompareAndSwapUint64(p.m.u64(laneOwner(p.lane)), p.owner, 0)
-			p.pf.end()
-			unix.Munmap(p.m.mem)
+			p.release()
 		}
 		delete(e.tx.peers, dst)
 	}
@@ -1046,6 +1076,10 @@ func (e *Endpoint) putRecord(pr *peer, p *link.Packet, src netip.AddrPort) bool 
 // publish makes the records written to pr's lane visible to its reader.
 func publish(pr *peer) {
 	atomic.StoreUint64(pr.m.u64(laneHead(pr.lane)), pr.head)
+	if pr.pfd >= 0 && pr.head-pr.head0 >= prefaultAfter {
+		prefaultLane(&pr.pf, pr.pfd, pr.m, pr.lane)
+		pr.pfd = -1
+	}
 }
 
 // wakePeer sends pr's receiver a wake-up when a reader of it sleeps.

@@ -407,16 +407,33 @@ func TestLocalDeadReceiver(t *testing.T) {
 	}
 }
 
-// TestLocalLaneMapped: after one datagram through a new lane, the whole
-// ring is mapped in both the writer's and the reader's mapping of the
-// inbox (prefaultLane, mapLane). Left to page faults, a lane's first pass
-// stopped its writer and its reader at every 4 KiB page: on a VM with
-// costly faults a 64 KiB ping-pong's first 64 round trips took ten times
-// as long as the rest.
+// TestLocalLaneMapped: once a lane has carried prefaultAfter bytes, its
+// whole ring is mapped in both the writer's and the reader's mapping of
+// the inbox (prefaultLane, mapLane), and not before. Left to page faults,
+// a lane's first pass stopped its writer and its reader at every 4 KiB
+// page: on a VM with costly faults a 64 KiB ping-pong's first 64 round
+// trips took ten times as long as the rest.
 func TestLocalLaneMapped(t *testing.T) {
 	a, b := localPair(t, "127.0.0.1:0")
-	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
-	readN(t, b, 1)
+	send := func(n int) {
+		pkts := linktest.Batch(n, 0)
+		for j := range pkts {
+			pkts[j].Buf = linktest.Packet(nil, 0x11, uint32(j), make([]byte, 4000))
+			pkts[j].N, pkts[j].Dst = len(pkts[j].Buf), b.LocalAddr()
+		}
+		if k, err := a.WriteBatch(pkts); k != n || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", k, err)
+		}
+		readN(t, b, n)
+	}
+	send(1)
+	time.Sleep(50 * time.Millisecond)
+	if sum := inboxResident(t, b.inbox.path); sum >= laneSize {
+		t.Fatalf("%d KiB of the inbox resident after one datagram: paged in before the lane carried %d KiB", sum/1024, prefaultAfter/1024)
+	}
+	for sent := 0; sent < 2*prefaultAfter; sent += 32 * 4000 {
+		send(32)
+	}
 	// The work runs beside the traffic: give it 10 s.
 	var rss []int
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -433,7 +450,17 @@ func TestLocalLaneMapped(t *testing.T) {
 			break
 		}
 	}
-	t.Fatalf("resident KiB of each mapping of %s: %v 10 s after one datagram; want the reader's and the writer's to hold at least a lane's %d KiB each", b.inbox.path, rss, laneSize/1024)
+	t.Fatalf("resident KiB of each mapping of %s: %v 10 s after %d KiB; want the reader's and the writer's to hold at least a lane's %d KiB each", b.inbox.path, rss, 2*prefaultAfter/1024, laneSize/1024)
+}
+
+// inboxResident returns the resident bytes of path's mappings in this
+// process.
+func inboxResident(t *testing.T, path string) int {
+	sum := 0
+	for _, kb := range inboxRSS(t, path) {
+		sum += kb * 1024
+	}
+	return sum
 }
 
 // inboxRSS returns the resident KiB of each mapping of path in this
