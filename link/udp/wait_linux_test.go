@@ -54,10 +54,34 @@ func TestWaitReadable(t *testing.T) {
 		}
 		w := linktest.Packet(nil, 0x0A, psn, linktest.Payload(int(psn), 64))
 		wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+		before := served.Load()
 		if _, err := b.WriteBatch([]link.Packet{{Buf: w, N: len(w), Dst: a.LocalAddr()}}); err != nil {
 			t.Fatal(err)
 		}
-		if r := <-res; !r[0] || r[1] {
+		var r [2]bool
+	wait:
+		for deadline := time.After(5 * time.Second); ; {
+			select {
+			case r = <-res:
+				break wait
+			case <-deadline:
+				t.Fatalf("datagram %d: WaitReadable did not return", psn)
+			case <-time.After(time.Millisecond):
+				if served.Load() != before {
+					// ServeView took it before it saw the waiter (counted
+					// below): end the wait through the eventfd.
+					unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+					r = <-res
+					unix.Read(efd, v[:])
+					if !r[1] {
+						t.Fatalf("datagram %d: ServeView took it, and the eventfd then: WaitReadable = %v; want other", psn, r)
+					}
+					r[0], r[1] = true, false
+					break wait
+				}
+			}
+		}
+		if !r[0] || r[1] {
 			t.Fatalf("datagram %d: WaitReadable = %v; want sock only", psn, r)
 		}
 		n, err := a.Poll(pkts, func([]link.Packet) {})
