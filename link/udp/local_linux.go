@@ -342,19 +342,8 @@ func (e *Endpoint) fillLocal(h []mmsghdr) (int, bool) {
 	k := 0
 	for l := 0; l < inboxLanes && k < len(h); l++ {
 		i := (in.next + l) % inboxLanes
-		head := atomic.LoadUint64(m.u64(laneHead(i)))
-		tail := atomic.LoadUint64(m.u64(laneTail(i)))
-		if head == tail {
-			continue
-		}
-		ring := laneRing(m, i)
-		if !in.mapped[i] {
-			in.mapAfter(i, tail, ring)
-		}
-		if head-tail > laneSize {
-			// More than a ring's worth, or a tail past the head.
-			e.ctr.localCorrupt.Add(1)
-			atomic.StoreUint64(m.u64(laneTail(i)), head)
+		ring, head, tail, ok := e.openLane(i)
+		if !ok {
 			continue
 		}
 		for k < len(h) && tail != head {
@@ -384,6 +373,29 @@ func (e *Endpoint) fillLocal(h []mmsghdr) (int, bool) {
 	return k, false
 }
 
+// openLane returns lane i's ring, head and tail when it holds records (in.mu
+// held); a lane holding more than a ring's worth, or a tail past its head,
+// is emptied and counted corrupt.
+func (e *Endpoint) openLane(i int) (ring []byte, head, tail uint64, ok bool) {
+	in := e.inbox
+	m := in.m
+	head = atomic.LoadUint64(m.u64(laneHead(i)))
+	tail = atomic.LoadUint64(m.u64(laneTail(i)))
+	if head == tail {
+		return nil, 0, 0, false
+	}
+	ring = laneRing(m, i)
+	if !in.mapped[i] {
+		in.mapAfter(i, tail, ring)
+	}
+	if head-tail > laneSize {
+		e.ctr.localCorrupt.Add(1)
+		atomic.StoreUint64(m.u64(laneTail(i)), head)
+		return nil, 0, 0, false
+	}
+	return ring, head, tail, true
+}
+
 // viewLocal hands lane records to handle in place, as the view readers
 // (ServeView, Poll) hand out datagrams: pkts[i].Buf points into a lane's
 // ring, valid until handle returns, and the lanes' tails move past them
@@ -411,18 +423,8 @@ func (e *Endpoint) viewLocal(pkts []link.Packet, handle func(pkts []link.Packet)
 	k := 0
 	for l := 0; l < inboxLanes && k < len(pkts); l++ {
 		i := (in.next + l) % inboxLanes
-		head := atomic.LoadUint64(m.u64(laneHead(i)))
-		tail := atomic.LoadUint64(m.u64(laneTail(i)))
-		if head == tail {
-			continue
-		}
-		ring := laneRing(m, i)
-		if !in.mapped[i] {
-			in.mapAfter(i, tail, ring)
-		}
-		if head-tail > laneSize {
-			e.ctr.localCorrupt.Add(1)
-			atomic.StoreUint64(m.u64(laneTail(i)), head)
+		ring, head, tail, ok := e.openLane(i)
+		if !ok {
 			continue
 		}
 		for k < len(pkts) && tail != head {
