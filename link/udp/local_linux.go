@@ -26,10 +26,10 @@ import (
 // there instead of into a socket: the same bytes (BTH to ICRC) but the
 // ICRC, which the writer leaves out and the reader does not check (no
 // wire, nothing to flip a bit; link.Packet.Local tells a tap to compute
-// it), with no system call while the receiver reads. The view readers
-// (ServeView, Poll) hand records to the device in place (viewLocal). The receiver reads its lanes before its socket, in
-// every read path, and takes its socket too at least every localSocketTurn
-// reads. A receiver about to wait for its socket counts itself in the
+// it), with no system call while the receiver reads. The receiver reads
+// its lanes before its socket, in every read path (the view readers,
+// ServeView and Poll, hand records to the device in place: viewLocal),
+// and takes its socket too at least every localSocketTurn reads. A receiver about to wait for its socket counts itself in the
 // inbox's sleepers first and looks at its lanes once more; a sender that
 // sees a sleeper after writing sends it a datagram of 0 bytes, which ends
 // the wait and is dropped (a RoCE datagram is never empty). Lanes replace
@@ -360,17 +360,24 @@ func (e *Endpoint) fillLocal(h []mmsghdr) (int, bool) {
 		}
 		atomic.StoreUint64(m.u64(laneTail(i)), tail)
 	}
+	return k, in.endRead(k)
+}
+
+// endRead ends a read of the lanes that took k records: the next read
+// starts at the next lane, and it reports whether the socket is due a read
+// (nothing taken, or localSocketTurn reads since its last).
+func (in *inbox) endRead(k int) bool {
 	in.next = (in.next + 1) % inboxLanes
 	if k == 0 {
 		in.reads = 0
-		return 0, true
+		return true
 	}
 	in.reads++
 	if in.reads >= localSocketTurn {
 		in.reads = 0
-		return k, true
+		return true
 	}
-	return k, false
+	return false
 }
 
 // openLane returns lane i's ring, head and tail when it holds records (in.mu
@@ -394,6 +401,53 @@ func (e *Endpoint) openLane(i int) (ring []byte, head, tail uint64, ok bool) {
 		return nil, 0, 0, false
 	}
 	return ring, head, tail, true
+}
+
+// laneRec is a lane record's header, as recordAt read it.
+type laneRec struct {
+	pos, n, size int  // its offset in the ring, the datagram's length, the bytes it takes
+	wrap         bool // a wrap record (size: the rest of the ring)
+	port         uint16
+	tos, alen    uint8
+	src          [16]byte
+}
+
+// from is the record's source address.
+func (r laneRec) from() netip.AddrPort {
+	if r.alen == 4 {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(r.src[:4])), r.port)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom16(r.src), r.port)
+}
+
+// recordAt reads the header of the record at tail (below head) once and
+// checks it against the ring: ok is false for a record that breaks the
+// format (past the ring or the head, a length out of range, an address
+// not of the socket's family).
+func (e *Endpoint) recordAt(ring []byte, tail, head uint64) (r laneRec, ok bool) {
+	pos := int(tail % laneSize)
+	if laneSize-pos < 8 {
+		return r, false
+	}
+	r.pos = pos
+	w := *(*uint32)(unsafe.Pointer(&ring[pos]))
+	if w == recWrap {
+		r.wrap, r.size = true, laneSize-pos
+		return r, head-tail >= uint64(r.size) // false: a wrap past the head
+	}
+	r.n = int(w)
+	r.size = (recHdr + r.n + 7) &^ 7
+	if r.n < wire.ICRCLen || r.n > link.MaxDatagram || pos+r.size > laneSize || head-tail < uint64(r.size) {
+		return r, false
+	}
+	var hdr [recHdr]byte
+	copy(hdr[:], ring[pos:pos+recHdr])
+	r.port, r.tos, r.alen = uint16(hdr[4])|uint16(hdr[5])<<8, hdr[6], hdr[7]
+	if e.is6 && r.alen != 16 || !e.is6 && r.alen != 4 {
+		return r, false
+	}
+	r.src = [16]byte(hdr[8:24])
+	return r, true
 }
 
 // viewLocal hands lane records to handle in place, as the view readers
@@ -428,74 +482,30 @@ func (e *Endpoint) viewLocal(pkts []link.Packet, handle func(pkts []link.Packet)
 			continue
 		}
 		for k < len(pkts) && tail != head {
-			pos := int(tail % laneSize)
-			if laneSize-pos < 8 {
+			rec, ok := e.recordAt(ring, tail, head)
+			if !ok {
 				e.ctr.localCorrupt.Add(1)
 				tail = head
 				break
 			}
-			w := *(*uint32)(unsafe.Pointer(&ring[pos]))
-			if w == recWrap {
-				if head-tail < uint64(laneSize-pos) {
-					e.ctr.localCorrupt.Add(1) // a wrap past the head
-					tail = head
-					break
-				}
-				tail += uint64(laneSize - pos)
+			tail += uint64(rec.size)
+			if rec.wrap {
 				continue
 			}
-			n := int(w)
-			size := (recHdr + n + 7) &^ 7
-			if n < wire.ICRCLen || n > link.MaxDatagram || pos+size > laneSize || head-tail < uint64(size) {
-				e.ctr.localCorrupt.Add(1)
-				tail = head
-				break
-			}
-			var hdr [recHdr]byte
-			copy(hdr[:], ring[pos:pos+recHdr])
-			alen := hdr[7]
-			if e.is6 && alen != 16 || !e.is6 && alen != 4 {
-				e.ctr.localCorrupt.Add(1) // not of the socket's family
-				tail = head
-				break
-			}
-			port := uint16(hdr[4]) | uint16(hdr[5])<<8
-			var from netip.AddrPort
-			if alen == 4 {
-				from = netip.AddrPortFrom(netip.AddrFrom4([4]byte(hdr[8:12])), port)
-			} else {
-				from = netip.AddrPortFrom(netip.AddrFrom16([16]byte(hdr[8:24])), port)
-			}
 			p := &pkts[k]
-			d := pos + recHdr
-			p.Buf, p.N = ring[d:d+n:d+n], n
-			p.Src, p.Dst, p.TOS, p.Local = from, e.local, hdr[6], true
+			d := rec.pos + recHdr
+			p.Buf, p.N = ring[d:d+rec.n:d+rec.n], rec.n
+			p.Src, p.Dst, p.TOS, p.Local = rec.from(), e.local, rec.tos, true
 			p.IPHdrLen, p.TTL = 0, 0
-			bytes += uint64(n)
-			tail += uint64(size)
+			bytes += uint64(rec.n)
 			k++
 		}
 		tails[i] = tail
 		moved |= 1 << i
 	}
-	in.next = (in.next + 1) % inboxLanes
-	turn := true
-	if k > 0 {
-		in.reads++
-		if in.reads < localSocketTurn {
-			turn = false
-		} else {
-			in.reads = 0
-		}
-	} else {
-		in.reads = 0
-	}
+	turn := in.endRead(k)
 	if k == 0 {
-		for i := range tails {
-			if moved&(1<<i) != 0 {
-				atomic.StoreUint64(m.u64(laneTail(i)), tails[i])
-			}
-		}
+		storeTails(m, &tails, moved)
 		in.mu.Unlock()
 		return 0, turn
 	}
@@ -510,16 +520,22 @@ func (e *Endpoint) viewLocal(pkts []link.Packet, handle func(pkts []link.Packet)
 	in.mu.Lock()
 	in.views--
 	if !in.closed {
-		for i := range tails {
-			if moved&(1<<i) != 0 {
-				atomic.StoreUint64(m.u64(laneTail(i)), tails[i])
-			}
-		}
+		storeTails(m, &tails, moved)
 	} else if in.views == 0 {
 		in.unmap()
 	}
 	in.mu.Unlock()
 	return k, turn
+}
+
+// storeTails gives back the ring space of the lanes in moved (bit i: lane
+// i) up to tails[i].
+func storeTails(m *mapping, tails *[inboxLanes]uint64, moved uint32) {
+	for i := range tails {
+		if moved&(1<<i) != 0 {
+			atomic.StoreUint64(m.u64(laneTail(i)), tails[i])
+		}
+	}
 }
 
 // fillMsg fills message h from the ring's records at tail (below head) and
@@ -540,50 +556,30 @@ func (e *Endpoint) fillMsg(h *mmsghdr, ring []byte, tail, head uint64) (uint64, 
 		segs int
 	)
 	for tail != head {
-		pos := int(tail % laneSize)
-		if laneSize-pos < 8 {
-			return tail, false
-		}
-		w := *(*uint32)(unsafe.Pointer(&ring[pos]))
-		if w == recWrap {
+		rec, ok := e.recordAt(ring, tail, head)
+		if !ok || rec.wrap {
 			if segs > 0 {
-				break
+				break // the run ends before it
 			}
-			if head-tail < uint64(laneSize-pos) {
-				return tail, false // a wrap past the head
+			if !ok {
+				return tail, false
 			}
-			tail += uint64(laneSize - pos)
 			h.n = ^uint32(0)
-			return tail, true
+			return tail + uint64(rec.size), true
 		}
-		n := int(w)
-		size := (recHdr + n + 7) &^ 7
-		if n < wire.ICRCLen || n > link.MaxDatagram || pos+size > laneSize || head-tail < uint64(size) {
-			if segs > 0 {
-				break
-			}
-			return tail, false
-		}
-		r := ring[pos : pos+size]
-		rport := uint16(r[4]) | uint16(r[5])<<8
-		rtos, ralen := r[6], r[7]
-		if want := byte(4); e.is6 && ralen != 16 || !e.is6 && ralen != want {
-			// Not of the socket's family.
-			if segs > 0 {
-				break
-			}
-			return tail, false
-		}
+		n, size := rec.n, rec.size
+		r := ring[rec.pos : rec.pos+size]
+		rport, rtos, ralen := rec.port, rec.tos, rec.alen
 		if segs > 0 {
 			// Extend the run only with the same source, TOS and size
 			// (the last of a run may be shorter), within the buffer.
-			if rport != port || rtos != tos || ralen != alen || [16]byte(r[8:24]) != src ||
+			if rport != port || rtos != tos || ralen != alen || rec.src != src ||
 				n > seg || off+n > len(buf) || segs >= maxGSOSegments {
 				break
 			}
 		}
 		if segs == 0 {
-			port, tos, alen, src = rport, rtos, ralen, [16]byte(r[8:24])
+			port, tos, alen, src = rport, rtos, ralen, rec.src
 			seg = n
 			if n > len(buf) {
 				// Too large for the reader's buffer: reported truncated.
@@ -608,12 +604,7 @@ func (e *Endpoint) fillMsg(h *mmsghdr, ring []byte, tail, head uint64) (uint64, 
 	}
 	h.hdr.Flags |= msgLocal
 	e.ctr.localIn.Add(uint64(segs))
-	var from netip.AddrPort
-	if alen == 4 {
-		from = netip.AddrPortFrom(netip.AddrFrom4([4]byte(src[:4])), port)
-	} else {
-		from = netip.AddrPortFrom(netip.AddrFrom16(src), port)
-	}
+	from := laneRec{port: port, alen: alen, src: src}.from()
 	if h.hdr.Name != nil {
 		h.hdr.Namelen = putSockaddr((*sockaddr)(unsafe.Pointer(h.hdr.Name)), from, e.is6, 0)
 	}
@@ -853,8 +844,8 @@ func prefaultLane(pf *prefault, dfd int, m *mapping, i int) {
 	}()
 }
 
-// mapLane starts the reader's page-in of a lane's ring, at the first
-// record it holds (fillLocal): a read of every page.
+// mapLane starts the reader's page-in of a lane's ring (mapAfter): a read
+// of every page.
 func mapLane(pf *prefault, ring []byte) {
 	pf.wg.Add(1)
 	go func() {
