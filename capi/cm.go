@@ -17,9 +17,12 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/softroce/softroce/cm"
 	"github.com/softroce/softroce/cm/mad"
@@ -40,6 +43,16 @@ import (
 type cmChanRec struct {
 	ch *cm.EventChannel
 	fd int
+	// fdSet: the fd's count is 1. Only level reads and writes it, under
+	// the channel's lock.
+	fdSet bool
+	// holding counts the threads handling the link's datagrams in
+	// srgo_cm_wait: meanwhile level does not raise the fd. The event such
+	// a thread makes is most often the one it then takes itself, and
+	// raising the fd for it, then clearing it, cost two system calls an
+	// event; the thread brings the fd level with the queue
+	// (cm.EventChannel.Relevel) before it returns.
+	holding atomic.Int32
 }
 
 type cmIDRec struct {
@@ -220,14 +233,23 @@ func srgo_cm_create_channel(fd C.int, errp *C.int) C.uintptr_t {
 	return addOrFail(r, errp, func() { r.ch.Close() })
 }
 
-// level sets (one write) or clears (one read) the fd's count. Both run
-// under the channel's lock, so the count is 0 or 1 and a clearing read
-// never blocks.
+// level sets (one write) or clears (one read) the fd's count as the queue
+// goes from empty to not or back (or, from Relevel, to what it is). Both
+// run under the channel's lock, so the count is 0 or 1 and a clearing
+// read never blocks.
 func (r *cmChanRec) level(ready bool) {
 	if ready {
+		if r.fdSet || r.holding.Load() > 0 {
+			return
+		}
+		r.fdSet = true
 		signalFd(r.fd)
 		return
 	}
+	if !r.fdSet {
+		return
+	}
+	r.fdSet = false
 	var b [8]byte
 	for {
 		if _, err := syscall.Read(r.fd, b[:]); err != syscall.EINTR {
@@ -415,14 +437,22 @@ func srgo_cm_take_event(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
+	if !r.take(out) {
+		return 1
+	}
+	return 0
+}
+
+// take takes the oldest event as a C event into out, if any.
+func (r *cmChanRec) take(out **C.struct_rdma_cm_event) bool {
 	for {
 		ev, ok := r.ch.TryGet()
 		if !ok {
-			return 1
+			return false
 		}
 		if ce := r.build(ev); ce != nil {
 			*out = &ce.ev
-			return 0
+			return true
 		}
 	}
 }
@@ -431,16 +461,19 @@ func srgo_cm_take_event(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 // on the link of the device the process's CM runs on (when it runs on
 // exactly one) and on the channel's fd together (verbs.Device.WaitLink),
 // so that the datagram of a MAD wakes this thread alone, as the kernel's
-// ucma file wakes its reader once; what the link then holds this thread
+// ucma file wakes its reader once. What the link then holds this thread
 // handles itself (verbs.Device.PollLink, cm.Agent.Poll), which queues the
 // event without the device's and the agent's goroutines in between (a
-// datagram for another of the device's QPs is handled here too). It
-// returns 0 when the caller should take again, -2 when a signal
-// interrupted the wait, and -1 when it cannot wait on a link (the caller
-// waits on the fd alone).
+// datagram for another of the device's QPs is handled here too), and it
+// takes the first event itself, into out. It handles what the link holds
+// before it looks at the fd's O_NONBLOCK, and waits only when that found
+// nothing. It returns 0 (out set if it took an event; if not, the caller
+// takes again), EAGAIN when the fd is non-blocking and no event came, -2
+// when a signal interrupted the wait, and -1 when it cannot wait on a
+// link (the caller waits on the fd alone).
 //
 //export srgo_cm_wait
-func srgo_cm_wait(h C.uintptr_t) C.int {
+func srgo_cm_wait(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	r, ok := lookup[*cmChanRec](uintptr(h))
 	if !ok {
 		return -1
@@ -449,7 +482,34 @@ func srgo_cm_wait(h C.uintptr_t) C.int {
 	if a == nil || !a.Device().CanPollLink() {
 		return -1
 	}
-	return waitLinkThen(a.Device(), r.fd, a.Poll)
+	d := a.Device()
+	if r.handleLink(d, a, out) {
+		return 0
+	}
+	if fl, err := unix.FcntlInt(uintptr(r.fd), unix.F_GETFL, 0); err == nil && fl&unix.O_NONBLOCK != 0 {
+		return C.int(syscall.EAGAIN)
+	}
+	if _, _, err := d.WaitLink(r.fd, rsBlockWait); err != nil {
+		if errors.Is(err, syscall.EINTR) {
+			return -2
+		}
+		return -1
+	}
+	r.handleLink(d, a, out)
+	return 0
+}
+
+// handleLink handles what d's link holds on this thread with the fd held
+// back (holding), takes the oldest event into out if one is queued, and
+// brings the fd level with what remains.
+func (r *cmChanRec) handleLink(d *verbs.Device, a *cm.Agent, out **C.struct_rdma_cm_event) bool {
+	r.holding.Add(1)
+	d.PollLink()
+	a.Poll()
+	r.holding.Add(-1)
+	took := r.take(out)
+	r.ch.Relevel()
+	return took
 }
 
 // soleAgent returns the CM agent when exactly one device runs one.

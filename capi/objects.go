@@ -410,26 +410,18 @@ func srgo_cc_wait(h C.uintptr_t) C.int {
 	if !dev.CanPollLink() {
 		return -1
 	}
-	return waitLinkThen(dev, r.events.fd, nil)
+	return waitLinkThen(dev, r.events.fd)
 }
 
-// waitLinkThen is the blocking wait of ibv_get_cq_event and
-// rdma_get_cm_event (srgo_cc_wait, srgo_cm_wait) when nothing is queued:
-// what dev's link holds now is handled on this thread (PollLink, then
-// after, if given, what it queued elsewhere: the CM agent's MADs), and
-// only if that was nothing does the thread wait, at most rsBlockWait, on
-// the link and fd together (verbs.Device.WaitLink) and handle what then
-// arrived. 0: look again; -2: a signal interrupted the wait; -1: it could
-// not wait on the link (the caller waits on fd alone).
-func waitLinkThen(dev *verbs.Device, fd int, after func() int) C.int {
-	handle := func() int {
-		n := dev.PollLink()
-		if after != nil {
-			n += after()
-		}
-		return n
-	}
-	if handle() > 0 {
+// waitLinkThen is the blocking wait of ibv_get_cq_event (srgo_cc_wait)
+// when nothing is queued: what dev's link holds now is handled on this
+// thread (PollLink), and only if that was nothing does the thread wait, at
+// most rsBlockWait, on the link and fd together (verbs.Device.WaitLink)
+// and handle what then arrived. 0: look again; -2: a signal interrupted
+// the wait; -1: it could not wait on the link (the caller waits on fd
+// alone). rdma_get_cm_event's wait is srgo_cm_wait's, in cm.go.
+func waitLinkThen(dev *verbs.Device, fd int) C.int {
+	if dev.PollLink() > 0 {
 		return 0
 	}
 	_, _, err := dev.WaitLink(fd, rsBlockWait)
@@ -439,7 +431,7 @@ func waitLinkThen(dev *verbs.Device, fd int, after func() int) C.int {
 	if err != nil {
 		return -1
 	}
-	handle()
+	dev.PollLink()
 	return 0
 }
 

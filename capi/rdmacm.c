@@ -499,14 +499,21 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 		}
 		if (r != 1)
 			return sr_err(r);
+		/* Wait on the device's link and the fd together, handling what
+		 * arrives on this thread and taking the first event itself
+		 * (srgo_cm_wait; EAGAIN on a non-blocking fd); a signal, as in
+		 * poll below, only makes it look again. */
+		*event = NULL;
+		r = srgo_cm_wait(((struct sr_cm_channel *)ch)->h, event);
+		if (r == 0 && *event)
+			return 0;
+		if (r > 0)
+			return sr_err(r);
+		if (r != -1)
+			continue;
 		fl = fcntl(ch->fd, F_GETFL);
 		if (fl >= 0 && (fl & O_NONBLOCK))
 			return sr_err(EAGAIN);
-		/* Wait on the device's link and the fd together, handling what
-		 * arrives on this thread (srgo_cm_wait); a signal, as in poll
-		 * below, only makes it look again. */
-		if (srgo_cm_wait(((struct sr_cm_channel *)ch)->h) != -1)
-			continue;
 		if (poll(&p, 1, -1) < 0 && errno != EINTR)
 			return -1;
 	}

@@ -174,6 +174,19 @@ func (c *EventChannel) SetLevel(f func(ready bool)) {
 	c.mu.Unlock()
 }
 
+// Relevel calls the SetLevel function with whether events are queued,
+// under the channel's lock: for a level function that held back a raise
+// while its caller handled datagrams on its own thread (the C library's
+// rdma_get_cm_event, which then takes the first event itself), so that
+// the fd ends up level with the queue.
+func (c *EventChannel) Relevel() {
+	c.mu.Lock()
+	if c.level != nil {
+		c.level(len(c.q) > 0)
+	}
+	c.mu.Unlock()
+}
+
 // SetBacklogOnTake makes a connection request stop counting against its
 // listening ID's backlog (ID.Listen) as soon as its CONNECT_REQUEST is
 // taken from this channel (Get, TryGet), as the kernel's rdma_cm file

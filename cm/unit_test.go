@@ -54,7 +54,8 @@ func TestGRHSource(t *testing.T) {
 
 // TestEventChannelLevel: SetLevel's function reports the edges of "events
 // wait" (queued on an empty channel; the last one taken by TryGet, Get or
-// Close), and TryGet takes in order without waiting.
+// Close), Relevel reports whether events wait now, and TryGet takes in
+// order without waiting.
 func TestEventChannelLevel(t *testing.T) {
 	c := NewEventChannel()
 	var edges []bool
@@ -73,7 +74,18 @@ func TestEventChannelLevel(t *testing.T) {
 	c.post(&Event{Type: EventEstablished})
 	c.Close()
 	c.Close()
-	want := []bool{true, false, true, false}
+	// Relevel reports what is, whatever was reported before.
+	c.Relevel()
+	c = NewEventChannel()
+	c.SetLevel(func(on bool) { edges = append(edges, on) })
+	c.post(&Event{Type: EventAddrResolved})
+	c.post(&Event{Type: EventRouteResolved})
+	c.Relevel()
+	c.TryGet()
+	c.Relevel()
+	c.TryGet()
+	c.Relevel()
+	want := []bool{true, false, true, false, false, true, true, true, false, false}
 	if len(edges) != len(want) {
 		t.Fatalf("edges %v, want %v", edges, want)
 	}

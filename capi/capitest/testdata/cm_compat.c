@@ -9,7 +9,8 @@
  * rdma_migrate_id turns a synchronous ID asynchronous and back; and
  * rdma_accept on a synchronous UD ID returns; rdma_getaddrinfo's QP type
  * and port space defaults and its EAI_ return; rdma_create_qp_ex with the
- * ibv_wr_* send ops; rdma_disconnect after REJECTED. Prints "ok NAME" or
+ * ibv_wr_* send ops; rdma_disconnect after REJECTED; the channel's fd
+ * readable exactly while events wait, after a burst too. Prints "ok NAME" or
  * "FAIL NAME: why"; exits with the number of failures. Argument: the
  * device's address. */
 #define _GNU_SOURCE
@@ -445,6 +446,103 @@ static void test_getaddrinfo(const char *host)
 		rdma_freeaddrinfo(res);
 }
 
+/* level_burst: the channel's fd is readable exactly while events wait,
+ * also after a blocking rdma_get_cm_event handled several requests on its
+ * own thread and took the first of their events (the others must leave
+ * the fd readable, or a poll on it would wait for ever), and not after
+ * the last is taken. The requests are sent once this thread waits, three
+ * times over: whether one wait handles several is up to timing. */
+enum { LEVEL_N = 6 };
+static struct rdma_cm_id *level_c[LEVEL_N];
+
+static void *connect_all(void *arg)
+{
+	int i;
+	usleep(20000);
+	for (i = 0; i < LEVEL_N; i++)
+		if (rdma_connect(level_c[i], NULL))
+			printf("connect %d: %s\n", i, strerror(errno));
+	return NULL;
+}
+
+static int level_round(const char *name, uint16_t port)
+{
+	enum { N = LEVEL_N };
+	struct rdma_cm_id **c = level_c;
+	struct rdma_cm_event *ev;
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct ibv_qp_init_attr qa;
+	pthread_t t;
+	int i, got = 0, rejected = 0, ok = 0;
+
+	memset(level_c, 0, sizeof(level_c));
+	for (i = 0; i < N; i++) {
+		qa = qattr();
+		if (!(c[i] = resolved(name, port)) || rdma_create_qp(c[i], NULL, &qa)) {
+			FAIL(name, "client %d: %s", i, strerror(errno));
+			goto out;
+		}
+	}
+	pthread_create(&t, NULL, connect_all, NULL);
+	/* Blocking: this thread waits on the link and handles the requests.
+	 * The clients' REJECTED events come among them. */
+	for (i = 0; got < N; i++) {
+		if (i > 0) {
+			fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+			if (poll(&p, 1, 2000) != 1) {
+				FAIL(name, "fd not readable within 2 s with %d of %d requests taken", got, N);
+				break;
+			}
+		}
+		if (rdma_get_cm_event(ch, &ev)) {
+			FAIL(name, "get: %s", strerror(errno));
+			break;
+		}
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			got++;
+			rdma_reject(ev->id, NULL, 0);
+			rdma_destroy_id(ev->id);
+		} else if (ev->event == RDMA_CM_EVENT_REJECTED) {
+			rejected++;
+		} else {
+			FAIL(name, "event %s", rdma_event_str(ev->event));
+			rdma_ack_cm_event(ev);
+			break;
+		}
+		rdma_ack_cm_event(ev);
+	}
+	if (got == N) {
+		while (rejected < N && (ev = next())) {
+			rejected += ev->event == RDMA_CM_EVENT_REJECTED;
+			rdma_ack_cm_event(ev);
+		}
+		if (rejected < N)
+			FAIL(name, "%d of %d REJECTED", rejected, N);
+		else if (poll(&p, 1, 0) != 0)
+			FAIL(name, "fd readable with no event waiting");
+		else
+			ok = 1;
+	}
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK);
+	pthread_join(t, NULL);
+out:
+	for (i = 0; i < N; i++)
+		if (c[i]) {
+			rdma_destroy_qp(c[i]);
+			rdma_destroy_id(c[i]);
+		}
+	return ok;
+}
+
+static void test_level_burst(uint16_t port)
+{
+	int r;
+	for (r = 0; r < 3; r++)
+		if (!level_round("level_burst", port))
+			return;
+	OK("level_burst");
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_cm_id *listen_id;
@@ -472,6 +570,7 @@ int main(int argc, char **argv)
 	test_getaddrinfo(argv[1]);
 	test_create_qp_ex(port);
 	test_disconnect_after_reject(port);
+	test_level_burst(port);
 	rdma_destroy_id(listen_id);
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	while (rdma_get_cm_event(ch, &ev) == 0)
