@@ -338,11 +338,17 @@ func TestLocalFullLane(t *testing.T) {
 		batch[i].N, batch[i].Dst = len(batch[i].Buf), b.LocalAddr()
 	}
 	fill := 2 * laneSize / (32 * per) // batches: twice what a lane holds
-	// The reader starts 20 ms late: the writer waits for it.
+	// The reader starts 20 ms late: the writer waits for it. (Its
+	// buffers are made first: made late, their megabytes of first touches
+	// under the race detector on a loaded machine took it past
+	// localFullWait.)
 	got := make(chan int, 1)
+	rd := linktest.Batch(b.BatchSize(), 65536)
+	for i := range rd {
+		clear(rd[i].Buf[:cap(rd[i].Buf)])
+	}
 	go func() {
 		time.Sleep(20 * time.Millisecond)
-		rd := linktest.Batch(b.BatchSize(), 65536)
 		n := 0
 		for deadline := time.Now().Add(10 * time.Second); n < fill*32 && time.Now().Before(deadline); {
 			k, _ := b.PollBatch(rd)
