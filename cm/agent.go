@@ -209,8 +209,12 @@ type Agent struct {
 	// they arrived.
 	inMu sync.Mutex
 
-	mu       sync.Mutex
-	closed   bool
+	mu     sync.Mutex
+	closed bool
+	// shut is closed, readable without mu: Poll checks it on every call,
+	// and a blocking rdma_get_cm_event polls twice a wait, while another
+	// thread's accept may hold mu.
+	shut     atomic.Bool
 	byLocal  map[uint32]*ID      // local comm ID (and SIDR request ID) -> ID
 	byRemote map[remoteKey]*ID   // (peer, remote comm ID / request ID) -> ID
 	ahs      map[ahKey]*verbs.AH // GSI address handles by peer and traffic class
@@ -385,6 +389,7 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.closed = true
+	a.shut.Store(true)
 	for _, id := range a.byLocal {
 		id.stopTimer()
 	}
@@ -403,11 +408,7 @@ func (a *Agent) Close() error {
 }
 
 // isClosed reports whether Close has begun.
-func (a *Agent) isClosed() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.closed
-}
+func (a *Agent) isClosed() bool { return a.shut.Load() }
 
 // Device returns the agent's device.
 func (a *Agent) Device() *verbs.Device { return a.dev }
