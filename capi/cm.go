@@ -462,7 +462,7 @@ func (r *cmChanRec) take(out **C.struct_rdma_cm_event) bool {
 // exactly one) and on the channel's fd together (verbs.Device.WaitLink),
 // so that the datagram of a MAD wakes this thread alone, as the kernel's
 // ucma file wakes its reader once. What the link then holds this thread
-// handles itself (verbs.Device.PollLink, cm.Agent.Poll), which queues the
+// handles itself (cm.Agent.PollLink), which queues the
 // event without the device's and the agent's goroutines in between (a
 // datagram for another of the device's QPs is handled here too), and it
 // takes the first event itself, into out. It handles what the link holds
@@ -483,7 +483,7 @@ func srgo_cm_wait(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 		return -1
 	}
 	d := a.Device()
-	if r.handleLink(d, a, out) {
+	if r.handleLink(a, out) {
 		return 0
 	}
 	if fl, err := unix.FcntlInt(uintptr(r.fd), unix.F_GETFL, 0); err == nil && fl&unix.O_NONBLOCK != 0 {
@@ -495,17 +495,16 @@ func srgo_cm_wait(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 		}
 		return -1
 	}
-	r.handleLink(d, a, out)
+	r.handleLink(a, out)
 	return 0
 }
 
-// handleLink handles what d's link holds on this thread with the fd held
-// back (holding), takes the oldest event into out if one is queued, and
-// brings the fd level with what remains.
-func (r *cmChanRec) handleLink(d *verbs.Device, a *cm.Agent, out **C.struct_rdma_cm_event) bool {
+// handleLink handles what the agent's link holds on this thread with the
+// fd held back (holding), takes the oldest event into out if one is
+// queued, and brings the fd level with what remains.
+func (r *cmChanRec) handleLink(a *cm.Agent, out **C.struct_rdma_cm_event) bool {
 	r.holding.Add(1)
-	d.PollLink()
-	a.Poll()
+	a.PollLink()
 	r.holding.Add(-1)
 	took := r.take(out)
 	r.ch.Relevel()

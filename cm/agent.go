@@ -497,6 +497,36 @@ func (a *Agent) Poll() int {
 	return a.drain(wcs[:], pollMADs)
 }
 
+// PollLink handles on the calling goroutine what the device's link holds
+// now (verbs.Device.PollLink) and then, as Poll, the MADs among it, and
+// returns how many datagrams and MADs it handled. Meanwhile the GSI CQ is
+// disarmed (verbs.CQ.Disarm), so that MADs this goroutine handles itself
+// do not also wake the agent's goroutine, which would then wait for
+// Poll's turn and find nothing: a thread that waits for its CM events on
+// the link (the C library's rdma_get_cm_event) costs no wake-up of the
+// agent per MAD. What it leaves (more than pollMADs, or MADs the device's
+// receive loop queued meanwhile) raises the event it held back
+// (verbs.CQ.Rearm).
+func (a *Agent) PollLink() int {
+	if !a.inMu.TryLock() {
+		// The agent's goroutine is handling MADs: the ones this
+		// brings, it takes next.
+		return a.dev.PollLink()
+	}
+	defer a.inMu.Unlock()
+	if a.isClosed() {
+		return 0
+	}
+	armed := a.rcq.Disarm()
+	n := a.dev.PollLink()
+	var wcs [8]verbs.WC
+	n += a.drain(wcs[:], pollMADs)
+	if armed {
+		a.rcq.Rearm()
+	}
+	return n
+}
+
 func (a *Agent) completion(wc *verbs.WC) {
 	slot := wc.WRID
 	if slot >= uint64(a.cfg.RecvDepth) {

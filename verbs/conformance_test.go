@@ -310,6 +310,78 @@ func TestCQ(t *testing.T) {
 	}
 }
 
+// TestCQDisarmRearm: Disarm takes back an unused ReqNotify(false) (a
+// completion then raises no event), and Rearm arms again, raising at once
+// when completions already wait; a solicited-only arming is left alone.
+func TestCQDisarmRearm(t *testing.T) {
+	for _, lk := range linkKinds {
+		t.Run(lk.name, func(t *testing.T) {
+			da, db := lk.open(t)
+			a, b := connected(t, da, db, verbs.QPTypeRC)
+			ch := db.CreateCompChannel()
+			cq := must[*verbs.CQ](t)(db.CreateCQ(64, nil, ch))
+			b2 := &end{dev: db, pd: b.pd, cq: cq, buf: b.buf, mr: b.mr}
+			b2.qp = must[*verbs.QP](t)(b.pd.CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}))
+			defer b2.qp.Destroy()
+			a2 := newEnd(t, da, verbs.QPTypeRC, nil, a.pd)
+			toRTS(t, a2, b2)
+			toRTS(t, b2, a2)
+			for i := range 4 {
+				b2.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: b2.sge(64*i, 64)}})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			noEvent := func(what string) {
+				t.Helper()
+				select {
+				case <-ch.C():
+					t.Fatalf("an event %s", what)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			send := func(flags verbs.SendFlags) {
+				t.Helper()
+				a2.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, Flags: flags, SGList: a2.sge(0, 10)}})
+				for deadline := time.Now().Add(5 * time.Second); cq.Len() == 0; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("no completion within 5 s")
+					}
+				}
+			}
+			cq.ReqNotify(false)
+			if !cq.Disarm() || cq.Disarm() {
+				t.Fatal("Disarm after ReqNotify(false): want true, then false")
+			}
+			send(0)
+			noEvent("for a completion on a disarmed CQ")
+			if err := cq.Rearm(); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ch.GetCQEvent(ctx); err != nil || got != cq {
+				t.Fatalf("Rearm with a completion waiting: no event (%v)", err)
+			}
+			poll(t, cq, 1)
+			cq.Rearm() // nothing waits: armed for the next
+			noEvent("from Rearm on an empty CQ")
+			send(0)
+			if _, err := ch.GetCQEvent(ctx); err != nil {
+				t.Fatalf("Rearm on an empty CQ: no event for the next completion (%v)", err)
+			}
+			poll(t, cq, 1)
+			cq.ReqNotify(true)
+			if cq.Disarm() {
+				t.Fatal("Disarm took back a solicited-only arming")
+			}
+			send(verbs.SendSolicited)
+			if _, err := ch.GetCQEvent(ctx); err != nil {
+				t.Fatalf("solicited-only arming lost to Disarm (%v)", err)
+			}
+			poll(t, cq, 1)
+			cq.AckEvents(3)
+		})
+	}
+}
+
 func TestCQEvents(t *testing.T) {
 	for _, lk := range linkKinds {
 		t.Run(lk.name, func(t *testing.T) {

@@ -164,6 +164,39 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
+// Disarm takes back a ReqNotify(false) that no completion has used yet and
+// reports whether there was one: a consumer that drains the CQ itself for
+// a while (cm.Agent.PollLink) keeps the completions it makes from waking
+// the CQ's waiter, then gives the arming back with Rearm.
+func (cq *CQ) Disarm() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.armed != armNext {
+		return false
+	}
+	cq.armed = 0
+	return true
+}
+
+// Rearm arms the CQ as ReqNotify(false) does and, if completions already
+// wait, sends the event at once (Disarm's counterpart: what arrived while
+// the CQ was disarmed and was not taken still wakes its waiter).
+func (cq *CQ) Rearm() error {
+	if cq.ch == nil {
+		return newErr("req notify cq", "CQ has no completion channel", syscall.EINVAL)
+	}
+	cq.mu.Lock()
+	raise := cq.n > 0
+	if !raise {
+		cq.armed = armNext
+	}
+	cq.mu.Unlock()
+	if raise {
+		cq.raise()
+	}
+	return nil
+}
+
 // AckEvents acknowledges n events received for this CQ (ibv_ack_cq_events).
 func (cq *CQ) AckEvents(n int) {
 	cq.mu.Lock()
