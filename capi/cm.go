@@ -462,15 +462,15 @@ func (r *cmChanRec) take(out **C.struct_rdma_cm_event) bool {
 // exactly one) and on the channel's fd together (verbs.Device.WaitLink),
 // so that the datagram of a MAD wakes this thread alone, as the kernel's
 // ucma file wakes its reader once. What the link then holds this thread
-// handles itself (cm.Agent.PollLink), which queues the
-// event without the device's and the agent's goroutines in between (a
-// datagram for another of the device's QPs is handled here too), and it
-// takes the first event itself, into out. It handles what the link holds
-// before it looks at the fd's O_NONBLOCK, and waits only when that found
-// nothing. It returns 0 (out set if it took an event; if not, the caller
-// takes again), EAGAIN when the fd is non-blocking and no event came, -2
-// when a signal interrupted the wait, and -1 when it cannot wait on a
-// link (the caller waits on the fd alone).
+// handles itself (cm.Agent.PollLink), which queues the event without the
+// device's and the agent's goroutines in between (a datagram for another
+// of the device's QPs is handled here too), and it takes the first event
+// itself, into out. It handles what the link holds before it looks at the
+// fd's O_NONBLOCK, and waits only when that found nothing. It returns 0
+// (out set if it took an event; if not, the caller takes again), EAGAIN
+// when the fd is non-blocking and no event came, -2 when a signal
+// interrupted the wait, and -1 when it cannot wait on a link (the caller
+// waits on the fd alone).
 //
 //export srgo_cm_wait
 func srgo_cm_wait(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
