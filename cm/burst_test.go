@@ -41,16 +41,7 @@ func TestHalfOpenDefaultFollowsBacklog(t *testing.T) {
 
 	// 300 requests accepted before any RTU: none is evicted.
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
-	sch := NewEventChannel()
-	defer sch.Close()
-	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
-	if err := lid.BindAddr(netip.AddrPortFrom(p.addrB(), 7330)); err != nil {
-		t.Fatal(err)
-	}
-	if err := lid.Listen(0); err != nil {
-		t.Fatal(err)
-	}
-	defer lid.Destroy()
+	sch, _ := listenAt(t, netip.AddrPortFrom(p.addrB(), 7330))
 	for i := range 300 {
 		p.ab.input(p.addrA(), spoofREQ(p.addrA(), p.addrB(), 7330, uint32(0x40000+i)))
 		id := expect(t, sch, EventConnectRequest).ID

@@ -17,16 +17,7 @@ import (
 // consumer defined.
 func TestDestroyREJMessageRejected(t *testing.T) {
 	p, _, sentB := capturePair(t)
-	ch := NewEventChannel()
-	defer ch.Close()
-	l, _ := ch.CreateID(nil, mad.PortSpaceTCP)
-	if err := l.BindAddr(netip.AddrPortFrom(p.addrB(), 7410)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Listen(0); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Destroy()
+	ch, _ := listenAt(t, netip.AddrPortFrom(p.addrB(), 7410))
 	for i, tc := range []struct {
 		name   string
 		accept bool

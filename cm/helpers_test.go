@@ -146,3 +146,20 @@ func listenDial(t *testing.T, p *pair, port uint16) (sch, cch *EventChannel, cid
 	rcQP(t, cid)
 	return sch, cch, cid
 }
+
+// listenAt makes a channel and an ID on it listening (backlog 0) at ap;
+// both are gone at the end of the test.
+func listenAt(t *testing.T, ap netip.AddrPort) (*EventChannel, *ID) {
+	t.Helper()
+	ch := NewEventChannel()
+	t.Cleanup(func() { ch.Close() })
+	l, _ := ch.CreateID(nil, mad.PortSpaceTCP)
+	if err := l.BindAddr(ap); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Destroy() })
+	return ch, l
+}

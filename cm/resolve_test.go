@@ -77,16 +77,7 @@ func TestResolveAddrNeighbour(t *testing.T) {
 // side's 6.144 s × 16 budget: here the REQ asks for 64 ms and 2 retries.
 func TestPassiveREPTiming(t *testing.T) {
 	p := newPair(t, pipe.Faults{}, pipe.Faults{}, &Config{})
-	ch := NewEventChannel()
-	defer ch.Close()
-	l, _ := ch.CreateID(nil, mad.PortSpaceTCP)
-	if err := l.BindAddr(netip.AddrPortFrom(p.addrB(), 7400)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Listen(0); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Destroy()
+	ch, _ := listenAt(t, netip.AddrPortFrom(p.addrB(), 7400))
 	peer := netip.MustParseAddr("10.97.0.5")
 	m := spoofREQ(peer, p.addrB(), 7400, 0x777)
 	var req mad.REQ

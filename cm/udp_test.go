@@ -50,16 +50,7 @@ func newUDPPair(t *testing.T) *pair {
 // GSI CQ was disarmed while the caller handled its share.
 func TestAgentPollLink(t *testing.T) {
 	p := newUDPPair(t)
-	sch := NewEventChannel()
-	defer sch.Close()
-	lid, _ := sch.CreateID(nil, mad.PortSpaceTCP)
-	if err := lid.BindAddr(netip.AddrPortFrom(p.addrB(), 7331)); err != nil {
-		t.Fatal(err)
-	}
-	if err := lid.Listen(0); err != nil {
-		t.Fatal(err)
-	}
-	defer lid.Destroy()
+	sch, _ := listenAt(t, netip.AddrPortFrom(p.addrB(), 7331))
 	const n = 3 * pollMADs
 	// Busy polling first makes the device's receive loop step aside, so
 	// that the caller reads the burst.

@@ -310,22 +310,30 @@ func TestCQ(t *testing.T) {
 	}
 }
 
+// channelPair connects two RC QPs over lk whose second end's CQ (both
+// queues) has a completion channel, for the tests of CQ events.
+func channelPair(t *testing.T, lk linkKind) (*verbs.CompChannel, *verbs.CQ, *end, *end) {
+	t.Helper()
+	da, db := lk.open(t)
+	a, b := connected(t, da, db, verbs.QPTypeRC)
+	ch := db.CreateCompChannel()
+	cq := must[*verbs.CQ](t)(db.CreateCQ(64, nil, ch))
+	b2 := &end{dev: db, pd: b.pd, cq: cq, buf: b.buf, mr: b.mr}
+	b2.qp = must[*verbs.QP](t)(b.pd.CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}))
+	a2 := newEnd(t, da, verbs.QPTypeRC, nil, a.pd)
+	toRTS(t, a2, b2)
+	toRTS(t, b2, a2)
+	return ch, cq, a2, b2
+}
+
 // TestCQDisarmRearm: Disarm takes back an unused ReqNotify(false) (a
 // completion then raises no event), and Rearm arms again, raising at once
 // when completions already wait; a solicited-only arming is left alone.
 func TestCQDisarmRearm(t *testing.T) {
 	for _, lk := range linkKinds {
 		t.Run(lk.name, func(t *testing.T) {
-			da, db := lk.open(t)
-			a, b := connected(t, da, db, verbs.QPTypeRC)
-			ch := db.CreateCompChannel()
-			cq := must[*verbs.CQ](t)(db.CreateCQ(64, nil, ch))
-			b2 := &end{dev: db, pd: b.pd, cq: cq, buf: b.buf, mr: b.mr}
-			b2.qp = must[*verbs.QP](t)(b.pd.CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}))
+			ch, cq, a2, b2 := channelPair(t, lk)
 			defer b2.qp.Destroy()
-			a2 := newEnd(t, da, verbs.QPTypeRC, nil, a.pd)
-			toRTS(t, a2, b2)
-			toRTS(t, b2, a2)
 			for i := range 4 {
 				b2.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: b2.sge(64*i, 64)}})
 			}
@@ -385,18 +393,9 @@ func TestCQDisarmRearm(t *testing.T) {
 func TestCQEvents(t *testing.T) {
 	for _, lk := range linkKinds {
 		t.Run(lk.name, func(t *testing.T) {
-			da, db := lk.open(t)
-			a, b := connected(t, da, db, verbs.QPTypeRC)
-			ch := db.CreateCompChannel()
+			ch, cq, a2, b2 := channelPair(t, lk)
 			var notified atomic.Int32 // SetNotify: one call per event
 			ch.SetNotify(func() { notified.Add(1) })
-			cq := must[*verbs.CQ](t)(db.CreateCQ(64, nil, ch))
-			// A second QP pair whose receive CQ has the channel.
-			b2 := &end{dev: db, pd: b.pd, cq: cq, buf: b.buf, mr: b.mr}
-			b2.qp = must[*verbs.QP](t)(b.pd.CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}))
-			a2 := newEnd(t, da, verbs.QPTypeRC, nil, a.pd)
-			toRTS(t, a2, b2)
-			toRTS(t, b2, a2)
 			b2.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b2.sge(0, 64)}, {WRID: 2, SGList: b2.sge(64, 64)}, {WRID: 3, SGList: b2.sge(128, 64)}})
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
