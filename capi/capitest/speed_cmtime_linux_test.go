@@ -25,7 +25,9 @@ var cmtimeRow = regexp.MustCompile(`(?m)^([a-z ]+?) *: +([-0-9.]+) +([-0-9.]+) *
 // the total of the steps' times (without bind addr, a step only the Go
 // client, given -b, has), in SOFTROCE_MEASURE_ROUNDS rounds (default 5)
 // alternating which goes first, with medians and the rate ratio Go/stock
-// of each (goal for connect and the total: ≥ 0.9).
+// of each (goal for connect and the total: ≥ 0.9). Each round also runs
+// the two crossed pairs (a stock server with the Go client, and the
+// reverse), whose connect medians say which side holds a gap.
 // SOFTROCE_MEASURE_RT=1 runs both programs of each pair (never the go
 // command) under chrt -f 10: only ever both, since a client spinning at
 // real-time priority starves a server that is not.
@@ -71,10 +73,37 @@ func TestSpeedCmtime(t *testing.T) {
 			t.Logf("cmtime failed, again: %s", cp)
 		}
 	}
+	// crossed returns the connect step's µs per connection of a pair of
+	// mixed kinds, 0 for a run that failed (it is not retried).
+	crossed := func(stockServer bool) float64 {
+		cp, err := cmtimeCrossed(t, stockServer, !stockServer, 20*time.Second)
+		for _, m := range cmtimeRow.FindAllStringSubmatch(cp.stdout.String(), -1) {
+			if m[1] == "connect" && err == nil {
+				us, _ := strconv.ParseFloat(m[5], 64)
+				return us
+			}
+		}
+		t.Logf("crossed cmtime failed: %s", cp)
+		return 0
+	}
 	stockStep, goStep := map[string][]float64{}, map[string][]float64{}
-	var stockTotal, goTotal []float64
+	var stockTotal, goTotal, stockServer, stockClient []float64
 	for r := 0; r < rounds; r++ {
 		first := r%2 == 0
+		if v := crossed(first); v > 0 {
+			if first {
+				stockServer = append(stockServer, v)
+			} else {
+				stockClient = append(stockClient, v)
+			}
+		}
+		if v := crossed(!first); v > 0 {
+			if !first {
+				stockServer = append(stockServer, v)
+			} else {
+				stockClient = append(stockClient, v)
+			}
+		}
 		for _, stock := range []bool{first, !first} {
 			per, total := run(stock)
 			into, tot := goStep, &goTotal
@@ -115,6 +144,8 @@ func TestSpeedCmtime(t *testing.T) {
 	}
 	st, g := med(stockTotal), med(goTotal)
 	fmt.Fprintf(&b, "%-14s %9.2f %9.2f %6.2fx (ms, all steps but bind addr)\n", "total", st, g, g/st)
+	fmt.Fprintf(&b, "crossed, connect us per connection: stock server with the Go client %.2f, Go server with the stock client %.2f\n",
+		med(stockServer), med(stockClient))
 	t.Log(b.String())
 }
 
@@ -122,15 +153,23 @@ func TestSpeedCmtime(t *testing.T) {
 // timeout, the stock program through the library or the Go tool (each at
 // real-time priority with SOFTROCE_MEASURE_RT), and returns the client.
 func cmtimePair(t *testing.T, stock bool, timeout time.Duration) (*proc, error) {
+	return cmtimeCrossed(t, stock, stock, timeout)
+}
+
+// cmtimeCrossed is cmtimePair with the server's and the client's kinds
+// chosen apart: stockServer, stockClient.
+func cmtimeCrossed(t *testing.T, stockServer, stockClient bool, timeout time.Duration) (*proc, error) {
 	sa, ca := addrPair()
 	port := itoa(freePort(t))
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	server, client := []string{goTool, "cmtime", "-b", sa, "-p", port}, []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}
-	senv, cenv := env(""), env("")
-	if stock {
-		server, client = []string{"cmtime", "-b", sa, "-p", port}, []string{"cmtime", "-s", sa, "-c", "100", "-p", port}
-		senv, cenv = env(sa), env(ca)
+	server, senv := []string{goTool, "cmtime", "-b", sa, "-p", port}, env("")
+	if stockServer {
+		server, senv = []string{"cmtime", "-b", sa, "-p", port}, env(sa)
+	}
+	client, cenv := []string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", "100", "-p", port}, env("")
+	if stockClient {
+		client, cenv = []string{"cmtime", "-s", sa, "-c", "100", "-p", port}, env(ca)
 	}
 	sp := start(t, ctx, senv, measureRT(server)...)
 	waitUDP(t, sa, sp)
