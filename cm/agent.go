@@ -513,14 +513,17 @@ func (a *Agent) PollLink() int {
 		// brings, it takes next.
 		return a.dev.PollLink()
 	}
-	defer a.inMu.Unlock()
 	if a.isClosed() {
+		a.inMu.Unlock()
 		return 0
 	}
 	armed := a.rcq.Disarm()
 	n := a.dev.PollLink()
 	var wcs [8]verbs.WC
 	n += a.drain(wcs[:], pollMADs)
+	a.inMu.Unlock()
+	// After the unlock: a goroutine the leftovers wake takes them at
+	// once, not after waiting for this turn to end.
 	if armed {
 		a.rcq.Rearm()
 	}
