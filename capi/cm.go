@@ -656,30 +656,14 @@ func srgo_cm_resolve_route(h C.uintptr_t, ms C.int) C.int {
 	return cerr(r.id.ResolveRoute(time.Duration(ms) * time.Millisecond))
 }
 
-// maxBacklog bounds a listen backlog (rdma_listen with 0 or more asks for
-// this): the rdma_ucm module's max_backlog setting if it is loaded, as the
-// kernel's rdma_cm file; else 4 × its default of 1,024. A request the
-// program has not yet taken counts against the backlog, and a MAD becomes
-// an event more slowly here than in the kernel: with 1,024, the server's
-// event thread of stock cmtime -c 2000 fell behind by more in about one
-// run in two, and the requests beyond were resent 6 s later.
-var maxBacklog = sync.OnceValue(func() int {
-	if b, err := os.ReadFile("/proc/sys/net/rdma_ucm/max_backlog"); err == nil {
-		if n := atoiTrim(string(b)); n > 0 {
-			return n
-		}
-	}
-	return 4 * 1024
-})
-
 //export srgo_cm_listen
 func srgo_cm_listen(h C.uintptr_t, backlog C.int) C.int {
 	r, ok := cmID(h)
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
-	if backlog <= 0 || int(backlog) > maxBacklog() {
-		backlog = C.int(maxBacklog()) // as the kernel's rdma_cm file
+	if backlog <= 0 || int(backlog) > toolkit.ListenBacklog() {
+		backlog = C.int(toolkit.ListenBacklog()) // as the kernel's rdma_cm file
 	}
 	if err := r.id.Listen(int(backlog)); err != nil {
 		return cerr(err)

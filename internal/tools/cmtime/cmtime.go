@@ -98,6 +98,11 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer agent.Close()
 	ch := cm.NewEventChannel()
 	defer ch.Close()
+	// The kernel's rdma_cm file counts a request against its listener's
+	// backlog until the program takes it, as the C library's channels do:
+	// a burst of -c 2000 is not cut at the backlog while the server
+	// accepts.
+	ch.SetBacklogOnTake(true)
 	if !dst.IsValid() {
 		return serve(ctx, ch, netip.AddrPortFrom(dev.LocalAddr().Addr(), uint16(o.port)), stderr)
 	}
@@ -209,7 +214,8 @@ func serve(ctx context.Context, ch *cm.EventChannel, at netip.AddrPort, stderr i
 		fmt.Fprintln(stderr, "bind address failed:", err)
 		return cli.ExitFailure
 	}
-	if err := l.Listen(0); err != nil {
+	// cmtime listens with backlog 0: the most rdma_cm allows.
+	if err := l.Listen(toolkit.ListenBacklog()); err != nil {
 		fmt.Fprintln(stderr, "failure trying to listen:", err)
 		return cli.ExitFailure
 	}
