@@ -209,12 +209,11 @@ type Agent struct {
 	// they arrived.
 	inMu sync.Mutex
 
-	mu     sync.Mutex
-	closed bool
-	// shut is closed, readable without mu: Poll checks it on every call,
-	// and a blocking rdma_get_cm_event polls twice a wait, while another
-	// thread's accept may hold mu.
-	shut     atomic.Bool
+	mu sync.Mutex
+	// closed: Close has begun (set under mu). An atomic, so that Poll,
+	// which a blocking rdma_get_cm_event calls twice a wait, need not
+	// wait for another thread's accept holding mu.
+	closed   atomic.Bool
 	byLocal  map[uint32]*ID      // local comm ID (and SIDR request ID) -> ID
 	byRemote map[remoteKey]*ID   // (peer, remote comm ID / request ID) -> ID
 	ahs      map[ahKey]*verbs.AH // GSI address handles by peer and traffic class
@@ -384,12 +383,10 @@ func (a *Agent) release() {
 // unregistered (if Attach registered it). It does not close the device.
 func (a *Agent) Close() error {
 	a.mu.Lock()
-	if a.closed {
+	if a.closed.Swap(true) {
 		a.mu.Unlock()
 		return nil
 	}
-	a.closed = true
-	a.shut.Store(true)
 	for _, id := range a.byLocal {
 		id.stopTimer()
 	}
@@ -408,7 +405,7 @@ func (a *Agent) Close() error {
 }
 
 // isClosed reports whether Close has begun.
-func (a *Agent) isClosed() bool { return a.shut.Load() }
+func (a *Agent) isClosed() bool { return a.closed.Load() }
 
 // Device returns the agent's device.
 func (a *Agent) Device() *verbs.Device { return a.dev }
@@ -478,47 +475,43 @@ const pollMADs = 64
 
 // Poll handles, on the calling goroutine, the MADs the agent's GSI QP has
 // received so far, at most pollMADs, and returns how many: 0 when none
-// waited or the agent's goroutine is handling them. With
-// verbs.Device.PollLink before it, a thread that waits for CM events on
-// the device's link itself (the C library's rdma_get_cm_event) turns a
-// datagram into its event without the device's and the agent's goroutines
-// in between. It does not allocate.
-func (a *Agent) Poll() int {
-	if !a.inMu.TryLock() {
-		return 0
-	}
-	defer a.inMu.Unlock()
-	if a.isClosed() {
-		return 0
-	}
-	var wcs [8]verbs.WC
-	// What it leaves, the agent's goroutine takes: the GSI CQ is armed
-	// whenever that goroutine waits, so the MADs left raised its event.
-	return a.drain(wcs[:], pollMADs)
-}
+// waited or the agent's goroutine is handling them. What it leaves, the
+// agent's goroutine takes: the GSI CQ is armed whenever that goroutine
+// waits, so the MADs left raised its event. It does not allocate.
+func (a *Agent) Poll() int { return a.poll(false) }
 
 // PollLink handles on the calling goroutine what the device's link holds
 // now (verbs.Device.PollLink) and then, as Poll, the MADs among it, and
 // returns how many datagrams and MADs it handled. Meanwhile the GSI CQ is
 // disarmed (verbs.CQ.Disarm), so that MADs this goroutine handles itself
 // do not also wake the agent's goroutine, which would then wait for
-// Poll's turn and find nothing: a thread that waits for its CM events on
-// the link (the C library's rdma_get_cm_event) costs no wake-up of the
-// agent per MAD. What it leaves (more than pollMADs, or MADs the device's
-// receive loop queued meanwhile) raises the event it held back
-// (verbs.CQ.Rearm).
-func (a *Agent) PollLink() int {
+// PollLink's turn and find nothing: a thread that waits for its CM events
+// on the link (the C library's rdma_get_cm_event) turns a datagram into
+// its event with no wake-up of the device's or the agent's goroutines.
+// What it leaves (more than pollMADs, or MADs the device's receive loop
+// queued meanwhile) raises the event it held back (verbs.CQ.Rearm). It
+// does not allocate.
+func (a *Agent) PollLink() int { return a.poll(true) }
+
+// poll is Poll, and with link PollLink.
+func (a *Agent) poll(link bool) int {
 	if !a.inMu.TryLock() {
-		// The agent's goroutine is handling MADs: the ones this
+		// The agent's goroutine is handling MADs: the ones the link
 		// brings, it takes next.
-		return a.dev.PollLink()
+		if link {
+			return a.dev.PollLink()
+		}
+		return 0
 	}
 	if a.isClosed() {
 		a.inMu.Unlock()
 		return 0
 	}
-	armed := a.rcq.Disarm()
-	n := a.dev.PollLink()
+	armed, n := false, 0
+	if link {
+		armed = a.rcq.Disarm()
+		n = a.dev.PollLink()
+	}
 	var wcs [8]verbs.WC
 	n += a.drain(wcs[:], pollMADs)
 	a.inMu.Unlock()
@@ -578,7 +571,7 @@ func (a *Agent) send(peer netip.Addr, b []byte) { a.sendTC(peer, 0, b) }
 // REQ's primary path on the passive one), as the kernel's ib_cm sends them
 // with the address vector of the connection's path.
 func (a *Agent) sendTC(peer netip.Addr, tc uint8, b []byte) {
-	if a.closed {
+	if a.closed.Load() {
 		return
 	}
 	key := ahKey{peer, tc}

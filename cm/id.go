@@ -526,7 +526,7 @@ func (id *ID) resolve(ctx context.Context, cancel context.CancelFunc, a *Agent, 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	id.resolving.active, id.resolving.cancel = false, nil
-	if id.destroyed || id.st != stIdle || a.closed {
+	if id.destroyed || id.st != stIdle || a.closed.Load() {
 		return
 	}
 	if err != nil {
@@ -744,7 +744,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.closed.Load() {
 		return ErrClosed
 	}
 	if id.st != stRouteResolved && !(id.st == stAddrResolved && id.qpType == verbs.QPTypeUD) {
@@ -847,7 +847,7 @@ func (id *ID) accept(p *ConnParam) ([]*ID, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.closed.Load() {
 		return nil, ErrClosed
 	}
 	var cp ConnParam

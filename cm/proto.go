@@ -37,7 +37,7 @@ func (id *ID) arm(d time.Duration) {
 	f := func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if id.xchg.tgen != gen || a.closed {
+		if id.xchg.tgen != gen || a.closed.Load() {
 			return
 		}
 		a.onTimer(id)
@@ -312,7 +312,7 @@ func (a *Agent) input(peer netip.Addr, b []byte) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.closed.Load() {
 		a.stats.DropUnexpected.Add(1)
 		return
 	}

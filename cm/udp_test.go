@@ -87,6 +87,9 @@ func TestAgentPollLink(t *testing.T) {
 		}
 	}
 	t.Logf("PollLink handled %d datagrams and MADs", handled)
+	if n := testing.AllocsPerRun(100, func() { p.ab.PollLink() }); n != 0 {
+		t.Errorf("PollLink with nothing to handle: %v allocations, want 0", n)
+	}
 }
 
 // TestRealUDP connects two devices on loopback UDP sockets (two addresses
