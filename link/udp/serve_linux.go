@@ -196,7 +196,17 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 	}
 	ms := int(min(max(timeout, 0)/time.Millisecond, 1<<30))
 	if watch {
-		if !e.sleepLocal() {
+		// Another reader's step (ServeView's or a Poll's, under rd) takes
+		// what the link holds now: wait for it to end before looking.
+		// Returned at once instead, this would have a caller that
+		// alternates Poll (which gives way to that step) and WaitReadable
+		// spin on the processor that reader waits for: a C program's CM
+		// thread held the device's receive goroutine, stopped mid-step,
+		// off for milliseconds so, a thousand turns at a time.
+		e.rd.Lock()
+		asleep := e.sleepLocal()
+		e.rd.Unlock()
+		if !asleep {
 			return true, false, nil // the lanes hold records: Poll takes them
 		}
 		defer e.wakeLocal()

@@ -2,9 +2,11 @@ package udp
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -377,4 +379,62 @@ func TestWaitReadableComeAndGo(t *testing.T) {
 			asides, took, pings, limit, pollAside)
 	}
 	t.Logf("%d waits in %v: ServeView stepped %d times", pings, took, asides)
+}
+
+// TestWaitReadableWaitsForStep: while another reader's step holds what the
+// lanes brought (ServeView's handler, stopped mid-batch), WaitReadable
+// waits for that step to end instead of returning at once: a caller that
+// alternates Poll, which gives way to the step, and WaitReadable would
+// otherwise spin, on the processor the stopped reader may be waiting for
+// (a C program's CM thread did, a thousand turns at a time).
+func TestWaitReadableWaitsForStep(t *testing.T) {
+	a, b := localPair(t, "127.0.0.1:0")
+	inStep, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free() // a failure below must not leave the handler holding Close
+	done := make(chan error, 1)
+	var first atomic.Bool
+	go func() {
+		done <- b.ServeView(linktest.Batch(16, 8192), 0, func([]link.Packet) {
+			if first.CompareAndSwap(false, true) {
+				close(inStep)
+				<-release
+			}
+		})
+	}()
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	select {
+	case <-inStep:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeView did not handle the first datagram")
+	}
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0) // waits in the lane
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	res := make(chan error, 1)
+	go func() {
+		_, _, err := b.WaitReadable(efd, 5*time.Second)
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		t.Fatalf("WaitReadable returned (%v) while ServeView's step held the lanes' record", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	free()
+	unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // in case ServeView took the record first
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("WaitReadable after the step: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitReadable did not return after the step ended")
+	}
+	b.Close()
+	<-done
 }
