@@ -466,7 +466,8 @@ func (r *cmChanRec) take(out **C.struct_rdma_cm_event) bool {
 // device's and the agent's goroutines in between (a datagram for another
 // of the device's QPs is handled here too), and it takes the first event
 // itself, into out. It handles what the link holds before it looks at the
-// fd's O_NONBLOCK, and waits only when that found nothing. It returns 0
+// fd's O_NONBLOCK, and waits only when that, and a moment's more looking
+// (spin), found nothing. It returns 0
 // (out set if it took an event; if not, the caller takes again), EAGAIN
 // when the fd is non-blocking and no event came, -2 when a signal
 // interrupted the wait, and -1 when it cannot wait on a link (the caller
@@ -489,6 +490,9 @@ func srgo_cm_wait(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	if fl, err := unix.FcntlInt(uintptr(r.fd), unix.F_GETFL, 0); err == nil && fl&unix.O_NONBLOCK != 0 {
 		return C.int(syscall.EAGAIN)
 	}
+	if r.spin(a, out) {
+		return 0
+	}
 	if _, _, err := d.WaitLink(r.fd, rsBlockWait); err != nil {
 		if errors.Is(err, syscall.EINTR) {
 			return -2
@@ -509,6 +513,31 @@ func (r *cmChanRec) handleLink(a *cm.Agent, out **C.struct_rdma_cm_event) bool {
 	took := r.take(out)
 	r.ch.Relevel()
 	return took
+}
+
+// cmSpin is how long a blocking rdma_get_cm_event looks for work before
+// it sleeps (spin).
+const cmSpin = 80 * time.Microsecond
+
+// spin looks again, for up to cmSpin, for what the link brings and the
+// event it makes (handleLink), giving the processor away between looks
+// (sched_yield: the program's other threads and the runtime's goroutines
+// run meanwhile); it reports whether it took an event into out. A thread
+// that sleeps at once costs a wake-up per datagram, to the sender (the
+// 0-byte datagram of a lane, tens of µs of its processor on the machine
+// this was measured on) and to itself (a context switch). Stock cmtime's
+// server event thread, which hands each request to another thread and so
+// finds nothing to do between two, slept and was woken for about one
+// datagram in three. The Go scheduler's idle threads spin before they
+// sleep for the same reason.
+func (r *cmChanRec) spin(a *cm.Agent, out **C.struct_rdma_cm_event) bool {
+	for t0 := time.Now(); time.Since(t0) < cmSpin; {
+		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		if r.handleLink(a, out) {
+			return true
+		}
+	}
+	return false
 }
 
 // soleAgent returns the CM agent when exactly one device runs one.

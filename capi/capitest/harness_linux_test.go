@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -253,6 +254,18 @@ func contextWithTimeout(t testing.TB, d time.Duration) (context.Context, context
 // (stock cmtime's client waits in a sched_yield loop) starves the threads
 // that deliver its packets and froze a 2-core host for half an hour once;
 // the timeout, above it, still runs.
+// measurePin runs argv on CPU cpu alone (taskset -c) with
+// SOFTROCE_MEASURE_PIN=1 on a machine of two CPUs or more: the two sides
+// of a pair, each on a core of its own, as on two hosts. Unpinned, where
+// the scheduler puts the two programs' threads (six or more, on 2 CPUs)
+// decides more than the code does.
+func measurePin(argv []string, cpu int) []string {
+	if os.Getenv("SOFTROCE_MEASURE_PIN") != "1" || runtime.NumCPU() < 2 {
+		return argv
+	}
+	return append([]string{"taskset", "-c", itoa(cpu)}, argv...)
+}
+
 func measureRT(argv []string) []string {
 	if os.Getenv("SOFTROCE_MEASURE_RT") != "1" {
 		return argv

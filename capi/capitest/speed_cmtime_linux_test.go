@@ -30,7 +30,9 @@ var cmtimeRow = regexp.MustCompile(`(?m)^([a-z ]+?) *: +([-0-9.]+) +([-0-9.]+) *
 // reverse), whose connect medians say which side holds a gap.
 // SOFTROCE_MEASURE_RT=1 runs both programs of each pair (never the go
 // command) under chrt -f 10: only ever both, since a client spinning at
-// real-time priority starves a server that is not.
+// real-time priority starves a server that is not. SOFTROCE_MEASURE_PIN=1
+// runs the server on the first CPU and the client on the second
+// (measurePin).
 func TestSpeedCmtime(t *testing.T) {
 	if os.Getenv("SOFTROCE_MEASURE") != "1" {
 		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
@@ -171,9 +173,9 @@ func cmtimeCrossed(t *testing.T, stockServer, stockClient bool, timeout time.Dur
 	if stockClient {
 		client, cenv = []string{"cmtime", "-s", sa, "-c", "100", "-p", port}, env(ca)
 	}
-	sp := start(t, ctx, senv, measureRT(server)...)
+	sp := start(t, ctx, senv, measureRT(measurePin(server, 0))...)
 	waitUDP(t, sa, sp)
-	cp := start(t, ctx, cenv, measureRT(client)...)
+	cp := start(t, ctx, cenv, measureRT(measurePin(client, 1))...)
 	err := cp.wait()
 	sp.cmd.Process.Kill()
 	sp.wait()
