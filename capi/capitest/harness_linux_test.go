@@ -247,13 +247,6 @@ func contextWithTimeout(t testing.TB, d time.Duration) (context.Context, context
 	return context.WithTimeout(t.Context(), d)
 }
 
-// measureRT wraps a measured program's argv for SOFTROCE_MEASURE_RT=1: the
-// program runs under chrt -f 10 (only the measured programs: never the go
-// command, which livelocks at that priority), below a timeout at priority
-// 20 that kills it after 90 s. A program spinning at real-time priority
-// (stock cmtime's client waits in a sched_yield loop) starves the threads
-// that deliver its packets and froze a 2-core host for half an hour once;
-// the timeout, above it, still runs.
 // measurePin runs argv on CPU cpu alone (taskset -c) with
 // SOFTROCE_MEASURE_PIN=1 on a machine of two CPUs or more: the two sides
 // of a pair, each on a core of its own, as on two hosts. Unpinned, where
@@ -266,6 +259,13 @@ func measurePin(argv []string, cpu int) []string {
 	return append([]string{"taskset", "-c", itoa(cpu)}, argv...)
 }
 
+// measureRT wraps a measured program's argv for SOFTROCE_MEASURE_RT=1: the
+// program runs under chrt -f 10 (only the measured programs: never the go
+// command, which livelocks at that priority), below a timeout at priority
+// 20 that kills it after 90 s. A program spinning at real-time priority
+// (stock cmtime's client waits in a sched_yield loop) starves the threads
+// that deliver its packets and froze a 2-core host for half an hour once;
+// the timeout, above it, still runs.
 func measureRT(argv []string) []string {
 	if os.Getenv("SOFTROCE_MEASURE_RT") != "1" {
 		return argv
