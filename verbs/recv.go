@@ -86,7 +86,17 @@ func (d *Device) readLoop(ep link.Endpoint, busyPoll time.Duration) {
 		pkts[i].Buf = make([]byte, maxDatagram)
 	}
 	var p wire.Packet
-	handle := func(batch []link.Packet) { d.handleBatch(batch, &p, true) }
+	// A batch that woke a consumer leaves the processor to it after the
+	// link's step, not inside it (handleBatch): other readers of the link
+	// wait for the step to end.
+	owed := false
+	handle := func(batch []link.Packet) { owed = d.handleBatch(batch, &p, true) || owed }
+	after := func() {
+		if owed {
+			owed = false
+			d.yieldSend()
+		}
+	}
 	read := ep.ReadBatch
 	if vr, ok := ep.(viewReader); ok {
 		read = vr.ReadBatchView
@@ -95,11 +105,12 @@ func (d *Device) readLoop(ep link.Endpoint, busyPoll time.Duration) {
 	for {
 		var err error
 		if serve {
-			err = sv.ServeView(pkts, busyPoll, handle)
+			err = sv.ServeSteps(pkts, busyPoll, handle, after)
 		} else {
 			var n int
 			n, err = read(pkts)
 			handle(pkts[:n])
+			after()
 		}
 		if err == nil {
 			continue
@@ -121,12 +132,14 @@ func (d *Device) readLoop(ep link.Endpoint, busyPoll time.Duration) {
 // handleBatch dispatches a batch of received datagrams (p is the caller's
 // scratch packet), then ends the batch: the deferred ACKs and the replies
 // go out (tx.go). yield lets a consumer the batch woke run first (the
-// receive loop); PollLink's caller is the consumer.
-func (d *Device) handleBatch(batch []link.Packet, p *wire.Packet, yield bool) {
+// receive loop): handleBatch then reports that it left the sending to the
+// caller's yieldSend, once the caller holds nothing another reader waits
+// for. PollLink's caller is the consumer.
+func (d *Device) handleBatch(batch []link.Packet, p *wire.Packet, yield bool) (owed bool) {
 	d.rx.mu.Lock()
 	if d.closed.Load() {
 		d.rx.mu.Unlock()
-		return // closing: the link is about to close (Close)
+		return false // closing: the link is about to close (Close)
 	}
 	d.rx.nowSet = false
 	for i := range batch {
@@ -136,8 +149,9 @@ func (d *Device) handleBatch(batch []link.Packet, p *wire.Packet, yield bool) {
 			d.kick()
 		}
 	}
-	d.endBatch(yield)
+	owed = d.endBatch(yield)
 	d.rx.mu.Unlock()
+	return owed
 }
 
 // linkPoller is a link that a second reader may poll beside its receive
@@ -244,7 +258,7 @@ func (d *Device) CanPollLink() bool { return d.rxp.lp != nil }
 // its socket across batches, so that a drained socket is not read again
 // before it becomes readable (one system call less per wake-up).
 type viewServer interface {
-	ServeView(pkts []link.Packet, busyPoll time.Duration, handle func(pkts []link.Packet)) error
+	ServeSteps(pkts []link.Packet, busyPoll time.Duration, handle func(pkts []link.Packet), after func()) error
 }
 
 // viewReader is a link that can hand out received datagrams in place

@@ -204,16 +204,17 @@ func (d *Device) countTx(pkts []link.Packet, sign int64) {
 }
 
 // endBatch ends a received batch: the deferred ACKs are handed to the
-// queue, a consumer woken by the batch's completions gets the processor
-// first if yield (a reply it posts leaves with the ACKs, in one system
-// call), and everything queued is sent. A caller polling on a program's
-// thread (PollLink) does not yield: it is the consumer, and a Gosched on a
-// thread locked to its goroutine hands the processor to another thread and
-// back (two thread wake-ups). Instead, when the batch completed work, what
-// it queued (its ACKs) waits for that consumer's next post or poll, so that
-// a reply leaves with the ACK in one system call (flushSoon bounds the
-// wait).
-func (d *Device) endBatch(yield bool) {
+// queue and everything queued is sent. When the batch's completions woke a
+// consumer and yield is set, it sends nothing and reports so (owed): the
+// receive loop gives the consumer the processor first, after the step, and
+// then sends (yieldSend), so that a reply the consumer posts leaves with
+// the ACKs, in one system call. A caller polling on a program's thread
+// (PollLink) does not yield: it is the consumer, and a Gosched on a thread
+// locked to its goroutine hands the processor to another thread and back
+// (two thread wake-ups). Instead, when the batch completed work, what it
+// queued (its ACKs) waits for that consumer's next post or poll, so that a
+// reply leaves with the ACK in one system call (flushSoon bounds the wait).
+func (d *Device) endBatch(yield bool) (owed bool) {
 	d.raiseEvents()
 	for i, qp := range d.rx.ackq {
 		qp.mu.Lock()
@@ -222,9 +223,9 @@ func (d *Device) endBatch(yield bool) {
 			qp.emitAck()
 			qp.stageAck()
 		}
-		// The kick below sends the ACK, after the woken consumer had its
-		// chance to add a reply: a PostRecv, or a post that adds nothing,
-		// must not send the ACK alone meanwhile.
+		// The send after the woken consumer's turn carries the ACK: a
+		// PostRecv, or a post that adds nothing, must not send the ACK
+		// alone meanwhile.
 		qp.txOwed = false
 		qp.mu.Unlock()
 		d.rx.ackq[i] = nil
@@ -233,13 +234,22 @@ func (d *Device) endBatch(yield bool) {
 	if d.rx.woke.Load() {
 		d.rx.woke.Store(false)
 		if yield {
-			runtime.Gosched()
-		} else {
-			d.serveBudget()
-			d.flushSoon()
-			return
+			return true
 		}
+		d.serveBudget()
+		d.flushSoon()
+		return false
 	}
+	d.serveBudget()
+	d.kick()
+	return false
+}
+
+// yieldSend is the receive loop's end of a batch that woke a consumer
+// (endBatch reported it owed): the consumer runs first, then what is queued
+// is sent.
+func (d *Device) yieldSend() {
+	runtime.Gosched()
 	d.serveBudget()
 	d.kick()
 }

@@ -43,6 +43,21 @@ import (
 // batch (yielding the processor between reads), as Config.BusyPoll of the
 // engine: a reply then needs no thread wake-up.
 func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle func(pkts []link.Packet)) error {
+	return e.ServeSteps(pkts, busyPoll, handle, nil)
+}
+
+// ServeSteps is ServeView with after, when not nil, called after each step
+// (a read and the handling of what it got), once the step's hold on the
+// endpoint is released: a handler that gives its processor away
+// (runtime.Gosched, so that a goroutine its batch woke runs first) does it
+// there. Yielding inside handle would leave the other readers (Poll,
+// WaitReadable) waiting for the goroutine to run again; when they are a C
+// program's threads, which keep the runtime's processors while they run,
+// that took milliseconds.
+func (e *Endpoint) ServeSteps(pkts []link.Packet, busyPoll time.Duration, handle func(pkts []link.Packet), after func()) error {
+	if after == nil {
+		after = func() {}
+	}
 	if e.closed.Load() {
 		return errClosed
 	}
@@ -95,6 +110,7 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			nl, turn, viewed := e.viewLanes(pkts, handle)
 			if !turn {
 				e.rd.Unlock()
+				after()
 				if busyPoll > 0 {
 					last = time.Now()
 				}
@@ -106,9 +122,11 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 			case 0:
 			case unix.EINTR:
 				e.rd.Unlock()
+				after()
 				continue
 			case unix.EAGAIN:
 				e.rd.Unlock()
+				after()
 				if nl > 0 {
 					if busyPoll > 0 {
 						last = time.Now()
@@ -128,12 +146,14 @@ func (e *Endpoint) ServeView(pkts []link.Packet, busyPoll time.Duration, handle 
 				return false // wait for the socket
 			default:
 				e.rd.Unlock()
+				after()
 				e.ctr.readErrors.Add(1)
 				ferr = os.NewSyscallError("recvmmsg", errno)
 				return true
 			}
 			e.handleRead(&rx.rxQueue, pkts, want, k, handle)
 			e.rd.Unlock()
+			after()
 			if busyPoll > 0 {
 				last = time.Now()
 			} else if k < want && drained && e.sleepLocal() {

@@ -34,6 +34,11 @@ func (e *Endpoint) ServeView([]link.Packet, time.Duration, func([]link.Packet)) 
 	return errors.ErrUnsupported
 }
 
+// ServeSteps is not supported on this platform.
+func (e *Endpoint) ServeSteps([]link.Packet, time.Duration, func([]link.Packet), func()) error {
+	return errors.ErrUnsupported
+}
+
 // WriteBatch is not supported on this platform.
 func (e *Endpoint) WriteBatch([]link.Packet) (int, error) { return 0, errors.ErrUnsupported }
 

@@ -438,3 +438,52 @@ func TestWaitReadableWaitsForStep(t *testing.T) {
 	b.Close()
 	<-done
 }
+
+// TestServeStepsAfterReleases: ServeSteps calls after once the step's hold
+// on the endpoint is released, so that a reader beside it (WaitReadable,
+// which waits for a step to end) is not held up by what after does (the
+// receive loop's yield to a goroutine its batch woke).
+func TestServeStepsAfterReleases(t *testing.T) {
+	a, b := localPair(t, "127.0.0.1:0")
+	inAfter, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	done := make(chan error, 1)
+	var handled, first atomic.Bool
+	go func() {
+		done <- b.ServeSteps(linktest.Batch(16, 8192), 0, func([]link.Packet) { handled.Store(true) }, func() {
+			if handled.Load() && first.CompareAndSwap(false, true) {
+				close(inAfter)
+				<-release
+			}
+		})
+	}()
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	select {
+	case <-inAfter:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeSteps did not call after the step that handled the datagram")
+	}
+	efd, err := unix.Eventfd(1, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC) // readable
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	res := make(chan error, 1)
+	go func() {
+		_, _, err := b.WaitReadable(efd, 5*time.Second)
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("WaitReadable: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("WaitReadable waited while ServeSteps' after ran: after was called inside the step")
+	}
+	free()
+	b.Close()
+	<-done
+}
