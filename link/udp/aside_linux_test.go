@@ -193,3 +193,54 @@ func TestCloseWakesReader(t *testing.T) {
 		})
 	}
 }
+
+// TestServeStepsAsideNotForOldPolls: Poll calls made during ServeView's
+// own step (while it holds the read) do not send it aside when it is woken
+// after the poller went quiet: it counts the calls made while it waited. It
+// counted them from before its step, and so stepped aside (and took its
+// socket out of the netpoller) for a poller that had stopped, when the
+// step was long (its thread descheduled on a loaded machine).
+func TestServeStepsAsideNotForOldPolls(t *testing.T) {
+	a, b := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	var served atomic.Int64
+	done := make(chan error, 1)
+	pp := linktest.Batch(16, 8192)
+	go func() {
+		done <- a.ServeView(linktest.Batch(16, 8192), 0, func(pkts []link.Packet) {
+			if served.Add(int64(len(pkts))) == 1 {
+				// A poller beside the step: its calls find the read
+				// taken (and return at once), and stop.
+				for range 4 * pollBusy {
+					a.Poll(pp, func([]link.Packet) {})
+				}
+			}
+		})
+	}()
+	defer func() { a.Close(); <-done }()
+	waitUntil(t, 5*time.Second, "ServeView waits on the empty socket", func() bool { return a.Stats().Waits > 0 })
+	for psn := range uint32(2) {
+		w := linktest.Packet(nil, 0x0A, psn, linktest.Payload(int(psn), 64))
+		wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+		if _, err := b.WriteBatch([]link.Packet{{Buf: w, N: len(w), Dst: a.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 5*time.Second, "ServeView serves the datagram", func() bool { return served.Load() > int64(psn) })
+		time.Sleep(4 * pollAside) // the poller is quiet
+	}
+	if s := a.Stats(); s.Asides != 0 {
+		t.Errorf("ServeView stepped aside %d times for Poll calls made during its step, before the wait the next datagram ended", s.Asides)
+	}
+	if !epollWatchedInodes(t)[sockInode(t, a)] {
+		t.Error("ServeView waits, but its socket is not watched by the netpoller")
+	}
+}
+
+// waitUntil waits up to d for cond, failing the test after.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}

@@ -84,6 +84,15 @@ func (e *Endpoint) ServeSteps(pkts []link.Packet, busyPoll time.Duration, handle
 	aside := e.sock != nil && busyPoll == 0
 	goAside := false
 	slept := false // counted a sleeper of the lanes (sleepLocal) and waited
+	// park is called before each wait: the Poll calls counted from here
+	// on are those made while ServeView waits, not those made during its
+	// step, which may have been long before it reads: a poller that
+	// stopped since is not busy.
+	park := func() {
+		if aside {
+			seen = e.polls.Load()
+		}
+	}
 	fn := func(fd uintptr) bool {
 		if slept {
 			slept = false
@@ -143,6 +152,7 @@ func (e *Endpoint) ServeSteps(pkts []link.Packet, busyPoll time.Duration, handle
 				}
 				slept = true
 				e.ctr.waits.Add(1)
+				park()
 				return false // wait for the socket
 			default:
 				e.rd.Unlock()
@@ -159,6 +169,7 @@ func (e *Endpoint) ServeSteps(pkts []link.Packet, busyPoll time.Duration, handle
 			} else if k < want && drained && e.sleepLocal() {
 				slept = true
 				e.ctr.waits.Add(1)
+				park()
 				return false // the socket was drained: wait instead of reading again
 			}
 		}
