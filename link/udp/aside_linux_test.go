@@ -194,6 +194,39 @@ func TestCloseWakesReader(t *testing.T) {
 	}
 }
 
+// TestServeStepsAsideUnwoken: a poller that becomes busy while ServeView
+// waits on the socket wakes it to step aside, though no datagram does (the
+// poller takes each before ServeView could be woken for it): without that
+// wake-up, ServeView waited with its socket in the netpoller as long as the
+// poller ran, and every datagram woke a thread of the runtime.
+func TestServeStepsAsideUnwoken(t *testing.T) {
+	a := listen(t, "127.0.0.1:0")
+	served, done := serveCounting(a)
+	defer func() { a.Close(); <-done }()
+	waitUntil(t, 5*time.Second, "ServeView waits on the empty socket", func() bool { return a.Stats().Waits > 0 })
+	stop := make(chan struct{})
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		pkts := linktest.Batch(16, 8192)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			a.Poll(pkts, func([]link.Packet) {})
+		}
+	}()
+	waitUntil(t, 5*time.Second, "ServeView steps aside for the busy poller", func() bool { return a.Stats().Asides > 0 })
+	waitUntil(t, 5*time.Second, "the socket out of the netpoller", func() bool { return !epollWatchedInodes(t)[sockInode(t, a)] })
+	close(stop)
+	<-pollDone
+	if s := served.Load(); s != 0 {
+		t.Errorf("ServeView served %d datagrams, none sent", s)
+	}
+}
+
 // TestServeStepsAsideNotForOldPolls: Poll calls made during ServeView's
 // own step (while it holds the read) do not send it aside when it is woken
 // after the poller went quiet: it counts the calls made while it waited. It

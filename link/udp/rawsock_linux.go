@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"os"
@@ -24,7 +25,10 @@ import (
 // registered socket would, with no system call added per wake-up.
 // unregister takes the socket out of ep (ServeView does while it steps
 // aside for a busy poller), and the next Read puts it back: one
-// epoll_ctl(2) each, no allocation. Everything else uses the descriptor
+// epoll_ctl(2) each, no allocation. An eventfd of its own (kfd) stays in
+// ep: kick wakes a reader waiting in Read through it, so that a poller
+// that takes every datagram before the waiting reader is woken can still
+// tell it to step aside. Everything else uses the descriptor
 // itself: Control, and Write (used only with Config.SendFromBound), which
 // waits in poll(2). Other ways measured worse: waiting for reads in
 // poll(2) kept a processor in a system call, which the runtime's monitor
@@ -47,6 +51,11 @@ type rawSock struct {
 	registered bool                  // the socket is in ep
 	f          func(fd uintptr) bool // Read's caller's step
 	readFn     func(fd uintptr) bool // readStep, bound once (no allocation per Read)
+	kbuf       [8]byte               // readStep's drain of kfd
+	// kfd is an eventfd in ep (edge-triggered), written by kick.
+	kfd    int
+	kicked atomic.Bool // kick wrote kfd: the reader's next step drains it
+	one    [8]byte     // kick's write: the count 1
 }
 
 // rawWaitMs bounds one poll(2) wait of Write: it checks for Close at least
@@ -57,12 +66,24 @@ const rawWaitMs = 1000
 func newRawSock(fd int) (*rawSock, error) {
 	s := &rawSock{fd: fd, idle: make(chan struct{}, 1)}
 	s.readFn = s.readStep
+	binary.NativeEndian.PutUint64(s.one[:], 1)
+	kfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(fd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	s.kfd = kfd
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
+		unix.Close(kfd)
 		unix.Close(fd)
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	if err = unix.SetNonblock(ep, true); err == nil {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(kfd)}
+	if err = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, kfd, &ev); err == nil {
+		err = unix.SetNonblock(ep, true)
+	}
+	if err == nil {
 		s.ep = ep
 		s.epf = os.NewFile(uintptr(ep), "udp-epoll")
 		s.eprc, err = s.epf.SyscallConn()
@@ -73,6 +94,7 @@ func newRawSock(fd int) (*rawSock, error) {
 		} else {
 			unix.Close(ep)
 		}
+		unix.Close(kfd)
 		unix.Close(fd)
 		return nil, os.NewSyscallError("epoll", err)
 	}
@@ -132,8 +154,27 @@ func (s *rawSock) Read(f func(fd uintptr) bool) error {
 	return err
 }
 
-// readStep is Read's callback on ep: the caller's step on the socket.
-func (s *rawSock) readStep(uintptr) bool { return s.f(uintptr(s.fd)) }
+// readStep is Read's callback on ep: the caller's step on the socket,
+// after draining kfd if kick wrote it (an eventfd left readable would keep
+// ep ready, and every datagram would wake the reader again).
+func (s *rawSock) readStep(uintptr) bool {
+	if s.kicked.Load() && s.kicked.Swap(false) {
+		unix.Read(s.kfd, s.kbuf[:])
+	}
+	return s.f(uintptr(s.fd))
+}
+
+// kick wakes the reader waiting in Read (its step runs at once), or, if
+// none waits, the next one to wait. Any goroutine may call it; it does
+// not allocate.
+func (s *rawSock) kick() {
+	if !s.acquire() {
+		return
+	}
+	unix.Write(s.kfd, s.one[:])
+	s.kicked.Store(true)
+	s.release()
+}
 
 // unregister takes the socket out of ep, and so out of the netpoller's
 // sight, until the next Read. Only a reader calls it, outside Read.
@@ -200,7 +241,8 @@ func (s *rawSock) Close() error {
 		unix.Shutdown(s.fd, unix.SHUT_RDWR)
 		<-s.idle
 	}
-	return errors.Join(nerr, os.NewSyscallError("close", unix.Close(s.fd)))
+	kerr := os.NewSyscallError("close", unix.Close(s.kfd))
+	return errors.Join(nerr, kerr, os.NewSyscallError("close", unix.Close(s.fd)))
 }
 
 // localPort returns the port the socket is bound to.

@@ -38,6 +38,9 @@ import (
 // the socket out of the netpoller and sleeps in steps of pollAside until
 // the poller goes quiet, so that datagrams the poller handles itself wake
 // no thread of the runtime (stepAside); then it reads and waits again.
+// A poller that becomes busy while ServeView waits wakes it (kickParked):
+// it takes every datagram before ServeView is woken for it, so ServeView
+// would otherwise wait, its socket in the netpoller, as long as it polls.
 //
 // busyPoll > 0 keeps reading without waiting for that long after each
 // batch (yielding the processor between reads), as Config.BusyPoll of the
@@ -82,18 +85,26 @@ func (e *Endpoint) ServeSteps(pkts []link.Packet, busyPoll time.Duration, handle
 		seen = e.polls.Load()
 	)
 	aside := e.sock != nil && busyPoll == 0
+	if aside {
+		defer e.parked.Store(0)
+	}
 	goAside := false
 	slept := false // counted a sleeper of the lanes (sleepLocal) and waited
 	// park is called before each wait: the Poll calls counted from here
-	// on are those made while ServeView waits, not those made during its
+	// on are those made while ServeView waits (not those made during its
 	// step, which may have been long before it reads: a poller that
-	// stopped since is not busy.
+	// stopped since is not busy), and they wake it (kickParked).
 	park := func() {
 		if aside {
 			seen = e.polls.Load()
+			e.parkedAt.Store(mono())
+			e.parked.Store(seen + 1)
 		}
 	}
 	fn := func(fd uintptr) bool {
+		if aside {
+			e.parked.Store(0)
+		}
 		if slept {
 			slept = false
 			e.wakeLocal()
@@ -268,6 +279,24 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 	return sock, other, nil
 }
 
+// kickParked is Poll's, the pollBusy-th call since ServeView began to wait
+// (parked, which is 1 + the count of Poll calls then, is w; p is this
+// call's count): if those calls came within pollAside, the poller is busy
+// and ServeView is woken (rawSock.kick) to step aside; slower calls start
+// the count again from here.
+func (e *Endpoint) kickParked(w, p uint64) {
+	now := mono()
+	if now-e.parkedAt.Load() > int64(pollAside) {
+		if e.parked.CompareAndSwap(w, p+1) {
+			e.parkedAt.Store(now)
+		}
+		return
+	}
+	if e.parked.CompareAndSwap(w, 0) {
+		e.sock.kick()
+	}
+}
+
 // signalWaitGone wakes a ServeView sleeping aside while threads waited
 // (stepAside); a signal nobody takes yet is kept, once.
 func (e *Endpoint) signalWaitGone() {
@@ -403,7 +432,10 @@ func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (in
 			}
 		}
 	}
-	e.polls.Add(1)
+	p := e.polls.Add(1)
+	if w := e.parked.Load(); w != 0 && p+1-w >= pollBusy {
+		e.kickParked(w, p)
+	}
 	if !e.rd.TryLock() {
 		return 0, nil
 	}

@@ -63,6 +63,12 @@ type Endpoint struct {
 	// polls counts Poll calls: ServeView steps aside while they come often
 	// (stepAside).
 	polls atomic.Uint64
+	// parked is, while ServeView waits on the socket (stepping aside
+	// when Poll is busy), 1 + polls at the start of its wait, else 0;
+	// parkedAt is when that count began (mono). Poll wakes ServeView
+	// when it becomes busy meanwhile (kickParked).
+	parked   atomic.Uint64
+	parkedAt atomic.Int64
 	// waiters counts threads waiting on the socket in WaitReadable:
 	// ServeView stays aside while there are any.
 	waiters atomic.Int32
