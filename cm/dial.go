@@ -428,6 +428,9 @@ type Listener struct {
 	ready   []*Conn
 	pending map[*ID]*Conn // half-open: REP sent, no RTU yet
 	closed  bool
+	// rtuGrace is how long a half-open connection counts against Backlog:
+	// the constant rtuGrace (tests lengthen it).
+	rtuGrace time.Duration
 	// admitTimer, if armed, calls admit when the oldest half-open
 	// connection stops counting against Backlog (rtuGrace; the agent's
 	// clock; stopped by Close).
@@ -485,7 +488,7 @@ func (a *Agent) Listen(addr string, opts *Options) (*Listener, error) {
 // ap, the wildcard address, for every attached agent).
 func listen(a *Agent, ap netip.AddrPort, opts *Options) (*Listener, error) {
 	l := &Listener{ch: NewEventChannel(), pending: map[*ID]*Conn{}, cond: make(chan struct{}, 1),
-		done: make(chan struct{})}
+		done: make(chan struct{}), rtuGrace: rtuGrace}
 	if opts != nil {
 		l.opts = *opts
 	}
@@ -595,7 +598,7 @@ const requestsPerBacklog = 8
 const rtuGrace = 20 * time.Millisecond
 
 // young returns the number of half-open connections whose REP went out
-// less than rtuGrace ago, and when the oldest of them stops counting, by
+// less than l.rtuGrace ago, and when the oldest of them stops counting, by
 // its agent's clock (under l.mu).
 func (l *Listener) young() (n int, next time.Duration, clk clock.Clock) {
 	for _, c := range l.pending {
@@ -607,7 +610,7 @@ func (l *Listener) young() (n int, next time.Duration, clk clock.Clock) {
 			n++ // the RTU arrived: ready once l.run takes its event
 			continue
 		}
-		if left := rtuGrace - c.ID.agent.clock.Now().Sub(c.since); left > 0 {
+		if left := l.rtuGrace - c.ID.agent.clock.Now().Sub(c.since); left > 0 {
 			n++
 			if next == 0 || left < next {
 				next, clk = left, c.ID.agent.clock
