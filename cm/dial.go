@@ -425,9 +425,15 @@ type Listener struct {
 	mu      sync.Mutex
 	cond    chan struct{} // signalled when ready grows or the listener closes
 	waiting []*Event      // connection requests beyond the backlog
-	ready   []*Conn
-	pending map[*ID]*Conn // half-open: REP sent, no RTU yet
-	closed  bool
+	// admitting counts the requests admit took from waiting whose
+	// request call has not returned: until their connection is pending
+	// (or ready) they count against Backlog here, so that an admit beside
+	// (Accept's, the listener goroutine's, admitTimer's) does not take
+	// their room too.
+	admitting int
+	ready     []*Conn
+	pending   map[*ID]*Conn // half-open: REP sent, no RTU yet
+	closed    bool
 	// rtuGrace is how long a half-open connection counts against Backlog:
 	// the constant rtuGrace (tests lengthen it).
 	rtuGrace time.Duration
@@ -637,7 +643,7 @@ func (l *Listener) admit() {
 			l.mu.Unlock()
 			return
 		}
-		if n, next, clk := l.young(); len(l.ready)+n >= l.opts.Backlog {
+		if n, next, clk := l.young(); len(l.ready)+n+l.admitting >= l.opts.Backlog {
 			if next > 0 && l.admitTimer == nil {
 				l.admitTimer = clk.AfterFunc(next, func() {
 					l.mu.Lock()
@@ -651,9 +657,13 @@ func (l *Listener) admit() {
 		}
 		ev := l.waiting[0]
 		l.waiting = l.waiting[1:]
+		l.admitting++
 		l.requests.Add(1) // l.closed is false: Close has not begun to wait
 		l.mu.Unlock()
 		l.request(ev)
+		l.mu.Lock()
+		l.admitting-- // pending, ready or released now; the loop looks again
+		l.mu.Unlock()
 		l.requests.Done()
 	}
 }

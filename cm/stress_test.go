@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -318,5 +319,99 @@ func TestListenerBacklog(t *testing.T) {
 	}
 	if p.ab.Stats().MRAsSent.Load() == 0 {
 		t.Error("no MRA sent for the waiting requests")
+	}
+}
+
+// TestListenerAdmitsNoRoomTwice: a request admit has taken from the
+// waiting ones counts against Backlog until its connection is pending:
+// another admit beside it (here the listener goroutine's, for a new
+// request, while Accept's admit is in Decide) finds no room. Both took the
+// same room before (ready + pending reached 3 with Backlog 2 in
+// TestListenerBacklog, with no connection half-open).
+func TestListenerAdmitsNoRoomTwice(t *testing.T) {
+	p := newPair(t, pipe.Faults{}, pipe.Faults{}, nil)
+	ctx := ctxT(t, 30*time.Second)
+	var decides atomic.Int32
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before l.Close, which waits for the request in Decide
+	l, err := Listen(p.addrB().String()+":7302", &Options{Backlog: 1, Decide: func(*Conn) error {
+		n := decides.Add(1)
+		entered <- struct{}{}
+		if n == 2 {
+			<-release // the second request's, taken by Accept's admit
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const n = 4
+	conns := make(chan *Conn, n)
+	dial := func() {
+		go func() {
+			c, err := Dial(ctx, p.addrB().String()+":7302", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conns <- c
+		}()
+	}
+	listener := func(what string, cond func() bool) {
+		t.Helper()
+		waitFor(t, 10*time.Second, what, func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return cond()
+		})
+	}
+	dial() // admitted at once
+	<-entered
+	listener("the first connection ready", func() bool { return len(l.ready) == 1 })
+	dial()
+	listener("1 request waiting", func() bool { return len(l.waiting) == 1 })
+	dial()
+	listener("2 requests waiting", func() bool { return len(l.waiting) == 2 })
+	accepted := make(chan *Conn, 1)
+	go func() {
+		// Takes the first connection; its admit takes the second
+		// request, and waits in Decide.
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- s
+	}()
+	<-entered
+	dial() // the listener goroutine's admit, for this request, must find no room
+	listener("the fourth request waiting, or the third admitted", func() bool {
+		return len(l.waiting) == 2 || decides.Load() > 2
+	})
+	time.Sleep(100 * time.Millisecond) // had it taken the third, Decide would have been called
+	if d := decides.Load(); d != 2 {
+		t.Errorf("Decide called %d times with the second request's in progress, want 2: the backlog of 1 admitted two", d)
+	}
+	unblock()
+	if s := <-accepted; s != nil {
+		s.Close()
+	}
+	for range n - 1 {
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	for range n {
+		select {
+		case c := <-conns:
+			c.Close()
+		case <-ctx.Done():
+			t.Fatal("not every client connected")
+		}
 	}
 }
