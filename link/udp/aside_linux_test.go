@@ -3,6 +3,7 @@ package udp
 import (
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,22 +42,8 @@ func TestServeStepsAside(t *testing.T) {
 				}
 			}
 			time.Sleep(10 * time.Millisecond) // ServeView waits on the empty socket
-			stop := make(chan struct{})
-			pollDone := make(chan struct{})
 			var polled atomic.Int64
-			go func() {
-				defer close(pollDone)
-				pkts := linktest.Batch(16, 8192)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					n, _ := a.Poll(pkts, func([]link.Packet) {})
-					polled.Add(int64(n))
-				}
-			}()
+			stop := pollBusily(a, nil, func(n int, _ error) bool { polled.Add(int64(n)); return true })
 			// The first datagram waits for ServeView: the poller's reads
 			// fail while the test holds the read lock (Poll's TryLock), so
 			// ServeView wakes for it and finds the poller busy. (Datagrams
@@ -110,8 +97,7 @@ func TestServeStepsAside(t *testing.T) {
 			} else if asides != 0 {
 				t.Errorf("Netpoll: ServeView slept %d times, want 0", asides)
 			}
-			close(stop)
-			<-pollDone
+			stop()
 			before := served.Load()
 			send()
 			deadline = time.Now().Add(5 * time.Second)
@@ -126,22 +112,7 @@ func TestServeStepsAside(t *testing.T) {
 			}
 
 			// Close ends a sleep: keep the poller busy while closing.
-			stop = make(chan struct{})
-			pollDone = make(chan struct{})
-			go func() {
-				defer close(pollDone)
-				pkts := linktest.Batch(16, 8192)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := a.Poll(pkts, func([]link.Packet) {}); err != nil {
-						return
-					}
-				}
-			}()
+			stop = pollBusily(a, nil, func(_ int, err error) bool { return err == nil })
 			time.Sleep(5 * time.Millisecond)
 			start := time.Now()
 			if err := a.Close(); err != nil {
@@ -155,8 +126,7 @@ func TestServeStepsAside(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("ServeView did not return within 5 s of Close")
 			}
-			close(stop)
-			<-pollDone
+			stop()
 			t.Logf("Close and ServeView's return took %v", time.Since(start))
 		})
 	}
@@ -204,24 +174,10 @@ func TestServeStepsAsideUnwoken(t *testing.T) {
 	served, done := serveCounting(a)
 	defer func() { a.Close(); <-done }()
 	waitUntil(t, 5*time.Second, "ServeView waits on the empty socket", func() bool { return a.Stats().Waits > 0 })
-	stop := make(chan struct{})
-	pollDone := make(chan struct{})
-	go func() {
-		defer close(pollDone)
-		pkts := linktest.Batch(16, 8192)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			a.Poll(pkts, func([]link.Packet) {})
-		}
-	}()
+	stop := pollBusily(a, nil, nil)
 	waitUntil(t, 5*time.Second, "ServeView steps aside for the busy poller", func() bool { return a.Stats().Asides > 0 })
 	waitUntil(t, 5*time.Second, "the socket out of the netpoller", func() bool { return !epollWatchedInodes(t)[sockInode(t, a)] })
-	close(stop)
-	<-pollDone
+	stop()
 	if s := served.Load(); s != 0 {
 		t.Errorf("ServeView served %d datagrams, none sent", s)
 	}
@@ -276,4 +232,33 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, d)
 		}
 	}
+}
+
+// pollBusily calls ep.Poll in a loop on a goroutine of its own (a busy
+// poller, as a C program's thread spinning on its CQs), handing what it
+// reads to handle (nil: dropped) and each call's result to each (nil:
+// none), until each returns false or stop is called; stop waits for the
+// loop to end.
+func pollBusily(ep *Endpoint, handle func([]link.Packet), each func(n int, err error) bool) (stop func()) {
+	if handle == nil {
+		handle = func([]link.Packet) {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		pkts := linktest.Batch(16, 8192)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			n, err := ep.Poll(pkts, handle)
+			if each != nil && !each(n, err) {
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit) }); <-done }
 }

@@ -115,25 +115,14 @@ func TestPollBesideServe(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- a.ServeView(linktest.Batch(16, 8192), 0, record) }()
-			stop := make(chan struct{})
-			pollDone := make(chan struct{})
-			go func() {
-				defer close(pollDone)
-				pkts := linktest.Batch(16, 8192)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					n, err := a.Poll(pkts, func(p []link.Packet) { record(p) })
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					polled += n
+			stop := pollBusily(a, record, func(n int, err error) bool {
+				if err != nil {
+					t.Error(err)
+					return false
 				}
-			}()
+				polled += n
+				return true
+			})
 			for first := 0; first < total; first += 10 {
 				pkts := make([]link.Packet, 10)
 				for i := range pkts {
@@ -156,8 +145,7 @@ func TestPollBesideServe(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			close(stop)
-			<-pollDone
+			stop()
 			a.rd.Lock()
 			got := append([]uint32(nil), seq...)
 			a.rd.Unlock()

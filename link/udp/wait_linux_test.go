@@ -410,16 +410,8 @@ func TestWaitReadableWaitsForStep(t *testing.T) {
 		t.Fatal("ServeView did not handle the first datagram")
 	}
 	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0) // waits in the lane
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(efd)
-	res := make(chan error, 1)
-	go func() {
-		_, _, err := b.WaitReadable(efd, 5*time.Second)
-		res <- err
-	}()
+	efd := testEventfd(t, 0)
+	res := waitReadableAsync(b, efd)
 	select {
 	case err := <-res:
 		t.Fatalf("WaitReadable returned (%v) while ServeView's step held the lanes' record", err)
@@ -465,16 +457,7 @@ func TestServeStepsAfterReleases(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("ServeSteps did not call after the step that handled the datagram")
 	}
-	efd, err := unix.Eventfd(1, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC) // readable
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(efd)
-	res := make(chan error, 1)
-	go func() {
-		_, _, err := b.WaitReadable(efd, 5*time.Second)
-		res <- err
-	}()
+	res := waitReadableAsync(b, testEventfd(t, 1)) // readable
 	select {
 	case err := <-res:
 		if err != nil {
@@ -486,4 +469,27 @@ func TestServeStepsAfterReleases(t *testing.T) {
 	free()
 	b.Close()
 	<-done
+}
+
+// testEventfd returns a non-blocking eventfd holding count, closed when the
+// test ends.
+func testEventfd(t *testing.T, count uint) int {
+	t.Helper()
+	efd, err := unix.Eventfd(count, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(efd) })
+	return efd
+}
+
+// waitReadableAsync calls ep.WaitReadable(fd, 5 s) on a goroutine of its
+// own and sends its error on the channel it returns.
+func waitReadableAsync(ep *Endpoint, fd int) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		_, _, err := ep.WaitReadable(fd, 5*time.Second)
+		res <- err
+	}()
+	return res
 }
