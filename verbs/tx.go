@@ -246,12 +246,17 @@ func (d *Device) endBatch(yield bool) (owed bool) {
 }
 
 // yieldSend is the receive loop's end of a batch that woke a consumer
-// (endBatch reported it owed): the consumer runs first, then what is queued
-// is sent.
+// (endBatch reported it owed): the consumer runs first, with no lock held,
+// then what is queued is sent under the receive lock, as it was at the end
+// of the batch: Close sends what is queued under that lock before it closes
+// the link, and must not find this send in progress (its kick would leave
+// the queue to it, and the link would close under it: the batch's ACK lost).
 func (d *Device) yieldSend() {
 	runtime.Gosched()
+	d.rx.mu.Lock()
 	d.serveBudget()
 	d.kick()
+	d.rx.mu.Unlock()
 }
 
 // pollFlushDelay bounds how long packets a polled batch queued (its ACKs)
