@@ -254,8 +254,10 @@ func (d *Device) endBatch(yield bool) (owed bool) {
 func (d *Device) yieldSend() {
 	runtime.Gosched()
 	d.rx.mu.Lock()
-	d.serveBudget()
-	d.kick()
+	if !d.closed.Load() { // else Close sent it, and the link is closing
+		d.serveBudget()
+		d.kick()
+	}
 	d.rx.mu.Unlock()
 }
 

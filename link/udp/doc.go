@@ -53,7 +53,9 @@
 // endpoint's buffers, valid until the next read. Without GRO, datagrams land
 // directly in the callers' buffers. ServeView runs a whole receive loop (the
 // engine's) on those views inside one wait on the socket, so that a read
-// that drained the socket is followed by a wait rather than an empty read.
+// that drained the socket is followed by a wait rather than an empty read;
+// ServeSteps is ServeView with a function called after each step, once the
+// step has released the endpoint (where the engine yields the processor).
 //
 // In steady state neither ReadBatch nor WriteBatch allocates.
 //

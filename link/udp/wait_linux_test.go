@@ -389,20 +389,10 @@ func TestWaitReadableComeAndGo(t *testing.T) {
 // (a C program's CM thread did, a thousand turns at a time).
 func TestWaitReadableWaitsForStep(t *testing.T) {
 	a, b := localPair(t, "127.0.0.1:0")
-	inStep, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
+	hold, inStep, free := holdFirst()
 	defer free() // a failure below must not leave the handler holding Close
 	done := make(chan error, 1)
-	var first atomic.Bool
-	go func() {
-		done <- b.ServeView(linktest.Batch(16, 8192), 0, func([]link.Packet) {
-			if first.CompareAndSwap(false, true) {
-				close(inStep)
-				<-release
-			}
-		})
-	}()
+	go func() { done <- b.ServeView(linktest.Batch(16, 8192), 0, func([]link.Packet) { hold() }) }()
 	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
 	select {
 	case <-inStep:
@@ -437,17 +427,14 @@ func TestWaitReadableWaitsForStep(t *testing.T) {
 // receive loop's yield to a goroutine its batch woke).
 func TestServeStepsAfterReleases(t *testing.T) {
 	a, b := localPair(t, "127.0.0.1:0")
-	inAfter, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
+	hold, inAfter, free := holdFirst()
 	defer free()
 	done := make(chan error, 1)
-	var handled, first atomic.Bool
+	var handled atomic.Bool
 	go func() {
 		done <- b.ServeSteps(linktest.Batch(16, 8192), 0, func([]link.Packet) { handled.Store(true) }, func() {
-			if handled.Load() && first.CompareAndSwap(false, true) {
-				close(inAfter)
-				<-release
+			if handled.Load() {
+				hold()
 			}
 		})
 	}()
@@ -492,4 +479,19 @@ func waitReadableAsync(ep *Endpoint, fd int) <-chan error {
 		res <- err
 	}()
 	return res
+}
+
+// holdFirst returns hold, whose first call closes entered and blocks until
+// release (which may be called more than once); later calls return at once.
+func holdFirst() (hold func(), entered <-chan struct{}, release func()) {
+	in, rel := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	var once sync.Once
+	hold = func() {
+		if first.CompareAndSwap(false, true) {
+			close(in)
+			<-rel
+		}
+	}
+	return hold, in, func() { once.Do(func() { close(rel) }) }
 }
