@@ -6,7 +6,11 @@ import "sync/atomic"
 // are two atomic loads (the receive path takes no lock and allocates
 // nothing) and whose writers (serialised by the device's qpMu) insert and
 // remove in O(1). A chunk is allocated when its first QP arrives and
-// dropped when its last one goes.
+// dropped when its last one goes, except the chunk the allocator is in
+// (cur): a program that creates and destroys one QP at a time (a server
+// taking connections one after another) would otherwise allocate and
+// clear a 32 KiB chunk for every QP. That chunk is dropped, if empty,
+// once the allocator moves on.
 //
 // QPNs are handed out cyclically, as rxe does: the next number after the
 // last one given, first to last, wrapping to first, skipping numbers in
@@ -18,6 +22,7 @@ type qpTable struct {
 	first  uint32 // allocation range [first, last]
 	last   uint32
 	next   uint32 // where the next allocation looks first
+	cur    uint32 // chunk index of the last number allocated: kept when empty
 	inUse  int    // allocated numbers in [first, last]
 }
 
@@ -33,7 +38,7 @@ type qpChunk struct {
 }
 
 func newQPTable(first, last uint32) *qpTable {
-	return &qpTable{first: first, last: last, next: first}
+	return &qpTable{first: first, last: last, next: first, cur: first >> qpChunkBits}
 }
 
 // get returns the QP numbered qpn, or nil.
@@ -77,7 +82,7 @@ func (t *qpTable) del(qpn uint32, qp *QP) bool {
 	if qpn >= t.first && qpn <= t.last {
 		t.inUse--
 	}
-	if c.live--; c.live == 0 {
+	if c.live--; c.live == 0 && ci != t.cur {
 		t.chunks[ci].Store(nil)
 	}
 	return true
@@ -105,6 +110,12 @@ func (t *qpTable) alloc() (qpn uint32, ok bool) {
 		n++
 	}
 	t.next = n + 1
+	if ci := n >> qpChunkBits; ci != t.cur {
+		if c := t.chunks[t.cur].Load(); c != nil && c.live == 0 {
+			t.chunks[t.cur].Store(nil) // the allocator left it empty
+		}
+		t.cur = ci
+	}
 	return n, true
 }
 

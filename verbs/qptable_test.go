@@ -66,13 +66,48 @@ func TestQPTableAlloc(t *testing.T) {
 	for n := range qps {
 		free(n)
 	}
+	// Only the chunk the allocator is in stays, empty; it goes once the
+	// allocator moves to another chunk.
 	for i := range tab.chunks {
-		if tab.chunks[i].Load() != nil {
-			t.Fatalf("chunk %d kept after its last QP went", i)
+		if c := tab.chunks[i].Load(); c != nil && (uint32(i) != tab.cur || c.live != 0) {
+			t.Fatalf("chunk %d kept after its last QP went (the allocator is in chunk %d)", i, tab.cur)
 		}
 	}
 	if tab.inUse != 0 {
 		t.Fatalf("inUse %d after freeing everything", tab.inUse)
+	}
+	left := tab.cur
+	tab.next = (left + 1) << qpChunkBits // the next chunk (alloc wraps past last)
+	n := take()
+	if n>>qpChunkBits == left {
+		t.Fatalf("allocation %#x is still in chunk %d", n, left)
+	}
+	if tab.chunks[left].Load() != nil {
+		t.Fatalf("empty chunk %d kept after the allocator left it", left)
+	}
+	free(n)
+}
+
+// TestQPTableChurn: creating and destroying one QP at a time (a server
+// taking connections one after another) keeps the allocator's chunk: no
+// 32 KiB chunk is allocated and cleared for each QP.
+func TestQPTableChurn(t *testing.T) {
+	tab := newQPTable(firstQPN, maxQPN)
+	qp := &QP{}
+	churn := func() {
+		n, ok := tab.alloc()
+		if !ok {
+			t.Fatal("alloc failed")
+		}
+		tab.put(n, qp)
+		if !tab.del(n, qp) {
+			t.Fatal("del failed")
+		}
+	}
+	churn() // the first chunk
+	// 1000 runs stay within the allocator's first chunk (4,096 numbers).
+	if n := testing.AllocsPerRun(1000, churn); n != 0 {
+		t.Fatalf("%v allocations per QP created and destroyed, want 0", n)
 	}
 }
 
@@ -119,5 +154,22 @@ func TestQPNumbers(t *testing.T) {
 	var got *QP
 	if n := testing.AllocsPerRun(1000, func() { got = d.qps.get(firstQPN + 2) }); n != 0 || got != q3 {
 		t.Fatalf("lookup allocates %v times (found %v)", n, got != nil)
+	}
+}
+
+// BenchmarkQPChurn creates and destroys one RC QP at a time on a device, as
+// a server taking connections one after another does.
+func BenchmarkQPChurn(b *testing.B) {
+	a, _ := newPair(b, pairOpts{})
+	init := &QPInitAttr{SendCQ: a.scq, RecvCQ: a.rcq, QPType: QPTypeRC, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}}
+	b.ReportAllocs()
+	for b.Loop() {
+		qp, err := a.pd.CreateQP(init)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := qp.Destroy(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
