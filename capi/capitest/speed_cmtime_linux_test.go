@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -180,4 +182,118 @@ func cmtimeCrossed(t *testing.T, stockServer, stockClient bool, timeout time.Dur
 	sp.cmd.Process.Kill()
 	sp.wait()
 	return cp, err
+}
+
+// TestSpeedCmtimeOneThread measures, server-bound, what the library's own
+// path costs a connection, without stock cmtime's thread hand-offs
+// (SOFTROCE_MEASURE=1; CI does not run it): softroce's Go cmtime client
+// makes -c 1000 connections to three servers in turn, each on a CPU of its
+// own with SOFTROCE_MEASURE_PIN=1: softroce's Go cmtime, stock cmtime
+// through the library (an event thread handing requests and disconnections
+// to two others), and testdata/cmserve1.c through the library (the same
+// calls as stock cmtime's, on the one thread that takes the events, as the
+// Go server makes them on one goroutine). It reports, by server, the
+// medians over SOFTROCE_MEASURE_ROUNDS rounds (default 5) of the connect
+// and disconnect steps' µs per connection and of the server's CPU time
+// per connection, and the share of datagrams the one-thread server's own
+// thread received (verbs.Stats.RxPolled: the rest, the device's receive
+// goroutine did, on another thread).
+func TestSpeedCmtimeOneThread(t *testing.T) {
+	if os.Getenv("SOFTROCE_MEASURE") != "1" {
+		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
+	}
+	needLib(t, "cmtime", "gcc")
+	bin := filepath.Join(t.TempDir(), "cmserve1")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "cmserve1.c"),
+		"-L"+libDir, "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
+	if rounds <= 0 {
+		rounds = 5
+	}
+	const conns = 1000
+	kinds := []string{"Go", "stock", "one-thread"}
+	type result struct{ connect, disconnect, cpu []float64 }
+	res := map[string]*result{}
+	var polled []float64
+	rxPolled := regexp.MustCompile(`RxPackets=(\d+) .*RxPolled=(\d+)`)
+	run := func(kind string) {
+		sa, ca := addrPair()
+		port := itoa(freePort(t))
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		stats := filepath.Join(t.TempDir(), "stats")
+		var server []string
+		senv := env(sa, "SOFTROCE_STATS="+stats)
+		switch kind {
+		case "Go":
+			server, senv = []string{goTool, "cmtime", "-b", sa, "-p", port}, env("")
+		case "stock":
+			server = []string{"cmtime", "-b", sa, "-p", port}
+		default:
+			server = []string{bin, sa, port, itoa(conns)}
+		}
+		sp := start(t, ctx, senv, measurePin(server, 0)...)
+		waitUDP(t, sa, sp)
+		cp := start(t, ctx, env(""), measurePin([]string{goTool, "cmtime", "-s", sa, "-b", ca, "-c", itoa(conns), "-p", port}, 1)...)
+		if err := cp.wait(); err != nil {
+			t.Fatalf("client: %s\nserver: %s", cp, sp)
+		}
+		if kind == "one-thread" {
+			if err := sp.wait(); err != nil {
+				t.Fatalf("server: %s", sp)
+			}
+			b, _ := os.ReadFile(stats)
+			if m := rxPolled.FindSubmatch(b); m != nil {
+				all, _ := strconv.ParseFloat(string(m[1]), 64)
+				own, _ := strconv.ParseFloat(string(m[2]), 64)
+				polled = append(polled, own/all)
+			}
+		} else {
+			sp.cmd.Process.Kill()
+			sp.wait()
+		}
+		r := res[kind]
+		if r == nil {
+			r = &result{}
+			res[kind] = r
+		}
+		for _, m := range cmtimeRow.FindAllStringSubmatch(cp.stdout.String(), -1) {
+			us, _ := strconv.ParseFloat(m[5], 64)
+			switch m[1] {
+			case "connect":
+				r.connect = append(r.connect, us)
+			case "disconnect":
+				r.disconnect = append(r.disconnect, us)
+			}
+		}
+		ps := sp.cmd.ProcessState
+		r.cpu = append(r.cpu, float64(ps.UserTime()+ps.SystemTime())/float64(time.Microsecond)/conns)
+	}
+	for i := 0; i < rounds; i++ {
+		for j := range kinds {
+			run(kinds[(i+j)%len(kinds)])
+		}
+	}
+	med := func(v []float64) float64 {
+		if len(v) == 0 {
+			return 0
+		}
+		s := append([]float64(nil), v...)
+		sort.Float64s(s)
+		return s[len(s)/2]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "medians of %d rounds, Go client -c %d, by server (rate ratio Go server/this one):\n", rounds, conns)
+	fmt.Fprintf(&b, "%-11s %14s %17s %17s\n", "server", "connect us", "disconnect us", "CPU us/conn")
+	g := res["Go"]
+	for _, k := range kinds {
+		r := res[k]
+		fmt.Fprintf(&b, "%-11s %8.2f %5.2fx %11.2f %5.2fx %11.2f %5.2fx\n", k,
+			med(r.connect), med(g.connect)/med(r.connect), med(r.disconnect), med(g.disconnect)/med(r.disconnect),
+			med(r.cpu), med(g.cpu)/med(r.cpu))
+	}
+	fmt.Fprintf(&b, "one-thread server: its thread received %.0f%% of the datagrams (median), the device's receive goroutine the rest\n", 100*med(polled))
+	t.Log(b.String())
 }
