@@ -106,6 +106,10 @@ struct sr_qp {
  * to EOPNOTSUPP and returns 1 in such a child, 0 elsewhere (misc.c). */
 int sr_forked_child(const char *fn);
 
+/* sr_spare_ms has the Go runtime make a thread record ahead for the
+ * program's first thread to call in, once per process (misc.c). */
+void sr_spare_ms(void);
+
 /* sr_poll is poll(2) for the library's blocking waits on a program's
  * thread: only the program's signals end it with EINTR. The Go runtime
  * sends SIGURG (preemption) to a thread it saw running Go, and the thread

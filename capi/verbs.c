@@ -194,6 +194,7 @@ SR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	if (!c->h)
 		goto fail;
 	ctx->num_comp_vectors = srgo_num_comp_vectors();
+	sr_spare_ms();
 	return ctx;
 fail:
 	if (ctx->async_fd >= 0)

@@ -154,3 +154,60 @@ func TestSpeedRstream(t *testing.T) {
 			mode, med(bwR), med(bwT), med(bwR)/med(bwT), med(latR), med(latT), med(latR)/med(latT))
 	}
 }
+
+// TestSpeedFirstCall measures a new thread's first call into the library
+// (SOFTROCE_MEASURE=1; CI does not run it): testdata/firstcall.c opens the
+// device, then starts three threads one after another, each timing its
+// first call into Go and a second one. It reports the medians, over
+// SOFTROCE_MEASURE_ROUNDS runs (default 5), of the first thread's first
+// call and of the later threads' first calls, its baseline in the same
+// run: the Go runtime makes a thread record (an M) for a C thread inside
+// the call that takes its list's last one, which the library's device
+// open does ahead (misc.c, sr_spare_ms).
+func TestSpeedFirstCall(t *testing.T) {
+	if os.Getenv("SOFTROCE_MEASURE") != "1" {
+		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
+	}
+	needLib(t, "gcc")
+	bin := filepath.Join(t.TempDir(), "firstcall")
+	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "firstcall.c"),
+		"-L"+libDir, "-libverbs", "-lpthread").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
+	if rounds <= 0 {
+		rounds = 5
+	}
+	line := regexp.MustCompile(`(?m)^thread (\d+): first_us ([0-9.]+) second_us ([0-9.]+)$`)
+	var first, later, second []float64
+	for r := 0; r < rounds; r++ {
+		a, _ := addrPair()
+		ctx, cancel := contextWithTimeout(t, 30*time.Second)
+		p := start(t, ctx, env(a), measurePin([]string{bin, "3"}, 1)...)
+		err := p.wait()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s", p)
+		}
+		for _, m := range line.FindAllStringSubmatch(p.stdout.String(), -1) {
+			f, _ := strconv.ParseFloat(m[2], 64)
+			s, _ := strconv.ParseFloat(m[3], 64)
+			second = append(second, s)
+			if m[1] == "0" {
+				first = append(first, f)
+			} else {
+				later = append(later, f)
+			}
+		}
+	}
+	med := func(v []float64) float64 {
+		if len(v) == 0 {
+			return 0
+		}
+		s := append([]float64(nil), v...)
+		sort.Float64s(s)
+		return s[len(s)/2]
+	}
+	t.Logf("medians of %d runs: the first new thread's first call %.1f µs, later threads' first calls %.1f µs (%.1f×), a second call %.2f µs",
+		rounds, med(first), med(later), med(first)/med(later), med(second))
+}
