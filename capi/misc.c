@@ -454,9 +454,15 @@ int sr_forked_child(const char *fn)
  * resolve step. Opening the first device (itself tens of ms) runs a thread
  * that calls into Go once and exits, giving its M back: the program's
  * first thread then finds one ready (48 µs). It blocks every signal: none
- * of the program's lands on it. Three such threads at once, to leave more
- * Ms, measured slower in cmtime's steps than one (its create-qp step 27.5
- * against 16.4 µs a connection, 20 alternated pairs). */
+ * of the program's lands on it. The M it gives back keeps the processor
+ * it last had (a C thread's M does, between calls) until sysmon takes it
+ * or the next thread given that M takes it back in its first call, which
+ * is what made the program's first thread fast: a stop of the world right
+ * after the join, which frees that processor, made cmtime's resolve step
+ * slower (22.8 against 9.1 µs a connection, 20 alternated pairs), and
+ * three such threads at once, whose Ms then held both processors, made
+ * its create-id and create-qp steps slower (create qp 27.5 against 16.4
+ * µs). */
 static void *sr_spare_m_main(void *arg)
 {
 	(void)arg;
