@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,10 +38,7 @@ func TestSpeedCmtime(t *testing.T) {
 		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
 	}
 	needLib(t, "cmtime")
-	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
-	if rounds <= 0 {
-		rounds = 5
-	}
+	rounds := measureRounds(5)
 	// try returns µs per connection by step, and the total in ms; nil
 	// for a run that failed or hung (killed after 20 s).
 	try := func(stock bool) (map[string]float64, float64, *proc) {
@@ -124,14 +119,7 @@ func TestSpeedCmtime(t *testing.T) {
 			stockStep["connect"][r], goStep["connect"][r], goStep["connect"][r]/stockStep["connect"][r],
 			stockTotal[r], goTotal[r], goTotal[r]/stockTotal[r])
 	}
-	med := func(v []float64) float64 {
-		if len(v) == 0 {
-			return 0
-		}
-		s := append([]float64(nil), v...)
-		sort.Float64s(s)
-		return s[len(s)/2]
-	}
+	med := median
 	var b strings.Builder
 	fmt.Fprintf(&b, "medians of %d rounds, us per connection (rate ratio Go/stock; goal for connect and total >= 0.9):\n", rounds)
 	fmt.Fprintf(&b, "%-14s %9s %9s %7s\n", "step", "stock", "Go", "ratio")
@@ -203,15 +191,8 @@ func TestSpeedCmtimeOneThread(t *testing.T) {
 		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
 	}
 	needLib(t, "cmtime", "gcc")
-	bin := filepath.Join(t.TempDir(), "cmserve1")
-	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "cmserve1.c"),
-		"-L"+libDir, "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
-	if rounds <= 0 {
-		rounds = 5
-	}
+	bin := buildTestdata(t, "cmserve1.c", "-O2", "-lrdmacm", "-libverbs")
+	rounds := measureRounds(5)
 	const conns = 1000
 	kinds := []string{"Go", "stock", "one-thread"}
 	type result struct{ connect, disconnect, cpu []float64 }
@@ -276,14 +257,7 @@ func TestSpeedCmtimeOneThread(t *testing.T) {
 			run(kinds[(i+j)%len(kinds)])
 		}
 	}
-	med := func(v []float64) float64 {
-		if len(v) == 0 {
-			return 0
-		}
-		s := append([]float64(nil), v...)
-		sort.Float64s(s)
-		return s[len(s)/2]
-	}
+	med := median
 	var b strings.Builder
 	fmt.Fprintf(&b, "medians of %d rounds, Go client -c %d, by server (rate ratio Go server/this one):\n", rounds, conns)
 	fmt.Fprintf(&b, "%-11s %14s %17s %17s\n", "server", "connect us", "disconnect us", "CPU us/conn")

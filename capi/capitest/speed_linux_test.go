@@ -12,6 +12,37 @@ import (
 	"time"
 )
 
+// measureRounds is SOFTROCE_MEASURE_ROUNDS, or def when it is unset.
+func measureRounds(def int) int {
+	if n, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS")); n > 0 {
+		return n
+	}
+	return def
+}
+
+// median returns the median of v (the upper one of an even count), 0 for
+// none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// buildTestdata compiles testdata/src against the library (gcc with opt,
+// the libraries of libs) into the test's temporary directory.
+func buildTestdata(t *testing.T, src, opt string, libs ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(src, ".c"))
+	args := append([]string{opt, "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", src), "-L" + libDir}, libs...)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // TestSpeed measures the C library against softroce's Go tools in one run
 // (SOFTROCE_MEASURE=1; CI does not run it): stock ib_write_bw -s 1 MiB
 // against Go write_bw (goal ≥ 0.9×), stock ib_send_lat -s 64 typical
@@ -27,10 +58,7 @@ func TestSpeed(t *testing.T) {
 	// SOFTROCE_MEASURE_RT=1 runs the measured programs (only them: never
 	// the go command, which livelocks at real-time priority) under chrt -f
 	// 10, which shields both sides alike from other jobs on a shared host.
-	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
-	if rounds <= 0 {
-		rounds = 3
-	}
+	rounds := measureRounds(3)
 	bwRE := regexp.MustCompile(`(?m)^ 1048576\s+\d+\s+[0-9.]+\s+([0-9.]+)`)
 	latRE := regexp.MustCompile(`(?m)^ 64\s+\d+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+)`)
 	measure := func(stock bool, tool string, args []string, re *regexp.Regexp) float64 {
@@ -87,7 +115,7 @@ func TestSpeed(t *testing.T) {
 		t.Logf("round %d (load %.4s): write_bw stock %.0f Go %.0f MB/s; send_lat typical stock %.2f Go %.2f us; empty poll %.1f ns; cmtime connect stock %.1f Go %.1f us/conn",
 			r+1, load, bwS[r], bwG[r], latS[r], latG[r], poll[r], cmS[r], cmG[r])
 	}
-	med := func(v []float64) float64 { s := append([]float64(nil), v...); sort.Float64s(s); return s[len(s)/2] }
+	med := median
 	t.Logf("medians: write_bw 1 MiB stock/Go %.0f/%.0f = %.2fx (goal >= 0.9); send_lat 64 B typical stock/Go %.2f/%.2f = %.2fx (goal <= 1.2); empty ibv_poll_cq %.1f ns (goal <= 100); cmtime -c 100 connect rate stock/Go %.2fx (%.1f/%.1f us per connection; goal >= 0.9)",
 		med(bwS), med(bwG), med(bwS)/med(bwG), med(latS), med(latG), med(latS)/med(latG), med(poll), med(cmG)/med(cmS), med(cmS), med(cmG))
 }
@@ -103,10 +131,7 @@ func TestSpeedRstream(t *testing.T) {
 		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
 	}
 	needLib(t, "rstream")
-	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
-	if rounds <= 0 {
-		rounds = 3
-	}
+	rounds := measureRounds(3)
 	// name bytes xfers iters total time Gb/sec usec/xfer
 	measure := func(tcp bool, args string) (gbps, usec float64) {
 		sa, ca := addrPair()
@@ -132,7 +157,7 @@ func TestSpeedRstream(t *testing.T) {
 		usec, _ = strconv.ParseFloat(f[7], 64)
 		return gbps, usec
 	}
-	med := func(v []float64) float64 { s := append([]float64(nil), v...); sort.Float64s(s); return s[len(s)/2] }
+	med := median
 	for _, mode := range []string{"", "-T b"} {
 		var bwR, bwT, latR, latT []float64
 		for r := 0; r < rounds; r++ {
@@ -169,15 +194,8 @@ func TestSpeedFirstCall(t *testing.T) {
 		t.Skip("a measurement: SOFTROCE_MEASURE=1 runs it")
 	}
 	needLib(t, "gcc")
-	bin := filepath.Join(t.TempDir(), "firstcall")
-	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "firstcall.c"),
-		"-L"+libDir, "-libverbs", "-lpthread").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	rounds, _ := strconv.Atoi(os.Getenv("SOFTROCE_MEASURE_ROUNDS"))
-	if rounds <= 0 {
-		rounds = 5
-	}
+	bin := buildTestdata(t, "firstcall.c", "-O1", "-libverbs", "-lpthread")
+	rounds := measureRounds(5)
 	line := regexp.MustCompile(`(?m)^thread (\d+): first_us ([0-9.]+) second_us ([0-9.]+)$`)
 	var first, later, second []float64
 	for r := 0; r < rounds; r++ {
@@ -200,14 +218,7 @@ func TestSpeedFirstCall(t *testing.T) {
 			}
 		}
 	}
-	med := func(v []float64) float64 {
-		if len(v) == 0 {
-			return 0
-		}
-		s := append([]float64(nil), v...)
-		sort.Float64s(s)
-		return s[len(s)/2]
-	}
+	med := median
 	t.Logf("medians of %d runs: the first new thread's first call %.1f µs, later threads' first calls %.1f µs (%.1f×), a second call %.2f µs",
 		rounds, med(first), med(later), med(first)/med(later), med(second))
 }
