@@ -119,7 +119,6 @@ func TestSpeedCmtime(t *testing.T) {
 			stockStep["connect"][r], goStep["connect"][r], goStep["connect"][r]/stockStep["connect"][r],
 			stockTotal[r], goTotal[r], goTotal[r]/stockTotal[r])
 	}
-	med := median
 	var b strings.Builder
 	fmt.Fprintf(&b, "medians of %d rounds, us per connection (rate ratio Go/stock; goal for connect and total >= 0.9):\n", rounds)
 	fmt.Fprintf(&b, "%-14s %9s %9s %7s\n", "step", "stock", "Go", "ratio")
@@ -127,17 +126,17 @@ func TestSpeedCmtime(t *testing.T) {
 		if len(stockStep[s]) == 0 && len(goStep[s]) == 0 {
 			continue
 		}
-		st, g := med(stockStep[s]), med(goStep[s])
+		st, g := median(stockStep[s]), median(goStep[s])
 		ratio := "-"
 		if st > 0 && g > 0 {
 			ratio = fmt.Sprintf("%.2fx", g/st)
 		}
 		fmt.Fprintf(&b, "%-14s %9.2f %9.2f %7s\n", s, st, g, ratio)
 	}
-	st, g := med(stockTotal), med(goTotal)
+	st, g := median(stockTotal), median(goTotal)
 	fmt.Fprintf(&b, "%-14s %9.2f %9.2f %6.2fx (ms, all steps but bind addr)\n", "total", st, g, g/st)
 	fmt.Fprintf(&b, "crossed, connect us per connection: stock server with the Go client %.2f, Go server with the stock client %.2f\n",
-		med(stockServer), med(stockClient))
+		median(stockServer), median(stockClient))
 	t.Log(b.String())
 }
 
@@ -257,7 +256,6 @@ func TestSpeedCmtimeOneThread(t *testing.T) {
 			run(kinds[(i+j)%len(kinds)])
 		}
 	}
-	med := median
 	var b strings.Builder
 	fmt.Fprintf(&b, "medians of %d rounds, Go client -c %d, by server (rate ratio Go server/this one):\n", rounds, conns)
 	fmt.Fprintf(&b, "%-11s %14s %17s %17s\n", "server", "connect us", "disconnect us", "CPU us/conn")
@@ -265,9 +263,9 @@ func TestSpeedCmtimeOneThread(t *testing.T) {
 	for _, k := range kinds {
 		r := res[k]
 		fmt.Fprintf(&b, "%-11s %8.2f %5.2fx %11.2f %5.2fx %11.2f %5.2fx\n", k,
-			med(r.connect), med(g.connect)/med(r.connect), med(r.disconnect), med(g.disconnect)/med(r.disconnect),
-			med(r.cpu), med(g.cpu)/med(r.cpu))
+			median(r.connect), median(g.connect)/median(r.connect), median(r.disconnect), median(g.disconnect)/median(r.disconnect),
+			median(r.cpu), median(g.cpu)/median(r.cpu))
 	}
-	fmt.Fprintf(&b, "one-thread server: its thread received %.0f%% of the datagrams (median), the device's receive goroutine the rest\n", 100*med(polled))
+	fmt.Fprintf(&b, "one-thread server: its thread received %.0f%% of the datagrams (median), the device's receive goroutine the rest\n", 100*median(polled))
 	t.Log(b.String())
 }

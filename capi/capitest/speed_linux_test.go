@@ -115,9 +115,8 @@ func TestSpeed(t *testing.T) {
 		t.Logf("round %d (load %.4s): write_bw stock %.0f Go %.0f MB/s; send_lat typical stock %.2f Go %.2f us; empty poll %.1f ns; cmtime connect stock %.1f Go %.1f us/conn",
 			r+1, load, bwS[r], bwG[r], latS[r], latG[r], poll[r], cmS[r], cmG[r])
 	}
-	med := median
 	t.Logf("medians: write_bw 1 MiB stock/Go %.0f/%.0f = %.2fx (goal >= 0.9); send_lat 64 B typical stock/Go %.2f/%.2f = %.2fx (goal <= 1.2); empty ibv_poll_cq %.1f ns (goal <= 100); cmtime -c 100 connect rate stock/Go %.2fx (%.1f/%.1f us per connection; goal >= 0.9)",
-		med(bwS), med(bwG), med(bwS)/med(bwG), med(latS), med(latG), med(latS)/med(latG), med(poll), med(cmG)/med(cmS), med(cmS), med(cmG))
+		median(bwS), median(bwG), median(bwS)/median(bwG), median(latS), median(latG), median(latS)/median(latG), median(poll), median(cmG)/median(cmS), median(cmS), median(cmG))
 }
 
 // TestSpeedRstream measures stock rstream over the library's rsockets
@@ -157,7 +156,6 @@ func TestSpeedRstream(t *testing.T) {
 		usec, _ = strconv.ParseFloat(f[7], 64)
 		return gbps, usec
 	}
-	med := median
 	for _, mode := range []string{"", "-T b"} {
 		var bwR, bwT, latR, latT []float64
 		for r := 0; r < rounds; r++ {
@@ -176,7 +174,7 @@ func TestSpeedRstream(t *testing.T) {
 				mode, r+1, load, bwR[r], bwT[r], latR[r], latT[r])
 		}
 		t.Logf("mode %q medians: bandwidth rsocket/TCP %.2f/%.2f Gb/s = %.2fx (goal >= 0.7); latency %.2f/%.2f us = %.2fx (goal <= 1.5)",
-			mode, med(bwR), med(bwT), med(bwR)/med(bwT), med(latR), med(latT), med(latR)/med(latT))
+			mode, median(bwR), median(bwT), median(bwR)/median(bwT), median(latR), median(latT), median(latR)/median(latT))
 	}
 }
 
@@ -218,7 +216,6 @@ func TestSpeedFirstCall(t *testing.T) {
 			}
 		}
 	}
-	med := median
 	t.Logf("medians of %d runs: the first new thread's first call %.1f µs, later threads' first calls %.1f µs (%.1f×), a second call %.2f µs",
-		rounds, med(first), med(later), med(first)/med(later), med(second))
+		rounds, median(first), median(later), median(first)/median(later), median(second))
 }
