@@ -359,6 +359,11 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 		ep.Close()
 		return nil, fmt.Errorf("device %s: %w", info.Name, err)
 	}
+	// The program's threads poll the link (ibv_poll_cq, rdma_get_cm_event):
+	// what the first poll would allocate is allocated now, not in a
+	// thread's first call (a stock cmtime client's event thread made it
+	// inside the timed steps).
+	dev.PreparePollLink()
 	return dev, nil
 }
 

@@ -23,15 +23,22 @@ type slot struct {
 	v   any
 }
 
+// chunk holds chunkSize slots and, beside them, each slot's last
+// generation (under the table's mu): a slot's next object gets the next
+// generation, with no map to grow as the table does.
+type chunk struct {
+	slots [chunkSize]atomic.Pointer[slot]
+	gens  [chunkSize]uint32
+}
+
 type handleTable struct {
 	mu     sync.Mutex
-	chunks [maxChunks]atomic.Pointer[[chunkSize]atomic.Pointer[slot]]
+	chunks [maxChunks]atomic.Pointer[chunk]
 	free   []uint32
-	gens   map[uint32]uint32
 	next   uint32
 }
 
-var handles = handleTable{next: 1, gens: map[uint32]uint32{}}
+var handles = handleTable{next: 1}
 
 // add stores v and returns its handle (0 when the table is full).
 func (t *handleTable) add(v any) uintptr {
@@ -50,13 +57,13 @@ func (t *handleTable) add(v any) uintptr {
 	}
 	c := t.chunks[idx>>chunkBits].Load()
 	if c == nil {
-		c = new([chunkSize]atomic.Pointer[slot])
+		c = new(chunk)
 		t.chunks[idx>>chunkBits].Store(c)
 	}
-	gen := t.gens[idx] + 1
-	t.gens[idx] = gen
-	c[idx&(chunkSize-1)].Store(&slot{gen: gen, v: v})
-	return uintptr(gen)<<32 | uintptr(idx)
+	i := idx & (chunkSize - 1)
+	c.gens[i]++
+	c.slots[i].Store(&slot{gen: c.gens[i], v: v})
+	return uintptr(c.gens[i])<<32 | uintptr(idx)
 }
 
 // get returns the object of handle h, or nil.
@@ -69,7 +76,7 @@ func (t *handleTable) get(h uintptr) any {
 	if c == nil {
 		return nil
 	}
-	s := c[idx&(chunkSize-1)].Load()
+	s := c.slots[idx&(chunkSize-1)].Load()
 	if s == nil || s.gen != uint32(h>>32) {
 		return nil
 	}
@@ -84,7 +91,7 @@ func (t *handleTable) remove(h uintptr) bool {
 	if t.get(h) == nil {
 		return false
 	}
-	t.chunks[idx>>chunkBits].Load()[idx&(chunkSize-1)].Store(nil)
+	t.chunks[idx>>chunkBits].Load().slots[idx&(chunkSize-1)].Store(nil)
 	t.free = append(t.free, idx)
 	return true
 }

@@ -189,14 +189,7 @@ func (d *Device) PollLink() int {
 	if d.tx.n.Load() > 0 {
 		d.kick()
 	}
-	if r.pkts == nil {
-		bs := min(max(d.ep.BatchSize(), 1), 64)
-		r.pkts = make([]link.Packet, bs)
-		for i := range r.pkts {
-			r.pkts[i].Buf = make([]byte, maxDatagram)
-		}
-		r.handle = func(batch []link.Packet) { d.handleBatch(batch, &r.p, false) }
-	}
+	d.preparePoll()
 	n, err := r.lp.Poll(r.pkts, r.handle)
 	if err != nil && d.log != nil && !d.closed.Load() {
 		d.log.Debug("poll link", "err", err)
@@ -205,6 +198,48 @@ func (d *Device) PollLink() int {
 		d.stats.RxPolled.Add(uint64(n))
 	}
 	return n
+}
+
+// preparePoll allocates PollLink's packets (r.mu held): views need no
+// buffers of their own (a GRO link's Poll points them into its own).
+func (d *Device) preparePoll() {
+	r := &d.rxp
+	if r.pkts != nil {
+		return
+	}
+	bs := min(max(d.ep.BatchSize(), 1), 64)
+	r.pkts = make([]link.Packet, bs)
+	if g, ok := r.lp.(groLink); !ok || !g.GRO() {
+		for i := range r.pkts {
+			r.pkts[i].Buf = make([]byte, maxDatagram)
+		}
+	}
+	r.handle = func(batch []link.Packet) { d.handleBatch(batch, &r.p, false) }
+}
+
+// groLink is a link whose reads hand out views of its own GRO buffers
+// (link/udp with UDP_GRO): a reader's packets need no buffers.
+type groLink interface{ GRO() bool }
+
+// pollPreparer is a link that can allocate its Poll's receive state ahead
+// of the first call (link/udp).
+type pollPreparer interface{ PreparePoll() }
+
+// PreparePollLink allocates what PollLink's first call would, here and in
+// the link, so that a program that will poll the link (the C library,
+// when it opens a device) pays for it while it sets up rather than in its
+// first poll. PollLink needs no call to it first.
+func (d *Device) PreparePollLink() {
+	r := &d.rxp
+	if r.lp == nil || d.closed.Load() {
+		return
+	}
+	r.mu.Lock()
+	d.preparePoll()
+	r.mu.Unlock()
+	if p, ok := r.lp.(pollPreparer); ok {
+		p.PreparePoll()
+	}
 }
 
 // linkWaiter is a link a program's thread can wait on for datagrams

@@ -279,6 +279,41 @@ func (e *Endpoint) WaitReadable(fd int, timeout time.Duration) (sock, other bool
 	return sock, other, nil
 }
 
+// pollQueue returns Poll's receive state, allocating it on first use
+// (e.rd held).
+func (e *Endpoint) pollQueue() *pollQueue {
+	if q := e.prx; q != nil {
+		return q
+	}
+	q := &pollQueue{}
+	q.allocGRO(e.batch, e.gro, pollGROMsgs)
+	q.fn = func(fd uintptr) {
+		for {
+			q.got, q.errno, _ = e.recvm(fd, q.hdrs[:q.want], q.sockOnly)
+			if q.errno != unix.EINTR {
+				return
+			}
+		}
+	}
+	e.prx = q
+	return q
+}
+
+// PreparePoll allocates what Poll's first call would (its receive arrays
+// and GRO buffers), so that a program that will poll pays for them when it
+// sets up (the C library, when it opens a device) and not in its first
+// poll: on a machine where a first touch of memory is dear (a guest whose
+// page tables the hypervisor shadows), 1 MiB cleared there took a stock
+// cmtime client's event thread milliseconds inside its timed steps.
+func (e *Endpoint) PreparePoll() {
+	if e.closed.Load() {
+		return
+	}
+	e.rd.Lock()
+	e.pollQueue()
+	e.rd.Unlock()
+}
+
 // kickParked is Poll's, the pollBusy-th call since ServeView began to wait
 // (parked, which is 1 + the count of Poll calls then, is w; p is this
 // call's count): if those calls came within pollAside, the poller is busy
@@ -444,20 +479,7 @@ func (e *Endpoint) Poll(pkts []link.Packet, handle func(pkts []link.Packet)) (in
 	if !turn {
 		return nl, nil
 	}
-	q := e.prx
-	if q == nil {
-		q = &pollQueue{}
-		q.alloc(e.batch, e.gro)
-		q.fn = func(fd uintptr) {
-			for {
-				q.got, q.errno, _ = e.recvm(fd, q.hdrs[:q.want], q.sockOnly)
-				if q.errno != unix.EINTR {
-					return
-				}
-			}
-		}
-		e.prx = q
-	}
+	q := e.pollQueue()
 	q.want = e.armRecv(&q.rxQueue, pkts[:n])
 	q.sockOnly = viewed
 	if err := e.rc.Control(q.fn); err != nil {
@@ -498,7 +520,7 @@ func (e *Endpoint) viewLanes(pkts []link.Packet, handle func(pkts []link.Packet)
 func (e *Endpoint) armRecv(rx *rxQueue, pkts []link.Packet) int {
 	n := len(pkts)
 	if e.gro {
-		n = min(groMsgs, e.batch)
+		n = len(rx.groBuf) / groBufSize
 		for i := 0; i < n; i++ {
 			rx.iovs[i].Base = &rx.groBuf[i*groBufSize]
 			rx.iovs[i].SetLen(groBufSize)

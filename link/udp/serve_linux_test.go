@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -171,6 +172,66 @@ func TestPollBesideServe(t *testing.T) {
 			}
 			if _, err := a.Poll(pkts, record); !errors.Is(err, net.ErrClosed) {
 				t.Errorf("Poll after Close: %v, want net.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestPreparePoll checks that PreparePoll leaves Poll's first call nothing
+// to allocate (the C library prepares it when it opens a device, so that a
+// program's first poll, often inside its timed work, does not clear
+// buffers), that Poll's GRO buffers are pollGROMsgs (not the receive loop's
+// groMsgs), and that a Poll then receives a burst whole, over several calls.
+func TestPreparePoll(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"gro", nil}, {"plain", []Option{WithoutGSO(), WithoutGRO()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			a, b := listen(t, "127.0.0.1:0", mode.opts...), listen(t, "127.0.0.1:0", mode.opts...)
+			a.PreparePoll()
+			if a.prx == nil {
+				t.Fatal("PreparePoll left Poll's receive state unallocated")
+			}
+			if want := pollGROMsgs * groBufSize; a.gro && len(a.prx.groBuf) != want {
+				t.Errorf("Poll's GRO buffers: %d bytes, want %d", len(a.prx.groBuf), want)
+			}
+			pkts := linktest.Batch(16, 8192)
+			n := 0
+			handle := func(ps []link.Packet) { n += len(ps) }
+			if !raceEnabled {
+				var m0, m1 runtime.MemStats
+				runtime.ReadMemStats(&m0)
+				a.Poll(pkts, handle)
+				runtime.ReadMemStats(&m1)
+				if d := m1.Mallocs - m0.Mallocs; d != 0 {
+					t.Errorf("the first Poll after PreparePoll made %d allocations, want 0", d)
+				}
+			}
+			// More than pollGROMsgs GRO messages' worth: 200 datagrams of
+			// 1,400 bytes in one burst.
+			const total = 200
+			out := make([]link.Packet, total)
+			for i := range out {
+				w := linktest.Packet(nil, 0x0A, uint32(i), linktest.Payload(i, 1400))
+				wire.FillICRC(w, b.SendAddr(), a.LocalAddr(), 0)
+				out[i] = link.Packet{Buf: w, N: len(w), Dst: a.LocalAddr()}
+			}
+			for sent := 0; sent < total; {
+				k, err := b.WriteBatch(out[sent:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent += k
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for n < total && time.Now().Before(deadline) {
+				if _, err := a.Poll(pkts, handle); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n != total {
+				t.Errorf("Poll handed over %d of %d datagrams", n, total)
 			}
 		})
 	}

@@ -494,13 +494,18 @@ type rxQueue struct {
 	pendMsg, pendOff, pendCount int
 }
 
-// alloc allocates the arrays for n messages (and GRO buffers if gro).
-func (q *rxQueue) alloc(n int, gro bool) {
+// alloc allocates the arrays for n messages (and, if gro, groMsgs GRO
+// buffers at most).
+func (q *rxQueue) alloc(n int, gro bool) { q.allocGRO(n, gro, groMsgs) }
+
+// allocGRO is alloc with at most groN GRO buffers: a recvmmsg on q then
+// asks for that many messages (armRecv).
+func (q *rxQueue) allocGRO(n int, gro bool, groN int) {
 	q.hdrs, q.iovs, q.names = make([]mmsghdr, n), make([]unix.Iovec, n), make([]sockaddr, n)
 	q.oob = make([]byte, n*oobLen)
 	q.meta = make([]rxMeta, n)
 	if gro {
-		q.groBuf = make([]byte, min(groMsgs, n)*groBufSize)
+		q.groBuf = make([]byte, max(min(groN, n), 1)*groBufSize)
 	}
 	for i := 0; i < n; i++ {
 		h := &q.hdrs[i].hdr
@@ -719,10 +724,15 @@ func (e *Endpoint) decodeMsg(q *rxQueue, i int) {
 	}
 }
 
-// Receive buffers for GRO: each message can carry up to 64 KiB.
+// Receive buffers for GRO: each message can carry up to 64 KiB. The
+// receive loop's recvmmsg asks for groMsgs of them; Poll's for
+// pollGROMsgs: its caller polls again at once, and the 256 KiB it then
+// holds (not 1 MiB) is less for a C program's first poll to clear and
+// for every collection to pace against.
 const (
-	groBufSize = 65536
-	groMsgs    = 16
+	groBufSize  = 65536
+	groMsgs     = 16
+	pollGROMsgs = 4
 )
 
 // readGRO fills pkts from the pending GRO buffers, receiving more first if
