@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -164,6 +165,7 @@ type inbox struct {
 // endpoint holds the address's port now.
 func openInbox(fd int, ns uint64, local netip.AddrPort) (*inbox, error) {
 	path := inboxPath(ns, local)
+	markClosed(path)
 	os.Remove(path)
 	f, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -184,6 +186,29 @@ func openInbox(fd int, ns uint64, local netip.AddrPort) (*inbox, error) {
 	atomic.StoreUint32(m.u32(offMagic), inboxMagic)
 	sweepInboxes(path)
 	return &inbox{m: m, path: path}, nil
+}
+
+// markClosed sets the closed flag of the inbox file at path, if there is
+// one: its process ended without closing it (killed, or a C program's
+// exit, which closes nothing), and senders that still map it would write
+// into a ring no one reads until their next check of its process (a second
+// later). A sender checks the flag at every batch and drops the peer; a
+// connection's first messages to a restarted peer at the same address were
+// lost so, and came again only with the connection manager's resend, 4 s
+// later.
+func markClosed(path string) {
+	f, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(f)
+	var st unix.Stat_t
+	if unix.Fstat(f, &st) != nil || st.Size != inboxFileSize || st.Uid != uint32(os.Getuid()) {
+		return
+	}
+	var one [4]byte
+	binary.NativeEndian.PutUint32(one[:], 1)
+	unix.Pwrite(f, one[:], offClosed)
 }
 
 // sweepInboxes removes the inbox files of this user whose process ended
@@ -697,24 +722,24 @@ func (e *Endpoint) peerFor(dst netip.AddrPort) *peer {
 	tx := &e.tx
 	p := tx.peers[dst]
 	now := mono()
-	if p != nil && now < p.retry {
-		if p.m == nil {
-			return nil
-		}
+	if p != nil && p.m == nil && now < p.retry {
+		return nil
+	}
+	if p != nil && p.m != nil {
 		if atomic.LoadUint32(p.m.u32(offClosed)) != 0 {
+			// Its process closed it, or a new one at the address
+			// replaced it (markClosed): look for the address's inbox
+			// once now, as a restarted peer's is there already.
+			e.dropPeer(dst, p, now)
+		} else if now < p.retry {
+			return p
+		} else if unix.Kill(p.pid, 0) != unix.ESRCH { // time to check the receiver's process
+			p.retry = now + int64(localRetry)
+			return p
+		} else {
 			e.dropPeer(dst, p, now)
 			return nil
 		}
-		return p
-	}
-	if p != nil && p.m != nil {
-		// Time to check the receiver's process.
-		if atomic.LoadUint32(p.m.u32(offClosed)) == 0 && unix.Kill(p.pid, 0) != unix.ESRCH {
-			p.retry = now + int64(localRetry)
-			return p
-		}
-		e.dropPeer(dst, p, now)
-		return nil
 	}
 	if tx.peers == nil {
 		tx.peers = make(map[netip.AddrPort]*peer)
@@ -759,6 +784,13 @@ func (e *Endpoint) openPeer(dst netip.AddrPort) *peer {
 		return &peer{}
 	}
 	pid := int(atomic.LoadUint32(m.u32(offPid)))
+	if unix.Kill(pid, 0) == unix.ESRCH {
+		// Left by a process that ended (killed) before a new one bound
+		// the address and replaced the file: what is written there is
+		// never read.
+		unix.Munmap(m.mem)
+		return &peer{}
+	}
 	owner := uint64(os.Getpid())<<32 | uint64(localSeq.Add(1))
 	for pass := 0; pass < 2; pass++ {
 		for i := 0; i < inboxLanes; i++ {

@@ -541,3 +541,65 @@ func TestLocalCloseDuringView(t *testing.T) {
 		t.Error("the inbox is still mapped after the last handler returned")
 	}
 }
+
+// TestLocalReplacedInbox: a new endpoint at a peer's address replaces its
+// inbox (the peer's process ended without closing it: killed, or a C
+// program's exit); a sender that still maps the old one must write to the
+// new one at its next batch, not into the old ring until its next check of
+// the peer's process (a second later). The old file is marked closed
+// before it goes (markClosed), and a sender that finds its peer closed
+// looks for the address's inbox again at once.
+func TestLocalReplacedInbox(t *testing.T) {
+	a, b := localPair(t, "127.0.0.1:0")
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	readN(t, b, 1)
+	in2, err := openInbox(-1, b.netns, b.LocalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in2.close()
+	sendOne(t, a, b.LocalAddr(), netip.AddrPort{}, 0)
+	in2.mu.Lock()
+	got := in2.pendingLocked()
+	in2.mu.Unlock()
+	if !got {
+		t.Errorf("the datagram sent after the inbox was replaced is not in the new inbox (LocalOut %d)", a.Stats().LocalOut)
+	}
+}
+
+// TestLocalDeadInboxFile: an inbox file whose process ended (killed, its
+// file not yet replaced by a new process at the address) is not written
+// to: its lanes are never read, and a connection's first messages were
+// lost so until a resend.
+func TestLocalDeadInboxFile(t *testing.T) {
+	dir := t.TempDir()
+	old := inboxDir
+	inboxDir = dir
+	t.Cleanup(func() { inboxDir = old })
+	a := listen(t, "127.0.0.1:0", WithLocal())
+	if a.inbox == nil {
+		t.Skip("no same-host lanes here")
+	}
+	dst := netip.MustParseAddrPort("127.0.0.1:9") // nothing listens
+	path := inboxPath(a.netns, dst)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, inboxFileSize); err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 16)
+	*(*uint32)(unsafe.Pointer(&hdr[offMagic])) = inboxMagic
+	*(*uint32)(unsafe.Pointer(&hdr[offVersion])) = inboxVersion
+	*(*uint32)(unsafe.Pointer(&hdr[offPid])) = 1<<22 + 12345 // above pid_max's default: no such process
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(hdr, 0)
+	f.Close()
+	sendOne(t, a, dst, netip.AddrPort{}, 0)
+	if s := a.Stats(); s.LocalOut != 0 || s.LocalPeers != 0 {
+		t.Errorf("LocalOut %d, LocalPeers %d: a lane of a dead process's inbox was written", s.LocalOut, s.LocalPeers)
+	}
+}
