@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -564,8 +565,19 @@ func pollMasked(fds []unix.PollFd, ms int) (int, error) {
 	}
 	// Not unix.Ppoll: it passes the mask's size as 0, which the kernel
 	// refuses (EINVAL) for a non-nil mask; the kernel's sigset is 8 bytes.
-	r, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
-		uintptr(unsafe.Pointer(ts)), uintptr(unsafe.Pointer(&m)), 8, 0)
+	// A wait that may block gives the processor away (ppollBlocking).
+	var r uintptr
+	var e syscall.Errno
+	if ms == 0 {
+		r, _, e = unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+			uintptr(unsafe.Pointer(ts)), uintptr(unsafe.Pointer(&m)), 8, 0)
+	} else {
+		r, e = ppollBlocking(uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(ts)), uintptr(unsafe.Pointer(&m)))
+		// What the uintptrs point at lives until the call returned.
+		runtime.KeepAlive(fds)
+		runtime.KeepAlive(ts)
+		runtime.KeepAlive(&m)
+	}
 	if e != 0 {
 		return int(r), e
 	}
