@@ -197,18 +197,30 @@ func openInbox(fd int, ns uint64, local netip.AddrPort) (*inbox, error) {
 // lost so, and came again only with the connection manager's resend, 4 s
 // later.
 func markClosed(path string) {
-	f, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
+	f, ok := openInboxFile(path)
+	if !ok {
 		return
 	}
 	defer unix.Close(f)
-	var st unix.Stat_t
-	if unix.Fstat(f, &st) != nil || st.Size != inboxFileSize || st.Uid != uint32(os.Getuid()) {
-		return
-	}
 	var one [4]byte
 	binary.NativeEndian.PutUint32(one[:], 1)
 	unix.Pwrite(f, one[:], offClosed)
+}
+
+// openInboxFile opens the inbox file at path for reading and writing if it
+// is one of this user's, of an inbox's size (not a symbolic link), and
+// reports whether it did; the caller closes the descriptor.
+func openInboxFile(path string) (int, bool) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, false
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Size != inboxFileSize || st.Uid != uint32(os.Getuid()) {
+		unix.Close(fd)
+		return -1, false
+	}
+	return fd, true
 }
 
 // sweepInboxes removes the inbox files of this user whose process ended
@@ -765,15 +777,11 @@ func (e *Endpoint) dropPeer(dst netip.AddrPort, p *peer, now int64) {
 
 // openPeer looks for dst's inbox and claims a lane in it.
 func (e *Endpoint) openPeer(dst netip.AddrPort) *peer {
-	fd, err := unix.Open(inboxPath(e.netns, dst), unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
+	fd, ok := openInboxFile(inboxPath(e.netns, dst))
+	if !ok {
 		return &peer{}
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Size != inboxFileSize || st.Uid != uint32(os.Getuid()) {
-		return &peer{}
-	}
 	m, err := mapInbox(fd)
 	if err != nil {
 		return &peer{}

@@ -505,7 +505,7 @@ func (q *rxQueue) allocGRO(n int, gro bool, groN int) {
 	q.oob = make([]byte, n*oobLen)
 	q.meta = make([]rxMeta, n)
 	if gro {
-		q.groBuf = make([]byte, max(min(groN, n), 1)*groBufSize)
+		q.groBuf = make([]byte, min(groN, n)*groBufSize)
 	}
 	for i := 0; i < n; i++ {
 		h := &q.hdrs[i].hdr
