@@ -129,7 +129,8 @@
 // loopback (same-host lanes, local_linux.go): an inbox file in /dev/shm per
 // endpoint, one single-producer ring per sender, read before the socket in
 // every read path (by the view readers in place, without a copy), and an
-// empty datagram to wake a reader that sleeps. Their datagrams carry no
+// empty datagram to wake a reader that sleeps (one until it runs, however
+// many senders write meanwhile). Their datagrams carry no
 // ICRC (link.Packet.Local): nothing on the way can flip a bit.
 //
 // io_uring was measured against recvmmsg/sendmmsg and not adopted: it made

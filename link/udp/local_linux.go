@@ -24,34 +24,36 @@ import (
 // mapped shared, holding inboxLanes single-producer rings. Another such
 // endpoint of the same user in the same network namespace that sends to
 // that address finds the file, claims a lane and writes its datagrams
-// there instead of into a socket: the same bytes (BTH to ICRC) but the
-// ICRC, which the writer leaves out and the reader does not check (no
-// wire, nothing to flip a bit; link.Packet.Local tells a tap to compute
-// it), with no system call while the receiver reads. The receiver reads
-// its lanes before its socket, in every read path (the view readers,
-// ServeView and Poll, hand records to the device in place: viewLocal),
-// and takes its socket too at least every localSocketTurn reads. A receiver about to wait for its socket counts itself in the
-// inbox's sleepers first and looks at its lanes once more; a sender that
-// sees a sleeper after writing sends it a datagram of 0 bytes, which ends
-// the wait and is dropped (a RoCE datagram is never empty). Lanes replace
-// the kernel's loopback for softroce peers on one host, as a NIC's own
-// loopback does for its QPs; traffic to anyone else (the kernel's rxe,
-// other hosts, another user) goes through the socket.
+// there instead of into a socket: the same bytes (BTH to ICRC) but the ICRC,
+// which the writer leaves out and the reader does not check (no wire,
+// nothing to flip a bit; link.Packet.Local tells a tap to compute it), with
+// no system call while the receiver reads. The receiver reads its lanes
+// before its socket, in every read path (the view readers, ServeView and
+// Poll, hand records to the device in place: viewLocal), and takes its
+// socket too at least every localSocketTurn reads. A receiver about to wait
+// for its socket counts itself in the inbox's sleepers first, clears the
+// inbox's wake-up time and looks at its lanes once more; a sender that sees
+// a sleeper after writing, and sets the time, sends it a datagram of 0
+// bytes, which ends the wait and is dropped (a RoCE datagram is never
+// empty). Later senders find the time set and send none for a while
+// (wakeHold), or until a reader sleeps again. Lanes replace the kernel's loopback for softroce peers on
+// one host, as a NIC's own loopback does for its QPs; traffic to anyone else
+// (the kernel's rxe, other hosts, another user) goes through the socket.
 //
 // The file layout: a header page (magic, version, the receiver's pid, a
-// closed flag, the sleepers count, one 192-byte header per lane: owner,
-// head, tail on their own cache lines), then the lanes' rings, laneSize
-// bytes each. A record is recHdr bytes (length, source port, TOS, address
-// size, source address) then the datagram, padded to 8 bytes; a length of
-// recWrap sends the reader back to the ring's start. Head and tail are
-// byte counts that only grow. Everything a reader takes from a lane is
-// checked against the ring's bounds and copied out before it is parsed:
-// a writer that breaks the format loses its lane's contents, never the
+// closed flag, the sleepers count, the wake-up time, one 192-byte header per
+// lane: owner, head, tail on their own cache lines), then the lanes' rings,
+// laneSize bytes each. A record is recHdr bytes (length, source port, TOS,
+// address size, source address) then the datagram, padded to 8 bytes; a
+// length of recWrap sends the reader back to the ring's start. Head and tail
+// are byte counts that only grow. Everything a reader takes from a lane is
+// checked against the ring's bounds and copied out before it is parsed: a
+// writer that breaks the format loses its lane's contents, never the
 // reader's memory.
 
 const (
 	inboxMagic    = 0x53524c4e // "SRLN"
-	inboxVersion  = 1
+	inboxVersion  = 2          // 2: the wake-up time (offWoken)
 	inboxLanes    = 16
 	laneSize      = 4 << 20 // a power of two
 	inboxHdrSize  = 4096
@@ -90,7 +92,14 @@ const (
 	offPid      = 8
 	offClosed   = 12
 	offSleepers = 64
+	offWoken    = 72 // when a wake-up was sent to the sleepers (wakeSleepers; 0: none since one slept)
 )
+
+// wakeHold is how long a wake-up stands for later writers (wakeSleepers):
+// a reader that has not run within it gets another, and a writer that
+// died between claiming the wake-up and sending it stalls its reader at
+// most this long (a variable for tests).
+var wakeHold = time.Millisecond
 
 // inboxDir is where inboxes live (a variable for tests).
 var inboxDir = "/dev/shm"
@@ -348,6 +357,9 @@ func (in *inbox) sleep() bool {
 		return true
 	}
 	atomic.AddInt32(in.m.i32(offSleepers), 1)
+	// A wake-up sent before this one counted itself may still wait in the
+	// socket; whatever is written after the look below must send another.
+	atomic.StoreUint64(in.m.u64(offWoken), 0)
 	if in.pendingLocked() {
 		atomic.AddInt32(in.m.i32(offSleepers), -1)
 		return false
@@ -1072,9 +1084,7 @@ func (e *Endpoint) putRecord(pr *peer, p *link.Packet, src netip.AddrPort) bool 
 			pr.stalled, pr.stallAt = true, tail
 			return false
 		}
-		if atomic.LoadInt32(m.i32(offSleepers)) > 0 {
-			e.sendWake(p.Dst)
-		}
+		e.wakeSleepers(m, p.Dst)
 		time.Sleep(20 * time.Microsecond)
 	}
 	pos := head % laneSize
@@ -1122,26 +1132,54 @@ func (e *Endpoint) wakePeer(pr *peer, dst netip.AddrPort) {
 	}
 	pr.touched = false
 	publish(pr)
-	if atomic.LoadInt32(pr.m.i32(offSleepers)) > 0 {
-		e.sendWake(dst)
+	e.wakeSleepers(pr.m, dst)
+}
+
+// wakeSleepers sends the inbox m's sleepers a wake-up, unless none sleeps
+// or another writer sent one less than wakeHold ago: a sleeper that has not
+// run since its wake-up needs no second one (the datagram costs the sender
+// a trip through the kernel's UDP path and the receiver a wake-up; a C
+// program's thread that sent a DREQ a call found its peer asleep for half
+// of them). The first writer after a sleeper counted itself (inbox.sleep
+// clears offWoken) sends it. The time is the wall clock's, which every
+// process reads alike; a clock that steps back only sends one more.
+func (e *Endpoint) wakeSleepers(m *mapping, dst netip.AddrPort) {
+	if atomic.LoadInt32(m.i32(offSleepers)) <= 0 {
+		return
+	}
+	w := atomic.LoadUint64(m.u64(offWoken))
+	now := uint64(time.Now().UnixNano())
+	if d := int64(now - w); w != 0 && d >= 0 && d < int64(wakeHold) {
+		return
+	}
+	if !atomic.CompareAndSwapUint64(m.u64(offWoken), w, now) {
+		return // another writer sends it
+	}
+	if !e.sendWake(dst) {
+		// Not sent (a full send buffer, an address gone): the next
+		// writer tries again.
+		atomic.CompareAndSwapUint64(m.u64(offWoken), now, 0)
 	}
 }
 
 // sendWake sends an empty datagram to dst's socket (tx.mu held), without
 // allocating: the address and the call are the endpoint's (wakeTo, wakeFn).
-func (e *Endpoint) sendWake(dst netip.AddrPort) {
+// It reports whether the kernel took it.
+func (e *Endpoint) sendWake(dst netip.AddrPort) bool {
 	tx := &e.tx
 	tx.wakeLen = putSockaddr(&tx.wakeTo, dst, e.is6, e.scope)
 	e.ctr.localWakes.Add(1)
 	e.ctr.syscalls.Add(1)
+	tx.wakeErr = 0
 	if tx.fd >= 0 {
 		tx.wake(uintptr(tx.fd))
-		return
+	} else if e.rc.Control(tx.wakeFn) != nil {
+		return false
 	}
-	e.rc.Control(tx.wakeFn)
+	return tx.wakeErr == 0
 }
 
 // wake is sendWake's system call on socket fd.
 func (tx *txState) wake(fd uintptr) {
-	unix.RawSyscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&tx.wakeTo)), uintptr(tx.wakeLen))
+	_, _, tx.wakeErr = unix.RawSyscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&tx.wakeTo)), uintptr(tx.wakeLen))
 }

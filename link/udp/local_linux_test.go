@@ -10,6 +10,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/link/linktest"
 )
@@ -278,6 +280,10 @@ func TestLocalWakeAllocs(t *testing.T) {
 			got += k
 		}
 		b.PollBatch(rd) // the wake-up, dropped
+		b.wakeLocal()   // b ran, and sleeps again
+		if !b.sleepLocal() {
+			t.Fatal("sleepLocal with empty lanes = false")
+		}
 	})
 	if w := a.Stats().LocalWakes - before; w < 50 {
 		t.Fatalf("%d wake-ups for 51 writes to a sleeping reader", w)
@@ -290,6 +296,118 @@ func TestLocalWakeAllocs(t *testing.T) {
 	if c := b.Stats().Syscalls - calls; c > 51 {
 		t.Errorf("reader made %d system calls for 51 writes, want at most 51 (lane reads make none)", c)
 	}
+}
+
+// TestLocalWakeCoalesced: writes to a reader that has not run since its
+// wake-up send no second one; once it sleeps again, the next write wakes
+// it (its socket turns readable); a wake-up the kernel refused lets the
+// next writer send one, and so does one claimed wakeHold ago and never
+// sent.
+func TestLocalWakeCoalesced(t *testing.T) {
+	old := wakeHold
+	wakeHold = time.Hour // the rounds' writes, however slow the machine
+	t.Cleanup(func() { wakeHold = old })
+	a, b := localPair(t, "127.0.0.1:0")
+	wr := linktest.Batch(1, 0)
+	wr[0].Buf = linktest.Packet(nil, 1, 1, make([]byte, 256))
+	wr[0].N, wr[0].Dst = len(wr[0].Buf), b.LocalAddr()
+	rd := linktest.Batch(b.BatchSize(), 65536)
+	fd := -1
+	b.rc.Control(func(s uintptr) { fd = int(s) })
+	readable := func() bool {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(p, 2000)
+		return n == 1
+	}
+	// drain takes the k datagrams written and the wake-ups, and reports
+	// how many datagrams came.
+	drain := func(k int) int {
+		got := 0
+		for deadline := time.Now().Add(5 * time.Second); got < k && time.Now().Before(deadline); {
+			n, err := b.PollBatch(rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		for {
+			if n, _ := b.PollBatch(rd); n == 0 {
+				return got
+			}
+		}
+	}
+	write := func() {
+		t.Helper()
+		if k, err := a.WriteBatch(wr); k != 1 || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", k, err)
+		}
+	}
+	for round := 0; round < 3; round++ {
+		if !b.sleepLocal() {
+			t.Fatalf("round %d: sleepLocal with empty lanes = false", round)
+		}
+		before := a.Stats().LocalWakes
+		for range 5 {
+			write()
+		}
+		if w := a.Stats().LocalWakes - before; w != 1 {
+			t.Fatalf("round %d: %d wake-ups for 5 writes to a reader that slept once, want 1", round, w)
+		}
+		if !readable() {
+			t.Fatalf("round %d: the reader's socket is not readable after the writes", round)
+		}
+		b.wakeLocal()
+		if got := drain(5); got != 5 {
+			t.Fatalf("round %d: %d datagrams, want 5", round, got)
+		}
+	}
+	// A wake-up the kernel refused: the flag is cleared for the next writer.
+	if !b.sleepLocal() {
+		t.Fatal("sleepLocal with empty lanes = false")
+	}
+	defer b.wakeLocal()
+	pr := a.tx.peers[b.LocalAddr()]
+	if pr == nil || pr.m == nil {
+		t.Fatal("a has no lane to b")
+	}
+	a.tx.mu.Lock()
+	saved := a.tx.fd
+	bad, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0) // sendto to an IP address fails
+	if err != nil {
+		a.tx.mu.Unlock()
+		t.Fatal(err)
+	}
+	a.tx.fd = bad
+	a.wakeSleepers(pr.m, b.LocalAddr())
+	a.tx.fd = saved
+	a.tx.mu.Unlock()
+	unix.Close(bad)
+	if v := atomic.LoadUint64(pr.m.u64(offWoken)); v != 0 {
+		t.Fatalf("after a refused wake-up the wake-up time is %d, want 0", v)
+	}
+	write()
+	if !readable() {
+		t.Fatal("the write after a refused wake-up did not wake the reader")
+	}
+	drain(1)
+	// A wake-up claimed and never sent (its writer died): it stands for
+	// wakeHold only.
+	b.wakeLocal()
+	if !b.sleepLocal() {
+		t.Fatal("sleepLocal with empty lanes = false")
+	}
+	wakeHold = 10 * time.Millisecond
+	atomic.StoreUint64(pr.m.u64(offWoken), uint64(time.Now().UnixNano()))
+	time.Sleep(2 * wakeHold)
+	before := a.Stats().LocalWakes
+	write()
+	if w := a.Stats().LocalWakes - before; w != 1 {
+		t.Fatalf("%d wake-ups after a stale one, want 1", w)
+	}
+	if !readable() {
+		t.Fatal("the write after a stale wake-up did not wake the reader")
+	}
+	drain(1)
 }
 
 // TestLocalSweep: an inbox left by a process that ended without closing it

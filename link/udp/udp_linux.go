@@ -114,6 +114,7 @@ type txState struct {
 	local    bool                      // Config.Local: send to inboxes
 	wakeTo   sockaddr                  // sendWake's destination
 	wakeLen  uint32
+	wakeErr  unix.Errno       // wake's result
 	wakeFn   func(fd uintptr) // wake, made once (Config.Local)
 }
 
