@@ -348,9 +348,11 @@ func (c *countEP) WriteBatch(p []link.Packet) (int, error) {
 // sends everything queued), and all complete.
 func TestDoorbellBatching(t *testing.T) {
 	const n = 64
-	// A 50 ms link: the first WRITE's answer cannot come back while the
-	// other 63 are posted, so they wait for it however fast the loop is.
-	o := pairOpts{faults: pipe.Faults{Delay: 50 * time.Millisecond}}
+	// A 250 ms link: the first WRITE's answer cannot come back while the
+	// other 63 are posted, so they wait for it however fast the loop is
+	// (with 50 ms, the whole -race run on two loaded processors once posted
+	// slower than that: 23 writes).
+	o := pairOpts{faults: pipe.Faults{Delay: 250 * time.Millisecond}}
 	ea, eb := newPipePair(t, &o)
 	c := &countEP{Endpoint: ea}
 	a, b := newPairOn(t, c, eb, pairOpts{bufSize: 1 << 16, wr: 128, timeout: 18})
