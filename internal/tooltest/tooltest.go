@@ -67,7 +67,9 @@ func Binary(t *testing.T) string {
 }
 
 // FreeTCPPort returns a TCP port, below the ephemeral range, that was free
-// on every address a moment ago and that no other test of this process got.
+// on every address a moment ago and that no other test of this process, nor
+// of another test process of this repository running meanwhile, got
+// (lockPort).
 func FreeTCPPort(t testing.TB) int {
 	t.Helper()
 	freePorts.Lock()
@@ -82,6 +84,9 @@ func FreeTCPPort(t testing.TB) int {
 		p := 10000 + rand.IntN(20000)
 		if freePorts.used[p] {
 			continue
+		}
+		if !lockPort(t, p) {
+			continue // another test process has it
 		}
 		ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
 		if err != nil {
