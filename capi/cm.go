@@ -53,6 +53,7 @@ type cmChanRec struct {
 	// event; the thread brings the fd level with the queue
 	// (cm.EventChannel.Relevel) before it returns.
 	holding atomic.Int32
+	idle    idleWait // the blocking waits of rdma_get_cm_event (srgo_cm_wait)
 }
 
 type cmIDRec struct {
@@ -440,6 +441,7 @@ func srgo_cm_take_event(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	if !r.take(out) {
 		return 1
 	}
+	r.idle.ended(false)
 	return 0
 }
 
@@ -493,12 +495,14 @@ func srgo_cm_wait(h C.uintptr_t, out **C.struct_rdma_cm_event) C.int {
 	if r.spin(a, out) {
 		return 0
 	}
-	if _, _, err := d.WaitLink(r.fd, rsBlockWait); err != nil {
+	link, other, err := d.WaitLink(r.fd, r.idle.bound())
+	if err != nil {
 		if errors.Is(err, syscall.EINTR) {
 			return -2
 		}
 		return -1
 	}
+	r.idle.ended(!link && !other)
 	r.handleLink(a, out)
 	return 0
 }

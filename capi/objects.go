@@ -43,6 +43,7 @@ type chanRec struct {
 	ctx    *devCtx
 	ch     *verbs.CompChannel
 	events eventQueue[*cqRec] // completion events not yet taken
+	idle   idleWait           // the blocking waits of ibv_get_cq_event (srgo_cc_wait)
 
 	// mu guards cqs and closed, and is held while forward moves events to
 	// the fd, so that an event is never pushed for a destroyed CQ
@@ -410,27 +411,29 @@ func srgo_cc_wait(h C.uintptr_t) C.int {
 	if !dev.CanPollLink() {
 		return -1
 	}
-	return waitLinkThen(dev, r.events.fd)
+	return waitLinkThen(dev, r.events.fd, &r.idle)
 }
 
 // waitLinkThen is the blocking wait of ibv_get_cq_event (srgo_cc_wait)
 // when nothing is queued: what dev's link holds now is handled on this
 // thread (PollLink), and only if that was nothing does the thread wait, at
-// most rsBlockWait, on the link and fd together (verbs.Device.WaitLink)
+// most idle's bound, on the link and fd together (verbs.Device.WaitLink)
 // and handle what then arrived. 0: look again; -2: a signal interrupted
 // the wait; -1: it could not wait on the link (the caller waits on fd
 // alone). rdma_get_cm_event's wait is srgo_cm_wait's, in cm.go.
-func waitLinkThen(dev *verbs.Device, fd int) C.int {
+func waitLinkThen(dev *verbs.Device, fd int, idle *idleWait) C.int {
 	if dev.PollLink() > 0 {
+		idle.ended(false)
 		return 0
 	}
-	_, _, err := dev.WaitLink(fd, rsBlockWait)
+	link, other, err := dev.WaitLink(fd, idle.bound())
 	if errors.Is(err, syscall.EINTR) {
 		return -2
 	}
 	if err != nil {
 		return -1
 	}
+	idle.ended(!link && !other)
 	dev.PollLink()
 	return 0
 }
@@ -445,6 +448,7 @@ func srgo_take_cq_event(h C.uintptr_t, out **C.struct_ibv_cq) C.int {
 	if !ok {
 		return 1
 	}
+	r.idle.ended(false)
 	cq.compReported.Add(1)
 	*out = (*C.struct_ibv_cq)(cq.cptr)
 	return 0
