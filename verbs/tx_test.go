@@ -23,7 +23,10 @@ func TestACKCoalescing(t *testing.T) {
 	// b's receive loop reads only once all 32 packets wait in the pipe, so
 	// they form one received batch however the goroutines are scheduled.
 	g := &readGateEP{Endpoint: eb, open: make(chan struct{})}
-	a, b := newPairOn(t, ea, g, pairOpts{bufSize: 1 << 16, wr: 64, timeout: 16}) // no spurious timeouts on a loaded machine
+	// The retransmission timer runs from a's first packet, through the wait
+	// for the pipe to fill: at 2^16 × 4.096 µs (268 ms) a loaded -race run
+	// of .ci/run retransmitted once. 2^20 (4.3 s) leaves no spurious timeout.
+	a, b := newPairOn(t, ea, g, pairOpts{bufSize: 1 << 16, wr: 64, timeout: 20})
 	t.Cleanup(g.release)
 	for i := 0; i < n; i++ {
 		postRecv(t, b, uint64(i), i*64, 64)
