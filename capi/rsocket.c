@@ -231,7 +231,7 @@ static ssize_t sr_rs_recv_loop(int socket, void *buf, size_t len, int flags, int
 /* A call that may wait holds the program's signals from its start
  * (sr_sig_hold; a blocking socket's call that turns out to wait, from its
  * first wait), so that one arriving outside a wait (the Go side's work, the
- * spin before a wait, a wait's 100 ms bound running out) ends the next
+ * spin before a wait, a wait's bound running out) ends the next
  * wait with EINTR instead of being taken there and lost to it. */
 static ssize_t sr_rs_recv(int socket, void *buf, size_t len, int flags)
 {

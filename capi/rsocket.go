@@ -100,7 +100,7 @@ func rsConnected(fd C.int) (*rsock, *rsocket.Conn, syscall.Errno) {
 func srgo_rs_block(fd C.int) C.int { return srgo_rs_wait(fd, -1) }
 
 // srgo_rs_wait is srgo_rs_block for rpoll's wait on a single rsocket, at
-// most ms milliseconds (rsBlockWait when ms < 0 or longer). It returns
+// most ms milliseconds (the socket's idleWait bound when ms < 0 or longer). It returns
 // bit 0 for the socket's eventfd, bit 1 for the device's link, -2 when a
 // signal interrupted the wait, -1 when it could not wait.
 //

@@ -1,4 +1,4 @@
-/* idle.c: a thread blocked in rdma_get_cm_event or ibv_get_cq_event while
+/* idle.c: a thread blocked in rdma_get_cm_event, ibv_get_cq_event or rrecv while
  * nothing happens sleeps, as on the kernel's ucma and uverbs files: its
  * waits inside the library, bounded so that a lost wake-up cannot hang it,
  * grow longer while they end with nothing (100 ms doubling to 1.6 s), so
@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <sys/syscall.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
 
 #define IDLE_MS 2500
 #define COUNT_FROM_MS 300 /* the count starts after the first waits */
@@ -250,6 +251,50 @@ static void test_cq(void)
 	ibv_close_device(ctx);
 }
 
+/* The rsocket case: the thread waits in a blocking rrecv on a connected
+ * rsocket; the event is one byte its peer sends. */
+struct rs_case {
+	int l, c, s;
+};
+
+static int rs_wait(struct waiter *w)
+{
+	struct rs_case *r = w->arg;
+	char b;
+	ssize_t n = rrecv(r->s, &b, 1, 0);
+
+	if (n < 0)
+		return errno;
+	return n == 1 && b == 'x' ? 0 : EPROTO;
+}
+
+static int rs_wake(void *p)
+{
+	struct rs_case *r = p;
+
+	return rsend(r->c, "x", 1, 0) == 1 ? 0 : -1;
+}
+
+static void test_rs(void)
+{
+	struct rs_case r = { -1, -1, -1 };
+	struct sockaddr_in a = addr;
+	struct waiter w = { .wait = rs_wait, .arg = &r };
+
+	a.sin_port = htons(9000 + getpid() % 1000);
+	r.l = rsocket(AF_INET, SOCK_STREAM, 0);
+	r.c = rsocket(AF_INET, SOCK_STREAM, 0);
+	if (r.l < 0 || r.c < 0 || rbind(r.l, (struct sockaddr *)&a, sizeof(a)) || rlisten(r.l, 4) ||
+	    rconnect(r.c, (struct sockaddr *)&a, sizeof(a)) || (r.s = raccept(r.l, NULL, NULL)) < 0) {
+		FAIL("rs_idle_wait", "setup: %s", strerror(errno));
+		return;
+	}
+	idle_then("rs_idle_wait", &w, rs_wake, &r);
+	rclose(r.s);
+	rclose(r.c);
+	rclose(r.l);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -258,5 +303,6 @@ int main(int argc, char **argv)
 	inet_pton(AF_INET, argv[1], &addr.sin_addr);
 	test_cm();
 	test_cq();
+	test_rs();
 	return failures;
 }
