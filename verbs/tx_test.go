@@ -230,11 +230,12 @@ func TestTxQueueOrder(t *testing.T) {
 		}
 		return pipe.Pass
 	}
-	// A 1 s retransmit timeout: the test is about the shared queue's order,
-	// and with rxe's 67 ms, three race-detector runs at once on 2 cores
-	// once stalled 7 of the 8 QPs past it (a timeout's go-back-N resend is
-	// in order, but the filter cannot tell it from a reordering).
-	o := pairOpts{bufSize: 1 << 16, wr: 64, filterA: filter, timeout: 18}
+	// A 4.3 s retransmit timeout: the test is about the shared queue's
+	// order, and with rxe's 67 ms, three race-detector runs at once on 2
+	// cores once stalled 7 of the 8 QPs past it (a timeout's go-back-N
+	// resend is in order, but the filter cannot tell it from a reordering);
+	// with 1 s, a loaded -race run of .ci/run counted 14 such packets.
+	o := pairOpts{bufSize: 1 << 16, wr: 64, filterA: filter, timeout: 20}
 	defaults(&o)
 	ea, eb := newPipePair(t, &o)
 	a0, b0 := newSide(t, ea, o), newSide(t, eb, o)
