@@ -60,21 +60,17 @@ type cmIDRec struct {
 	id   *cm.ID
 	cptr *C.struct_sr_cm_id
 	h    uintptr
-	// Under evMu: the events handed to the program that count against
-	// this ID (its own; a CONNECT_REQUEST counts against its listener,
-	// as librdmacm's), those acknowledged, and whether the program has
-	// destroyed it (no more events then).
-	delivered, acked uint64
-	dead             bool
+	// Under evMu: whether the program has destroyed the ID (no more
+	// events count against it then: cptr.delivered, which build adds to
+	// under evMu, and cptr.acked, C's).
+	dead bool
 }
 
-// evMu and evCond guard the IDs' event counts: rdma_destroy_id waits, as
-// librdmacm's, until every event that counts against the ID is
-// acknowledged, so that rdma_ack_cm_event never touches a freed ID.
-var (
-	evMu   sync.Mutex
-	evCond = sync.NewCond(&evMu)
-)
+// evMu guards the IDs' dead flags and the counts of events delivered
+// against them: rdma_destroy_id (in C) then waits until every event that
+// counts against the ID is acknowledged, so that rdma_ack_cm_event never
+// touches a freed ID.
+var evMu sync.Mutex
 
 // wantAddr is the address the next open of a device must bind (an
 // rdma_bind_addr before any context opened it), by device index.
@@ -305,7 +301,7 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 		}
 		return nil
 	}
-	counted.delivered++
+	atomic.AddUint64((*uint64)(unsafe.Pointer(&counted.cptr.delivered)), 1)
 	evMu.Unlock()
 	if ev.Type == cm.EventEstablished && ev.ID.Listener() != nil {
 		// The kernel's rdma_cm reports the passive side's ESTABLISHED
@@ -313,7 +309,7 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 		ev.Param = cm.ConnParam{}
 	}
 	ce := (*C.struct_sr_cm_event)(C.calloc(1, C.sizeof_struct_sr_cm_event))
-	ce.counted = C.uintptr_t(counted.h)
+	ce.counted = counted.cptr
 	ce.ev.id = &rec.cptr.id
 	if ev.Listen != nil {
 		if l, ok := ev.Listen.Context.(*cmIDRec); ok {
@@ -591,40 +587,14 @@ func srgo_cm_destroy_id(h C.uintptr_t) C.int {
 	return cerr(r.id.Destroy())
 }
 
-// srgo_cm_wait_acked waits until the program has acknowledged every event
-// that counts against the ID, as librdmacm's rdma_destroy_id and
-// rdma_migrate_id do; with forget (rdma_destroy_id) it then forgets the
-// ID's handle.
+// srgo_cm_forget forgets a destroyed ID's handle, once the program has
+// acknowledged its events (rdma_destroy_id).
 //
-//export srgo_cm_wait_acked
-func srgo_cm_wait_acked(h C.uintptr_t, forget C.int) {
-	r, ok := lookup[*cmIDRec](uintptr(h))
-	if !ok {
-		return
-	}
-	evMu.Lock()
-	for r.acked < r.delivered {
-		evCond.Wait()
-	}
-	evMu.Unlock()
-	if forget != 0 {
+//export srgo_cm_forget
+func srgo_cm_forget(h C.uintptr_t) {
+	if _, ok := lookup[*cmIDRec](uintptr(h)); ok {
 		handles.remove(uintptr(h))
 	}
-}
-
-// srgo_cm_acked counts an acknowledged event against the ID it counted
-// against (rdma_ack_cm_event).
-//
-//export srgo_cm_acked
-func srgo_cm_acked(h C.uintptr_t) {
-	r, ok := lookup[*cmIDRec](uintptr(h))
-	if !ok {
-		return
-	}
-	evMu.Lock()
-	r.acked++
-	evMu.Unlock()
-	evCond.Broadcast()
 }
 
 func cmID(h C.uintptr_t) (*cmIDRec, bool) { return lookup[*cmIDRec](uintptr(h)) }

@@ -28,13 +28,20 @@ struct sr_cm_id {
 	 * side's (rdma_set_local_ece; sent in the REQ, its options in the REP)
 	 * and the peer's (from its REQ or REP; rdma_get_remote_ece). */
 	struct ibv_ece local_ece, remote_ece;
+	/* The events handed to the program that count against this ID (its
+	 * own; a CONNECT_REQUEST counts against its listener, as librdmacm's)
+	 * and those acknowledged: rdma_destroy_id waits until they are equal,
+	 * so that rdma_ack_cm_event never touches a freed ID. delivered is
+	 * added to (atomically) only while the ID is live, acked under
+	 * sr_ev_mu (sr_cm_acked, sr_cm_wait_acked). */
+	uint64_t delivered, acked;
 };
 
 /* An event and its private data, valid until rdma_ack_cm_event. */
 struct sr_cm_event {
 	struct rdma_cm_event ev;
 	uint8_t pdata[256];
-	uintptr_t counted; /* the ID it counts against until acknowledged */
+	struct sr_cm_id *counted; /* the ID it counts against until acknowledged */
 };
 
 struct ibv_context *sr_cm_ctx(int idx);

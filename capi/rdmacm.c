@@ -146,6 +146,36 @@ void sr_cm_free_event(struct sr_cm_event *e)
 	free(e);
 }
 
+/* sr_ev_mu and sr_ev_cond guard the IDs' acknowledged counts; an ack is
+ * C alone, with no call into the Go runtime. */
+static pthread_mutex_t sr_ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sr_ev_cond = PTHREAD_COND_INITIALIZER;
+static int sr_ev_waiters;
+
+static void sr_cm_acked(struct sr_cm_id *s)
+{
+	pthread_mutex_lock(&sr_ev_mu);
+	s->acked++;
+	if (sr_ev_waiters)
+		pthread_cond_broadcast(&sr_ev_cond);
+	pthread_mutex_unlock(&sr_ev_mu);
+}
+
+/* sr_cm_wait_acked waits until the program has acknowledged every event
+ * it was handed that counts against s, as librdmacm's rdma_destroy_id and
+ * rdma_migrate_id do. rdma_destroy_id marks the ID dead first, so the
+ * count it waits for is final. */
+static void sr_cm_wait_acked(struct sr_cm_id *s)
+{
+	pthread_mutex_lock(&sr_ev_mu);
+	while (s->acked < __atomic_load_n(&s->delivered, __ATOMIC_ACQUIRE)) {
+		sr_ev_waiters++;
+		pthread_cond_wait(&sr_ev_cond, &sr_ev_mu);
+		sr_ev_waiters--;
+	}
+	pthread_mutex_unlock(&sr_ev_mu);
+}
+
 SR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 {
 	struct sr_cm_channel *c = calloc(1, sizeof(*c));
@@ -232,7 +262,8 @@ SR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		rdma_ack_cm_event(id->event);
 		id->event = NULL;
 	}
-	srgo_cm_wait_acked(s->h, 1);
+	sr_cm_wait_acked(s);
+	srgo_cm_forget(s->h);
 	sr_cm_free_qp_res(s);
 	if (s->sync)
 		rdma_destroy_event_channel(id->channel);
@@ -437,7 +468,7 @@ SR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	}
 	s->sync = sync;
 	id->channel = ch;
-	srgo_cm_wait_acked(s->h, 0);
+	sr_cm_wait_acked(s);
 	return 0;
 }
 
@@ -526,7 +557,7 @@ SR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	/* It touches no ID but the one the event counts against, which
 	 * rdma_destroy_id keeps until then (the event's own ID may be gone:
 	 * a rejected request's, destroyed before the ack). */
-	srgo_cm_acked(((struct sr_cm_event *)event)->counted);
+	sr_cm_acked(((struct sr_cm_event *)event)->counted);
 	sr_cm_free_event((struct sr_cm_event *)event);
 	return 0;
 }
