@@ -130,6 +130,10 @@ void sr_sig_release(void);
  * kernel's 64 bits) and returns 1 when the thread holds its signals. */
 int sr_held_sigmask(uint64_t *m);
 
+/* sr_slack_back_here gives the calling thread the timer slack of the
+ * thread that loaded the library (misc.c: the runtime's monitor thread). */
+void sr_slack_back_here(void);
+
 static inline void sr_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *done, uint32_t want)
 {
 	pthread_mutex_lock(mu);

@@ -41,6 +41,10 @@ func init() {
 		runtime.GOMAXPROCS(2)
 	}
 	sigwait.Held = heldSigmask
+	// Inits run on the runtime's first thread, which has started the
+	// monitor thread by now: it takes the loader's timer slack back
+	// (misc.c, "the runtime's monitor thread sleeps coarsely").
+	C.sr_slack_back_here()
 }
 
 // heldSigmask is sigwait.Held: the mask of a wait on a thread whose

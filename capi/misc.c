@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/prctl.h>
 
 #include "capi.h"
 #include "_cgo_export.h"
@@ -257,6 +258,69 @@ __attribute__((constructor)) static void sr_signals_back(void)
 	if (sr_loader_mask_saved)
 		pthread_sigmask(SIG_SETMASK, &sr_loader_mask, NULL);
 	sr_loader_mask_saved = 0;
+}
+
+/* ---- the runtime's monitor thread sleeps coarsely ----
+ * The Go runtime's monitor thread (sysmon) sleeps 20 µs between looks
+ * whenever it has just taken a processor back or been woken from its deep
+ * sleep, and in a C program on the library both happen all the time: a C
+ * thread that returns from a call keeps its processor until the monitor
+ * takes it back, and a call after the process went idle wakes the monitor.
+ * Each of those 20 µs sleeps is a wake-up, and on a machine where the
+ * program's threads share a CPU with it, a preemption of them (stock
+ * cmtime's server: a third of its CPU samples; docs/speed.md). The
+ * runtime has no setting for it, but a thread's timer slack (how late the
+ * kernel may end its timed sleeps; 50 µs by default) is inherited by the
+ * threads it creates, and the monitor is the first thread the runtime's
+ * own first thread creates. So the loading thread's slack is raised
+ * before the runtime's constructor starts that first thread (priority 101
+ * comes first) and given back after it (sr_slack_back, unprioritized,
+ * linked after the runtime's); the first thread gives its own back in the
+ * library's Go init (sr_slack_back_here, from capi/main.go), after the monitor
+ * exists. The monitor then wakes at most every SR_MONITOR_SLACK_NS while
+ * it looks often; threads the monitor or the runtime's first thread start
+ * before that init inherit the slack too, so their timed sleeps (a timer
+ * the runtime waits for in the network poller) may end up to that much
+ * late: the kernel's rxe keeps its timers in jiffies (1-4 ms). The
+ * program's threads keep their slack. SOFTROCE_MONITOR_SLACK_NS chooses
+ * another value (0: leave the slack alone). */
+#define SR_MONITOR_SLACK_NS 200000UL
+static unsigned long sr_loader_slack;
+static int sr_loader_slack_saved;
+
+__attribute__((constructor(101))) static void sr_slack_aside(void)
+{
+	unsigned long want = SR_MONITOR_SLACK_NS;
+	const char *e = getenv("SOFTROCE_MONITOR_SLACK_NS");
+	int cur;
+
+	if (e && *e) {
+		char *end;
+		unsigned long v = strtoul(e, &end, 10);
+		if (*end == 0)
+			want = v;
+	}
+	cur = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+	if (want == 0 || cur < 0 || (unsigned long)cur >= want)
+		return;
+	if (prctl(PR_SET_TIMERSLACK, want, 0, 0, 0) == 0) {
+		sr_loader_slack = (unsigned long)cur;
+		sr_loader_slack_saved = 1;
+	}
+}
+
+__attribute__((constructor)) static void sr_slack_back(void)
+{
+	if (sr_loader_slack_saved)
+		prctl(PR_SET_TIMERSLACK, sr_loader_slack, 0, 0, 0);
+}
+
+/* sr_slack_back_here gives the calling thread the loading thread's timer
+ * slack (the library's Go init, on the runtime's first thread). */
+void sr_slack_back_here(void)
+{
+	if (sr_loader_slack_saved)
+		prctl(PR_SET_TIMERSLACK, sr_loader_slack, 0, 0, 0);
 }
 
 /* ---- the program's handlers run on the signal stack ----

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestCErrorPaths builds testdata/errors.c against the installed headers
@@ -122,5 +124,51 @@ func runC(t *testing.T, file string, want int) {
 	}
 	if n := strings.Count(p.stdout.String(), "ok "); n != want {
 		t.Fatalf("%d cases passed, want %d:\n%s", n, want, p)
+	}
+}
+
+// TestMonitorSlack runs testdata/slack.c: the library raises the timer
+// slack of the Go runtime's monitor thread (200 µs by default, so that it
+// does not wake every 20 µs beside the program's threads; misc.c), and of
+// no thread of the program's; SOFTROCE_MONITOR_SLACK_NS chooses the value,
+// 0 leaves every thread alone. Reading another thread's slack needs
+// CAP_SYS_NICE (CI runs as root).
+func TestMonitorSlack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("reading other threads' timer slack needs CAP_SYS_NICE (CI runs as root)")
+	}
+	needLib(t, "gcc")
+	bin := buildTestdata(t, "slack.c", "-O1", "-lrdmacm", "-libverbs", "-lpthread")
+	own, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, env string
+		monitor   int
+	}{
+		{"default", "", 200000},
+		{"1ms", "SOFTROCE_MONITOR_SLACK_NS=1000000", 1000000},
+		{"off", "SOFTROCE_MONITOR_SLACK_NS=0", own},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, _ := addrPair()
+			ctx, cancel := contextWithTimeout(t, 30*time.Second)
+			defer cancel()
+			e := env(a)
+			if c.env != "" {
+				e = env(a, c.env)
+			}
+			p := start(t, ctx, e, bin, itoa(own), itoa(c.monitor))
+			err := p.wait()
+			for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
+				if strings.HasPrefix(line, "FAIL") {
+					t.Error(line)
+				}
+			}
+			if err != nil || strings.Count(p.stdout.String(), "ok ") != 4 {
+				t.Fatalf("%s", p)
+			}
+		})
 	}
 }
