@@ -278,10 +278,11 @@ __attribute__((constructor)) static void sr_signals_back(void)
  * linked after the runtime's); the first thread gives its own back in the
  * library's Go init (sr_slack_back_here, from capi/main.go), after the monitor
  * exists. The monitor then wakes at most every SR_MONITOR_SLACK_NS while
- * it looks often; threads the monitor or the runtime's first thread start
- * before that init inherit the slack too, so their timed sleeps (a timer
- * the runtime waits for in the network poller) may end up to that much
- * late: the kernel's rxe keeps its timers in jiffies (1-4 ms). The
+ * it looks often. The runtime threads that the first thread starts before
+ * that init, or that the monitor (or one of them) starts at any time,
+ * inherit the slack too, so their timed sleeps (a timer the runtime waits
+ * for in the network poller) may end up to that much late: the kernel's
+ * rxe keeps its timers in jiffies (1-4 ms). The
  * program's threads keep their slack. SOFTROCE_MONITOR_SLACK_NS chooses
  * another value (0: leave the slack alone). */
 #define SR_MONITOR_SLACK_NS 200000UL
