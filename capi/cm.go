@@ -301,7 +301,7 @@ func (r *cmChanRec) build(ev *cm.Event) *C.struct_sr_cm_event {
 		}
 		return nil
 	}
-	atomic.AddUint64((*uint64)(unsafe.Pointer(&counted.cptr.delivered)), 1)
+	atomic.AddUint32((*uint32)(unsafe.Pointer(&counted.cptr.delivered)), 1)
 	evMu.Unlock()
 	if ev.Type == cm.EventEstablished && ev.ID.Listener() != nil {
 		// The kernel's rdma_cm reports the passive side's ESTABLISHED

@@ -33,8 +33,9 @@ struct sr_cm_id {
 	 * and those acknowledged: rdma_destroy_id waits until they are equal,
 	 * so that rdma_ack_cm_event never touches a freed ID. delivered is
 	 * added to (atomically) only while the ID is live, acked under
-	 * sr_ev_mu (sr_cm_acked, sr_cm_wait_acked). */
-	uint64_t delivered, acked;
+	 * sr_ev_mu (sr_cm_acked, sr_cm_wait_acked; as the verbs objects'
+	 * events_completed). */
+	uint32_t delivered, acked;
 };
 
 /* An event and its private data, valid until rdma_ack_cm_event. */

@@ -43,6 +43,9 @@ const (
 	// envBusyPoll is how long the receive loop keeps polling after each
 	// batch (verbs.Config.BusyPoll; default 0).
 	envBusyPoll = "SOFTROCE_BUSY_POLL"
+	// envMonitorSlack is the timer slack, in ns, of the Go runtime's
+	// monitor thread (misc.c); the library's constructor reads it.
+	envMonitorSlack = "SOFTROCE_MONITOR_SLACK_NS"
 	// envAutoNet is the /24 the automatic loopback choice searches
 	// (default 127.0.0), so tests can keep clear of other users of 4791.
 	envAutoNet = "SOFTROCE_AUTO_NET"
@@ -274,6 +277,12 @@ func srgo_close(h C.uintptr_t) C.int {
 // openDevice binds the device's UDP socket and starts its engine.
 func openDevice(s devSpec) (*verbs.Device, error) {
 	info := s.info
+	if v := os.Getenv(envMonitorSlack); v != "" {
+		// The constructor left the slack alone for a value it could not read.
+		if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("%s=%s: want nanoseconds such as 200000, or 0 for the default timer slack", envMonitorSlack, v)
+		}
+	}
 	if a, ok := wantAddr[s.index]; ok {
 		// rdma_bind_addr named the address before any context opened it.
 		delete(wantAddr, s.index)

@@ -284,7 +284,8 @@ __attribute__((constructor)) static void sr_signals_back(void)
  * for in the network poller) may end up to that much late: the kernel's
  * rxe keeps its timers in jiffies (1-4 ms). The
  * program's threads keep their slack. SOFTROCE_MONITOR_SLACK_NS chooses
- * another value (0: leave the slack alone). */
+ * another value (0: leave the slack alone); one that is not a number
+ * leaves it alone too, and the device's open fails on it (devices.go). */
 #define SR_MONITOR_SLACK_NS 200000UL
 static unsigned long sr_loader_slack;
 static int sr_loader_slack_saved;
@@ -297,9 +298,10 @@ __attribute__((constructor(101))) static void sr_slack_aside(void)
 
 	if (e && *e) {
 		char *end;
-		unsigned long v = strtoul(e, &end, 10);
-		if (*end == 0)
-			want = v;
+		errno = 0;
+		want = strtoul(e, &end, 10);
+		if (*e < '0' || *e > '9' || *end != 0 || errno)
+			return;
 	}
 	cur = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	if (want == 0 || cur < 0 || (unsigned long)cur >= want)
@@ -310,18 +312,18 @@ __attribute__((constructor(101))) static void sr_slack_aside(void)
 	}
 }
 
-__attribute__((constructor)) static void sr_slack_back(void)
+/* sr_slack_back_here gives the calling thread the loading thread's timer
+ * slack: the loading thread itself (sr_slack_back), then the runtime's
+ * first thread (the library's Go init). */
+void sr_slack_back_here(void)
 {
 	if (sr_loader_slack_saved)
 		prctl(PR_SET_TIMERSLACK, sr_loader_slack, 0, 0, 0);
 }
 
-/* sr_slack_back_here gives the calling thread the loading thread's timer
- * slack (the library's Go init, on the runtime's first thread). */
-void sr_slack_back_here(void)
+__attribute__((constructor)) static void sr_slack_back(void)
 {
-	if (sr_loader_slack_saved)
-		prctl(PR_SET_TIMERSLACK, sr_loader_slack, 0, 0, 0);
+	sr_slack_back_here();
 }
 
 /* ---- the program's handlers run on the signal stack ----

@@ -150,30 +150,22 @@ void sr_cm_free_event(struct sr_cm_event *e)
  * C alone, with no call into the Go runtime. */
 static pthread_mutex_t sr_ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sr_ev_cond = PTHREAD_COND_INITIALIZER;
-static int sr_ev_waiters;
 
 static void sr_cm_acked(struct sr_cm_id *s)
 {
 	pthread_mutex_lock(&sr_ev_mu);
 	s->acked++;
-	if (sr_ev_waiters)
-		pthread_cond_broadcast(&sr_ev_cond);
+	pthread_cond_broadcast(&sr_ev_cond);
 	pthread_mutex_unlock(&sr_ev_mu);
 }
 
-/* sr_cm_wait_acked waits until the program has acknowledged every event
- * it was handed that counts against s, as librdmacm's rdma_destroy_id and
- * rdma_migrate_id do. rdma_destroy_id marks the ID dead first, so the
- * count it waits for is final. */
+/* sr_cm_wait_acked waits until the program has acknowledged the events it
+ * was handed that count against s, as librdmacm's rdma_destroy_id and
+ * rdma_migrate_id do (the count handed out so far: rdma_destroy_id marks
+ * the ID dead first, so for it the count is final). */
 static void sr_cm_wait_acked(struct sr_cm_id *s)
 {
-	pthread_mutex_lock(&sr_ev_mu);
-	while (s->acked < __atomic_load_n(&s->delivered, __ATOMIC_ACQUIRE)) {
-		sr_ev_waiters++;
-		pthread_cond_wait(&sr_ev_cond, &sr_ev_mu);
-		sr_ev_waiters--;
-	}
-	pthread_mutex_unlock(&sr_ev_mu);
+	sr_wait_acked(&sr_ev_mu, &sr_ev_cond, &s->acked, __atomic_load_n(&s->delivered, __ATOMIC_ACQUIRE));
 }
 
 SR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)

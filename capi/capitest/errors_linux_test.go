@@ -131,8 +131,9 @@ func runC(t *testing.T, file string, want int) {
 // slack of the Go runtime's monitor thread (200 µs by default, so that it
 // does not wake every 20 µs beside the program's threads; misc.c), and of
 // no thread of the program's; SOFTROCE_MONITOR_SLACK_NS chooses the value,
-// 0 leaves every thread alone. Reading another thread's slack needs
-// CAP_SYS_NICE (CI runs as root).
+// 0 leaves every thread alone, and so does one that is not a number,
+// which the device's open then refuses with a line that names it. Reading another thread's slack
+// needs CAP_SYS_NICE (CI runs as root).
 func TestMonitorSlack(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("reading other threads' timer slack needs CAP_SYS_NICE (CI runs as root)")
@@ -150,6 +151,7 @@ func TestMonitorSlack(t *testing.T) {
 		{"default", "", 200000},
 		{"1ms", "SOFTROCE_MONITOR_SLACK_NS=1000000", 1000000},
 		{"off", "SOFTROCE_MONITOR_SLACK_NS=0", own},
+		{"bad", "SOFTROCE_MONITOR_SLACK_NS=50us", own},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, _ := addrPair()
@@ -161,6 +163,9 @@ func TestMonitorSlack(t *testing.T) {
 			}
 			p := start(t, ctx, e, bin, itoa(own), itoa(c.monitor))
 			err := p.wait()
+			if c.name == "bad" && !strings.Contains(p.stderr.String(), "softroce: SOFTROCE_MONITOR_SLACK_NS=50us: want nanoseconds") {
+				t.Errorf("the device's open did not name the bad value: %s", p)
+			}
 			for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
 				if strings.HasPrefix(line, "FAIL") {
 					t.Error(line)
