@@ -130,6 +130,30 @@ void sr_sig_release(void);
  * kernel's 64 bits) and returns 1 when the thread holds its signals. */
 int sr_held_sigmask(uint64_t *m);
 
+/* sr_one_proc is 1 when the Go runtime runs on one processor (the process
+ * may use one CPU: capi/main.go's setProcs). A program's thread that calls
+ * the library in a loop then keeps that processor, and the runtime's
+ * goroutines and timers wait for the monitor to take it (up to 10 ms): a
+ * loop that finds nothing to do hands it over now and then (sr_idle_turn). */
+extern int sr_one_proc;
+
+/* sr_idle_turn is a loop's turn to give the processor away after *count
+ * calls that found nothing to do (reset to 0 then): to the runtime's
+ * goroutines (srgo_yield) when it runs on one processor and gocall (each of
+ * those calls entered Go, so that the runtime's monitor never finds the
+ * processor idle), else to the host's other threads (sched_yield). */
+void sr_idle_turn(unsigned int *count, unsigned int every, int gocall);
+
+/* sr_idle_go is the same for the non-blocking calls that answer "nothing
+ * yet" after entering Go (rpoll with no time to wait, EAGAIN from an
+ * rsocket or a CM channel), which programs repeat in a loop: every
+ * SR_IDLE_GO_EVERY of them on a thread gives the one processor to the
+ * runtime's goroutines (stock rstream's rconnect, then rpoll(0) in a loop,
+ * connected 10 ms later, when the runtime's monitor took the processor);
+ * with more processors it does nothing. */
+#define SR_IDLE_GO_EVERY 64
+void sr_idle_go(void);
+
 /* sr_slack_back_here gives the calling thread the timer slack of the
  * thread that loaded the library (misc.c: the runtime's monitor thread). */
 void sr_slack_back_here(void);

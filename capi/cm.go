@@ -204,6 +204,12 @@ func srgo_cm_attach(h C.uintptr_t) C.int {
 	if !ok {
 		return C.int(syscall.EINVAL)
 	}
+	attached := false
+	defer func() {
+		if attached {
+			settleHeap() // devMu released
+		}
+	}()
 	devMu.Lock()
 	defer devMu.Unlock()
 	if agents[d] != nil {
@@ -219,6 +225,7 @@ func srgo_cm_attach(h C.uintptr_t) C.int {
 		return cerr(err)
 	}
 	agents[d] = a
+	attached = true
 	return 0
 }
 

@@ -201,6 +201,12 @@ func srgo_open(idx C.int, cctx *C.struct_ibv_context, asyncFd C.int, errp *C.int
 		*errp = C.int(syscall.ENODEV)
 		return 0
 	}
+	opened := false
+	defer func() {
+		if opened {
+			settleHeap() // devMu released
+		}
+	}()
 	devMu.Lock()
 	defer devMu.Unlock()
 	od := devsOpen[int(idx)]
@@ -224,6 +230,7 @@ func srgo_open(idx C.int, cctx *C.struct_ibv_context, asyncFd C.int, errp *C.int
 		od = &openDev{spec: devList[idx], dev: dev, ctxs: map[*devCtx]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 		devsOpen[int(idx)] = od
 		go od.routeAsync()
+		opened = true
 	}
 	c := &devCtx{od: od, idx: int(idx), cptr: unsafe.Pointer(cctx)}
 	c.events.fd = int(asyncFd)
@@ -362,6 +369,7 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 	}
 	if os.Getenv(envDebug) != "" {
 		cfg.Logger = debugLogger()
+		cfg.Logger.Debug("softroce: the Go runtime's processors (setProcs)", "GOMAXPROCS", runtime.GOMAXPROCS(0), "cpus", allowedCPUs())
 	}
 	dev, err := verbs.Open(ep, &cfg)
 	if err != nil {
@@ -374,6 +382,19 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 	// inside the timed steps).
 	dev.PreparePollLink()
 	return dev, nil
+}
+
+// settleHeap collects the garbage now, after a device or its CM agent was
+// set up (megabytes of receive buffers, which start the runtime's first
+// collection), when the runtime has one processor: the program's threads
+// then hold it while they call the library, and the collection ran on into
+// their first timed work, its marking done by their allocations (stock
+// cmtime's create qp step took 9.5 µs a connection against 5). It costs
+// the call that opened the device a few ms, once.
+func settleHeap() {
+	if runtime.GOMAXPROCS(0) == 1 {
+		runtime.GC()
+	}
 }
 
 // udpHolder names the process holding UDP address ap, as " by pid N

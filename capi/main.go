@@ -32,13 +32,9 @@ import (
 func main() {}
 
 func init() {
-	// A program's thread that polls in a loop holds a Go processor for its
-	// calls into the library; the device's own goroutines need another, or
-	// they run only when the scheduler's monitor takes one back (every
-	// 10 ms): with one processor (GOMAXPROCS=1, or a one-CPU machine) a
-	// ping-pong took 7.6 ms a round trip.
-	if runtime.GOMAXPROCS(0) < 2 {
-		runtime.GOMAXPROCS(2)
+	setProcs()
+	if runtime.GOMAXPROCS(0) == 1 {
+		C.sr_one_proc = 1
 	}
 	sigwait.Held = heldSigmask
 	// Inits run on the runtime's first thread, which has started the
@@ -46,6 +42,56 @@ func init() {
 	// (misc.c, "the runtime's monitor thread sleeps coarsely").
 	C.sr_slack_back_here()
 }
+
+// setProcs sizes the runtime's processors (GOMAXPROCS) for a C program.
+// Where the process may run on two CPUs or more it runs on at least two: a
+// program's thread that calls the library holds a processor while it does,
+// and the device's goroutines need another (with one, a ping-pong that
+// waited on them took 7.6 ms a round trip). Confined to one CPU (taskset,
+// a one-CPU machine) it keeps the runtime's default there, one processor,
+// as the Go tools do: a second one only added thread switches and work for
+// the runtime's monitor on that CPU (stock cmtime -c 100, each side on a
+// CPU of its own: connect 22-24 µs a connection with two, 20-22 with one;
+// the server's monitor thread used 1.1-1.6 ms of CPU a run, against
+// 0.1-0.5). With one processor, the program's loops that find nothing to
+// do hand it to the runtime now and then (sr_idle_turn, sr_idle_go), and
+// a device's set-up collects its garbage at once (settleHeap).
+// GOMAXPROCS in the environment is obeyed as it is.
+func setProcs() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	if allowedCPUs() == 1 {
+		return
+	}
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
+	}
+}
+
+// allowedCPUs returns how many CPUs the calling thread may run on (its
+// affinity mask, which taskset sets for the whole program); 0 if unknown.
+func allowedCPUs() int {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil {
+		return 0
+	}
+	return set.Count()
+}
+
+// srgo_yield is sr_idle_turn's on one processor: the calling thread gives
+// the processor to the runtime's goroutines and timers, and takes it back
+// once they ran (runtime.Gosched on a locked goroutine: another thread runs
+// them meanwhile). A thread that calls the library in a loop keeps the
+// processor otherwise: a retried RDMA SEND whose RNR timer the runtime
+// serves completed 8-17 ms after the receive it waited for was posted,
+// instead of 0.1-0.9 ms.
+//
+//export srgo_yield
+func srgo_yield() { runtime.Gosched() }
+
+// oneProc reports whether the runtime runs on one processor (setProcs).
+func oneProc() bool { return C.sr_one_proc != 0 }
 
 // heldSigmask is sigwait.Held: the mask of a wait on a thread whose
 // signals a blocking rsocket call holds (sr_sig_hold in misc.c).

@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/prctl.h>
+#include <sched.h>
 
 #include "capi.h"
 #include "_cgo_export.h"
@@ -759,3 +760,26 @@ SR_PRIVATE_STUB(ibv_read_comp_cntr)
 SR_PRIVATE_STUB(ibv_read_err_comp_cntr)
 SR_PRIVATE_STUB(ibv_set_comp_cntr)
 SR_PRIVATE_STUB(ibv_set_err_comp_cntr)
+
+/* ---- a loop that finds nothing to do gives the processor away ---- */
+
+int sr_one_proc;
+
+void sr_idle_turn(unsigned int *count, unsigned int every, int gocall)
+{
+	if (++*count < every)
+		return;
+	*count = 0;
+	if (gocall && __atomic_load_n(&sr_one_proc, __ATOMIC_RELAXED))
+		srgo_yield();
+	else
+		sched_yield();
+}
+
+static __thread unsigned int sr_idle_go_count;
+
+void sr_idle_go(void)
+{
+	if (__atomic_load_n(&sr_one_proc, __ATOMIC_RELAXED))
+		sr_idle_turn(&sr_idle_go_count, SR_IDLE_GO_EVERY, 1);
+}

@@ -530,6 +530,8 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 		r = srgo_cm_wait(((struct sr_cm_channel *)ch)->h, event);
 		if (r == 0 && *event)
 			return 0;
+		if (r == EAGAIN)
+			sr_idle_go(); /* a non-blocking channel, polled in a loop */
 		if (r > 0)
 			return sr_err(r);
 		if (r != -1)

@@ -144,6 +144,8 @@ SR_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 	if (held)
 		sr_sig_release();
 	if (fd < 0) {
+		if (fd == -EAGAIN)
+			sr_idle_go();
 		errno = -fd;
 		return -1;
 	}
@@ -224,6 +226,8 @@ static ssize_t sr_rs_recv_loop(int socket, void *buf, size_t len, int flags, int
 				return got ? (ssize_t)got : -EINTR;
 			continue;
 		}
+		if (n == -EAGAIN && !got)
+			sr_idle_go();
 		return got ? (ssize_t)got : n;
 	}
 }
@@ -261,6 +265,8 @@ static ssize_t sr_rs_send_loop(int socket, void *buf, size_t len, int flags, int
 				return sent ? (ssize_t)sent : -EINTR;
 			continue;
 		}
+		if (n == -EAGAIN && !sent)
+			sr_idle_go();
 		return sent ? (ssize_t)sent : n;
 	}
 }
@@ -519,8 +525,12 @@ SR_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	/* Spin a little first (librdmacm's polling_time, 10 us). */
 	do {
 		ret = sr_rs_check(fds, nfds, isrs, 0);
-		if (ret || !timeout)
+		if (ret)
 			goto out;
+		if (!timeout) {
+			sr_idle_go();
+			goto out;
+		}
 	} while (sr_now_us() - start <= 10);
 
 	held = sr_sig_hold(); /* as a blocking rrecv (sr_rs_recv) */

@@ -763,7 +763,9 @@ SR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
  * have while the program spun: a reply reaches the CQ without a wake-up of
  * the device's receive goroutine. On a host with few cores the spinning
  * thread would still starve that goroutine and the timers: after a run of
- * empty polls it yields the processor. */
+ * empty polls it yields the CPU, and when the Go runtime has one processor
+ * it hands that over (sr_idle_turn): its calls into Go keep it otherwise,
+ * and an RC SEND retried after an RNR NAK waited 8-17 ms for its timer. */
 #define SR_EMPTY_POLLS_YIELD 16
 /* A thread that polls the link itself does the device's receive work: it
  * yields far less often. Every 16 empty polls (about 16 us of polling the
@@ -785,14 +787,10 @@ static int sr_poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		got = srgo_poll_cq(c->h, n, wc);
 	else if (rxpoll && srgo_poll_link(c->h) > 0 && __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0)
 		got = srgo_poll_cq(c->h, n, wc);
-	if (got == 0) {
-		if (++sr_empty_polls >= (rxpoll ? SR_EMPTY_POLLS_YIELD_RXPOLL : SR_EMPTY_POLLS_YIELD)) {
-			sr_empty_polls = 0;
-			sched_yield();
-		}
-	} else {
+	if (got == 0)
+		sr_idle_turn(&sr_empty_polls, rxpoll ? SR_EMPTY_POLLS_YIELD_RXPOLL : SR_EMPTY_POLLS_YIELD, rxpoll);
+	else
 		sr_empty_polls = 0;
-	}
 	return got;
 }
 
@@ -869,8 +867,12 @@ static int sr_cqx_fill(struct ibv_cq_ex *cq)
 		n = srgo_poll_cq(c->h, 1, &c->cur);
 	if (n < 0)
 		return EINVAL;
-	if (n == 0)
+	if (n == 0) {
+		/* Each of these polls entered Go (srgo_poll_cq). */
+		sr_idle_turn(&sr_empty_polls, SR_EMPTY_POLLS_YIELD_RXPOLL, 1);
 		return ENOENT;
+	}
+	sr_empty_polls = 0;
 	cq->wr_id = c->cur.wr_id;
 	cq->status = c->cur.status;
 	return 0;
