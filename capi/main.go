@@ -90,9 +90,6 @@ func allowedCPUs() int {
 //export srgo_yield
 func srgo_yield() { runtime.Gosched() }
 
-// oneProc reports whether the runtime runs on one processor (setProcs).
-func oneProc() bool { return C.sr_one_proc != 0 }
-
 // heldSigmask is sigwait.Held: the mask of a wait on a thread whose
 // signals a blocking rsocket call holds (sr_sig_hold in misc.c).
 func heldSigmask(m *unix.Sigset_t) bool {
