@@ -99,7 +99,11 @@ func TestCMErrorPaths(t *testing.T) {
 // runC builds testdata/file against the installed headers and the
 // library, runs it with the device's address as its argument, and expects
 // want "ok" lines and exit status 0.
-func runC(t *testing.T, file string, want int) {
+func runC(t *testing.T, file string, want int) { runCWrapped(t, file, want, nil) }
+
+// runCWrapped is runC with the program's argv passed through wrap (nil:
+// as it is), as onCPU confines it to one CPU.
+func runCWrapped(t *testing.T, file string, want int, wrap func([]string) []string) {
 	needLib(t, "gcc")
 	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(file, ".c"))
 	cc := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", file), "-L"+libDir,
@@ -110,7 +114,11 @@ func runC(t *testing.T, file string, want int) {
 	a, _ := addrPair()
 	ctx, cancel := contextWithTimeout(t, 90*time.Second)
 	defer cancel()
-	p := start(t, ctx, env(a), bin, a)
+	argv := []string{bin, a}
+	if wrap != nil {
+		argv = wrap(argv)
+	}
+	p := start(t, ctx, env(a), argv...)
 	err := p.wait()
 	for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
 		if strings.HasPrefix(line, "FAIL") {

@@ -69,23 +69,8 @@ func TestProcs(t *testing.T) {
 // an rsocket's dial), which without the loops' turns ran only when the
 // runtime's monitor took the processor back, every 10 ms.
 func TestOneCPUTurns(t *testing.T) {
-	needLib(t, "gcc", "taskset")
-	bin := buildTestdata(t, "onecpu.c", "-O1", "-lrdmacm", "-libverbs", "-lpthread")
-	a, _ := addrPair()
-	ctx, cancel := contextWithTimeout(t, 60*time.Second)
-	defer cancel()
-	p := start(t, ctx, env(a), onCPU([]string{bin, a}, 0)...)
-	err := p.wait()
-	for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
-		if strings.HasPrefix(line, "FAIL") {
-			t.Error(line)
-		} else {
-			t.Log(line)
-		}
-	}
-	if err != nil || strings.Count(p.stdout.String(), "ok ") != 2 {
-		t.Fatalf("%s", p)
-	}
+	needLib(t, "taskset")
+	runCWrapped(t, "onecpu.c", 2, func(argv []string) []string { return onCPU(argv, 0) })
 }
 
 // TestOneCPU runs stock programs in pairs with each side confined to a CPU
