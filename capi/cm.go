@@ -207,7 +207,7 @@ func srgo_cm_attach(h C.uintptr_t) C.int {
 	attached := false
 	defer func() {
 		if attached {
-			settleHeap() // devMu released
+			settleHeap() // after devMu is released
 		}
 	}()
 	devMu.Lock()
@@ -527,9 +527,12 @@ func (r *cmChanRec) handleLink(a *cm.Agent, out **C.struct_rdma_cm_event) bool {
 const cmSpin = 80 * time.Microsecond
 
 // spin looks again, for up to cmSpin, for what the link brings and the
-// event it makes (handleLink), giving the processor away between looks
-// (sched_yield: the program's other threads and the runtime's goroutines
-// run meanwhile); it reports whether it took an event into out. A thread
+// event it makes (handleLink), giving the CPU away between looks
+// (sched_yield: the program's other threads, and with two Go processors
+// or more the runtime's goroutines, run meanwhile; with one, the runtime
+// gets it only after the spin, when the thread waits: handing it over
+// each look slowed stock cmtime, whose other thread then waited for it);
+// it reports whether it took an event into out. A thread
 // that sleeps at once costs a wake-up per datagram, to the sender (the
 // 0-byte datagram of a lane, tens of µs of its processor on the machine
 // this was measured on) and to itself (a context switch). Stock cmtime's

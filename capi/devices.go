@@ -204,7 +204,7 @@ func srgo_open(idx C.int, cctx *C.struct_ibv_context, asyncFd C.int, errp *C.int
 	opened := false
 	defer func() {
 		if opened {
-			settleHeap() // devMu released
+			settleHeap() // after devMu is released
 		}
 	}()
 	devMu.Lock()
@@ -390,7 +390,10 @@ func openDevice(s devSpec) (*verbs.Device, error) {
 // then hold it while they call the library, and the collection ran on into
 // their first timed work, its marking done by their allocations (stock
 // cmtime's create qp step took 9.5 µs a connection against 5). It costs
-// the call that opened the device a few ms, once.
+// the call that opens a device, and the one that attaches its CM agent, a
+// few ms each, once; it runs after devMu is released, but a caller may
+// hold its own locks (the C side's CM mutex, an rsocket's), whose other
+// users wait that long.
 func settleHeap() {
 	if runtime.GOMAXPROCS(0) == 1 {
 		runtime.GC()

@@ -57,16 +57,19 @@ func init() {
 // do hand it to the runtime now and then (sr_idle_turn, sr_idle_go), and
 // a device's set-up collects its garbage at once (settleHeap).
 // GOMAXPROCS in the environment is obeyed as it is.
+//
+// The value chosen is set explicitly, which keeps the runtime from
+// changing it later as the CPUs allowed change (it looks once a second
+// otherwise): the one-processor mode (sr_one_proc) is decided once.
 func setProcs() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
-	if allowedCPUs() == 1 {
-		return
+	n := runtime.GOMAXPROCS(0)
+	if allowedCPUs() != 1 {
+		n = max(n, 2)
 	}
-	if runtime.GOMAXPROCS(0) < 2 {
-		runtime.GOMAXPROCS(2)
-	}
+	runtime.GOMAXPROCS(n)
 }
 
 // allowedCPUs returns how many CPUs the calling thread may run on (its

@@ -537,8 +537,10 @@ SR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_ev
 		if (r != -1)
 			continue;
 		fl = fcntl(ch->fd, F_GETFL);
-		if (fl >= 0 && (fl & O_NONBLOCK))
+		if (fl >= 0 && (fl & O_NONBLOCK)) {
+			sr_idle_go();
 			return sr_err(EAGAIN);
+		}
 		if (poll(&p, 1, -1) < 0 && errno != EINTR)
 			return -1;
 	}

@@ -55,9 +55,14 @@ static inline int sr_rs_ret(int err)
 	return 0;
 }
 
+/* sr_rs_sret turns a transfer call's result into the C convention; an
+ * EAGAIN (a non-blocking socket with nothing to do yet, which programs ask
+ * again in a loop) takes a turn of sr_idle_go. */
 static inline ssize_t sr_rs_sret(ssize_t n)
 {
 	if (n < 0) {
+		if (n == -EAGAIN)
+			sr_idle_go();
 		errno = (int)-n;
 		return -1;
 	}
@@ -226,8 +231,6 @@ static ssize_t sr_rs_recv_loop(int socket, void *buf, size_t len, int flags, int
 				return got ? (ssize_t)got : -EINTR;
 			continue;
 		}
-		if (n == -EAGAIN && !got)
-			sr_idle_go();
 		return got ? (ssize_t)got : n;
 	}
 }
@@ -265,8 +268,6 @@ static ssize_t sr_rs_send_loop(int socket, void *buf, size_t len, int flags, int
 				return sent ? (ssize_t)sent : -EINTR;
 			continue;
 		}
-		if (n == -EAGAIN && !sent)
-			sr_idle_go();
 		return sent ? (ssize_t)sent : n;
 	}
 }

@@ -109,7 +109,9 @@ func env(addr string, extra ...string) []string {
 	e := os.Environ()
 	out := e[:0:0]
 	for _, kv := range e {
-		if !strings.HasPrefix(kv, "LD_LIBRARY_PATH=") && !strings.HasPrefix(kv, "SOFTROCE_") {
+		// GOMAXPROCS too: the library's choice of processors is under test
+		// (TestProcs), and a test that wants one sets it.
+		if !strings.HasPrefix(kv, "LD_LIBRARY_PATH=") && !strings.HasPrefix(kv, "SOFTROCE_") && !strings.HasPrefix(kv, "GOMAXPROCS=") {
 			out = append(out, kv)
 		}
 	}

@@ -3,17 +3,37 @@ package capitest
 import (
 	"fmt"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// onCPU runs argv confined to one CPU, cpu modulo the machine's count
-// (taskset -c), where the library runs the Go runtime on one processor
-// (setProcs in capi/main.go).
-func onCPU(argv []string, cpu int) []string {
-	return append([]string{"taskset", "-c", itoa(cpu % runtime.NumCPU())}, argv...)
+// onCPU runs argv confined to one CPU (taskset -c), the i-th of those the
+// test may use (modulo their count), where the library runs the Go runtime
+// on one processor (setProcs in capi/main.go).
+func onCPU(argv []string, i int) []string {
+	cpus := allowedCPUs()
+	return append([]string{"taskset", "-c", itoa(cpus[i%len(cpus)])}, argv...)
+}
+
+// allowedCPUs lists the CPUs the test process may run on (a cpuset may
+// leave out CPU 0).
+func allowedCPUs() []int {
+	var set unix.CPUSet
+	var cpus []int
+	if unix.SchedGetaffinity(0, &set) == nil {
+		for c := 0; c < len(set)*64; c++ {
+			if set.IsSet(c) {
+				cpus = append(cpus, c)
+			}
+		}
+	}
+	if len(cpus) == 0 {
+		cpus = []int{0}
+	}
+	return cpus
 }
 
 // procsLine is the library's debug line that gives the runtime's
@@ -35,13 +55,13 @@ func TestProcs(t *testing.T) {
 		{"GOMAXPROCS=1", []string{"ibv_devinfo"}, []string{"GOMAXPROCS=1"}, "1"},
 		{"GOMAXPROCS=3", []string{"ibv_devinfo"}, []string{"GOMAXPROCS=3"}, "3"},
 	}
-	if runtime.NumCPU() >= 2 {
+	if cpus := allowedCPUs(); len(cpus) >= 2 {
 		cases = append(cases, struct {
 			name  string
 			argv  []string
 			extra []string
 			want  string
-		}{"two CPUs", []string{"taskset", "-c", "0,1", "ibv_devinfo"}, nil, "2"})
+		}{"two CPUs", []string{"taskset", "-c", fmt.Sprintf("%d,%d", cpus[0], cpus[1]), "ibv_devinfo"}, nil, "2"})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
