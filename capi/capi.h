@@ -142,7 +142,14 @@ extern int sr_one_proc;
  * goroutines (srgo_yield) when it runs on one processor and gocall (each of
  * those calls entered Go, so that the runtime's monitor never finds the
  * processor idle), else to the host's other threads (sched_yield). */
-void sr_idle_turn(unsigned int *count, unsigned int every, int gocall);
+void sr_idle_turn_now(int gocall);
+static inline void sr_idle_turn(unsigned int *count, unsigned int every, int gocall)
+{
+	if (++*count < every)
+		return; /* inline: an empty ibv_poll_cq takes tens of ns */
+	*count = 0;
+	sr_idle_turn_now(gocall);
+}
 
 /* sr_idle_go is the same for the non-blocking calls that answer "nothing
  * yet" after entering Go (rpoll with no time to wait, EAGAIN from an

@@ -765,11 +765,9 @@ SR_PRIVATE_STUB(ibv_set_err_comp_cntr)
 
 int sr_one_proc;
 
-void sr_idle_turn(unsigned int *count, unsigned int every, int gocall)
+/* sr_idle_turn_now is sr_idle_turn's turn itself. */
+void sr_idle_turn_now(int gocall)
 {
-	if (++*count < every)
-		return;
-	*count = 0;
 	if (gocall && __atomic_load_n(&sr_one_proc, __ATOMIC_RELAXED))
 		srgo_yield();
 	else
