@@ -56,9 +56,15 @@ func readCMPcap(t testing.TB, path string, client netip.Addr) *rdmacmCapture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sideQP uint32
+	type sendPkt struct {
+		destQP     uint32
+		fromClient bool
+		payload    []byte
+	}
 	c := &rdmacmCapture{}
-	var order []string
+	var sends []sendPkt
+	var reqs []*mad.REQ
+	answered := map[uint32]bool{} // REQ LocalCommIDs a REP answered
 	for _, cp := range pkts {
 		if !cp.Src.Addr().Is4() {
 			continue
@@ -67,7 +73,6 @@ func readCMPcap(t testing.TB, path string, client netip.Addr) *rdmacmCapture {
 		if err := p.Parse(cp.Payload); err != nil {
 			t.Fatal(err)
 		}
-		fromClient := cp.Src.Addr() == client
 		if p.BTH.DestQP == 1 {
 			m, err := mad.ParseMessage(p.Payload)
 			if err != nil {
@@ -75,25 +80,49 @@ func readCMPcap(t testing.TB, path string, client netip.Addr) *rdmacmCapture {
 			}
 			switch m := m.(type) {
 			case *mad.REQ:
-				c.reqs = append(c.reqs, m)
-				if sideQP == 0 {
-					sideQP = m.LocalQPN // both sides' side-channel QPs are 0x24
-				}
+				reqs = append(reqs, m)
 			case *mad.REP:
-				c.reps = append(c.reps, m)
+				if !answered[m.RemoteCommID] { // a resent REP once
+					answered[m.RemoteCommID] = true
+					c.reps = append(c.reps, m)
+				}
 			}
 			continue
 		}
-		if p.BTH.DestQP != sideQP || p.BTH.Opcode != wire.RCSendOnly {
-			continue
+		if p.BTH.Opcode == wire.RCSendOnly {
+			sends = append(sends, sendPkt{p.BTH.DestQP, cp.Src.Addr() == client, bytes.Clone(p.Payload)})
 		}
-		pl := bytes.Clone(p.Payload)
-		if fromClient {
-			c.client = append(c.client, pl)
-			order = append(order, "c"+strconv.Itoa(len(pl)))
-		} else {
-			c.server = append(c.server, pl)
-			order = append(order, "s"+strconv.Itoa(len(pl)))
+	}
+	// The connections made: a REQ a REP answered, once (a client that came
+	// before the server listened had its first REQ rejected, and a REQ may
+	// be resent).
+	seen := map[uint32]bool{}
+	for _, m := range reqs {
+		if answered[m.LocalCommID] && !seen[m.LocalCommID] {
+			seen[m.LocalCommID] = true
+			c.reqs = append(c.reqs, m)
+		}
+	}
+	if len(c.reqs) == 0 || len(c.reps) == 0 {
+		return c
+	}
+	// The side channel is the first connection: the client's QP from its
+	// REQ, the server's from its REP.
+	var sideRep *mad.REP
+	for _, r := range c.reps {
+		if r.RemoteCommID == c.reqs[0].LocalCommID {
+			sideRep = r
+		}
+	}
+	var order []string
+	for _, sp := range sends {
+		switch {
+		case sp.fromClient && sideRep != nil && sp.destQP == sideRep.LocalQPN:
+			c.client = append(c.client, sp.payload)
+			order = append(order, "c"+strconv.Itoa(len(sp.payload)))
+		case !sp.fromClient && sp.destQP == c.reqs[0].LocalQPN:
+			c.server = append(c.server, sp.payload)
+			order = append(order, "s"+strconv.Itoa(len(sp.payload)))
 		}
 	}
 	c.order = strings.Join(order, " ")
