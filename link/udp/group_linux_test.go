@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +18,13 @@ import (
 	"github.com/softroce/softroce/wire"
 )
 
-// igmpMembers counts the memberships of IPv4 group g in /proc/net/igmp
-// (-1: the file cannot be read).
+// igmpMembers counts the memberships of IPv4 group g in this thread's
+// network namespace's igmp file (-1: the file cannot be read). Not
+// /proc/net/igmp: that shows the main thread's namespace.
 func igmpMembers(g netip.Addr) int {
-	b, err := os.ReadFile("/proc/net/igmp")
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b, err := os.ReadFile("/proc/thread-self/net/igmp")
 	if err != nil {
 		return -1
 	}

@@ -3,6 +3,7 @@ package udp
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"runtime"
@@ -37,11 +38,30 @@ func TestWireIPv4IDs(t *testing.T) {
 	}
 	ch := make(chan setup, 1)
 	go func() {
-		// This thread enters a new network namespace and is never
-		// unlocked: it exits with the goroutine.
+		// This thread enters a new network namespace for the set-up and
+		// goes back to its own after it (the sockets and the TUN device
+		// keep the new one alive). Left there, it could be the process's
+		// main thread, which the runtime keeps when its goroutine exits
+		// locked: /proc/net, which shows that thread's namespace, would
+		// then show the new one to the tests after this one.
 		runtime.LockOSThread()
 		var s setup
 		defer func() { ch <- s }()
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			s.skipMsg = "this thread's network namespace: " + err.Error()
+			return
+		}
+		defer func() {
+			// Unlocked only once back home; else the thread dies with the
+			// goroutine (or, the main thread, is kept but never runs Go code).
+			if err := unix.Setns(self, unix.CLONE_NEWNET); err == nil {
+				runtime.UnlockOSThread()
+			} else if s.err == nil {
+				s.err = fmt.Errorf("back to the test's network namespace: %w", err)
+			}
+			unix.Close(self)
+		}()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			s.skipMsg = "unshare(CLONE_NEWNET): " + err.Error()
 			return
