@@ -167,6 +167,16 @@ type StateWatcher interface {
 // state to report.
 var ErrNoState = errors.New("link: no interface state to watch for this address")
 
+// Pender is an Endpoint that can tell, without reading them, whether
+// datagrams wait to be read. A transport's timers use it to tell a silent
+// peer from a receive path of their own that has not run yet (verbs: a
+// loss probe waits while answers wait unread).
+type Pender interface {
+	// Pending reports datagrams waiting to be read. It may be called with
+	// the caller's locks held, and must not block.
+	Pending() bool
+}
+
 // SpeedReporter is an Endpoint that knows the link speed of the network
 // interface it is bound on: a device reports the InfiniBand speed and width
 // rxe derives from it (verbs.Device.QueryPort).

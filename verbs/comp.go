@@ -40,6 +40,7 @@ type compState struct {
 	probeDue     time.Time
 	probes       int       // probes sent since the last progress
 	heardAt      time.Time // the last answer (or probe)
+	probeHeldAt  time.Time // when the probe was first held back in this silence (recover.go); zero: not held
 	probeAnswer  bool      // a probe is out: the next ACK that moves the window answers it (or a READ response, probeWQE's)
 	probeWQE     uint32
 	nakPending   bool // a NAK during a retry waits out the reordering window (or a probe's answer, probeSettle)
@@ -485,7 +486,7 @@ func (qp *QP) answered() {
 		qp.armRetryAt(now)
 	}
 	c.heard, c.heardTimer = true, true
-	c.heardAt = now
+	c.heardAt, c.probeHeldAt = now, time.Time{}
 }
 
 // renewRetry renews the retry budgets and the timer backoff and widens a

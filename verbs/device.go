@@ -100,6 +100,7 @@ type Stats struct {
 	ReadReRequests     atomic.Uint64 // READ requests for the missing part of a READ whose later responses arrived (readgap.go)
 	LossProbes         atomic.Uint64 // loss probes sent after a silence well short of the retransmit timeout (recover.go)
 	ProbeRewinds       atomic.Uint64 // go-back-N retries a probe's answer started (packets after it were lost)
+	ProbesDeferred     atomic.Uint64 // loss probes held back for probeSettle: their timer fired late, or datagrams waited unread in the link (the silence was this host's)
 	ReorderRewinds     atomic.Uint64 // go-back-N retries a NAK during a retry started once its reordering window passed
 	RetryDeferred      atomic.Uint64 // timer expiries not retried: the peer had answered (no progress) in that period, or the QP waited for its send-budget turn with nothing unacknowledged
 	RNRNAKsSent        atomic.Uint64
@@ -111,6 +112,7 @@ type Stats struct {
 	NAKsRcvd           atomic.Uint64
 	DupRequests        atomic.Uint64 // duplicate requests answered
 	ReadPaceCuts       atomic.Uint64 // losses the READ response pacing slowed down for: a duplicate READ asked again for responses already sent (resp_pace.go)
+	ReadDupCrossed     atomic.Uint64 // duplicate READs that crossed the responses a burst after a quiet sent them (resp_pace.go): replayed, not taken as a loss
 	ReadPaced          atomic.Uint64 // times READ responses were left for a later pacing tick or window
 	ZeroCopyPackets    atomic.Uint64 // packets sent with their payload in place, not copied into a buffer (zc.go)
 	ACKsBehindReply    atomic.Uint64 // deferred ACKs a post's reply went ahead of, to leave together (tx.go)
@@ -238,6 +240,13 @@ func Open(ep link.Endpoint, cfg *Config) (*Device, error) {
 		d.event(AsyncEvent{Type: EventPortActive, Port: 1})
 	}
 	return d, nil
+}
+
+// inputPending reports datagrams waiting unread in the link (link.Pender;
+// false for a link that cannot tell).
+func (d *Device) inputPending() bool {
+	p, ok := d.ep.(link.Pender)
+	return ok && p.Pending()
 }
 
 // linkState follows the link's interface (link.StateWatcher), as rxe

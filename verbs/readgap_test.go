@@ -429,8 +429,9 @@ func TestReadWholeReAskOnce(t *testing.T) {
 
 // TestSelectiveRequesterUnpaced: a duplicate READ for the rest of a READ
 // already sent paces the responder (resp_pace.go: a requester that drops
-// what follows a gap); one for part of a READ shows a requester that keeps
-// it, and ends the pacing.
+// what follows a gap), unless it came within crossQuiet of the burst that
+// sent those responses after a quiet (it crossed them: readCrossed); one
+// for part of a READ shows a requester that keeps it, and ends the pacing.
 func TestSelectiveRequesterUnpaced(t *testing.T) {
 	clk := clocktest.NewFake(time.Unix(0, 0))
 	a, b := newPair(t, pairOpts{clock: clk, timeout: 14})
@@ -455,11 +456,30 @@ func TestSelectiveRequesterUnpaced(t *testing.T) {
 		defer b.qp.mu.Unlock()
 		return b.qp.resp.pace != nil && b.qp.resp.pace.burst > 0
 	}
-	send(102, 2048, 6144) // the rest: a loss to the pacer
+	// At once: the requester asked before it could have had the
+	// responses, which a burst after a quiet (the QP's first) sent.
+	send(102, 2048, 6144)
+	if paced() || b.dev.Stats().ReadDupCrossed.Load() != 1 {
+		t.Fatalf("a duplicate READ that crossed its responses: paced %v, %d crossed", paced(), b.dev.Stats().ReadDupCrossed.Load())
+	}
+	clk.Advance(crossQuiet)
+	send(102, 2048, 6144) // the rest, later: a loss to the pacer
 	if !paced() {
 		t.Fatal("a duplicate READ for the rest of a READ did not pace the responder")
 	}
-	send(103, 3072, 1024) // a part
+	// Paced, a burst after a quiet is the pacer's own: a new READ, sent
+	// after 10 ms without a response, and a duplicate for its rest at once
+	// (past the cut guard) is a loss again.
+	clk.Advance(10 * time.Millisecond)
+	post(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 8192, 8192),
+		RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()})
+	waitWC(t, a.scq, 1, 10*time.Second)
+	cuts := b.dev.Stats().ReadPaceCuts.Load()
+	send(109, 8192+1024, 7168)
+	if n := b.dev.Stats().ReadPaceCuts.Load(); n != cuts+1 {
+		t.Fatalf("paced, a duplicate READ at once after a burst: %d cuts, want %d", n, cuts+1)
+	}
+	send(110, 8192+2048, 1024) // a part
 	if paced() {
 		t.Fatal("still paced after a duplicate READ for part of a READ")
 	}
@@ -490,4 +510,131 @@ func stepFlush(t *testing.T, clk *clocktest.Fake, cq *CQ, n int) []WC {
 		}
 	}
 	return out
+}
+
+// pendingEP is a link whose Pending the test decides (link.Pender).
+type pendingEP struct {
+	link.Endpoint
+	pending func() bool
+}
+
+func (e pendingEP) Pending() bool { return e.pending() }
+
+// TestReadProbeAfterStall: a READ's 16 responses wait unread at the
+// requester when its loss probe comes due (16.8 ms into the silence, at
+// timeout 14). Either its process stalled (the fake clock jumps 40 ms and
+// the timer fires late: stall) or its receive path has not run (the timer
+// is on time, and the link says datagrams wait: unread). It holds the
+// probe back, for probeSettle at a time, instead of asking again for what
+// came: the responses are taken, the READ completes, and the responder,
+// which paces READs it is asked for again (resp_pace.go), sees no
+// duplicate. When nothing came (lost), or the link says datagrams wait
+// but the receive path never takes them (never read: a silence holds its
+// probe a quarter of its wait at most), the probe goes out, well before the
+// retransmit timeout, and the READ completes.
+func TestReadProbeAfterStall(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		stall, unread bool // how the silence is this host's own
+		taken         bool // the responses are read
+	}{
+		{"stall", true, false, true},
+		{"unread", false, true, true},
+		{"lost", true, false, false},
+		{"never read", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktest.NewFake(time.Unix(0, 0))
+			var mu sync.Mutex
+			var held [][]byte
+			delivered := false
+			resp, req := &wireLog{}, &wireLog{}
+			o := pairOpts{filterA: req.filter, filterB: func(lp *link.Packet) pipe.Verdict {
+				v := resp.filter(lp)
+				var p wire.Packet
+				if p.Parse(lp.Buf[:lp.N]) == nil && isReadResp(p.BTH.Opcode) {
+					mu.Lock()
+					defer mu.Unlock()
+					if len(held) < 16 { // the first copies wait (or are lost)
+						held = append(held, append([]byte(nil), lp.Buf[:lp.N]...))
+						return pipe.Drop
+					}
+				}
+				return v
+			}, clock: clk, timeout: 14}
+			ea, eb := newPipePair(t, &o)
+			a, b := newPairOn(t, pendingEP{ea, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return tc.unread && len(held) == 16 && !delivered
+			}}, eb, o)
+			fill(b.buf[:16<<10], 3)
+			post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 16<<10),
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+			until := func(what string, f func() bool) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); !f(); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("waited 10 s for %s", what)
+					}
+				}
+			}
+			until("the 16 responses", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 16 })
+			st := a.dev.Stats()
+			if tc.stall {
+				clk.Stall(40 * time.Millisecond) // the probe was due at 16.8 ms
+				clk.Advance(0)
+			} else {
+				clk.Advance(17 * time.Millisecond)
+			}
+			until("the probe timer", func() bool { return st.ProbesDeferred.Load()+st.LossProbes.Load() != 0 })
+			if p := st.LossProbes.Load(); p != 0 {
+				t.Fatalf("a probe when the timer fired (%d probes deferred)", st.ProbesDeferred.Load())
+			}
+			if tc.taken {
+				mu.Lock()
+				pkts := held
+				delivered = true
+				mu.Unlock()
+				for _, pkt := range pkts { // through filterB again, which passes them now
+					b.dev.write([]link.Packet{{Buf: pkt, N: len(pkt), Dst: a.dev.LocalAddr(), Src: b.dev.LocalAddr()}})
+				}
+				until("the READ's completion", func() bool { return a.scq.Len() == 1 })
+				clk.Advance(2 * probeSettle)
+			} else {
+				for i := 0; st.LossProbes.Load() == 0 && i < 40; i++ { // a wait (16.8 ms) and a little
+					clk.Advance(time.Millisecond)
+					time.Sleep(time.Millisecond)
+				}
+				until("the probe", func() bool { return st.LossProbes.Load() == 1 })
+				for i := 0; a.scq.Len() == 0 && i < 100; i++ {
+					clk.Advance(time.Millisecond)
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
+				t.Fatalf("%+v", wc[0])
+			}
+			mustEqual(t, a.buf[:16<<10], b.buf[:16<<10])
+			wantDeferred := func(d uint64) bool { return d == 1 }
+			if tc.unread && !tc.taken {
+				wantDeferred = func(d uint64) bool { return d >= 3 && d <= 6 } // every ms for a quarter of the wait
+			}
+			if n, p, d := st.RetryTimeouts.Load(), st.LossProbes.Load(), st.ProbesDeferred.Load(); n != 0 || p != map[bool]uint64{true: 0, false: 1}[tc.taken] || !wantDeferred(d) {
+				t.Errorf("%d retransmit timeouts, %d loss probes, %d probes deferred", n, p, d)
+			}
+			reads := 0
+			for _, p := range req.list() {
+				if p.BTH.Opcode == wire.RCReadRequest {
+					reads++
+				}
+			}
+			if want := map[bool]int{true: 1, false: 2}[tc.taken]; reads != want {
+				t.Errorf("%d READ requests, want %d", reads, want)
+			}
+			if n := b.dev.Stats().DupRequests.Load(); tc.taken && n != 0 {
+				t.Errorf("the responder saw %d duplicates", n)
+			}
+		})
+	}
 }

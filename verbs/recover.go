@@ -43,6 +43,10 @@ const (
 	minProbeTimeout  = 10 * time.Millisecond
 	minRefillTimeout = 300 * time.Microsecond
 	probeSettle      = time.Millisecond
+	// probeLateBy: a probe timer that fires this much after its time
+	// (at least; a quarter of the wait if that is more) found this host
+	// stalled, not the peer silent (probeHold).
+	probeLateBy      = 2 * time.Millisecond
 	minReorderWindow = 50 * time.Microsecond
 )
 
@@ -165,6 +169,7 @@ func (qp *QP) setProbe(d time.Duration) {
 func (qp *QP) onProbe() {
 	c := &qp.comp
 	now := qp.dev.clock.Now()
+	due := c.probeDue
 	c.probeArmed = false
 	if !qp.outstanding() || c.rnrWait || qp.attr.Timeout == 0 {
 		c.nakPending, c.firstWait = false, false
@@ -198,13 +203,44 @@ func (qp *QP) onProbe() {
 	if c.probes >= maxProbes || qp.budgetIdle() {
 		return // the retransmit timer takes over
 	}
+	if qp.probeHold(now, due, wait) {
+		return
+	}
 	c.probes++
 	qp.dev.stats.LossProbes.Add(1)
-	c.heardAt = now
+	c.heardAt, c.probeHeldAt = now, time.Time{}
 	qp.probe()
 	if qp.sending() && c.probes < maxProbes {
 		qp.setProbe(qp.probeWait())
 	}
+}
+
+// probeHold holds back a probe due at due (wait after the last answer)
+// for probeSettle when the silence may be this host's own: the timer fired
+// well after its time (this process did not run: a loaded host, a
+// descheduled VM), or datagrams wait unread in the link (its receive path
+// has not run: link.Pender). A probe then would ask again for what came,
+// and a responder that paces READs takes a READ asked again as a loss
+// (resp_pace.go): a stall of the requester cut its READ rate to a tenth
+// for the rest of a perftest run. A silence holds its probe at most
+// for a quarter of wait (at least probeLateBy) in all: a receive path
+// that does not run does not stop probes, and datagrams for other QPs
+// delay a probe by that much at most.
+func (qp *QP) probeHold(now, due time.Time, wait time.Duration) bool {
+	c := &qp.comp
+	hold := max(probeLateBy, wait/4)
+	if !c.probeHeldAt.IsZero() && now.Sub(c.probeHeldAt) >= hold {
+		return false
+	}
+	if now.Sub(due) <= hold && !qp.dev.inputPending() {
+		return false
+	}
+	if c.probeHeldAt.IsZero() {
+		c.probeHeldAt = now
+	}
+	qp.dev.stats.ProbesDeferred.Add(1)
+	qp.setProbe(probeSettle)
+	return true
 }
 
 // probeAnswered takes a READ response to a loss probe (response i of w):

@@ -1,6 +1,8 @@
 package verbs
 
 import (
+	"time"
+
 	"github.com/softroce/softroce/link"
 	"github.com/softroce/softroce/wire"
 )
@@ -17,9 +19,10 @@ type respRes struct {
 	length uint32
 	orig   uint64
 	// READ: the responses still to send (resp_pace.go).
-	next    uint32 // next PSN to send
-	sending bool   // responses from next on are queued
-	epoch   int32  // the pacer's cut count when the stream (re)started
+	next    uint32    // next PSN to send
+	sending bool      // responses from next on are queued
+	epoch   int32     // the pacer's cut count when the stream (re)started
+	sentAt  time.Time // when the stream last sent a response (readCrossed)
 }
 
 type respState struct {
@@ -46,6 +49,9 @@ type respState struct {
 	// The requester asked for part of a READ short of its end: it keeps
 	// responses after a gap, and its losses do not pace (resp_pace.go).
 	selective bool
+	// READ responses sent: the last one's time, and when the current
+	// burst began after a quiet of crossQuiet or more (readCrossed).
+	readSentAt, readBurstAt time.Time
 	// A positive ACK deferred to the end of the received batch (tx.go).
 	ackPend, ackQueued bool
 	ackPSN, ackMSN     uint32

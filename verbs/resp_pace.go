@@ -68,6 +68,11 @@ const (
 	paceMinWin     = 64
 	paceMaxWin     = 1 << 16
 	paceCutGuard   = 8 * paceTick
+	// crossQuiet: a burst of responses after a quiet this long, and a
+	// duplicate READ within this long after it began, crossed on the
+	// way (readCrossed). Half the requester's shortest loss probe wait
+	// (recover.go, minProbeTimeout).
+	crossQuiet = 5 * time.Millisecond
 	// A full window first waits this many times the QP's own local ACK
 	// timeout (the requester's is unknown; connection managers and
 	// perftest give both sides the same), at least paceMinPause, then this
@@ -129,6 +134,8 @@ func (qp *QP) replayRead(x *respRes, psn uint32) {
 	case loss && qp.resp.selective:
 		// A requester that asks for parts of a READ keeps the responses
 		// after a gap (readgap.go): pausing would only slow it down.
+	case loss && qp.readCrossed(x):
+		qp.dev.stats.ReadDupCrossed.Add(1)
 	case loss:
 		qp.paceLoss(x, psn)
 		p = qp.resp.pace
@@ -384,7 +391,40 @@ func (qp *QP) readResponses(x *respRes, limit int) (int, bool) {
 	if i >= n {
 		x.sending = false
 	}
+	if sent > 0 {
+		qp.readSent(x)
+	}
 	return sent, true
+}
+
+// readSent notes that x sent responses now: when a burst of responses
+// began after a quiet (readCrossed).
+func (qp *QP) readSent(x *respRes) {
+	r := &qp.resp
+	now := qp.rxNow()
+	if now.Sub(r.readSentAt) >= crossQuiet {
+		r.readBurstAt = now
+	}
+	r.readSentAt, x.sentAt = now, now
+}
+
+// readCrossed reports a duplicate READ for x, whose responses this QP sent
+// after a quiet of crossQuiet or more, that came less than crossQuiet after
+// that burst began: the requester probed the responder's own silence (a
+// loss probe, comp side of recover.go, after about 10 ms without an
+// answer) and its request crossed the responses on the way. It says
+// nothing of a loss, and pacing for it cut a READ stream to a tenth of its
+// rate for a perftest run when this host stalled the responder for 10 ms.
+// A loss in the first crossQuiet of a burst after a quiet is taken so too:
+// it is replayed, unpaced. Only on an unpaced QP: a paced one's quiets are
+// its own pauses, after which a requester that still overruns loses the
+// window's first responses.
+func (qp *QP) readCrossed(x *respRes) bool {
+	r := &qp.resp
+	if p := r.pace; p != nil && (p.burst > 0 || p.win > 0) {
+		return false
+	}
+	return !r.readBurstAt.IsZero() && !x.sentAt.Before(r.readBurstAt) && qp.rxNow().Sub(r.readBurstAt) < crossQuiet
 }
 
 // readRange answers a duplicate READ for part of x, k responses from

@@ -63,6 +63,15 @@ func (c *Fake) Advance(d time.Duration) {
 	}
 }
 
+// Stall moves the clock forward by d without firing the timers that come
+// due: the process did not run for d (a loaded host, a descheduled VM).
+// The next Advance fires them, late, with the clock past their deadline.
+func (c *Fake) Stall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // Until reports how long from now timer t, which c started, fires, and
 // whether it is armed: false once it was stopped or has fired (Advance
 // disarms a timer before it calls its function), or if c did not start it.

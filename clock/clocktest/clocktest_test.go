@@ -46,6 +46,17 @@ func TestFake(t *testing.T) {
 	if want := []string{"a@10ms", "b@20ms", "a@26ms", "c@30ms"}; !slices.Equal(fired, want) {
 		t.Fatalf("fired %v, want %v", fired, want)
 	}
+	// A stall moves the clock and fires nothing; the next Advance fires
+	// what came due, late.
+	c.AfterFunc(5*time.Millisecond, at("d"))
+	c.Stall(20 * time.Millisecond)
+	if len(fired) != 4 {
+		t.Fatalf("Stall fired %v", fired[4:])
+	}
+	c.Advance(0)
+	if want := []string{"a@10ms", "b@20ms", "a@26ms", "c@30ms", "d@50ms"}; !slices.Equal(fired, want) {
+		t.Fatalf("fired %v, want %v", fired, want)
+	}
 	if _, ok := c.Until(clocktest.NewFake(start).AfterFunc(time.Second, func() {})); ok {
 		t.Error("Until reads another clock's timer")
 	}

@@ -251,6 +251,7 @@ type Endpoint struct {
 var (
 	_ link.Endpoint = (*Endpoint)(nil)
 	_ link.Capable  = (*Endpoint)(nil)
+	_ link.Pender   = (*Endpoint)(nil)
 )
 
 // New returns the two connected ends of a pipe configured by a and b.
@@ -599,6 +600,14 @@ func (e *Endpoint) pop() *buf {
 	}
 	e.q = q
 	return top
+}
+
+// Pending reports datagrams due for ReadBatch (link.Pender), without
+// reading them.
+func (e *Endpoint) Pending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.closed && len(e.q) > 0 && e.q[0].due <= e.now()
 }
 
 // ReadBatch blocks until at least one datagram is due and returns up to

@@ -615,3 +615,40 @@ func TestGatherWrite(t *testing.T) {
 		t.Fatalf("ReadBatch = %d, %v, %d bytes; want 1, nil, %d", n, err, in[0].N, len(buf))
 	}
 }
+
+// TestPending: Pending reports a datagram due for ReadBatch without
+// reading it; not one still delayed, nor after it was read or Close.
+func TestPending(t *testing.T) {
+	a, b, err := New(Config{}, Config{Faults: Faults{Delay: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	send := func(from, to *Endpoint) {
+		t.Helper()
+		p := linktest.Packet(nil, 0x04, 1, linktest.Payload(1, 16))
+		if n, err := from.WriteBatch([]link.Packet{{Buf: p, N: len(p), Dst: to.LocalAddr()}}); n != 1 || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+	}
+	if b.Pending() {
+		t.Fatal("Pending before anything was sent")
+	}
+	send(a, b)
+	if !b.Pending() {
+		t.Fatal("Pending false with a datagram due")
+	}
+	if _, err := b.ReadBatch(linktest.Batch(4, 65536)); err != nil || b.Pending() {
+		t.Fatalf("after ReadBatch (%v): Pending %v", err, b.Pending())
+	}
+	send(b, a) // delayed 50 ms
+	if a.Pending() {
+		t.Error("Pending with the only datagram still delayed")
+	}
+	b.Close()
+	send(a, b)
+	if b.Pending() {
+		t.Error("Pending after Close")
+	}
+}

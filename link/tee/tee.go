@@ -203,6 +203,14 @@ func (e *Endpoint) LinkSpeed() int {
 	return 0
 }
 
+// Pending is the inner endpoint's (link.Pender), false if it cannot tell.
+func (e *Endpoint) Pending() bool {
+	if p, ok := e.inner.(link.Pender); ok {
+		return p.Pending()
+	}
+	return false
+}
+
 // JoinGroup joins group through the inner endpoint (link.GroupJoiner) and
 // returns its group endpoint wrapped in a tee with this one's callback (as
 // set now), so that what the group receives is reported too. An inner

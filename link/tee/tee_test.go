@@ -423,3 +423,25 @@ func TestTeeLocalICRC(t *testing.T) {
 		t.Errorf("a datagram not from a lane: %d reports, %d with a wrong ICRC; want it reported as it is", reports, len(bad))
 	}
 }
+
+type pendingEP struct {
+	link.Endpoint
+	n int
+}
+
+func (e *pendingEP) Pending() bool { e.n++; return e.n == 1 }
+
+// TestTeePending: Pending asks the inner endpoint (link.Pender), false
+// for one that cannot tell.
+func TestTeePending(t *testing.T) {
+	a, _ := newPair(t)
+	in := &pendingEP{Endpoint: a}
+	e := New(in, nil)
+	var _ link.Pender = e
+	if !e.Pending() || e.Pending() || in.n != 2 {
+		t.Errorf("Pending did not ask the inner endpoint (%d calls)", in.n)
+	}
+	if New(a, nil).Pending() {
+		t.Error("Pending true over an endpoint that cannot tell")
+	}
+}

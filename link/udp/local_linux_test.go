@@ -721,3 +721,48 @@ func TestLocalDeadInboxFile(t *testing.T) {
 		t.Errorf("LocalOut %d, LocalPeers %d: a lane of a dead process's inbox was written", s.LocalOut, s.LocalPeers)
 	}
 }
+
+// TestPending: Pending reports datagrams waiting, in a lane or in the
+// socket, without reading them; nothing after they are read.
+func TestPending(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		var a, b *Endpoint
+		if local {
+			a, b = localPair(t, "127.0.0.1:0")
+		} else {
+			a, b = listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+		}
+		var _ link.Pender = b
+		if b.Pending() {
+			t.Fatalf("local %v: Pending before anything was sent", local)
+		}
+		pkts := linktest.Batch(3, 0)
+		for j := range pkts {
+			pkts[j].Buf = linktest.Packet(nil, 0x11, uint32(j), linktest.Payload(j, 100))
+			pkts[j].N, pkts[j].Dst = len(pkts[j].Buf), b.LocalAddr()
+		}
+		if k, err := a.WriteBatch(pkts); k != len(pkts) || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", k, err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !b.Pending() {
+			if time.Now().After(deadline) {
+				t.Fatalf("local %v: Pending false for 5 s after 3 datagrams", local)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		readN(t, b, 3)
+		for b.Pending() { // a lane's wake-up datagram may follow
+			if n, _ := b.PollBatch(linktest.Batch(4, 65536)); n != 0 || time.Now().After(deadline) {
+				t.Fatalf("local %v: Pending with %d more datagrams read", local, n)
+			}
+		}
+		if st := b.Stats(); local && st.LocalIn != 3 {
+			t.Errorf("LocalIn %d, want 3", st.LocalIn)
+		}
+		b.Close()
+		if b.Pending() {
+			t.Errorf("local %v: Pending after Close", local)
+		}
+	}
+}

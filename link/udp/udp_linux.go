@@ -606,6 +606,34 @@ func (e *Endpoint) PollBatch(pkts []link.Packet) (int, error) { return e.pollBat
 // PollBatchView is ReadBatchView without waiting, as PollBatch.
 func (e *Endpoint) PollBatchView(pkts []link.Packet) (int, error) { return e.pollBatch(pkts, true) }
 
+// Pending reports datagrams waiting to be read, in a same-host lane or in
+// the socket (link.Pender), without reading them: a look at the lanes and
+// a poll(2) of the socket that does not wait. A reader that holds the
+// lanes at the moment counts as pending (it is taking them). A wake-up
+// datagram counts too.
+func (e *Endpoint) Pending() bool {
+	if e.closed.Load() {
+		return false
+	}
+	if in := e.inbox; in != nil {
+		if !in.mu.TryLock() {
+			return true
+		}
+		p := !in.closed && in.pendingLocked()
+		in.mu.Unlock()
+		if p {
+			return true
+		}
+	}
+	ready := false
+	e.rc.Control(func(fd uintptr) {
+		pfd := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd[:], 0)
+		ready = err == nil && n > 0 && pfd[0].Revents&unix.POLLIN != 0
+	})
+	return ready
+}
+
 func (e *Endpoint) pollBatch(pkts []link.Packet, view bool) (int, error) {
 	return e.readBatch(pkts, view, true)
 }
