@@ -174,10 +174,7 @@ func TestReadFirstResponseLost(t *testing.T) {
 	fill(b.buf[:16<<10], 11)
 	post(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a, 0, 16<<10),
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	for i := 0; a.scq.Len() == 0 && i < 2000; i++ {
-		clk.Advance(time.Millisecond)
-		time.Sleep(time.Millisecond)
-	}
+	stepUntil(clk, 2000, func() bool { return a.scq.Len() != 0 })
 	if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
 		t.Fatalf("%+v", wc[0])
 	}
@@ -406,13 +403,7 @@ func TestReadWholeReAskOnce(t *testing.T) {
 	if reqs, resps := count(); reqs != 1 {
 		t.Fatalf("%d READ requests (%d responses) before any timer: want the READ alone", reqs, resps)
 	}
-	for i := 0; i < 200; i++ {
-		if reqs, _ := count(); reqs > 1 {
-			break
-		}
-		clk.Advance(time.Millisecond)
-		time.Sleep(time.Millisecond)
-	}
+	stepUntil(clk, 200, func() bool { reqs, _ := count(); return reqs > 1 })
 	waitResps(32)
 	if reqs, resps := count(); reqs != 2 {
 		t.Fatalf("%d READ requests (%d responses) after the probe's replay: want the READ and one whole re-request", reqs, resps)
@@ -482,6 +473,15 @@ func TestSelectiveRequesterUnpaced(t *testing.T) {
 	send(110, 8192+2048, 1024) // a part
 	if paced() {
 		t.Fatal("still paced after a duplicate READ for part of a READ")
+	}
+}
+
+// stepUntil moves clk a millisecond at a time, a real millisecond apart,
+// until done or after steps steps.
+func stepUntil(clk *clocktest.Fake, steps int, done func() bool) {
+	for i := 0; !done() && i < steps; i++ {
+		clk.Advance(time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -602,15 +602,9 @@ func TestReadProbeAfterStall(t *testing.T) {
 				until("the READ's completion", func() bool { return a.scq.Len() == 1 })
 				clk.Advance(2 * probeSettle)
 			} else {
-				for i := 0; st.LossProbes.Load() == 0 && i < 40; i++ { // a wait (16.8 ms) and a little
-					clk.Advance(time.Millisecond)
-					time.Sleep(time.Millisecond)
-				}
+				stepUntil(clk, 40, func() bool { return st.LossProbes.Load() != 0 }) // a wait (16.8 ms) and a little
 				until("the probe", func() bool { return st.LossProbes.Load() == 1 })
-				for i := 0; a.scq.Len() == 0 && i < 100; i++ {
-					clk.Advance(time.Millisecond)
-					time.Sleep(time.Millisecond)
-				}
+				stepUntil(clk, 100, func() bool { return a.scq.Len() != 0 })
 			}
 			if wc := waitWC(t, a.scq, 1, 10*time.Second); wc[0].Status != WCSuccess {
 				t.Fatalf("%+v", wc[0])
