@@ -173,7 +173,8 @@ var ErrNoState = errors.New("link: no interface state to watch for this address"
 // loss probe waits while answers wait unread).
 type Pender interface {
 	// Pending reports datagrams waiting to be read. It may be called with
-	// the caller's locks held, and must not block.
+	// the caller's locks held: it never waits for datagrams, and takes no
+	// lock that is held while received datagrams are handled.
 	Pending() bool
 }
 
